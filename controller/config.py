@@ -1,0 +1,227 @@
+"""Shared names and the PodPlacementConfig model.
+
+This module is the one place where podplacement's API group, label keys, gate name and
+annotation keys are spelled out (DESIGN.md, "Names"); every other module imports them from
+here. It also turns the ``PodPlacementConfig`` custom resource (a plain dict as the
+Kubernetes JSON API returns it) into a frozen :class:`PlacementConfig`. The webhook imports
+this module, so it must stay free of I/O and of imports from the rest of the controller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- API --------------------------------------------------------------------------------
+GROUP = "podplacement.io"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CONFIG_KIND = "PodPlacementConfig"
+CONFIG_PLURAL = "podplacementconfigs"
+CONFIG_NAME = "cluster"
+CONFIG_FINALIZER = f"{GROUP}/finalizer"
+
+# --- Pod mutation names -----------------------------------------------------------------
+SCHEDULING_GATE = f"{GROUP}/scheduling-gate"
+GATE_LABEL = f"{GROUP}/scheduling-gate"
+GATE_LABEL_GATED = "gated"
+GATE_LABEL_REMOVED = "removed"
+AFFINITY_LABEL = f"{GROUP}/node-affinity"
+AFFINITY_LABEL_SET = "set"
+AFFINITY_LABEL_NOT_SET = "not-set"
+NUMA_LABEL = f"{GROUP}/numa"
+NUMA_LABEL_WAITING = "waiting"
+DECISION_ANNOTATION = f"{GROUP}/decision"
+EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
+NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
+WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
+WEBHOOK_NAME = "pods.podplacement.io"
+FIELD_MANAGER = "podplacement"
+
+# --- Well-known Kubernetes names --------------------------------------------------------
+ARCH_LABEL = "kubernetes.io/arch"
+OS_LABEL = "kubernetes.io/os"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+DEFAULT_NAMESPACE = "podplacement-system"
+ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
+
+# --- NodeResourceTopology ---------------------------------------------------------------
+NRT_GROUP = "topology.node.k8s.io"
+NRT_VERSION = "v1alpha2"
+NRT_PLURAL = "noderesourcetopologies"
+
+METRICS_PREFIX = "podplacement_"
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+class ConfigError(ValueError):
+    """A PodPlacementConfig field has a value the controller cannot use.
+
+    Attributes:
+        path: the JSON path of the field, e.g. ``spec.imageInspection.cacheTTL``.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def parse_duration(text: str, path: str = "duration") -> float:
+    """Parse a Go ``time.Duration`` string (``"6h"``, ``"1h30m"``, ``"90s"``) into seconds.
+
+    Raises:
+        ConfigError: the text is empty or not a sequence of ``<number><h|m|s|ms>``.
+    """
+    text = text.strip()
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if not text or pos != len(text):
+        raise ConfigError(path, f"invalid duration {text!r} (want e.g. '6h', '30m', '90s')")
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformWeight:
+    """One preferred architecture and its scheduler weight (1..100)."""
+
+    architecture: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """A namespaced object reference (``{namespace, name}``)."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConfig:
+    """``spec.topology``: NUMA-aware placement settings (see controller NUMA code).
+
+    ``scoring_strategy`` is one of MostAllocated, LeastAllocated, BalancedAllocation,
+    LeastNUMANodes (scheduler-plugins NodeResourceTopologyMatch score strategies).
+    """
+
+    enabled: bool = False
+    scoring_strategy: str = "LeastAllocated"
+    max_candidate_nodes: int = 16
+    nodes_without_topology: str = "Allow"
+    max_wait_seconds: float = 300.0
+    unsatisfiable: str = "Wait"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInspectionConfig:
+    """``spec.imageInspection``: registry lookups (TTL in seconds, timeout in seconds)."""
+
+    cache_ttl_seconds: float = 6 * 3600.0
+    max_retries: int = 5
+    registry_timeout_seconds: float = 10.0
+    global_pull_secret: ObjectRef | None = None
+    registries_config_map: ObjectRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    """The parsed spec of the PodPlacementConfig ``cluster``.
+
+    ``namespace_selector`` is a metav1.LabelSelector dict (opt-out: matching namespaces are
+    not processed); ``preferred_platforms`` is empty unless
+    ``plugins.nodeAffinityScoring.enabled`` is true.
+    """
+
+    log_verbosity: str = "Normal"
+    namespace_selector: Mapping[str, Any] | None = None
+    preferred_platforms: tuple[PlatformWeight, ...] = ()
+    fallback_architecture: str | None = None
+    image_inspection: ImageInspectionConfig = field(default_factory=ImageInspectionConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    generation: int = 0
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PlacementConfig:
+        """Build from a PodPlacementConfig object (``{"metadata": ..., "spec": ...}``).
+
+        Missing fields take their defaults. Raises:
+            ConfigError: a field has the wrong type or an unusable value.
+        """
+        spec = obj.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ConfigError("spec", "must be an object")
+        scoring = _mapping(spec, "plugins", "spec").get("nodeAffinityScoring") or {}
+        platforms: list[PlatformWeight] = []
+        if scoring.get("enabled"):
+            seen: set[str] = set()
+            for i, item in enumerate(scoring.get("platforms") or []):
+                path = f"spec.plugins.nodeAffinityScoring.platforms[{i}]"
+                arch, weight = item.get("architecture"), item.get("weight")
+                if not isinstance(arch, str) or arch in seen:
+                    raise ConfigError(path, f"invalid or duplicate architecture {arch!r}")
+                if not isinstance(weight, int) or not 1 <= weight <= 100:
+                    raise ConfigError(path, f"weight must be an integer 1..100, got {weight!r}")
+                seen.add(arch)
+                platforms.append(PlatformWeight(arch, weight))
+        ii = _mapping(spec, "imageInspection", "spec")
+        inspection = ImageInspectionConfig(
+            cache_ttl_seconds=parse_duration(
+                str(ii.get("cacheTTL", "6h")), "spec.imageInspection.cacheTTL"
+            ),
+            max_retries=_int(ii, "maxRetries", 5, "spec.imageInspection"),
+            registry_timeout_seconds=float(
+                _int(ii, "registryTimeoutSeconds", 10, "spec.imageInspection")
+            ),
+            global_pull_secret=_ref(ii.get("globalPullSecretRef"), "globalPullSecretRef"),
+            registries_config_map=_ref(ii.get("registriesConfigMapRef"), "registriesConfigMapRef"),
+        )
+        topo = _mapping(spec, "topology", "spec")
+        topology = TopologyConfig(
+            enabled=bool(topo.get("enabled", False)),
+            scoring_strategy=str(topo.get("scoringStrategy", "LeastAllocated")),
+            max_candidate_nodes=_int(topo, "maxCandidateNodes", 16, "spec.topology"),
+            nodes_without_topology=str(topo.get("nodesWithoutTopology", "Allow")),
+            max_wait_seconds=float(_int(topo, "maxWaitSeconds", 300, "spec.topology")),
+            unsatisfiable=str(topo.get("unsatisfiable", "Wait")),
+        )
+        selector = spec.get("namespaceSelector")
+        return cls(
+            log_verbosity=str(spec.get("logVerbosity", "Normal")),
+            namespace_selector=selector if isinstance(selector, Mapping) else None,
+            preferred_platforms=tuple(platforms),
+            fallback_architecture=spec.get("fallbackArchitecture") or None,
+            image_inspection=inspection,
+            topology=topology,
+            generation=int((obj.get("metadata") or {}).get("generation") or 0),
+        )
+
+
+def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    value = parent.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}.{key}", "must be an object")
+    return value
+
+
+def _int(parent: Mapping[str, Any], key: str, default: int, path: str) -> int:
+    value = parent.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{path}.{key}", f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _ref(value: Any, name: str) -> ObjectRef | None:
+    if not value:
+        return None
+    if not isinstance(value, Mapping) or not value.get("name"):
+        raise ConfigError(f"spec.imageInspection.{name}", "needs namespace and name")
+    return ObjectRef(str(value.get("namespace") or DEFAULT_NAMESPACE), str(value["name"]))

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install what the tests need on a fresh Debian machine, then run lint, type checks and the
+# whole test suite. Usage: bash hack/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash hack/setup.sh
+echo "== ruff"; python -m ruff check .
+echo "== mypy"; python -m mypy
+echo "== pytest"
+exec python -m pytest -q "$@"

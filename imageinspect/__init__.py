@@ -1,0 +1,1 @@
+"""imageinspect package."""

@@ -1,0 +1,5 @@
+"""``python -m podplacement`` runs the console script."""
+
+from podplacement.cli import main
+
+raise SystemExit(main())

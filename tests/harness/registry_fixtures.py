@@ -1,0 +1,1 @@
+"""pytest fixtures for the real OCI registry (docker-registry) variants."""

@@ -1,0 +1,42 @@
+"""PodPlacementConfig parsing (controller.config)."""
+
+import pytest
+
+from controller.config import ConfigError, PlacementConfig, parse_duration
+
+
+def test_defaults_from_empty_spec() -> None:
+    cfg = PlacementConfig.from_object({"metadata": {"name": "cluster", "generation": 3}})
+    assert cfg.image_inspection.cache_ttl_seconds == 6 * 3600
+    assert cfg.image_inspection.max_retries == 5
+    assert cfg.topology.max_candidate_nodes == 16
+    assert cfg.preferred_platforms == ()
+    assert cfg.generation == 3
+
+
+def test_platform_weights_only_when_scoring_enabled() -> None:
+    spec = {"plugins": {"nodeAffinityScoring": {"enabled": False, "platforms": [
+        {"architecture": "arm64", "weight": 50}]}}}
+    assert PlacementConfig.from_object({"spec": spec}).preferred_platforms == ()
+    spec["plugins"]["nodeAffinityScoring"]["enabled"] = True
+    (p,) = PlacementConfig.from_object({"spec": spec}).preferred_platforms
+    assert (p.architecture, p.weight) == ("arm64", 50)
+
+
+def test_duplicate_architecture_is_rejected() -> None:
+    spec = {"plugins": {"nodeAffinityScoring": {"enabled": True, "platforms": [
+        {"architecture": "arm64", "weight": 5}, {"architecture": "arm64", "weight": 6}]}}}
+    with pytest.raises(ConfigError, match="duplicate"):
+        PlacementConfig.from_object({"spec": spec})
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("6h", 21600), ("1h30m", 5400), ("90s", 90),
+                                                ("250ms", 0.25)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "6", "h", "6x", "1h 2m"])
+def test_parse_duration_rejects_garbage(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(text)
