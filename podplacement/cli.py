@@ -24,7 +24,7 @@ SUBCOMMAND_MODULES = (
     "certs.cli",
     "imageinspect.cli",
     "controller.explain_cli",
-    "podplacement.demo",
+    "podplacement.demo.cli",
 )
 
 

@@ -1,0 +1,1 @@
+"""``podplacement demo``: the product run for real on this machine, end to end."""
