@@ -1,4 +1,10 @@
-"""CA and serving-certificate generation and rotation for the podplacement webhook."""
+"""CA and serving-certificate generation and rotation for the podplacement webhook.
+
+Public surface: key and certificate generation (:mod:`certs._generate`), storage in a
+directory or a ``kubernetes.io/tls`` Secret (:mod:`certs.store`), rotation with a CA overlap
+window (:mod:`certs.rotation`), and :func:`load_bundle` for the MutatingWebhookConfiguration's
+``caBundle``.
+"""
 
 from certs._generate import (
     KeyPair,
@@ -7,5 +13,34 @@ from certs._generate import (
     new_private_key,
     service_dns_names,
 )
+from certs.rotation import RotationPlan, apply_rotation, plan_rotation, rotate_dir
+from certs.store import (
+    CertState,
+    CertStoreError,
+    ca_bundle,
+    from_secret,
+    load_bundle,
+    read_dir,
+    to_secret,
+    write_dir,
+)
 
-__all__ = ["KeyPair", "generate_ca", "issue_serving_cert", "new_private_key", "service_dns_names"]
+__all__ = [
+    "CertState",
+    "CertStoreError",
+    "KeyPair",
+    "RotationPlan",
+    "apply_rotation",
+    "ca_bundle",
+    "from_secret",
+    "generate_ca",
+    "issue_serving_cert",
+    "load_bundle",
+    "new_private_key",
+    "plan_rotation",
+    "read_dir",
+    "rotate_dir",
+    "service_dns_names",
+    "to_secret",
+    "write_dir",
+]

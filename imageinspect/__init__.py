@@ -1,1 +1,75 @@
-"""imageinspect package."""
+"""imageinspect: which platforms (os, architecture, variant) can run a container image?
+
+An OCI distribution client for the controller and ``podplacement inspect``: the distribution
+reference grammar with the kubelet's normalisation, pull-secret and docker-config credentials
+matched with the kubelet's rules, Basic and Bearer token authentication, registries.conf v2
+(mirrors, blocked, insecure), manifests → platforms without fetching index children, a
+TTL/LRU/single-flight cache keyed by credential identity, and a link-local/metadata address guard.
+
+Entry point::
+
+    async with Inspector() as inspector:
+        info = await inspector.inspect("nginx", credentials_from_pull_secrets(secrets))
+        [str(p) for p in info.platforms]   # ["linux/amd64", "linux/arm64/v8", ...]
+"""
+
+from imageinspect._credentials import (
+    Credential,
+    credentials_from_docker_config,
+    credentials_from_pull_secrets,
+    match_credentials,
+)
+from imageinspect._errors import (
+    Blocked,
+    ConnectionFailed,
+    CredentialError,
+    Denied,
+    DigestMismatch,
+    InvalidManifest,
+    InvalidReference,
+    NotFound,
+    RateLimited,
+    RegistriesConfigError,
+    RegistryError,
+    ServerError,
+    Timeout,
+    TooLarge,
+    Unauthorized,
+    UnsafeAddress,
+)
+from imageinspect._inspector import Inspector, InspectorStats
+from imageinspect._manifest import ImageInfo, Platform
+from imageinspect._reference import Reference, parse_reference
+from imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
+
+__all__ = [
+    "Blocked",
+    "ConnectionFailed",
+    "Credential",
+    "CredentialError",
+    "Denied",
+    "DigestMismatch",
+    "ImageInfo",
+    "Inspector",
+    "InspectorStats",
+    "InvalidManifest",
+    "InvalidReference",
+    "Mirror",
+    "NotFound",
+    "Platform",
+    "RateLimited",
+    "Reference",
+    "RegistriesConfig",
+    "RegistriesConfigError",
+    "RegistryEntry",
+    "RegistryError",
+    "ServerError",
+    "Timeout",
+    "TooLarge",
+    "Unauthorized",
+    "UnsafeAddress",
+    "credentials_from_docker_config",
+    "credentials_from_pull_secrets",
+    "match_credentials",
+    "parse_reference",
+]

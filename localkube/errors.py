@@ -22,20 +22,31 @@ class StatusError(Exception):
     """
 
     def __init__(
-        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.details = details
+        #: ListMeta of the Status (e.g. a fresh ``continue`` token on 410 Expired).
+        self.metadata = metadata or {}
+        #: Extra response headers (e.g. ``Retry-After`` on 504).
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         """The ``Status`` object to send as the response body."""
         out: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.metadata),
             "status": "Failure",
             "message": self.message,
         }
@@ -111,3 +122,25 @@ def patch_apply_failed() -> StatusError:
     return StatusError(
         422, "Invalid", "the server rejected our request due to an error in our request", {}
     )
+
+
+def method_not_allowed() -> StatusError:
+    """405 ``MethodNotAllowed`` (PUT/PATCH on a collection, POST on an item)."""
+    return StatusError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
+
+
+def resource_not_found() -> StatusError:
+    """404 for a resource the group/version does not serve (``errors.json``)."""
+    return StatusError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def expired(message: str, metadata: dict[str, Any] | None = None) -> StatusError:
+    """410 ``Expired`` (too old resourceVersion / continue token)."""
+    return StatusError(410, "Expired", message, metadata=metadata)
+
+
+def internal(message: str, reason: str = "") -> StatusError:
+    """500 with the given message (no reason unless given), e.g. a non-numeric RV."""
+    return StatusError(500, reason, message)

@@ -1,1 +1,18 @@
-"""webhook package."""
+"""The podplacement mutating admission webhook: gate every new pod the controller may place.
+
+Modules: :mod:`webhook.gating` (pure: should this pod be gated, and why not),
+:mod:`webhook.patch` (pure: the JSONPatch), :mod:`webhook.app` (the FastAPI app: ``/mutate``,
+``/healthz``, ``/readyz``, ``/metrics``), :mod:`webhook.configsource` (the cached
+PodPlacementConfig), :mod:`webhook.tls` and :mod:`webhook.server` (uvicorn over TLS with
+certificate reload), :mod:`webhook.cli` (``podplacement webhook``).
+
+Namespace opt-out (``podplacement.io/exclude-pod-placement`` and the config's
+``namespaceSelector``) is not checked here: an AdmissionReview carries no namespace labels, so
+the MutatingWebhookConfiguration's ``namespaceSelector`` (kept in sync by the controller) keeps
+those pods from reaching the webhook at all.
+"""
+
+from webhook.gating import GateDecision, should_gate
+from webhook.patch import gate_patch
+
+__all__ = ["GateDecision", "gate_patch", "should_gate"]

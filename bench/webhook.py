@@ -1,0 +1,261 @@
+"""Benchmark: admissions per second and p50/p99 latency of the webhook over TLS.
+
+Starts ``podplacement webhook`` (uvicorn + uvloop + httptools, TLS with a generated ECDSA
+certificate, a static PodPlacementConfig) as a separate process on 127.0.0.1 and drives it with
+a load generator in another process: ``wrk`` when available (``--install-wrk`` installs the
+Debian package when missing), else a Python aiohttp client with keep-alive. For each
+concurrency (10 and 50 connections) it measures ``POST /mutate`` with the recorded
+AdmissionReview ``admission-review-raw-a-plain-pod.json`` (a pod that gets gated) and
+``POST /bare`` (same process and stack, constant answer) and prints a table with the ratio.
+
+Usage: ``python bench/webhook.py [--duration 5] [--rounds 3] [--connections 10 50]
+[--client auto|wrk|aiohttp] [--install-wrk]``
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ holds scripts named like stdlib modules (bench/inspect.py): keep it off sys.path.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import http.client  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import ssl  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+REVIEW = Path("/work/shared/reference/admission-review-raw-a-plain-pod.json")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare(workdir: Path) -> tuple[Path, Path]:
+    """Write certificates and a PodPlacementConfig; returns (cert_dir, config_file)."""
+    sys.path.insert(0, str(REPO))
+    from certs import CertState, generate_ca, issue_serving_cert, write_dir
+
+    ca = generate_ca()
+    serving = issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+    cert_dir = workdir / "certs"
+    write_dir(cert_dir, CertState(serving, ca.key_pem, (ca.cert_pem,)))
+    config = workdir / "config.yaml"
+    config.write_text("apiVersion: podplacement.io/v1beta1\nkind: PodPlacementConfig\n"
+                      "metadata: {name: cluster}\nspec: {}\n")
+    return cert_dir, config
+
+
+def start_server(cert_dir: Path, config: Path, port: int) -> subprocess.Popen[bytes]:
+    """Start the webhook process and wait (at most 30 s) until /readyz answers 200."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podplacement", "--log-level", "warning", "webhook",
+         "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
+         "--config-file", str(config), "--bare-endpoint"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"webhook exited: {err}")
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("webhook did not become ready in 30 s")
+
+
+# --- load generators ------------------------------------------------------------------------
+
+
+def run_wrk(url: str, body: bytes, connections: int, duration: float,
+            workdir: Path) -> dict[str, Any]:
+    """Run wrk (2 threads) with a Lua script that POSTs ``body``; parse its report."""
+    script = workdir / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = {json.dumps(body.decode())}\n"
+    )
+    threads = min(2, connections)
+    out = subprocess.run(
+        ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{int(duration)}s",
+         "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True, timeout=duration + 60).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errors = re.search(r"Socket errors:.*", out)
+
+    def pct(p: str) -> float:
+        m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not m:
+            return float("nan")
+        scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+        return float(m.group(1)) * scale
+
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return {"rps": rps, "p50_ms": pct("50"), "p99_ms": pct("99"), "requests": total,
+            "failed": int(bad.group(1)) if bad else 0,
+            "socket_errors": errors.group(0) if errors else ""}
+
+
+async def _aiohttp_load(url: str, body: bytes, connections: int, duration: float,
+                        cafile: str) -> dict[str, Any]:
+    import aiohttp
+
+    ctx = ssl.create_default_context(cafile=cafile)
+    latencies: list[float] = []
+    failed = 0
+    connector = aiohttp.TCPConnector(limit=connections, ssl=ctx, force_close=False)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker(until: float, record: bool) -> None:
+            nonlocal failed
+            while True:
+                start = time.perf_counter()
+                if start >= until:
+                    return
+                async with session.post(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    ok = resp.status == 200
+                end = time.perf_counter()
+                if record:
+                    latencies.append(end - start)
+                    failed += not ok
+
+        warm = time.perf_counter() + 1.0
+        await asyncio.gather(*(worker(warm, False) for _ in range(connections)))
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(started + duration, True) for _ in range(connections)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+
+    return {"rps": len(latencies) / elapsed, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+            "requests": len(latencies), "failed": failed, "socket_errors": ""}
+
+
+def run_aiohttp(url: str, body_file: Path, connections: int, duration: float,
+                cafile: Path) -> dict[str, Any]:
+    """Run the aiohttp load generator in a separate process (uvloop); returns its report."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--loadgen", url, str(body_file), str(connections),
+         str(duration), str(cafile)],
+        capture_output=True, text=True, check=True, timeout=duration + 60).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _loadgen_main(argv: list[str]) -> None:
+    url, body_file, connections, duration, cafile = argv
+    import uvloop
+
+    result = uvloop.run(_aiohttp_load(url, Path(body_file).read_bytes(), int(connections),
+                                      float(duration), cafile))
+    print(json.dumps(result))
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    """Run the benchmark and print the table; returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="bare/mutate runs alternate this many times per concurrency; the "
+                             "table shows the median run (the machine is shared: noisy)")
+    parser.add_argument("--connections", type=int, nargs="+", default=[10, 50])
+    parser.add_argument("--client", choices=("auto", "wrk", "aiohttp"), default="auto")
+    parser.add_argument("--install-wrk", action="store_true",
+                        help="apt-get install -y wrk when it is missing")
+    args = parser.parse_args()
+    if args.install_wrk and not shutil.which("wrk"):
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=False,
+                       stdout=subprocess.DEVNULL, env={**os.environ,
+                                                       "DEBIAN_FRONTEND": "noninteractive"})
+    client = args.client
+    if client == "auto":
+        client = "wrk" if shutil.which("wrk") else "aiohttp"
+
+    body = REVIEW.read_bytes()
+    with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
+        workdir = Path(tmp)
+        cert_dir, config = prepare(workdir)
+        body_file = workdir / "review.json"
+        body_file.write_bytes(body)
+        port = free_port()
+        server = start_server(cert_dir, config, port)
+        rows: list[tuple[int, str, dict[str, Any]]] = []
+        try:
+            for conns in args.connections:
+                runs: dict[str, list[dict[str, Any]]] = {"bare": [], "mutate": []}
+                for _ in range(args.rounds):
+                    for endpoint in ("bare", "mutate"):
+                        url = f"https://127.0.0.1:{port}/{endpoint}"
+                        if client == "wrk":
+                            result = run_wrk(url, body, conns, args.duration, workdir)
+                        else:
+                            result = run_aiohttp(url, body_file, conns, args.duration,
+                                                 cert_dir / "ca.crt")
+                        runs[endpoint].append(result)
+                for endpoint in ("bare", "mutate"):
+                    ordered = sorted(runs[endpoint], key=lambda r: r["rps"])
+                    median = dict(ordered[len(ordered) // 2])
+                    median["all_rps"] = [round(r["rps"]) for r in runs[endpoint]]
+                    median["failed"] = sum(r["failed"] for r in runs[endpoint])
+                    rows.append((conns, endpoint, median))
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+    print(f"webhook benchmark: TLS (ECDSA P-256), body {len(body)} B "
+          f"({REVIEW.name}), client={client}, {args.rounds} x {args.duration:g} s per case "
+          f"(median run shown; all runs' req/s in brackets), "
+          f"{os.cpu_count()} CPUs (server, load generator and anything else share them)")
+    print(f"{'conns':>5} {'endpoint':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'requests':>9} {'failed':>6} {'vs bare':>8}")
+    bare_rps: dict[int, float] = {}
+    for conns, endpoint, r in rows:
+        if endpoint == "bare":
+            bare_rps[conns] = r["rps"]
+        ratio = r["rps"] / bare_rps[conns] if bare_rps.get(conns) else float("nan")
+        print(f"{conns:>5} {endpoint:<8} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} "
+              f"{r['p99_ms']:>8.2f} {r['requests']:>9} {r['failed']:>6} {ratio:>7.2f}x"
+              f"  {r['all_rps']}" + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--loadgen":
+        _loadgen_main(sys.argv[2:])
+        raise SystemExit(0)
+    raise SystemExit(main())

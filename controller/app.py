@@ -1,0 +1,417 @@
+"""Wiring of the controller process: informers, the work queue, the reconciler, events,
+metrics, leader election and the PodPlacementConfig lifecycle.
+
+Informers (list+watch, cluster-wide): pods with the server-side label selector
+``podplacement.io/scheduling-gate=gated`` (never all pods), Nodes, the PodPlacementConfig and
+NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appears). Every
+replica keeps its caches warm; only the leader runs the workers and the lifecycle, so only
+the leader writes (issue 5 item 13). When a replica becomes the leader it queues every pod
+still gated, which is also how a restarted controller finishes a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller.config import (
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    DEFAULT_NAMESPACE,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    GROUP,
+    NRT_GROUP,
+    NRT_PLURAL,
+    NRT_VERSION,
+    NUMA_LABEL,
+    NUMA_LABEL_WAITING,
+    VERSION,
+    ConfigError,
+    PlacementConfig,
+)
+from controller.decision import plain_ungate
+from controller.events import EventSink
+from controller.kube import ApiError, Informer, KubeAPI, object_key
+from controller.metrics import HealthServer, Metrics
+from controller.podpatch import has_gate
+from controller.queue import WorkQueue
+from controller.reconciler import Reconciler, pod_key, split_key
+
+log = logging.getLogger(__name__)
+
+PODS_PATH = "/api/v1/pods"
+NODES_PATH = "/api/v1/nodes"
+CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
+NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
+
+
+@dataclass
+class ControllerOptions:
+    """Settings of one controller process (the CLI flags).
+
+    ``metrics_port`` None: no HTTP server. ``webhook_url``/``webhook_service``: when one is
+    set the controller also runs the PodPlacementConfig lifecycle (webhook configuration,
+    finalizer, status, ordered uninstall); the CA bundle comes from ``cert_dir``
+    (``certs`` layout) or, without it, the built-in Secret flow.
+    """
+
+    namespace: str = DEFAULT_NAMESPACE
+    workers: int = 32
+    rate: float = 500.0
+    burst: int = 1000
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = 8080
+    events: bool = True
+    registries_conf: str | None = None
+    webhook_url: str | None = None
+    webhook_service: str | None = None
+    cert_dir: str | None = None
+    leader_election: bool = True
+    identity: str | None = None
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    watch_timeout: int = 300
+    inspector_retries: int = 3
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 60.0
+    max_conflict_retries: int = 5
+    uninstall_deadline_seconds: float = 60.0
+
+
+class Controller:
+    """The controller process, startable in-process (tests) or from the CLI.
+
+    Args:
+        api: the Kubernetes client (closed by :meth:`stop` only if ``own_api``).
+        options: :class:`ControllerOptions`.
+        inspector: an ``imageinspect.Inspector``-like object; default: one built from the
+            config (cache TTL, registry timeout) and ``--registries-conf``.
+    """
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        options: ControllerOptions | None = None,
+        *,
+        inspector: Any = None,
+        own_api: bool = False,
+    ) -> None:
+        self.api = api
+        self.options = options or ControllerOptions()
+        self.own_api = own_api
+        self.metrics = Metrics()
+        o = self.options
+        selector = f"{GATE_LABEL}={GATE_LABEL_GATED}"
+        self.pods = Informer(api, PODS_PATH, {"labelSelector": selector}, name="gated pods",
+                             watch_timeout=o.watch_timeout)
+        self.nodes = Informer(api, NODES_PATH, name="nodes", watch_timeout=o.watch_timeout)
+        self.configs = Informer(api, CONFIGS_PATH, name="podplacementconfigs",
+                                watch_timeout=o.watch_timeout, tolerate_absent=True,
+                                max_backoff=10.0)
+        self.nrts = Informer(api, NRTS_PATH, name="noderesourcetopologies",
+                             watch_timeout=o.watch_timeout, tolerate_absent=True,
+                             max_backoff=30.0)
+        self.events = EventSink(api, enabled=o.events, instance=o.identity)
+        self._inspector = inspector
+        self._own_inspector = inspector is None
+        self._inspector_key: tuple[float, float] | None = None
+        self._config_cache: tuple[str, PlacementConfig, str | None] | None = None
+        self.inflight = self._make_inflight()
+        self.queue = self._new_queue()
+        self.reconciler = Reconciler(
+            api, self.pods, _InspectorProxy(self), self.config_source, self.events, self.metrics,
+            nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
+            max_conflict_retries=o.max_conflict_retries,
+            retry_base_delay=o.retry_base_delay, retry_max_delay=o.retry_max_delay,
+            is_leader=lambda: self.leading,
+        )
+        self.leading = False
+        self.health: HealthServer | None = None
+        self.lifecycle: Any = None
+        self.elector: Any = None
+        self._elector_task: asyncio.Task[None] | None = None
+        self._started = False
+        self.metrics.sources.api_counters = lambda: dict(api.counters)
+        self.metrics.sources.gated = lambda: len(self.pods.cache)
+        self.metrics.sources.queue_depth = lambda: self.queue.pending
+        self.metrics.sources.inspector_stats = self._inspector_stats
+        self.pods.add_handler(self._on_pod)
+        self.nrts.add_handler(self._on_nrt)
+        self.configs.add_handler(self._on_config)
+
+    # --- pieces --------------------------------------------------------------------------
+    def _new_queue(self) -> WorkQueue:
+        o = self.options
+        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst)
+
+    @staticmethod
+    def _make_inflight() -> Any:
+        try:
+            from controller.numa import InFlight
+        except ImportError:
+            return None
+        return InFlight()
+
+    def _inspector_stats(self) -> Any:
+        inspector = self._inspector
+        return getattr(inspector, "stats", None) if inspector is not None else None
+
+    def inspector(self) -> Any:
+        """The image inspector for the current config (rebuilt when the cache TTL or the
+        registry timeout changes)."""
+        config, _ = self.config_source()
+        key = (config.image_inspection.cache_ttl_seconds,
+               config.image_inspection.registry_timeout_seconds)
+        if self._inspector is not None and (not self._own_inspector or key == self._inspector_key):
+            return self._inspector
+        from imageinspect import Inspector, RegistriesConfig
+
+        registries = (RegistriesConfig.load(self.options.registries_conf)
+                      if self.options.registries_conf else None)
+        old = self._inspector
+        self._inspector = Inspector(registries=registries, cache_ttl=key[0], timeout=key[1],
+                                    retries=self.options.inspector_retries)
+        self._inspector_key = key
+        if old is not None:
+            # Lookups in flight keep using the old one; close it a little later.
+            asyncio.get_running_loop().call_later(
+                60.0, lambda: asyncio.ensure_future(old.aclose())
+            )
+        return self._inspector
+
+    def config_source(self) -> tuple[PlacementConfig, str | None]:
+        """The parsed PodPlacementConfig ``cluster`` (defaults when absent), and the parse
+        error when it is unreadable (defaults are used then; pods still get ungated)."""
+        obj = self.configs.get(CONFIG_NAME)
+        if obj is None:
+            return PlacementConfig(), None
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if self._config_cache is not None and self._config_cache[0] == rv:
+            return self._config_cache[1], self._config_cache[2]
+        try:
+            parsed, error = PlacementConfig.from_object(obj), None
+        except (ConfigError, TypeError, ValueError, AttributeError) as exc:
+            log.warning("PodPlacementConfig %s unreadable, using defaults: %s", CONFIG_NAME, exc)
+            parsed, error = PlacementConfig(), str(exc)
+        self._config_cache = (rv, parsed, error)
+        return parsed, error
+
+    # --- event handlers ----------------------------------------------------------------
+    def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = pod_key(pod)
+        if etype == "DELETED":
+            self.queue.discard(key)
+            self.reconciler.forget(str((pod.get("metadata") or {}).get("uid")))
+            return
+        if self.leading and has_gate(pod):
+            self.queue.add(key)
+
+    def _on_nrt(self, etype: str, nrt: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if self.inflight is not None and etype != "DELETED":
+            try:
+                self.inflight.observe_nrt(nrt)
+            except Exception:
+                log.exception("in-flight NRT accounting failed")
+        if not self.leading:
+            return
+        for pod in self.pods.cache.values():
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(NUMA_LABEL) == NUMA_LABEL_WAITING:
+                self.queue.add(pod_key(pod))
+
+    def _on_config(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if self.lifecycle is not None and self.leading:
+            self.lifecycle.notify()
+
+    def ready(self) -> bool:
+        """Readiness: the pod, node and config caches are synced."""
+        return all(i.synced.is_set() for i in (self.pods, self.nodes, self.configs))
+
+    # --- leadership ----------------------------------------------------------------------
+    async def _start_leading(self) -> None:
+        if self.leading:
+            return
+        await self.pods.synced.wait()
+        self.leading = True
+        self.metrics.leader.set(1)
+        self.queue = self._new_queue()
+        self.queue.start(self.reconciler.reconcile)
+        for pod in list(self.pods.cache.values()):
+            if has_gate(pod):
+                self.queue.add(pod_key(pod))
+        if self.lifecycle is not None:
+            self.lifecycle.start()
+            self.lifecycle.notify()
+        log.info("controller leading: %d gated pods queued", len(self.pods.cache))
+
+    async def _stop_leading(self) -> None:
+        if not self.leading:
+            return
+        self.leading = False
+        self.metrics.leader.set(0)
+        await self.queue.shutdown()
+        if self.lifecycle is not None:
+            graceful = self.elector is None or bool(getattr(self.elector, "shutting_down", True))
+            await self.lifecycle.stop(delete_webhook=graceful)
+
+    def _make_lifecycle(self) -> Any:
+        o = self.options
+        if not (o.webhook_url or o.webhook_service):
+            return None
+        from controller import lifecycle as lc
+
+        ca: Any
+        if o.cert_dir:
+            ca = lc.ca_bundle_from_dir(o.cert_dir)
+        else:
+            if o.webhook_service:
+                ca = lc.ServingCertSecret(self.api, o.namespace, service_name=o.webhook_service)
+            else:
+                ca = lc.ServingCertSecret(self.api, o.namespace)
+        service = (o.namespace, o.webhook_service, 443, "/mutate") if o.webhook_service else None
+        return lc.Lifecycle(
+            self.api, namespace=o.namespace, service=service,
+            url=o.webhook_url if not o.webhook_service else None, ca_bundle=ca,
+            ungate_remaining=self.ungate_remaining,
+            uninstall_deadline_seconds=o.uninstall_deadline_seconds,
+        )
+
+    # --- start / stop --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start informers, events, the metrics server and leader election (or lead at
+        once when election is off). Returns once started; use :meth:`wait_synced`."""
+        if self._started:
+            return
+        self._started = True
+        o = self.options
+        for informer in (self.configs, self.nodes, self.nrts, self.pods):
+            informer.start()
+        self.events.start()
+        if o.metrics_port is not None:
+            self.health = HealthServer(self.metrics, host=o.metrics_host, port=o.metrics_port,
+                                       ready=self.ready)
+            await self.health.start()
+        self.lifecycle = self._make_lifecycle()
+        if o.leader_election:
+            from controller.leader import LeaderElector, api_client_for
+
+            self.elector = LeaderElector(
+                api_client_for(self.api), o.namespace, identity=o.identity,
+                lease_duration=o.lease_duration, renew_deadline=o.renew_deadline,
+                retry_period=o.retry_period,
+                on_started_leading=self._start_leading, on_stopped_leading=self._stop_leading,
+            )
+            self._elector_task = asyncio.create_task(self.elector.run(), name="leader election")
+        else:
+            await self._start_leading()
+
+    async def wait_synced(self, wait_seconds: float = 30.0) -> None:
+        """Wait until :meth:`ready` (raises TimeoutError)."""
+        async with asyncio.timeout(wait_seconds):
+            for informer in (self.pods, self.nodes, self.configs):
+                await informer.synced.wait()
+
+    async def stop(self) -> None:
+        """Stop everything this controller started (graceful: releases the lease)."""
+        if not self._started:
+            return
+        self._started = False
+        if self.elector is not None:
+            with contextlib.suppress(Exception):
+                await self.elector.stop()
+            if self._elector_task is not None:
+                self._elector_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._elector_task
+        await self._stop_leading()
+        for informer in (self.pods, self.nodes, self.configs, self.nrts):
+            await informer.stop()
+        await self.events.flush(2.0)
+        await self.events.stop()
+        if self.health is not None:
+            await self.health.stop()
+        if self._own_inspector and self._inspector is not None:
+            with contextlib.suppress(Exception):
+                await self._inspector.aclose()
+        if self.own_api:
+            await self.api.close()
+
+    async def __aenter__(self) -> Controller:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- uninstall -----------------------------------------------------------------------
+    async def ungate_remaining(self, deadline_seconds: float) -> int:
+        """Release every pod still gated (ordered uninstall): a normal decision when it
+        completes within ``deadline_seconds``, else a plain ungate. Returns how many pods
+        this call ungated."""
+        items, _ = await self.api.list_all(
+            PODS_PATH, params={"labelSelector": f"{GATE_LABEL}={GATE_LABEL_GATED}"}
+        )
+        pods = [p for p in items if has_gate(p)]
+        deadline = time.monotonic() + max(0.0, deadline_seconds)
+        sem = asyncio.Semaphore(max(1, self.options.workers))
+
+        async def one(pod: dict[str, Any]) -> int:
+            async with sem:
+                key = pod_key(pod)
+                ns, name, _ = split_key(key)
+                remaining = deadline - time.monotonic()
+                if remaining > 0 and self.leading:
+                    self.pods.cache.setdefault(object_key(pod), pod)
+                    with contextlib.suppress(TimeoutError, ApiError):
+                        async with asyncio.timeout(remaining):
+                            if await self.reconciler.reconcile(key) is None:
+                                fresh = await self._get_pod(ns, name)
+                                if fresh is None or not has_gate(fresh):
+                                    return 1
+                fresh = await self._get_pod(ns, name)
+                if fresh is None or not has_gate(fresh):
+                    return 0
+                decision = plain_ungate(fresh, "podplacement is being uninstalled")
+                try:
+                    await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
+                                           body=list(decision.patch))
+                except ApiError as exc:
+                    log.warning("uninstall: ungating %s/%s failed: %s", ns, name, exc)
+                    return 0
+                return 1
+
+        results = await asyncio.gather(*(one(p) for p in pods))
+        return sum(results)
+
+    async def _get_pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+
+class _InspectorProxy:
+    """Late-binding inspector: the reconciler always uses the controller's current one."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+
+    async def inspect(self, image: str, credentials: Any = (), *, pull_always: bool = False
+                      ) -> Any:
+        return await self._controller.inspector().inspect(
+            image, credentials, pull_always=pull_always
+        )
+
+
+def config_from(obj: Mapping[str, Any] | None) -> PlacementConfig:
+    """Parse a PodPlacementConfig dict, defaults on None (helper for tests/bench)."""
+    return PlacementConfig.from_object(obj) if obj else PlacementConfig()

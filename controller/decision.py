@@ -1,0 +1,471 @@
+"""The whole placement decision for one gated pod, as pure code.
+
+Inputs are plain data: the pod (dict), the inspection result of each of its images
+(``ImageInfo`` or the exception), the parsed :class:`~controller.config.PlacementConfig`,
+the cluster's node inventory and, when NUMA placement applies, a NUMA decision. The output
+is a frozen :class:`Decision`: the one JSON patch to send, the labels and annotation it
+sets, the event to emit and the outcome. No I/O; the reconciler does the reading and the
+writing (STYLE.md, controller-runtime habits).
+
+Rules (issue 5 items 3-9, issue 6 items 5-7):
+
+- Supported platforms = intersection over all images of (os, architecture)
+  (:mod:`controller.platforms`).
+- Required ``kubernetes.io/arch In [sorted]`` ANDed into every term lacking an arch
+  expression; ``kubernetes.io/os In [...]`` likewise when the images are not all linux.
+  Note: ``arch In A`` AND ``os In O`` can admit a pair outside the intersection (e.g.
+  windows/arm64 from {linux/arm64, windows/amd64}); exact pairs would need new ORed terms,
+  which KEP-3838 forbids on a gated pod with terms.
+- A ``nodeSelector`` pinning ``kubernetes.io/arch`` (or ``os``) is the user's choice: no
+  requirement on that key is added; a pin outside the supported set gives the Warning
+  ``IncompatibleNodeSelector``.
+- Empty intersection: the requirement ``podplacement.io/no-supported-platform Exists`` and
+  Warning ``NoSupportedPlatform``.
+- Supported architectures that no node has: Warning ``ArchitectureNotInCluster``.
+- Preferred terms from ``nodeAffinityScoring`` (one per supported arch with a weight) unless
+  the pod already prefers an architecture.
+- Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
+  one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``:
+  ``fallbackArchitecture`` when set, else ungated without an architecture requirement.
+- NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term and preferred
+  hostname terms weighted by score; none → ``wait-numa`` (label ``podplacement.io/numa=
+  waiting``, still gated) until ``maxWaitSeconds`` or at once with ``unsatisfiable: Ungate``,
+  then ungated arch-only with Warning ``PlacementFallback``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.affinity import (
+    AffinityPlan,
+    arch_preferences,
+    expression,
+    hostname_requirement,
+    unsatisfiable_marker,
+)
+from controller.config import (
+    AFFINITY_LABEL,
+    AFFINITY_LABEL_NOT_SET,
+    AFFINITY_LABEL_SET,
+    ARCH_LABEL,
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    GATE_LABEL_REMOVED,
+    HOSTNAME_LABEL,
+    NUMA_LABEL,
+    NUMA_LABEL_WAITING,
+    OS_LABEL,
+    PlacementConfig,
+)
+from controller.platforms import ImageLike, NodeInventory, PlatformSet, supported_platforms
+from controller.podpatch import build_pod_patch, has_gate
+
+# Outcomes
+SET = "set"
+NOT_SET = "not-set"
+FALLBACK = "fallback"
+NO_SUPPORTED_PLATFORM = "no-supported-platform"
+WAIT_NUMA = "wait-numa"
+RETRY = "retry"
+SKIP = "skip"
+
+# Event reasons
+PLACEMENT_DECIDED = "PlacementDecided"
+NO_SUPPORTED_PLATFORM_EVENT = "NoSupportedPlatform"
+IMAGE_INSPECTION_FAILED = "ImageInspectionFailed"
+ARCH_NOT_IN_CLUSTER = "ArchitectureNotInCluster"
+INCOMPATIBLE_NODE_SELECTOR = "IncompatibleNodeSelector"
+WAITING_FOR_NUMA = "WaitingForNUMAResources"
+PLACEMENT_FALLBACK = "PlacementFallback"
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """An Event to emit about the pod: ``type`` Normal|Warning, ``reason`` CamelCase,
+    ``message`` human-readable (<= 1 kB once sent), ``action`` (events.k8s.io/v1)."""
+
+    type: str
+    reason: str
+    message: str
+    action: str = "Place"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerImage:
+    """One container's image: ``container`` name, ``image`` reference as written,
+    ``pull_policy`` (``Always`` means revalidate with the registry), ``init`` flag."""
+
+    container: str
+    image: str
+    pull_policy: str = "IfNotPresent"
+    init: bool = False
+
+
+class NumaLike(Protocol):
+    """The fields of ``controller.numa.NumaDecision`` this module reads."""
+
+    @property
+    def needed(self) -> bool: ...
+    @property
+    def candidates(self) -> tuple[str, ...]: ...
+    @property
+    def hostnames(self) -> tuple[str, ...]: ...
+    @property
+    def scores(self) -> Mapping[str, int]: ...
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def verdicts(self) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The decision for one pod.
+
+    Attributes:
+        outcome: ``set``, ``not-set``, ``fallback``, ``no-supported-platform``,
+            ``wait-numa`` (patch keeps the gate), ``retry`` (no patch; inspect again after
+            backoff) or ``skip`` (pod not ours to handle: no patch).
+        reason: one sentence for logs and the annotation.
+        patch: the JSON-patch ops (empty for ``retry``/``skip``).
+        ungate: True when the patch removes our gate.
+        labels: labels the patch sets.
+        annotation: the compact JSON of ``podplacement.io/decision`` ("" when not written).
+        events: Events to emit (at most one per decision).
+        platforms: the supported platform set (None when images failed).
+        architectures: the architectures required (empty: none).
+    """
+
+    outcome: str
+    reason: str
+    patch: tuple[dict[str, Any], ...] = ()
+    ungate: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotation: str = ""
+    events: tuple[EventSpec, ...] = ()
+    platforms: PlatformSet | None = None
+    architectures: tuple[str, ...] = ()
+
+
+def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
+    """The images of ``initContainers`` then ``containers`` (as written, duplicates kept)."""
+    spec = pod.get("spec") or {}
+    out: list[ContainerImage] = []
+    for kind, init in (("initContainers", True), ("containers", False)):
+        for c in spec.get(kind) or []:
+            if isinstance(c, Mapping) and c.get("image"):
+                out.append(
+                    ContainerImage(
+                        str(c.get("name") or ""),
+                        str(c["image"]),
+                        str(c.get("imagePullPolicy") or "IfNotPresent"),
+                        init,
+                    )
+                )
+    return out
+
+
+def unique_images(pod: Mapping[str, Any]) -> dict[str, bool]:
+    """Distinct image references in pod order → ``pull_always`` (any container using it
+    has ``imagePullPolicy: Always``)."""
+    out: dict[str, bool] = {}
+    for ci in pod_images(pod):
+        out[ci.image] = out.get(ci.image, False) or ci.pull_policy == "Always"
+    return out
+
+
+def _image_entry(image: str, result: Any) -> dict[str, Any]:
+    if isinstance(result, BaseException):
+        return {"image": image, "error": _short_error(result)}
+    entry: dict[str, Any] = {"image": image}
+    digest = getattr(result, "digest", None)
+    if digest:
+        entry["digest"] = digest
+    plats = []
+    for p in getattr(result, "platforms", ()):
+        s = f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else "")
+        plats.append(s)
+    entry["platforms"] = plats
+    return entry
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _annotation(payload: Mapping[str, Any]) -> str:
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _event_message(text: str) -> str:
+    return text if len(text) <= 1000 else text[:997] + "..."
+
+
+def decide(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+    *,
+    nodes: NodeInventory | None = None,
+    numa: NumaLike | None = None,
+    failures: int = 0,
+    numa_waited_seconds: float = 0.0,
+    config_error: str | None = None,
+) -> Decision:
+    """Decide placement for ``pod``.
+
+    Args:
+        pod: the gated Pod (dict, with ``metadata.resourceVersion``).
+        images: result per distinct image reference of the pod (``ImageInfo`` or the
+            exception raised inspecting it). Images missing from the map count as errors.
+        config: the parsed PodPlacementConfig (defaults when none exists).
+        nodes: node inventory (for ``ArchitectureNotInCluster``); None: unknown.
+        numa: the NUMA decision for the pod, or None when topology placement is off.
+        failures: inspection rounds of this pod that already failed before this one.
+        numa_waited_seconds: how long the pod has waited for NUMA candidates so far.
+        config_error: the PodPlacementConfig could not be parsed (defaults are used; the
+            annotation mentions it).
+
+    Returns:
+        a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
+    """
+    if not has_gate(pod):
+        return Decision(SKIP, "pod no longer carries the podplacement scheduling gate")
+    spec = pod.get("spec") or {}
+    wanted = list(unique_images(pod))
+    results: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+    for img in wanted:
+        res = images.get(img)
+        if res is None:
+            res = LookupError("image not inspected")
+        results[img] = res
+        if isinstance(res, BaseException):
+            errors[img] = res
+    record: dict[str, Any] = {"images": [_image_entry(i, results[i]) for i in wanted]}
+    if config_error:
+        record["configError"] = config_error[:200]
+
+    if errors and failures < config.image_inspection.max_retries:
+        first = next(iter(errors))
+        msg = (
+            f"inspecting image {first} failed (attempt {failures + 1} of "
+            f"{config.image_inspection.max_retries + 1}): {_short_error(errors[first])}"
+        )
+        failed = EventSpec(WARNING, IMAGE_INSPECTION_FAILED, _event_message(msg), "Inspect")
+        return Decision(RETRY, msg, events=(failed,) if failures == 0 else ())
+
+    plan = AffinityPlan(pod)
+    node_selector = spec.get("nodeSelector") or {}
+    if not isinstance(node_selector, Mapping):
+        node_selector = {}
+    warnings: list[EventSpec] = []
+    platforms: PlatformSet | None = None
+    archs: tuple[str, ...] = ()
+    outcome = SET
+    reason = ""
+
+    if errors:
+        fallback = config.fallback_architecture
+        names = ", ".join(errors)
+        if fallback and ARCH_LABEL not in node_selector:
+            plan.require(expression(ARCH_LABEL, "In", [fallback]))
+            archs = (fallback,)
+            reason = (
+                f"image inspection failed after {failures + 1} attempts ({names}); "
+                f"fallbackArchitecture {fallback} required"
+            )
+        else:
+            reason = (
+                f"image inspection failed after {failures + 1} attempts ({names}); "
+                "ungated without an architecture requirement"
+            )
+        outcome = FALLBACK
+        record["fallback"] = fallback or None
+        warnings.append(EventSpec(WARNING, PLACEMENT_FALLBACK, _event_message(reason)))
+    elif not wanted:
+        outcome = NOT_SET
+        reason = "pod has no container images"
+    else:
+        platforms = supported_platforms([results[i] for i in wanted])
+        record["platforms"] = platforms.strings()
+        if platforms.empty:
+            outcome = NO_SUPPORTED_PLATFORM
+            plan.require(unsatisfiable_marker(), unless_key="")
+            reason = "no platform is supported by every image of the pod"
+            warnings.append(
+                EventSpec(WARNING, NO_SUPPORTED_PLATFORM_EVENT, _event_message(
+                    reason + ": " + "; ".join(
+                        f"{e['image']}: {','.join(e.get('platforms', [])) or 'none'}"
+                        for e in record["images"]
+                    )
+                ))
+            )
+        else:
+            archs = platforms.architectures
+            pinned = node_selector.get(ARCH_LABEL)
+            os_pinned = node_selector.get(OS_LABEL)
+            added = 0
+            if pinned is None:
+                added += plan.require(expression(ARCH_LABEL, "In", list(archs)))
+            elif pinned not in archs:
+                warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
+                    f"nodeSelector {ARCH_LABEL}={pinned} is not among the architectures "
+                    f"supported by every image ({', '.join(archs)}); the pod cannot run"
+                )))
+            if os_pinned is None:
+                if not platforms.all_linux:
+                    added += plan.require(expression(OS_LABEL, "In", list(platforms.oses)))
+            elif os_pinned not in platforms.oses:
+                warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
+                    f"nodeSelector {OS_LABEL}={os_pinned} is not among the operating "
+                    f"systems supported by every image ({', '.join(platforms.oses)})"
+                )))
+            if pinned is None and config.preferred_platforms:
+                weights = {p.architecture: p.weight for p in config.preferred_platforms}
+                for term in arch_preferences(pod, archs, weights):
+                    plan.prefer(term["weight"], term["preference"]["matchExpressions"])
+            if added:
+                reason = f"required architectures {', '.join(archs)}"
+            elif pinned is not None:
+                outcome = NOT_SET
+                reason = f"nodeSelector pins {ARCH_LABEL}={pinned}; affinity left as is"
+            else:
+                outcome = NOT_SET
+                reason = "every required term already constrains the architecture"
+            if (
+                nodes is not None
+                and nodes.node_count
+                and not set(archs) & nodes.architectures
+            ):
+                warnings.append(EventSpec(WARNING, ARCH_NOT_IN_CLUSTER, _event_message(
+                    f"no node in the cluster has any of the supported architectures "
+                    f"{', '.join(archs)} (nodes: {', '.join(sorted(nodes.architectures))})"
+                )))
+
+    labels = {GATE_LABEL: GATE_LABEL_REMOVED}
+    remove_labels: list[str] = []
+    current_labels = (pod.get("metadata") or {}).get("labels") or {}
+    numa_waiting = current_labels.get(NUMA_LABEL) == NUMA_LABEL_WAITING
+
+    # NUMA (only meaningful once the platform is known and satisfiable).
+    if numa is not None and numa.needed and outcome not in (NO_SUPPORTED_PLATFORM,):
+        info: dict[str, Any] = {
+            "strategy": numa.strategy,
+            "candidates": list(numa.candidates),
+        }
+        policies = sorted({str(getattr(v, "policy", "")) for v in numa.verdicts} - {""})
+        if policies:
+            info["policy"] = policies if len(policies) > 1 else policies[0]
+        record["numa"] = info
+        if numa.candidates:
+            plan.require(hostname_requirement(list(numa.hostnames)), unless_key="")
+            for name, host in zip(numa.candidates, numa.hostnames, strict=False):
+                score = int(numa.scores.get(name, 0))
+                plan.prefer(max(1, score), [expression(HOSTNAME_LABEL, "In", [host])])
+            reason = (reason + "; " if reason else "") + (
+                f"NUMA candidates {', '.join(numa.candidates)}"
+            )
+            if outcome == NOT_SET:
+                outcome = SET
+        else:
+            cfg = config.topology
+            if cfg.unsatisfiable != "Ungate" and numa_waited_seconds < cfg.max_wait_seconds:
+                msg = (
+                    "no node can align the pod's resources to NUMA zones now; "
+                    f"waiting up to {int(cfg.max_wait_seconds)}s"
+                )
+                wait_patch = build_pod_patch(
+                    pod, labels={NUMA_LABEL: NUMA_LABEL_WAITING}, ungate=False
+                )
+                wait_events = () if numa_waiting else (
+                    EventSpec(WARNING, WAITING_FOR_NUMA, _event_message(msg), "Wait"),
+                )
+                return Decision(
+                    WAIT_NUMA,
+                    msg,
+                    patch=tuple(wait_patch) if not numa_waiting else (),
+                    ungate=False,
+                    labels={NUMA_LABEL: NUMA_LABEL_WAITING},
+                    events=wait_events,
+                    platforms=platforms,
+                    architectures=archs,
+                )
+            why = (
+                "unsatisfiable: Ungate"
+                if cfg.unsatisfiable == "Ungate"
+                else f"waited {int(numa_waited_seconds)}s >= maxWaitSeconds"
+            )
+            note = f"no NUMA-aligned node ({why}); ungated without NUMA placement"
+            reason = (reason + "; " if reason else "") + note
+            info["result"] = "ungated-without-numa"
+            warnings.append(EventSpec(WARNING, PLACEMENT_FALLBACK, _event_message(note)))
+    if numa_waiting:
+        remove_labels.append(NUMA_LABEL)
+
+    affinity_ops = plan.ops()
+    set_affinity = bool(affinity_ops)
+    labels[AFFINITY_LABEL] = AFFINITY_LABEL_SET if set_affinity else AFFINITY_LABEL_NOT_SET
+    record["archs"] = list(archs)
+    record["result"] = outcome
+    record["reason"] = reason
+    annotation = _annotation(record)
+    patch = build_pod_patch(
+        pod,
+        affinity_ops,
+        labels=labels,
+        remove_labels=remove_labels,
+        annotations={DECISION_ANNOTATION: annotation},
+        ungate=True,
+    )
+    if warnings:
+        events: tuple[EventSpec, ...] = (warnings[0],)
+    else:
+        events = (EventSpec(NORMAL, PLACEMENT_DECIDED, _event_message(
+            f"{reason}; scheduling gate removed"
+        ), "Ungate"),)
+    return Decision(
+        outcome,
+        reason,
+        patch=tuple(patch),
+        ungate=True,
+        labels=labels,
+        annotation=annotation,
+        events=events,
+        platforms=platforms,
+        architectures=archs,
+    )
+
+
+def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:
+    """A decision that only removes our gate (labels + annotation say why): for ordered
+    uninstall past its deadline and for pods whose spec cannot be decided at all."""
+    if not has_gate(pod):
+        return Decision(SKIP, "pod no longer carries the podplacement scheduling gate")
+    record = {"result": NOT_SET, "reason": reason}
+    annotation = _annotation(record)
+    labels = {GATE_LABEL: GATE_LABEL_REMOVED, AFFINITY_LABEL: AFFINITY_LABEL_NOT_SET}
+    current = (pod.get("metadata") or {}).get("labels") or {}
+    patch = build_pod_patch(
+        pod,
+        labels=labels,
+        remove_labels=[NUMA_LABEL] if NUMA_LABEL in current else [],
+        annotations={DECISION_ANNOTATION: annotation},
+    )
+    return Decision(
+        NOT_SET,
+        reason,
+        patch=tuple(patch),
+        ungate=True,
+        labels=labels,
+        annotation=annotation,
+        events=(EventSpec(WARNING, PLACEMENT_FALLBACK, _event_message(reason)),),
+    )

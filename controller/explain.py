@@ -1,0 +1,258 @@
+"""``podplacement explain``: a dry run of the whole placement decision for one pod, reported
+like a scheduler would: the images and their platforms, the architecture decision, one row per
+node (feasible or why not, and the NUMA score), and the exact nodeAffinity the controller would
+inject.
+
+Pure: the caller supplies the pod, the Nodes, the NRTs (dicts as ``kubectl get -o yaml``
+prints them) and the inspection result per image; :func:`explain` runs the same decision code
+as the controller (:func:`controller.decision.decide` and :func:`controller.numa.decide_numa`)
+on a gated copy of the pod, applies the resulting JSON patch to that copy and reads the
+affinity back. Renderers turn the report into a table, JSON or YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE, PlacementConfig
+from controller.decision import Decision, decide, unique_images
+from controller.numa import NumaDecision, decide_numa
+from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
+
+OUTPUTS = ("table", "json", "yaml")
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", ""))
+
+
+def _labels(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (node.get("metadata") or {}).get("labels") or {}
+
+
+def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[str, Any]:
+    if result is None or isinstance(result, BaseException):
+        error = "not inspected" if result is None else (str(result) or type(result).__name__)
+        return {"image": image, "digest": None, "platforms": [], "error": error}
+    platforms = []
+    for p in result.platforms:
+        platforms.append(f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else ""))
+    return {"image": image, "digest": getattr(result, "digest", None) or None,
+            "platforms": platforms}
+
+
+def _ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
+                   platforms: PlatformSet | None) -> str | None:
+    """Why the architecture decision (or the pod's nodeSelector) excludes ``node``."""
+    labels = _labels(node)
+    for key, value in node_selector.items():
+        if labels.get(key) != value:
+            return f"nodeSelector {key}={value} does not match ({labels.get(key) or 'unset'})"
+    if platforms is None or not platforms.image_count:
+        return None
+    pair = (str(labels.get(OS_LABEL) or "linux"), str(labels.get(ARCH_LABEL) or ""))
+    if pair in set(platforms.pairs):
+        return None
+    supported = ", ".join(platforms.strings()) or "none"
+    return f"platform {pair[0]}/{pair[1] or 'unknown'} is not supported by every image " \
+           f"(supported: {supported})"
+
+
+def _gated(pod: Mapping[str, Any]) -> dict[str, Any]:
+    gated: dict[str, Any] = copy.deepcopy(dict(pod))
+    spec = gated.setdefault("spec", {})
+    gates = spec.setdefault("schedulingGates", [])
+    if not any(isinstance(g, Mapping) and g.get("name") == SCHEDULING_GATE for g in gates):
+        gates.append({"name": SCHEDULING_GATE})
+    meta = gated.setdefault("metadata", {})
+    meta.setdefault("resourceVersion", "0")
+    return gated
+
+
+def _pointer(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise ValueError(f"bad JSON pointer {path!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+
+
+def apply_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
+    """Apply RFC 6902 ``add``/``replace``/``remove``/``test`` ops to a copy of ``doc``.
+
+    Raises:
+        ValueError: an op does not apply (failing ``test``, missing path, unknown op).
+    """
+    out = copy.deepcopy(doc)
+    for op in ops:
+        kind = op.get("op")
+        tokens = _pointer(str(op.get("path", "")))
+        parent = out
+        for token in tokens[:-1]:
+            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+        last = tokens[-1]
+        if kind == "test":
+            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if current != op.get("value"):
+                raise ValueError(f"test failed at {op.get('path')}")
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(copy.deepcopy(op.get("value")))
+                elif kind == "add":
+                    parent.insert(int(last), copy.deepcopy(op.get("value")))
+                else:
+                    parent[int(last)] = copy.deepcopy(op.get("value"))
+            else:
+                parent[last] = copy.deepcopy(op.get("value"))
+        elif kind == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                del parent[last]
+        else:
+            raise ValueError(f"unsupported JSON patch op {kind!r}")
+    return out
+
+
+def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
+            nrts: Mapping[str, Mapping[str, Any]],
+            platforms_by_image: Mapping[str, ImageLike | BaseException],
+            config: PlacementConfig) -> dict[str, Any]:
+    """Explain where ``pod`` would be placed and why.
+
+    Args:
+        pod: the Pod dict (gated or not; a gated copy is decided).
+        nodes: Node dicts.
+        nrts: NodeResourceTopology dicts by node name.
+        platforms_by_image: per distinct image reference, the inspection result
+            (``imageinspect.ImageInfo`` or anything with ``platforms``) or the exception.
+        config: the PodPlacementConfig to apply (``topology`` decides the NUMA part).
+    Returns:
+        ``{"pod": "ns/name", "images": [{"image", "digest", "platforms": ["os/arch[/variant]"]}],
+        "architectures": [...], "outcome": str, "reason": str, "numa": {...} | None,
+        "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
+        "affinity": {nodeAffinity as injected}}``. Image-inspection failures are decided
+        as after the last retry (the controller's fallback).
+    Raises:
+        ValueError: unknown scoring strategy; QuantityError: invalid pod quantities.
+    """
+    meta = pod.get("metadata") or {}
+    images = list(unique_images(pod))
+    results = {img: platforms_by_image.get(img) for img in images}
+    good = [r for r in results.values() if r is not None and not isinstance(r, BaseException)]
+    failed = len(good) != len(images)
+    platforms = None if failed else supported_platforms(good)
+    node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+
+    reasons = {_node_name(n): _ineligibility(n, node_selector, platforms) for n in nodes}
+    numa: NumaDecision | None = None
+    if config.topology.enabled and not failed and not (platforms and platforms.empty
+                                                          and platforms.image_count):
+        numa = decide_numa(pod, nodes, nrts, config.topology,
+                           node_eligible=lambda n: reasons[_node_name(n)] is None)
+
+    gated = _gated(pod)
+    decision: Decision = decide(
+        gated, {k: v if v is not None else LookupError("not inspected")
+                for k, v in results.items()},
+        config, nodes=node_inventory(nodes), numa=numa,
+        failures=config.image_inspection.max_retries)
+    patched = apply_patch(gated, decision.patch) if decision.patch else gated
+    affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+
+    verdicts = {v.name: v for v in numa.verdicts} if numa is not None else {}
+    rows: list[dict[str, Any]] = []
+    for node in sorted(nodes, key=_node_name):
+        name = _node_name(node)
+        verdict = verdicts.get(name)
+        if reasons[name] is not None:
+            rows.append({"name": name, "feasible": False, "reason": reasons[name],
+                         "score": None, "policy": None, "scope": None})
+        elif verdict is not None:
+            rows.append({"name": name, "feasible": verdict.feasible, "reason": verdict.reason,
+                         "score": verdict.score, "policy": verdict.policy,
+                         "scope": verdict.scope})
+        else:
+            rows.append({"name": name, "feasible": True, "reason": None, "score": None,
+                         "policy": None, "scope": None})
+    numa_info = None
+    if numa is not None:
+        numa_info = {"needed": numa.needed, "strategy": numa.strategy,
+                     "candidates": list(numa.candidates), "hostnames": list(numa.hostnames),
+                     "policies": list(numa.policies())}
+    return {
+        "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
+        "images": [_image_entry(img, results[img]) for img in images],
+        "platforms": platforms.strings() if platforms is not None else [],
+        "architectures": list(decision.architectures),
+        "outcome": decision.outcome,
+        "reason": decision.reason,
+        "numa": numa_info,
+        "nodes": rows,
+        "affinity": affinity,
+    }
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    """The report as indented JSON."""
+    return json.dumps(report, indent=2) + "\n"
+
+
+def render_yaml(report: Mapping[str, Any]) -> str:
+    """The report as YAML (keys in report order)."""
+    return yaml.safe_dump(dict(report), sort_keys=False, default_flow_style=False)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def render_table(report: Mapping[str, Any]) -> str:
+    """The report for humans: images, decision, a node table and the nodeAffinity (YAML)."""
+    out = [f"Pod: {report['pod']}", ""]
+    out += _table(["IMAGE", "DIGEST", "PLATFORMS"], [
+        [i["image"], i.get("digest") or "-",
+         ", ".join(i["platforms"]) or f"error: {i.get('error', 'none')}"]
+        for i in report["images"]
+    ])
+    out += ["", f"Architectures: {', '.join(report['architectures']) or '-'}",
+            f"Outcome: {report['outcome']} ({report['reason']})"]
+    numa = report.get("numa")
+    if numa:
+        out.append(f"NUMA: strategy {numa['strategy']}, alignment needed: "
+                   f"{'yes' if numa['needed'] else 'no'}, candidates: "
+                   f"{', '.join(numa['candidates']) or 'none'}")
+    out.append("")
+    out += _table(["NODE", "FEASIBLE", "SCORE", "POLICY", "REASON"], [
+        [n["name"], "yes" if n["feasible"] else "no",
+         "-" if n["score"] is None else str(n["score"]),
+         f"{n['policy']}/{n['scope']}" if n.get("policy") else "-",
+         n["reason"] or ""]
+        for n in report["nodes"]
+    ])
+    out += ["", "nodeAffinity:"]
+    if report["affinity"]:
+        body = yaml.safe_dump(report["affinity"], sort_keys=False, default_flow_style=False)
+        out += ["  " + line for line in body.rstrip().splitlines()]
+    else:
+        out.append("  (none)")
+    return "\n".join(out) + "\n"
+
+
+def render(report: Mapping[str, Any], output: str) -> str:
+    """Render as ``table``, ``json`` or ``yaml``. Raises ValueError for another format."""
+    if output == "json":
+        return render_json(report)
+    if output == "yaml":
+        return render_yaml(report)
+    if output == "table":
+        return render_table(report)
+    raise ValueError(f"unknown output {output!r} (want one of {', '.join(OUTPUTS)})")

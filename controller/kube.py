@@ -1,0 +1,612 @@
+"""A small raw-JSON Kubernetes client and a list+watch informer for the controller.
+
+The async clients' model deserialisation is the main cost on the hot path, so this module
+talks to the API server with aiohttp and plain dicts (the JSON the API gives). Connection
+settings (server URL, TLS, client certificates, bearer tokens with their refresh hooks) come
+from ``kubernetes.aio.config``: a kubeconfig file or the in-cluster service account.
+
+:class:`Informer` is a reflector in the client-go sense: list, then watch from the list's
+resourceVersion with bookmarks, resume from the last seen resourceVersion after a watch ends,
+relist on ``410 Gone``, bounded exponential backoff on errors, and a local cache keyed
+``namespace/name`` (or ``name`` for cluster-scoped objects) that feeds callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import ssl
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+log = logging.getLogger(__name__)
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, or a transport failure (``status`` 0).
+
+    Attributes:
+        status: the HTTP status code (0 when no response arrived).
+        reason: the Status ``reason`` (``NotFound``, ``Conflict``, ``Invalid``, ...) or the
+            HTTP reason phrase when the body is not a Status.
+        message: the Status ``message`` (or the raw text body).
+        body: the decoded JSON body, ``None`` when the body was not JSON.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @property
+    def not_found(self) -> bool:
+        """True for 404."""
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        """True for a write that lost a race: 409, or the 422 a failed JSON-patch ``test``
+        gets (the real server answers a failed ``test`` with 422 and a generic message,
+        ``reference/optimistic-concurrency.json``)."""
+        if self.status == 409:
+            return True
+        return self.status == 422 and not ((self.body or {}).get("details") or {}).get("causes")
+
+    @property
+    def gone(self) -> bool:
+        """True for 410 (resourceVersion too old)."""
+        return self.status == 410
+
+
+def request_verb(method: str, path: str, params: Mapping[str, str] | None = None) -> str:
+    """The Kubernetes API verb of a request (``get``, ``list``, ``watch``, ``create``,
+    ``update``, ``patch``, ``delete``, ``deletecollection``), as the apiserver's audit log
+    names it. ``path`` may carry a query string."""
+    method = method.upper()
+    bare, _, query = path.partition("?")
+    is_watch = bool(params and str(params.get("watch", "")).lower() in ("1", "true"))
+    is_watch = is_watch or "watch=1" in query or "watch=true" in query
+    collection = _is_collection(bare)
+    if method == "GET":
+        if is_watch:
+            return "watch"
+        return "list" if collection else "get"
+    if method == "POST":
+        return "create"
+    if method == "PUT":
+        return "update"
+    if method == "PATCH":
+        return "patch"
+    if method == "DELETE":
+        return "deletecollection" if collection else "delete"
+    return method.lower()
+
+
+def request_resource(path: str) -> str:
+    """The resource (with subresource) a request path names: ``pods``, ``pods/status``,
+    ``events``, ``namespaces``. Empty for discovery paths."""
+    parts = _resource_parts(path.partition("?")[0])
+    if not parts:
+        return ""
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
+
+
+def _resource_parts(bare: str) -> list[str]:
+    segs = [s for s in bare.split("/") if s]
+    if segs[:2] == ["api", "v1"]:
+        segs = segs[2:]
+    elif segs[:1] == ["apis"] and len(segs) >= 3:
+        segs = segs[3:]
+    else:
+        return []
+    if len(segs) >= 3 and segs[0] == "namespaces":
+        segs = segs[2:]
+    return segs
+
+
+def _is_collection(bare: str) -> bool:
+    return len(_resource_parts(bare)) == 1
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class KubeAPI:
+    """Raw-JSON client for the Kubernetes REST API (aiohttp, one connection pool).
+
+    Build it with :meth:`from_kubeconfig` (a kubeconfig file, or the in-cluster service
+    account when ``path`` is None and no default kubeconfig exists) or :meth:`from_url`.
+    ``counters`` counts requests by ``(verb, status)`` and ``resource_counters`` by
+    ``(verb, resource, status)`` (status 0 = transport error) for metrics and benchmarks.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: Callable[[], Awaitable[str | None]] | None = None,
+        configuration: Any = None,
+        pool_size: int = 128,
+        request_timeout: float = 30.0,
+        user_agent: str = "podplacement-controller",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.configuration = configuration
+        self.counters: Counter[tuple[str, int]] = Counter()
+        self.resource_counters: Counter[tuple[str, str, int]] = Counter()
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._auth = auth
+        self._pool_size = pool_size
+        self._timeout = request_timeout
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self.on_request: Callable[[str, str, int, float], None] | None = None
+
+    # --- construction --------------------------------------------------------------
+    @classmethod
+    async def from_kubeconfig(
+        cls, path: str | None = None, *, context: str | None = None, **kwargs: Any
+    ) -> KubeAPI:
+        """Connect with a kubeconfig file (``path``; ``None``: ``$KUBECONFIG`` or
+        ``~/.kube/config`` when present, else the in-cluster service account).
+
+        Raises:
+            kubernetes.config.ConfigException: no usable configuration.
+        """
+        from kubernetes.aio import config as kconfig
+        from kubernetes.aio.client import Configuration
+
+        cfg = Configuration()
+        if path is None:
+            path = _default_kubeconfig(kconfig.KUBE_CONFIG_DEFAULT_LOCATION)
+        if path is None:
+            kconfig.load_incluster_config(client_configuration=cfg)
+        else:
+            await kconfig.load_kube_config(
+                config_file=path, context=context, client_configuration=cfg, persist_config=False
+            )
+        return cls.from_configuration(cfg, **kwargs)
+
+    @classmethod
+    def from_configuration(cls, cfg: Any, **kwargs: Any) -> KubeAPI:
+        """Build from a filled ``kubernetes.aio.client.Configuration``."""
+        ctx: ssl.SSLContext | None = None
+        if str(cfg.host).startswith("https"):
+            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cfg.ca_cert_data)
+            if cfg.cert_file:
+                ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+            if not cfg.verify_ssl:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+        cached: list[Any] = [None, 0.0]
+
+        async def auth() -> str | None:
+            # Bearer tokens may rotate (in-cluster projected token, exec plugins): ask the
+            # configuration's refresh hook at most every 30 s.
+            now = time.monotonic()
+            if cached[0] is None or now - cached[1] > 30.0:
+                token = await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+                if token is None and cfg.username:
+                    token = cfg.get_basic_auth_token()
+                cached[0], cached[1] = token or "", now
+            return str(cached[0]) or None
+
+        return cls(str(cfg.host), ssl_context=ctx, auth=auth, configuration=cfg, **kwargs)
+
+    @classmethod
+    def from_url(cls, url: str, *, token: str | None = None, **kwargs: Any) -> KubeAPI:
+        """Connect to ``url`` (plain HTTP or HTTPS with system trust), optional bearer token."""
+
+        async def auth() -> str | None:
+            return f"Bearer {token}" if token else None
+
+        return cls(url, auth=auth, **kwargs)
+
+    # --- plumbing ------------------------------------------------------------------
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+            )
+        return self._session
+
+    async def _headers(self, content_type: str | None, accept: str) -> dict[str, str]:
+        headers = {"Accept": accept, "User-Agent": self._user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if self._auth is not None:
+            token = await self._auth()
+            if token:
+                headers["Authorization"] = token
+        return headers
+
+    def _count(self, method: str, path: str, params: Mapping[str, str] | None, status: int,
+               started: float) -> None:
+        verb = request_verb(method, path, params)
+        self.counters[(verb, status)] += 1
+        self.resource_counters[(verb, request_resource(path), status)] += 1
+        if self.on_request is not None:
+            self.on_request(verb, request_resource(path), status, time.monotonic() - started)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        params: Mapping[str, str] | None = None,
+        request_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return the decoded JSON answer.
+
+        ``body`` is JSON-encoded unless it is ``bytes``/``str``. ``content_type`` defaults to
+        ``application/json-patch+json`` for a PATCH whose body is a list, merge-patch for a
+        PATCH with a dict, and ``application/json`` otherwise.
+
+        Raises:
+            ApiError: any non-2xx answer (``status``/``reason``/``message`` from the Status
+                body) or a transport error/timeout (``status`` 0, reason ``Transport``).
+        """
+        if content_type is None and body is not None:
+            if method.upper() == "PATCH":
+                content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
+            else:
+                content_type = "application/json"
+        data: bytes | None
+        if body is None:
+            data = None
+        elif isinstance(body, bytes):
+            data = body
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = orjson.dumps(body)
+        headers = await self._headers(content_type, "application/json")
+        started = time.monotonic()
+        status = 0
+        try:
+            async with self._get_session().request(
+                method,
+                self.base_url + path,
+                data=data,
+                params=dict(params) if params else None,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=request_timeout or self._timeout),
+            ) as resp:
+                status = resp.status
+                raw = await resp.read()
+                reason = resp.reason or ""
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self._count(method, path, params, 0, started)
+            raise ApiError(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
+        self._count(method, path, params, status, started)
+        decoded: Any = None
+        if raw:
+            try:
+                decoded = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                decoded = None
+        if status >= 400:
+            raise _error(status, reason, raw, decoded)
+        return decoded if isinstance(decoded, dict) else {}
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch a collection; yield each event ``{"type", "object"}`` (ADDED, MODIFIED,
+        DELETED, BOOKMARK, ERROR) until the server closes the stream (``timeoutSeconds``).
+
+        An ``ERROR`` event (e.g. ``410 Gone`` as a Status object) is yielded, not raised.
+
+        Raises:
+            ApiError: the watch request itself failed (non-200, transport error).
+        """
+        query: dict[str, str] = dict(params or {})
+        query["watch"] = "true"
+        query["timeoutSeconds"] = str(timeout_seconds)
+        if bookmarks:
+            query["allowWatchBookmarks"] = "true"
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        headers = await self._headers(None, "application/json")
+        started = time.monotonic()
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self._timeout, sock_read=timeout_seconds + 60
+        )
+        try:
+            async with self._get_session().get(
+                self.base_url + path, params=query, headers=headers, timeout=timeout
+            ) as resp:
+                self._count("GET", path, query, resp.status, started)
+                if resp.status != 200:
+                    raw = await resp.read()
+                    try:
+                        decoded = orjson.loads(raw) if raw else None
+                    except orjson.JSONDecodeError:
+                        decoded = None
+                    raise _error(resp.status, resp.reason or "", raw, decoded)
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    while True:
+                        nl = buf.find(b"\n")
+                        if nl < 0:
+                            break
+                        line, buf = buf[:nl], buf[nl + 1 :]
+                        if line.strip():
+                            yield orjson.loads(line)
+                if buf.strip():
+                    yield orjson.loads(buf)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
+
+    async def list_all(
+        self, path: str, *, params: Mapping[str, str] | None = None, page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """List a collection, following ``continue`` tokens; return ``(items, resourceVersion)``.
+
+        Raises:
+            ApiError: any page failed (a 410 on an expired continue token included).
+        """
+        items: list[dict[str, Any]] = []
+        query: dict[str, str] = dict(params or {})
+        query["limit"] = str(page_size)
+        rv = ""
+        while True:
+            page = await self.request("GET", path, params=query)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            rv = str(meta.get("resourceVersion") or rv)
+            token = meta.get("continue")
+            if not token:
+                return items, rv
+            query["continue"] = str(token)
+
+    async def close(self) -> None:
+        """Close the connection pool (idempotent)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> KubeAPI:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _default_kubeconfig(default_location: str) -> str | None:
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    default = os.path.expanduser(default_location)
+    return env or (default if os.path.exists(default) else None)
+
+
+def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        return ApiError(
+            status, str(decoded.get("reason") or reason), str(decoded.get("message") or ""), decoded
+        )
+    text = raw.decode("utf-8", "replace")[:2000]
+    return ApiError(status, reason, text, decoded if isinstance(decoded, dict) else None)
+
+
+EventHandler = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]
+
+
+class Informer:
+    """List+watch reflector with a local cache (client-go's Reflector + Store, trimmed).
+
+    ``path`` is a collection path (``/api/v1/pods``); ``params`` go to both list and watch
+    (``labelSelector``, ``fieldSelector``). Handlers are called synchronously as
+    ``handler(event_type, obj, old)`` with ``event_type`` ADDED / MODIFIED / DELETED (a
+    relist emits the differences); they must not block. ``cache`` maps :func:`object_key` to
+    the latest object. ``synced`` is set after the first successful list (or when the
+    resource is absent and ``tolerate_absent`` is true: a missing CRD gives an empty cache
+    and the informer keeps retrying with backoff until it appears).
+
+    Backoff: ``min_backoff`` doubling up to ``max_backoff`` seconds, with jitter, reset
+    after a successful list or a watch that delivered events.
+    """
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        watch_timeout: int = 300,
+        min_backoff: float = 0.2,
+        max_backoff: float = 30.0,
+        tolerate_absent: bool = False,
+        page_size: int = 500,
+    ) -> None:
+        self.api = api
+        self.path = path
+        self.params: dict[str, str] = dict(params or {})
+        self.name = name or path
+        self.cache: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.lists = 0
+        self.absent = False
+        self._handlers: list[EventHandler] = []
+        self._watch_timeout = watch_timeout
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._tolerate_absent = tolerate_absent
+        self._page_size = page_size
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def add_handler(self, handler: EventHandler) -> None:
+        """Register ``handler(event_type, obj, old)``; called for every change after this."""
+        self._handlers.append(handler)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The cached object for ``namespace/name`` (or ``name``), or None."""
+        return self.cache.get(key)
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the list+watch loop as a task (idempotent)."""
+        if self._task is None or self._task.done():
+            self._stopping = False
+            self._task = asyncio.create_task(self.run(), name=f"informer {self.name}")
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the loop and wait for it."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _emit(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event_type, obj, old)
+            except Exception:
+                log.exception("informer %s: handler failed on %s", self.name, event_type)
+
+    async def relist(self) -> None:
+        """List the collection, replace the cache and emit the differences.
+
+        Raises:
+            ApiError: the list failed.
+        """
+        items, rv = await self.api.list_all(self.path, params=self.params,
+                                            page_size=self._page_size)
+        self.lists += 1
+        self.absent = False
+        fresh = {object_key(o): o for o in items}
+        old_cache = self.cache
+        self.cache = fresh
+        self.resource_version = rv
+        for key, old in old_cache.items():
+            if key not in fresh:
+                self._emit("DELETED", old, old)
+        for key, obj in fresh.items():
+            prev = old_cache.get(key)
+            if prev is None:
+                self._emit("ADDED", obj, None)
+            elif _rv(prev) != _rv(obj):
+                self._emit("MODIFIED", obj, prev)
+        self.synced.set()
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        etype = str(event.get("type"))
+        obj = event.get("object") or {}
+        rv = _rv(obj)
+        if rv:
+            self.resource_version = rv
+        if etype == "BOOKMARK":
+            return
+        key = object_key(obj)
+        old = self.cache.get(key)
+        if etype == "DELETED":
+            self.cache.pop(key, None)
+            self._emit("DELETED", obj, old)
+        elif etype in ("ADDED", "MODIFIED"):
+            self.cache[key] = obj
+            self._emit("MODIFIED" if old is not None else "ADDED", obj, old)
+
+    async def run(self) -> None:
+        """The reflector loop; runs until :meth:`stop` (or cancellation)."""
+        backoff = self._min_backoff
+        # A restarted informer resumes from the last resourceVersion it saw (relisting on
+        # 410 Gone); a new one lists first.
+        need_list = not self.resource_version or not self.synced.is_set()
+        while not self._stopping:
+            listing = need_list
+            gone = False
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list = listing = False
+                    backoff = self._min_backoff
+                got_events = False
+                watch_started = time.monotonic()
+                async for event in self.api.watch(
+                    self.path,
+                    params=self.params,
+                    resource_version=self.resource_version,
+                    timeout_seconds=self._watch_timeout,
+                ):
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        if status.get("code") == 410:
+                            log.info("informer %s: resourceVersion too old, relisting", self.name)
+                            gone = True
+                        else:
+                            log.warning("informer %s: watch error %s", self.name,
+                                        status.get("message"))
+                        need_list = True
+                        break
+                    got_events = True
+                    self._apply(event)
+                if got_events:
+                    backoff = self._min_backoff
+                if got_events or gone or time.monotonic() - watch_started >= 1.0:
+                    continue
+                # A watch that ends at once without events: back off instead of spinning.
+            except asyncio.CancelledError:
+                raise
+            except ApiError as exc:
+                if exc.gone and not listing:
+                    need_list = True
+                    continue
+                if exc.not_found and self._tolerate_absent:
+                    if not self.absent:
+                        log.info("informer %s: resource absent; will retry", self.name)
+                    self.absent = True
+                    old_cache, self.cache = self.cache, {}
+                    for obj in old_cache.values():
+                        self._emit("DELETED", obj, obj)
+                    self.resource_version = ""
+                    self.synced.set()
+                    need_list = True
+                else:
+                    # After a failed watch, resume from the last resourceVersion; after a
+                    # failed list, list again.
+                    log.warning("informer %s: %s", self.name, exc)
+                    need_list = need_list or listing
+            except Exception:
+                log.exception("informer %s: unexpected error", self.name)
+                need_list = True
+            delay = backoff * (0.5 + random.random())
+            backoff = min(self._max_backoff, backoff * 2)
+            await asyncio.sleep(delay)
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

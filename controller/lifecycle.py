@@ -1,0 +1,746 @@
+"""PodPlacementConfig lifecycle: finalizer, the owned MutatingWebhookConfiguration, status
+conditions and the ordered uninstall (issue 5 items 10-12).
+
+:class:`Lifecycle` reconciles the singleton ``PodPlacementConfig`` ``cluster`` like a
+controller-runtime reconciler: read the config, compute what should exist, write only the
+difference, and report through ``status.conditions``. It runs in the elected leader only
+(:mod:`controller.leader`); the app calls :meth:`Lifecycle.notify` on every config watch event
+and :meth:`Lifecycle.run` also resyncs periodically, which is how drift of the webhook
+configuration (someone edits or deletes it) is reverted: at most ``resync_seconds`` later.
+
+Rules:
+
+* While the config exists (and is not being deleted) it carries the finalizer
+  ``podplacement.io/finalizer`` and the MutatingWebhookConfiguration ``podplacement-webhook``
+  exists as :func:`controller.webhookconfig.desired_webhook_configuration` builds it.
+* No config: the webhook configuration is deleted (it exists only while a config exists).
+* Config being deleted (``deletionTimestamp`` set, our finalizer present): status
+  ``Deprovisioning=True``; first the webhook configuration is deleted (no new pod gets
+  gated), then ``ungate_remaining(deadline_seconds)`` (the reconciler's callback: normal
+  decisions within the deadline, plain ungate after it) releases every pod still gated, then
+  the finalizer is removed and the API server deletes the config.
+* Graceful shutdown (:meth:`Lifecycle.stop`, called when the process stops while it is the
+  leader) deletes the webhook configuration too when ``delete_webhook_on_shutdown`` is true
+  (the default), so the configuration exists only while a controller runs. A standby replica
+  takes the lease at once (the leader releases it) and re-creates it; pods created in that gap
+  are not gated and are scheduled as if podplacement were not installed. A controller that
+  crashes leaves the configuration in place: failurePolicy Ignore keeps pod creation working
+  if the webhook is down too, and the next leader re-processes every pod still gated.
+
+Status conditions (metav1.Condition, ``observedGeneration`` on each and on ``status``):
+``Available`` (webhook configuration in place), ``Progressing`` (a change or an uninstall is
+under way, or the last attempt failed and will be retried), ``Degraded`` (invalid config, a
+namespaceSelector that the webhook cannot express exactly, no CA bundle, API errors) and
+``Deprovisioning`` (ordered uninstall running). ``lastTransitionTime`` changes only when a
+condition's status changes; the status is written only when something changed.
+
+CA bundle sources: bytes, a callable returning bytes (sync or async) such as
+:func:`ca_bundle_from_dir` (``certs.load_bundle``) or :class:`ServingCertSecret` (the built-in
+flow used by ``deploy/``: the leader keeps a CA in one Secret and the webhook's serving
+certificate in another, which the webhook pods mount), or ``None`` with
+``cert_manager_certificate`` set (cert-manager's CA injector owns ``caBundle``; we add its
+``cert-manager.io/inject-ca-from`` annotation and never touch ``caBundle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller.config import (
+    CONFIG_FINALIZER,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    GROUP,
+    VERSION,
+    WEBHOOK_CONFIGURATION_NAME,
+    ConfigError,
+    PlacementConfig,
+)
+from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError
+from controller.webhookconfig import (
+    CERT_MANAGER_INJECT_ANNOTATION,
+    ServiceRef,
+    desired_webhook_configuration,
+    webhook_drifted,
+    webhook_namespace_selection,
+)
+
+log = logging.getLogger(__name__)
+
+CONFIG_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
+WEBHOOK_COLLECTION_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+WEBHOOK_PATH = f"{WEBHOOK_COLLECTION_PATH}/{WEBHOOK_CONFIGURATION_NAME}"
+
+COND_AVAILABLE = "Available"
+COND_PROGRESSING = "Progressing"
+COND_DEGRADED = "Degraded"
+COND_DEPROVISIONING = "Deprovisioning"
+CONDITION_TYPES = (COND_AVAILABLE, COND_PROGRESSING, COND_DEGRADED, COND_DEPROVISIONING)
+
+#: ``(method, path template)`` of every request this module and :mod:`controller.leader`
+#: send; ``tests/deploy`` checks the RBAC in ``deploy/`` against it.
+API_REQUESTS: tuple[tuple[str, str], ...] = (
+    ("GET", CONFIG_PATH),
+    ("PATCH", CONFIG_PATH),
+    ("PATCH", CONFIG_PATH + "/status"),
+    ("GET", WEBHOOK_PATH),
+    ("POST", WEBHOOK_COLLECTION_PATH),
+    ("PUT", WEBHOOK_PATH),
+    ("DELETE", WEBHOOK_PATH),
+    ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
+    ("POST", "/api/v1/namespaces/{namespace}/secrets"),
+    ("PUT", "/api/v1/namespaces/{namespace}/secrets/{name}"),
+)
+
+
+class KubeRequester(Protocol):
+    """The part of :class:`controller.kube.KubeAPI` used here."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request, return the decoded JSON; raise :class:`ApiError`."""
+        ...
+
+
+CaBundleSource = Callable[[], bytes | Awaitable[bytes]]
+UngateRemaining = Callable[[float], Awaitable[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionSpec:
+    """A wanted condition: ``status`` is ``"True"``, ``"False"`` or ``"Unknown"``."""
+
+    type: str
+    status: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """What one :meth:`Lifecycle.reconcile` pass found and did.
+
+    Attributes:
+        state: ``absent`` (no config), ``available``, ``uninstalled`` (finalizer released),
+            ``deleting`` (being deleted without our finalizer).
+        webhook: ``created``, ``updated``, ``unchanged``, ``deleted`` or ``absent``.
+        status_written: the status subresource was patched.
+        ungated: pods the uninstall callback released (uninstall only).
+        degraded: the Degraded reason, "" when not degraded.
+    """
+
+    state: str
+    webhook: str
+    status_written: bool = False
+    ungated: int = 0
+    degraded: str = ""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _rfc3339(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_conditions(
+    existing: Sequence[Mapping[str, Any]] | None,
+    wanted: Sequence[ConditionSpec],
+    *,
+    generation: int,
+    now: dt.datetime,
+) -> list[dict[str, Any]]:
+    """Return the new ``status.conditions`` list (metav1.Condition semantics).
+
+    Conditions in ``wanted`` replace those of the same type; ``lastTransitionTime`` is kept
+    when the status did not change, else set to ``now``. Conditions of other types are kept.
+    Order: :data:`CONDITION_TYPES` first, then the others as they were.
+    """
+    old = {str(c.get("type")): dict(c) for c in existing or [] if isinstance(c, Mapping)}
+    out: dict[str, dict[str, Any]] = {}
+    for spec in wanted:
+        prev = old.get(spec.type)
+        ltt = prev.get("lastTransitionTime") if prev and prev.get("status") == spec.status else None
+        out[spec.type] = {
+            "type": spec.type,
+            "status": spec.status,
+            "reason": spec.reason,
+            "message": spec.message,
+            "lastTransitionTime": ltt or _rfc3339(now),
+            "observedGeneration": generation,
+        }
+    for type_, cond in old.items():
+        out.setdefault(type_, cond)
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(out.values(), key=lambda c: order.get(str(c["type"]), len(order)))
+
+
+def ca_bundle_from_dir(cert_dir: str) -> CaBundleSource:
+    """A CA bundle source reading ``certs.load_bundle(cert_dir)`` (every CA currently trusted,
+    PEM) on each call, so a rotated bundle reaches the webhook configuration on the next
+    resync. Raises on call whatever ``certs.load_bundle`` raises (e.g. OSError)."""
+
+    def load() -> bytes:
+        import certs
+
+        return certs.load_bundle(cert_dir)
+
+    return load
+
+
+class Lifecycle:
+    """Reconciler of the PodPlacementConfig ``cluster`` (see the module docstring).
+
+    Args:
+        api: a :class:`controller.kube.KubeAPI` (or anything with its ``request``).
+        namespace: podplacement's own namespace (excluded from gating).
+        service: the webhook Service ``(namespace, name, port, path)``, or
+        url: the webhook's ``https://`` URL (exactly one).
+        ca_bundle: bytes or a (sync or async) callable returning the PEM CA bundle; None only
+            with ``cert_manager_certificate``.
+        cert_manager_certificate: ``<namespace>/<Certificate>`` when cert-manager injects the CA.
+        ungate_remaining: ``callback(deadline_seconds) -> pods ungated``, run during uninstall.
+        uninstall_deadline_seconds: passed to ``ungate_remaining``.
+        resync_seconds: period of the drift check in :meth:`run`.
+        timeout_seconds: the webhook's call timeout.
+        delete_webhook_on_shutdown: :meth:`stop` deletes the webhook configuration.
+
+    Raises:
+        ValueError: inconsistent arguments.
+    """
+
+    def __init__(
+        self,
+        api: KubeRequester,
+        *,
+        namespace: str,
+        service: ServiceRef | tuple[str, str, int, str] | None = None,
+        url: str | None = None,
+        ca_bundle: bytes | CaBundleSource | None = None,
+        cert_manager_certificate: str | None = None,
+        ungate_remaining: UngateRemaining | None = None,
+        uninstall_deadline_seconds: float = 60.0,
+        resync_seconds: float = 10.0,
+        timeout_seconds: int = 5,
+        delete_webhook_on_shutdown: bool = True,
+        max_backoff: float = 30.0,
+    ) -> None:
+        if (service is None) == (url is None):
+            raise ValueError("give exactly one of service= or url=")
+        if ca_bundle is None and not cert_manager_certificate:
+            raise ValueError("ca_bundle is required unless cert_manager_certificate is set")
+        self.api = api
+        self.namespace = namespace
+        self.service = ServiceRef(*service) if service is not None else None
+        self.url = url
+        self._ca_source = ca_bundle
+        self.cert_manager_certificate = cert_manager_certificate
+        self.ungate_remaining = ungate_remaining
+        self.uninstall_deadline_seconds = uninstall_deadline_seconds
+        self.resync_seconds = resync_seconds
+        self.timeout_seconds = timeout_seconds
+        self.delete_webhook_on_shutdown = delete_webhook_on_shutdown
+        self.max_backoff = max_backoff
+        self.last_result: ReconcileResult | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._uninstall_failures = 0
+
+    # --- public API ---------------------------------------------------------------------
+    def notify(self) -> None:
+        """Ask :meth:`run` for a reconcile now (call it from the config watch handler)."""
+        self._wake.set()
+
+    def start(self) -> asyncio.Task[None]:
+        """Run :meth:`run` as a task (idempotent) and return it."""
+        if self._task is None or self._task.done():
+            self._stopping = False
+            self._task = asyncio.create_task(self.run(), name="podplacement lifecycle")
+        return self._task
+
+    async def run(self) -> None:
+        """Reconcile on every :meth:`notify` and every ``resync_seconds`` until :meth:`stop`.
+
+        Errors are logged and retried with exponential backoff (jittered, capped at
+        ``max_backoff``); this coroutine returns only when stopped or cancelled.
+        """
+        backoff = 0.5
+        while not self._stopping:
+            self._wake.clear()
+            delay = self.resync_seconds
+            try:
+                self.last_result = await self.reconcile()
+                backoff = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("lifecycle reconcile failed: %s", exc)
+                delay = min(delay, backoff * (0.5 + random.random()))
+                backoff = min(self.max_backoff, backoff * 2)
+            if self._stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    async def stop(self, *, delete_webhook: bool | None = None) -> None:
+        """Stop :meth:`run`; delete the webhook configuration when ``delete_webhook`` (default:
+        ``delete_webhook_on_shutdown``) is true. Call it on graceful shutdown while leading;
+        do not delete when leadership was lost (the new leader owns the object). Errors of the
+        delete are logged, not raised."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.delete_webhook_on_shutdown if delete_webhook is None else delete_webhook:
+            try:
+                await self._delete_webhook()
+            except ApiError as exc:
+                log.warning("could not delete %s on shutdown: %s", WEBHOOK_CONFIGURATION_NAME, exc)
+
+    async def reconcile(self) -> ReconcileResult:
+        """One idempotent pass: read the config, converge the webhook configuration, the
+        finalizer and the status, or run the ordered uninstall.
+
+        Raises:
+            ApiError: a read or write failed (the caller retries with backoff).
+            Exception: whatever the CA bundle source or ``ungate_remaining`` raised.
+        """
+        config = await self._get_config()
+        if config is None:
+            deleted = await self._delete_webhook()
+            return ReconcileResult("absent", "deleted" if deleted else "absent")
+        meta = config.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return await self._uninstall(config)
+        self._uninstall_failures = 0
+        config = await self._ensure_finalizer(config)
+        return await self._converge(config)
+
+    # --- normal path -------------------------------------------------------------------
+    async def _converge(self, config: dict[str, Any]) -> ReconcileResult:
+        degraded: list[ConditionSpec] = []
+        try:
+            PlacementConfig.from_object(config)
+        except ConfigError as exc:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True", "InvalidConfig", str(exc)))
+        selection = webhook_namespace_selection(config, self.namespace)
+        if not selection.exact:
+            degraded.append(
+                ConditionSpec(
+                    COND_DEGRADED, "True", "NamespaceSelectorNotExpressible", selection.reason
+                )
+            )
+        try:
+            ca = await self._ca_bundle()
+            desired = desired_webhook_configuration(
+                config,
+                ca_bundle=ca,
+                service=self.service,
+                url=self.url,
+                own_namespace=self.namespace,
+                timeout_seconds=self.timeout_seconds,
+                cert_manager_certificate=self.cert_manager_certificate,
+            )
+            action = await self._apply_webhook(desired)
+        except Exception as exc:
+            reason = "WebhookConfigurationFailed"
+            if not isinstance(exc, ApiError):
+                reason = "CABundleUnavailable"
+            with contextlib.suppress(ApiError):
+                await self._write_status(
+                    config,
+                    [
+                        ConditionSpec(COND_AVAILABLE, "False", reason, str(exc)[:1000]),
+                        ConditionSpec(COND_PROGRESSING, "True", "Retrying", str(exc)[:1000]),
+                        ConditionSpec(COND_DEGRADED, "True", reason, str(exc)[:1000]),
+                        ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
+                    ],
+                )
+            raise
+        wanted = [
+            ConditionSpec(
+                COND_AVAILABLE,
+                "True",
+                "AsExpected",
+                f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is in place",
+            ),
+            ConditionSpec(COND_PROGRESSING, "False", "AsExpected"),
+            degraded[0]
+            if degraded
+            else ConditionSpec(COND_DEGRADED, "False", "AsExpected"),
+            ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
+        ]
+        if len(degraded) > 1:
+            wanted[2] = ConditionSpec(
+                COND_DEGRADED,
+                "True",
+                degraded[0].reason,
+                "; ".join(d.message for d in degraded),
+            )
+        written = await self._write_status(config, wanted)
+        return ReconcileResult(
+            "available", action, status_written=written, degraded=wanted[2].reason
+            if wanted[2].status == "True" else ""
+        )
+
+    async def _ca_bundle(self) -> bytes | None:
+        if self.cert_manager_certificate:
+            return None
+        source = self._ca_source
+        if source is None or isinstance(source, bytes):
+            return source
+        value = source()
+        if inspect.isawaitable(value):
+            value = await value
+        if not isinstance(value, bytes) or not value.strip():
+            raise ValueError("the CA bundle source returned no certificate")
+        return value
+
+    async def _apply_webhook(self, desired: dict[str, Any]) -> str:
+        """Create the webhook configuration, or update it when it drifted; return the action."""
+        live = await self._get_webhook()
+        if live is None:
+            try:
+                await self.api.request("POST", WEBHOOK_COLLECTION_PATH, body=desired)
+                log.info("created MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
+                return "created"
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                live = await self._get_webhook()
+                if live is None:
+                    raise
+        if not webhook_drifted(live, desired):
+            return "unchanged"
+        await self.api.request("PUT", WEBHOOK_PATH, body=self._update_body(live, desired))
+        log.info("reverted drift of MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
+        return "updated"
+
+    def _update_body(self, live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+        """The PUT body: the live object's metadata (resourceVersion precondition, foreign
+        labels and annotations kept) with ours merged in, and our webhooks. In cert-manager
+        mode the live caBundle (cert-manager's) is carried over."""
+        meta = dict(live.get("metadata") or {})
+        d_meta = desired.get("metadata") or {}
+        for field in ("labels", "annotations"):
+            merged = dict(meta.get(field) or {})
+            merged.update(d_meta.get(field) or {})
+            if merged:
+                meta[field] = merged
+        if d_meta.get("ownerReferences"):
+            meta["ownerReferences"] = d_meta["ownerReferences"]
+        meta.pop("managedFields", None)
+        webhooks = [dict(w) for w in desired.get("webhooks") or []]
+        if CERT_MANAGER_INJECT_ANNOTATION in (d_meta.get("annotations") or {}):
+            live_ca = {
+                w.get("name"): (w.get("clientConfig") or {}).get("caBundle")
+                for w in live.get("webhooks") or []
+            }
+            for w in webhooks:
+                ca = live_ca.get(w["name"])
+                if ca:
+                    w["clientConfig"] = {**w["clientConfig"], "caBundle": ca}
+        return {
+            "apiVersion": desired["apiVersion"],
+            "kind": desired["kind"],
+            "metadata": meta,
+            "webhooks": webhooks,
+        }
+
+    # --- finalizer and status ---------------------------------------------------------
+    async def _ensure_finalizer(self, config: dict[str, Any]) -> dict[str, Any]:
+        for _ in range(3):
+            meta = config.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or [])
+            if CONFIG_FINALIZER in finalizers:
+                return config
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": meta.get("resourceVersion")},
+            ]
+            if finalizers:
+                ops.append({"op": "add", "path": "/metadata/finalizers/-",
+                            "value": CONFIG_FINALIZER})
+            else:
+                ops.append({"op": "add", "path": "/metadata/finalizers",
+                            "value": [CONFIG_FINALIZER]})
+            try:
+                return await self.api.request(
+                    "PATCH", CONFIG_PATH, body=ops, content_type=JSON_PATCH
+                )
+            except ApiError as exc:
+                if exc.status not in (409, 422):
+                    raise
+                fresh = await self._get_config()
+                if fresh is None:
+                    raise
+                config = fresh
+        raise ApiError(409, "Conflict", "could not add the finalizer after 3 attempts")
+
+    async def _remove_finalizer(self, config: dict[str, Any]) -> bool:
+        for _ in range(3):
+            meta = config.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or [])
+            if CONFIG_FINALIZER not in finalizers:
+                return False
+            index = finalizers.index(CONFIG_FINALIZER)
+            ops = [
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": meta.get("resourceVersion")},
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+            ]
+            try:
+                await self.api.request("PATCH", CONFIG_PATH, body=ops, content_type=JSON_PATCH)
+                return True
+            except ApiError as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status not in (409, 422):
+                    raise
+                fresh = await self._get_config()
+                if fresh is None:
+                    return False
+                config = fresh
+        raise ApiError(409, "Conflict", "could not remove the finalizer after 3 attempts")
+
+    async def _write_status(
+        self, config: Mapping[str, Any], wanted: Sequence[ConditionSpec]
+    ) -> bool:
+        """Merge-patch ``status`` when the conditions or observedGeneration changed."""
+        meta = config.get("metadata") or {}
+        generation = int(meta.get("generation") or 0)
+        status = config.get("status") or {}
+        old_conditions = status.get("conditions") or []
+        conditions = merge_conditions(old_conditions, wanted, generation=generation, now=_now())
+        if conditions == old_conditions and status.get("observedGeneration") == generation:
+            return False
+        # A merge patch replaces the conditions list as a whole (reference:
+        # crd-podplacementconfig.json), which is what we want: we own every condition.
+        await self.api.request(
+            "PATCH",
+            CONFIG_PATH + "/status",
+            body={"status": {"observedGeneration": generation, "conditions": conditions}},
+            content_type=MERGE_PATCH,
+        )
+        return True
+
+    # --- uninstall -----------------------------------------------------------------------
+    async def _uninstall(self, config: dict[str, Any]) -> ReconcileResult:
+        finalizers = (config.get("metadata") or {}).get("finalizers") or []
+        if CONFIG_FINALIZER not in finalizers:
+            deleted = await self._delete_webhook()
+            return ReconcileResult("deleting", "deleted" if deleted else "absent")
+        with contextlib.suppress(ApiError):
+            await self._write_status(
+                config,
+                [
+                    ConditionSpec(COND_AVAILABLE, "False", "Deprovisioning",
+                                  "the config is being deleted"),
+                    ConditionSpec(COND_PROGRESSING, "True", "Deprovisioning",
+                                  "removing the webhook configuration, ungating pods"),
+                    ConditionSpec(COND_DEGRADED, "False", "AsExpected"),
+                    ConditionSpec(COND_DEPROVISIONING, "True", "Uninstalling",
+                                  "ordered uninstall in progress"),
+                ],
+            )
+        # 1. no new pod gets gated from here on
+        deleted = await self._delete_webhook()
+        # 2. release every pod still gated
+        ungated = 0
+        if self.ungate_remaining is not None:
+            try:
+                ungated = await self.ungate_remaining(self.uninstall_deadline_seconds)
+            except Exception:
+                self._uninstall_failures += 1
+                if self._uninstall_failures < 3:
+                    raise
+                log.exception("ungating remaining pods failed 3 times; releasing the finalizer")
+        log.info("uninstall: webhook configuration removed, %d gated pods released", ungated)
+        # 3. let the API server delete the config
+        fresh = await self._get_config() or config
+        await self._remove_finalizer(fresh)
+        self._uninstall_failures = 0
+        return ReconcileResult("uninstalled", "deleted" if deleted else "absent", ungated=ungated)
+
+    # --- small I/O helpers ------------------------------------------------------------------
+    async def _get_config(self) -> dict[str, Any] | None:
+        try:
+            return await self.api.request("GET", CONFIG_PATH)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _get_webhook(self) -> dict[str, Any] | None:
+        try:
+            return await self.api.request("GET", WEBHOOK_PATH)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _delete_webhook(self) -> bool:
+        try:
+            await self.api.request("DELETE", WEBHOOK_PATH)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        log.info("deleted MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
+        return True
+
+
+# --- built-in certificates ----------------------------------------------------------------
+TLS_SECRET_NAME = "podplacement-webhook-tls"
+CA_SECRET_NAME = "podplacement-webhook-ca"
+WEBHOOK_SERVICE_NAME = "podplacement-webhook"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(data: Mapping[str, Any], key: str) -> bytes:
+    value = data.get(key)
+    return base64.b64decode(value) if isinstance(value, str) else b""
+
+
+def _not_after(pem: bytes) -> dt.datetime | None:
+    from cryptography import x509
+
+    try:
+        return x509.load_pem_x509_certificate(pem).not_valid_after_utc
+    except ValueError:
+        return None
+
+
+class ServingCertSecret:
+    """The built-in certificate flow: the leader keeps the webhook's certificates in Secrets.
+
+    ``<ca_secret>`` (``ca.crt``, ``ca.key``; read by the controller only) holds a CA made by
+    :func:`certs.generate_ca`; ``<tls_secret>`` (``kubernetes.io/tls``: ``tls.crt``,
+    ``tls.key``, ``ca.crt``) holds the serving certificate for the webhook Service's DNS
+    names (:func:`certs.service_dns_names`), issued by that CA. The webhook pods mount
+    ``<tls_secret>``; the kubelet refreshes the files and the webhook reloads them. Calling
+    the object (async) ensures both exist and are valid for more than ``renew_before`` and
+    returns the CA bundle (PEM) for the webhook configuration. When the CA itself is renewed,
+    the bundle (and ``ca.crt`` of the TLS Secret) carries the new and the old CA until the old
+    one expires, so webhook pods still serving the old certificate stay trusted.
+
+    Raises (on call): ApiError from the API server.
+    """
+
+    def __init__(
+        self,
+        api: KubeRequester,
+        namespace: str,
+        *,
+        service_name: str = WEBHOOK_SERVICE_NAME,
+        tls_secret: str = TLS_SECRET_NAME,
+        ca_secret: str = CA_SECRET_NAME,
+        renew_before: dt.timedelta = dt.timedelta(days=30),
+        ca_validity: dt.timedelta = dt.timedelta(days=5 * 365),
+        cert_validity: dt.timedelta = dt.timedelta(days=365),
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.service_name = service_name
+        self.tls_secret = tls_secret
+        self.ca_secret = ca_secret
+        self.renew_before = renew_before
+        self.ca_validity = ca_validity
+        self.cert_validity = cert_validity
+
+    def _path(self, name: str | None = None) -> str:
+        base = f"/api/v1/namespaces/{self.namespace}/secrets"
+        return f"{base}/{name}" if name else base
+
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.request("GET", self._path(name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _put_or_create(
+        self, name: str, existing: Mapping[str, Any] | None, secret_type: str,
+        data: Mapping[str, bytes],
+    ) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": self.namespace,
+                         "labels": {"app.kubernetes.io/name": "podplacement"}},
+            "type": secret_type,
+            "data": {k: _b64(v) for k, v in data.items()},
+        }
+        if existing is None:
+            await self.api.request("POST", self._path(), body=body)
+        else:
+            body["metadata"]["resourceVersion"] = (existing.get("metadata") or {}).get(
+                "resourceVersion"
+            )
+            await self.api.request("PUT", self._path(name), body=body)
+
+    async def __call__(self) -> bytes:
+        """Ensure the Secrets; return the CA bundle (PEM, newest CA first)."""
+        import certs
+
+        now = _now()
+        ca_obj = await self._get(self.ca_secret)
+        ca_data = (ca_obj or {}).get("data") or {}
+        ca = certs.KeyPair(_unb64(ca_data, "ca.crt"), _unb64(ca_data, "ca.key"))
+        ca_expiry = _not_after(ca.cert_pem) if ca.cert_pem and ca.key_pem else None
+        old_cas: list[bytes] = []
+        if ca_expiry is None or ca_expiry - now < self.renew_before:
+            if ca_expiry is not None and ca_expiry > now:
+                old_cas.append(ca.cert_pem)
+            ca = certs.generate_ca(validity=self.ca_validity)
+            await self._put_or_create(
+                self.ca_secret, ca_obj, "Opaque", {"ca.crt": ca.cert_pem, "ca.key": ca.key_pem}
+            )
+        tls_obj = await self._get(self.tls_secret)
+        tls_data = (tls_obj or {}).get("data") or {}
+        bundle = _unb64(tls_data, "ca.crt")
+        cert_pem = _unb64(tls_data, "tls.crt")
+        expiry = _not_after(cert_pem) if cert_pem else None
+        if (
+            old_cas
+            or expiry is None
+            or expiry - now < self.renew_before
+            or ca.cert_pem not in bundle
+        ):
+            serving = certs.issue_serving_cert(
+                ca, certs.service_dns_names(self.service_name, self.namespace),
+                validity=self.cert_validity,
+            )
+            bundle = ca.cert_pem + b"".join(old_cas)
+            await self._put_or_create(
+                self.tls_secret,
+                tls_obj,
+                "kubernetes.io/tls",
+                {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": bundle},
+            )
+        return bundle

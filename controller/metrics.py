@@ -1,0 +1,157 @@
+"""Prometheus metrics of the controller and the small HTTP server for ``/metrics``,
+``/healthz`` and ``/readyz`` (issue 5 item 14; prefix ``podplacement_``).
+
+Each :class:`Metrics` has its own ``CollectorRegistry`` so several controllers can run in one
+process (tests). Counters kept elsewhere (API requests in :class:`~controller.kube.KubeAPI`,
+image cache hits in the inspector) are read at scrape time by a custom collector.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from controller.config import METRICS_PREFIX
+
+log = logging.getLogger(__name__)
+
+P = METRICS_PREFIX
+_UNGATE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
+_INSPECT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _Sources(Collector):
+    def __init__(self) -> None:
+        self.api_counters: Callable[[], dict[tuple[str, int], int]] | None = None
+        self.inspector_stats: Callable[[], Any] | None = None
+        self.gated: Callable[[], int] | None = None
+        self.queue_depth: Callable[[], int] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.api_counters is not None:
+            fam = CounterMetricFamily(
+                P + "api_requests", "Kubernetes API requests by verb and HTTP code "
+                "(code 0: transport error)", labels=["verb", "code"]
+            )
+            for (verb, code), n in sorted(self.api_counters().items()):
+                fam.add_metric([verb, str(code)], n)
+            yield fam
+        if self.inspector_stats is not None:
+            stats = self.inspector_stats()
+            hits = CounterMetricFamily(P + "image_cache_hits", "Image inspections from the cache")
+            hits.add_metric([], float(getattr(stats, "cache_hits", 0)))
+            yield hits
+            misses = CounterMetricFamily(
+                P + "image_cache_misses", "Image inspections that fetched from a registry"
+            )
+            misses.add_metric([], float(getattr(stats, "cache_misses", 0)))
+            yield misses
+            reqs = CounterMetricFamily(P + "registry_requests", "HTTP requests sent to registries")
+            reqs.add_metric([], float(getattr(stats, "requests", 0)))
+            yield reqs
+        if self.gated is not None:
+            g = GaugeMetricFamily(P + "gated_pods", "Pods carrying the podplacement gate (watch)")
+            g.add_metric([], float(self.gated()))
+            yield g
+        if self.queue_depth is not None:
+            q = GaugeMetricFamily(P + "queue_depth", "Pods queued, delayed or being processed")
+            q.add_metric([], float(self.queue_depth()))
+            yield q
+
+
+class Metrics:
+    """The controller's metrics.
+
+    Attributes:
+        processed: ``podplacement_pods_processed_total{outcome}`` (set, not-set, fallback,
+            no-supported-platform, wait-numa, retry, error).
+        ungate_seconds: ``podplacement_ungate_seconds``: creationTimestamp → ungate (s).
+        inspect_seconds: ``podplacement_image_inspection_seconds``: one image lookup (s).
+        inspect_errors: ``podplacement_image_inspection_errors_total``.
+        conflicts: ``podplacement_patch_conflicts_total`` (409/422 on the guarded patch).
+        events: ``podplacement_events_total{type}`` queued for sending.
+        leader: ``podplacement_leader`` 1 while this replica leads.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.processed = Counter(
+            P + "pods_processed", "Gated pods processed, by outcome", ["outcome"], registry=r
+        )
+        self.ungate_seconds = Histogram(
+            P + "ungate_seconds", "Seconds from pod creationTimestamp to the ungating patch",
+            buckets=_UNGATE_BUCKETS, registry=r,
+        )
+        self.inspect_seconds = Histogram(
+            P + "image_inspection_seconds", "Seconds per image inspection (cache hits included)",
+            buckets=_INSPECT_BUCKETS, registry=r,
+        )
+        self.inspect_errors = Counter(
+            P + "image_inspection_errors", "Failed image inspections", registry=r
+        )
+        self.conflicts = Counter(
+            P + "patch_conflicts", "Guarded pod patches rejected as stale (409/422)", registry=r
+        )
+        self.events = Counter(P + "events", "Events queued, by type", ["type"], registry=r)
+        self.leader = Gauge(P + "leader", "1 while this replica is the leader", registry=r)
+        self.sources = _Sources()
+        r.register(self.sources)
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)
+
+
+class HealthServer:
+    """aiohttp server for ``/metrics``, ``/healthz`` (process alive) and ``/readyz``
+    (``ready()`` true: informers synced). Binds ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(
+        self, metrics: Metrics, *, host: str = "127.0.0.1", port: int = 8080,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._ready = ready
+        self._runner: web.AppRunner | None = None
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self._ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    async def start(self) -> None:
+        """Start listening; ``port`` is updated to the bound port."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop the server."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

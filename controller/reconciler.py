@@ -1,0 +1,381 @@
+"""Per-pod reconcile: read the gated pod, inspect its images, decide, write once.
+
+One key per pod (``namespace/name/uid``). The reconcile reads the latest pod from the
+informer cache, skips pods that are gone or no longer carry our gate, reads the pod's pull
+secrets from its own namespace (plus the optional global pull secret of the config),
+inspects all images concurrently, runs the pure :func:`controller.decision.decide` and sends
+its single guarded JSON patch. A stale pod (409, or the 422 a failed ``test`` gets) is
+re-read from the API server and the decision recomputed (bounded). Inspection failures are
+retried with backoff up to ``imageInspection.maxRetries`` rounds, then the pod falls back.
+Anything unexpected (odd spec, a patch the server rejects as invalid) ends in a plain ungate:
+no pod stays gated forever (issue 5 item 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from controller.decision import (
+    RETRY,
+    SKIP,
+    WAIT_NUMA,
+    Decision,
+    decide,
+    plain_ungate,
+    unique_images,
+)
+from controller.events import EventSink
+from controller.kube import ApiError, Informer, KubeAPI
+from controller.metrics import Metrics
+from controller.platforms import node_inventory, supported_platforms
+from controller.podpatch import has_gate
+
+log = logging.getLogger(__name__)
+
+ConfigSource = Callable[[], tuple[PlacementConfig, str | None]]
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """The queue key ``namespace/name/uid`` (deduplicates by UID: a re-created pod with the
+    same name is a different key)."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
+
+
+def split_key(key: str) -> tuple[str, str, str]:
+    """``namespace/name/uid`` → (namespace, name, uid)."""
+    ns, name, uid = key.split("/", 2)
+    return ns, name, uid
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 timestamp (``2026-11-22T05:50:38Z``) → UNIX seconds, or None."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class _PodState:
+    failures: int = 0
+
+
+class Reconciler:
+    """Reconciles gated pods (see the module docstring).
+
+    Args:
+        api: the Kubernetes client.
+        pods: informer over gated pods (its cache is read, never written).
+        inspector: an ``imageinspect.Inspector`` (``inspect(image, credentials,
+            pull_always=)``).
+        config_source: returns (PlacementConfig, error text or None).
+        events: background event sink.
+        metrics: metrics.
+        nodes: informer over Nodes (node inventory, NUMA), optional.
+        nrts: informer over NodeResourceTopologies, optional.
+        inflight: ``controller.numa.InFlight`` for NUMA accounting, optional.
+        max_conflict_retries: re-read/recompute rounds after a stale-write answer.
+        retry_base_delay: first inspection retry delay (s), doubling, with jitter.
+        retry_max_delay: cap of the inspection retry delay (s).
+        secret_ttl: seconds a pull secret read stays cached (per namespace/name).
+        is_leader: only the leader writes; others return without doing anything.
+    """
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        pods: Informer,
+        inspector: Any,
+        config_source: ConfigSource,
+        events: EventSink,
+        metrics: Metrics,
+        *,
+        nodes: Informer | None = None,
+        nrts: Informer | None = None,
+        inflight: Any = None,
+        max_conflict_retries: int = 5,
+        retry_base_delay: float = 1.0,
+        retry_max_delay: float = 60.0,
+        secret_ttl: float = 5.0,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.api = api
+        self.pods = pods
+        self.inspector = inspector
+        self.config_source = config_source
+        self.events = events
+        self.metrics = metrics
+        self.nodes = nodes
+        self.nrts = nrts
+        self.inflight = inflight
+        self.max_conflict_retries = max_conflict_retries
+        self.retry_base_delay = retry_base_delay
+        self.retry_max_delay = retry_max_delay
+        self.secret_ttl = secret_ttl
+        self.is_leader = is_leader
+        self._state: dict[str, _PodState] = {}
+        self._secrets: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+
+    def forget(self, uid: str) -> None:
+        """Drop per-pod state (the pod was deleted or left the gated set)."""
+        self._state.pop(uid, None)
+
+    # --- inputs ------------------------------------------------------------------------
+    async def _secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        cached = self._secrets.get((namespace, name))
+        if cached is not None and now - cached[0] < self.secret_ttl:
+            return cached[1]
+        try:
+            secret: dict[str, Any] | None = await self.api.request(
+                "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}"
+            )
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.info("pull secret %s/%s unavailable: %s", namespace, name, exc.reason)
+            secret = None
+        self._secrets[(namespace, name)] = (now, secret)
+        if len(self._secrets) > 10_000:
+            self._secrets.clear()
+        return secret
+
+    async def credentials(self, pod: Mapping[str, Any], config: PlacementConfig) -> list[Any]:
+        """Credentials for ``pod``: its ``imagePullSecrets`` read from its own namespace
+        (the ServiceAccount admission plugin already merged the service account's), then
+        the global pull secret of the config. Missing secrets are skipped (anonymous)."""
+        from imageinspect import credentials_from_pull_secrets
+
+        ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+        names = [
+            str(ref.get("name"))
+            for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []
+            if isinstance(ref, Mapping) and ref.get("name")
+        ]
+        secrets: list[dict[str, Any]] = []
+        for name in dict.fromkeys(names):
+            s = await self._secret(ns, name)
+            if s is not None:
+                secrets.append(s)
+        ref = config.image_inspection.global_pull_secret
+        if ref is not None:
+            s = await self._secret(ref.namespace, ref.name)
+            if s is not None:
+                secrets.append(s)
+        try:
+            return list(credentials_from_pull_secrets(secrets))
+        except Exception as exc:  # a malformed secret must not keep the pod gated
+            log.warning("pod %s/%s: unusable pull secret: %s", ns, pod.get("metadata", {}).get(
+                "name"), exc)
+            return []
+
+    async def inspect_images(
+        self, pod: Mapping[str, Any], credentials: Sequence[Any]
+    ) -> dict[str, Any]:
+        """Inspect every distinct image of ``pod`` concurrently → result or exception."""
+        images = unique_images(pod)
+
+        async def one(image: str, pull_always: bool) -> Any:
+            started = time.monotonic()
+            try:
+                return await self.inspector.inspect(image, credentials, pull_always=pull_always)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.metrics.inspect_errors.inc()
+                return exc
+            finally:
+                self.metrics.inspect_seconds.observe(time.monotonic() - started)
+
+        results = await asyncio.gather(*(one(i, pa) for i, pa in images.items()))
+        return dict(zip(images, results, strict=True))
+
+    def _numa(self, pod: Mapping[str, Any], config: PlacementConfig, images: Mapping[str, Any]
+              ) -> Any:
+        if not config.topology.enabled or self.nodes is None:
+            return None
+        if any(isinstance(r, BaseException) for r in images.values()):
+            return None
+        from controller.numa import decide_numa
+
+        platforms = supported_platforms(list(images.values()))
+        if platforms.empty and platforms.image_count:
+            return None
+        pairs = set(platforms.pairs)
+        node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+
+        def eligible(node: Mapping[str, Any]) -> bool:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            for k, v in node_selector.items():
+                if labels.get(k) != v:
+                    return False
+            if not pairs:
+                return True
+            return (labels.get(OS_LABEL) or "linux", labels.get(ARCH_LABEL)) in pairs
+
+        nrts = dict(self.nrts.cache) if self.nrts is not None else {}
+        return decide_numa(pod, list(self.nodes.cache.values()), nrts, config.topology,
+                           node_eligible=eligible, inflight=self.inflight)
+
+    # --- the reconcile -----------------------------------------------------------------
+    async def reconcile(self, key: str) -> float | None:
+        """Process one pod key; returns None (done) or seconds until it should run again.
+
+        Raises:
+            ApiError: a transient API failure (the queue retries with backoff).
+        """
+        ns, name, uid = split_key(key)
+        if not self.is_leader():
+            return None
+        pod = self.pods.get(f"{ns}/{name}")
+        if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+            self.forget(uid)
+            return None
+        if not has_gate(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.forget(uid)
+            return None
+        config, config_error = self.config_source()
+        state = self._state.setdefault(uid, _PodState())
+        try:
+            creds = await self.credentials(pod, config)
+        except ApiError as exc:
+            log.info("pod %s/%s: reading pull secrets failed: %s", ns, name, exc)
+            creds = []
+        images = await self.inspect_images(pod, creds)
+
+        for attempt in range(self.max_conflict_retries + 1):
+            decision = self._decide(pod, images, config, config_error, state.failures)
+            if decision.outcome == SKIP:
+                self.forget(uid)
+                return None
+            if decision.outcome == RETRY:
+                self._emit(pod, decision)
+                self.metrics.processed.labels(RETRY).inc()
+                delay = min(self.retry_max_delay, self.retry_base_delay * 2**state.failures)
+                state.failures += 1
+                return delay * (1.0 + 0.2 * random.random())
+            if not decision.patch:
+                self._after(pod, decision, config)
+                return self._requeue_after(decision, config)
+            try:
+                written = await self._patch(ns, name, list(decision.patch))
+            except ApiError as exc:
+                if exc.not_found:
+                    self.forget(uid)
+                    return None
+                if exc.conflict:
+                    self.metrics.conflicts.inc()
+                    fresh = await self._reread(ns, name, uid)
+                    if fresh is None:
+                        self.forget(uid)
+                        return None
+                    pod = fresh
+                    continue
+                if exc.status == 422 and decision.ungate:
+                    # The server refused our affinity (odd spec): never leave the pod gated.
+                    log.warning("pod %s/%s: patch rejected (%s); plain ungate", ns, name,
+                                exc.message)
+                    decision = plain_ungate(pod, f"placement patch rejected: {exc.message[:150]}")
+                    await self._patch(ns, name, list(decision.patch))
+                    written = None
+                else:
+                    raise
+            self._after(written or pod, decision, config, attempt=attempt)
+            return self._requeue_after(decision, config)
+        raise ApiError(409, "Conflict", f"pod {ns}/{name}: still stale after "
+                       f"{self.max_conflict_retries + 1} attempts")
+
+    def _decide(self, pod: Mapping[str, Any], images: Mapping[str, Any],
+                config: PlacementConfig, config_error: str | None, failures: int) -> Decision:
+        try:
+            numa = self._numa(pod, config, images)
+        except Exception as exc:
+            log.warning("NUMA decision failed: %s", exc)
+            numa = None
+        created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+        waited = max(0.0, time.time() - created) if created is not None else 0.0
+        try:
+            return decide(
+                pod, images, config,
+                nodes=node_inventory(self.nodes.cache.values()) if self.nodes else None,
+                numa=numa, failures=failures, numa_waited_seconds=waited,
+                config_error=config_error,
+            )
+        except Exception as exc:
+            log.exception("decision failed; plain ungate")
+            return plain_ungate(pod, f"internal error while deciding: {exc}"[:200])
+
+    async def _patch(self, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self.api.request(
+            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=ops,
+            content_type="application/json-patch+json",
+        )
+
+    async def _reread(self, ns: str, name: str, uid: str) -> dict[str, Any] | None:
+        try:
+            fresh = await self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        if (fresh.get("metadata") or {}).get("uid") != uid or not has_gate(fresh):
+            return None
+        return fresh
+
+    def _emit(self, pod: Mapping[str, Any], decision: Decision) -> None:
+        for spec in decision.events:
+            self.metrics.events.labels(spec.type).inc()
+            self.events.emit(pod, spec)
+
+    def _after(self, pod: Mapping[str, Any], decision: Decision, config: PlacementConfig,
+               attempt: int = 0) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid"))
+        self._emit(pod, decision)
+        outcome = decision.outcome
+        self.metrics.processed.labels(outcome).inc()
+        if decision.ungate:
+            self.forget(uid)
+            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+            if created is not None:
+                self.metrics.ungate_seconds.observe(max(0.0, time.time() - created))
+            self._record_inflight(pod, decision)
+            meta = pod.get("metadata") or {}
+            log.info("pod %s/%s: %s (%s)%s", meta.get("namespace"), meta.get("name"), outcome,
+                     decision.reason, f" after {attempt} conflicts" if attempt else "")
+        return None
+
+    def _record_inflight(self, pod: Mapping[str, Any], decision: Decision) -> None:
+        if self.inflight is None or '"numa"' not in decision.annotation:
+            return
+        try:
+            import json
+
+            from controller.numa import effective_requests
+
+            record = json.loads(decision.annotation)
+            candidates = (record.get("numa") or {}).get("candidates") or []
+            if not candidates or "result" in (record.get("numa") or {}):
+                return
+            meta = pod.get("metadata") or {}
+            requests = effective_requests(pod)
+            self.inflight.add(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}",
+                              requests, list(candidates))
+        except Exception:
+            log.exception("in-flight accounting failed")
+
+    def _requeue_after(self, decision: Decision, config: PlacementConfig) -> float | None:
+        if decision.outcome == WAIT_NUMA:
+            # NRT changes requeue sooner; this bounds the wait when none arrive.
+            return max(1.0, min(30.0, config.topology.max_wait_seconds / 4))
+        return None

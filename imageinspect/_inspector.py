@@ -1,0 +1,671 @@
+"""The :class:`Inspector`: image reference + credentials → :class:`ImageInfo` (platforms).
+
+Flow for one lookup: parse and normalise the reference; ask registries.conf where to pull from
+(mirrors in order, then the source; blocked registries refused); match the caller's credentials
+to each source with the kubelet's rules; then, through the cache (key: reference + credential
+identities, single-flight), fetch the manifest with all manifest Accept types. An index/list
+gives the platforms directly (one request); a single manifest needs its config blob (two).
+Authentication is learned per registry host (Basic, or Bearer with a token cached per
+(registry, realm, service, scope, credential identity) until it expires). Requests go through a
+per-registry semaphore and are retried on 429/502/503/504 and connection errors with
+exponential backoff, jitter and ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+from urllib.parse import urljoin, urlsplit
+
+from imageinspect._auth import (
+    TOKEN_EXPIRY_MARGIN,
+    Challenge,
+    basic_header,
+    parse_challenges,
+    parse_token_response,
+    pull_scope,
+    token_request,
+)
+from imageinspect._cache import AsyncCache
+from imageinspect._credentials import Credential, match_credentials
+from imageinspect._errors import (
+    ConnectionFailed,
+    Denied,
+    DigestMismatch,
+    InvalidManifest,
+    NotFound,
+    RateLimited,
+    RegistryError,
+    ServerError,
+    TooLarge,
+    Unauthorized,
+)
+from imageinspect._manifest import (
+    MANIFEST_ACCEPT,
+    MAX_CONFIG_BYTES,
+    MAX_MANIFEST_BYTES,
+    SCHEMA1_TYPES,
+    ImageInfo,
+    compute_digest,
+    parse_config,
+    parse_manifest,
+    verify_digest,
+)
+from imageinspect._reference import Reference, parse_reference
+from imageinspect._registries import PullSource, RegistriesConfig
+from imageinspect._transport import AiohttpTransport, Response, Transport
+
+log = logging.getLogger("imageinspect")
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 5
+#: Backoff: base * 2**attempt seconds, capped, times a jitter factor in [0.5, 1].
+_BACKOFF_BASE = 0.1
+_BACKOFF_CAP = 5.0
+#: Longest Retry-After we sleep for; a longer one ends the retries with RateLimited at once.
+MAX_RETRY_AFTER = 10.0
+
+
+@dataclass(slots=True)
+class InspectorStats:
+    """Counters for metrics and benchmarks.
+
+    Attributes:
+        requests: HTTP exchanges sent (registry and token server, retries included).
+        token_requests: the subset sent to token servers.
+        retries: requests repeated after 429/5xx/connection errors.
+        cache_hits: lookups answered from the cache (positive entries).
+        negative_hits: lookups answered with a cached failure.
+        cache_misses: lookups that started a fetch.
+        inflight_joins: lookups that waited for another caller's fetch of the same key.
+        revalidations: ``pull_always`` HEAD checks that confirmed the cached digest.
+    """
+
+    requests: int = 0
+    token_requests: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    negative_hits: int = 0
+    cache_misses: int = 0
+    inflight_joins: int = 0
+    revalidations: int = 0
+
+
+def _error_detail(resp: Response) -> str:
+    """The registry's error code/message (distribution-spec error body), if any."""
+    try:
+        import json
+
+        doc = json.loads(resp.body or b"{}")
+        errors = doc.get("errors") if isinstance(doc, dict) else None
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            code = errors[0].get("code", "")
+            message = errors[0].get("message", "")
+            return f": {code} {message}".rstrip()
+    except (ValueError, AttributeError):
+        pass
+    return ""
+
+
+def _retry_after(resp: Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _raise_for_status(
+    resp: Response, what: str, registry: str, reference: str, cred: Credential | None = None
+) -> None:
+    status = resp.status
+    if 200 <= status < 300:
+        return
+    detail = _error_detail(resp)
+    kw: dict[str, Any] = {"registry": registry, "reference": reference, "status": status}
+    if status == 401:
+        if cred is None:
+            why = "authentication required and no pull secret matched this registry"
+        else:
+            why = f"credentials for {cred.pattern} (identity {cred.identity}) rejected"
+        raise Unauthorized(f"{what}: {why}{detail}", **kw)
+    if status == 403:
+        raise Denied(f"{what}: access denied{detail}", **kw)
+    if status == 404:
+        raise NotFound(f"{what}: not found{detail}", **kw)
+    if status == 429:
+        raise RateLimited(
+            f"{what}: rate limited by the registry{detail}", retry_after=_retry_after(resp), **kw
+        )
+    if status >= 500:
+        raise ServerError(f"{what}: registry server error{detail}", **kw)
+    raise RegistryError(f"{what}: unexpected HTTP status{detail}", **kw)
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.lower()
+
+
+class Inspector:
+    """Reports the platforms of container images, with caching, auth and safety rules.
+
+    Args:
+        registries: registries.conf rules (mirrors, blocked, insecure); default: none.
+        cache_ttl: seconds a tag's result is cached (default 6 h); digest references never expire.
+        negative_ttl: seconds a failure is cached (default 30 s).
+        max_entries: LRU bound of the result cache.
+        timeout: seconds for connecting, each read, and each whole request.
+        per_registry_concurrency: concurrent requests per registry host.
+        retries: extra attempts after 429/502/503/504/connection errors.
+        allow_link_local: allow registries resolving to 169.254.0.0/16 / fe80::/10 (tests only).
+        ca_bundles: ``{"host[:port]": PEM bytes}`` extra CAs trusted for that registry.
+        transport: an alternative :class:`~imageinspect._transport.Transport` (benchmarks).
+        clock: monotonic clock for the cache and token expiry (tests).
+
+    Use ``async with Inspector() as insp`` or call :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        *,
+        registries: RegistriesConfig | None = None,
+        cache_ttl: float = 6 * 3600,
+        negative_ttl: float = 30.0,
+        max_entries: int = 10_000,
+        timeout: float = 10.0,
+        per_registry_concurrency: int = 16,
+        retries: int = 3,
+        allow_link_local: bool = False,
+        ca_bundles: dict[str, bytes] | None = None,
+        transport: Transport | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self._registries = registries or RegistriesConfig()
+        self._cache_ttl = cache_ttl
+        self._retries = max(0, retries)
+        self._concurrency = max(1, per_registry_concurrency)
+        self._transport: Transport = transport or AiohttpTransport(
+            timeout=timeout,
+            limit_per_host=self._concurrency,
+            allow_link_local=allow_link_local,
+        )
+        self._clock = clock
+        self._cache: AsyncCache[ImageInfo] = AsyncCache(
+            max_entries=max_entries,
+            negative_ttl=negative_ttl,
+            cache_errors=(RegistryError,),
+            clock=clock,
+        )
+        self._ca_bundles = dict(ca_bundles or {})
+        self._ssl: dict[tuple[str, bool], ssl.SSLContext] = {}
+        self._schemes: dict[str, str] = {}
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._challenges: dict[str, Challenge] = {}
+        self._tokens: dict[tuple[str, str, str, str, str], tuple[str, float]] = {}
+        self._stats = InspectorStats()
+        #: The backoff sleep (tests replace it to observe delays without waiting).
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> InspectorStats:
+        """A snapshot of the counters (cache counters included)."""
+        c = self._cache.stats
+        return replace(
+            self._stats,
+            cache_hits=c.hits,
+            negative_hits=c.negative_hits,
+            cache_misses=c.misses,
+            inflight_joins=c.joins,
+        )
+
+    async def __aenter__(self) -> Inspector:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel in-flight fetches and close the HTTP client."""
+        await self._cache.aclose()
+        await self._transport.aclose()
+
+    async def inspect(
+        self,
+        image: str,
+        credentials: Sequence[Credential] = (),
+        *,
+        pull_always: bool = False,
+    ) -> ImageInfo:
+        """Return the platforms of ``image``.
+
+        Args:
+            image: an image reference as written in a pod spec (``nginx``, ``host:5000/a/b:t``,
+                ``...@sha256:...``).
+            credentials: the credentials this pod may use (its pull secrets, the node's config);
+                matched per the kubelet's rules and tried in order, anonymous last.
+            pull_always: the pod has ``imagePullPolicy: Always``: a cached tag result is
+                revalidated with one ``HEAD`` digest check instead of being trusted.
+
+        Returns:
+            :class:`ImageInfo` whose ``reference`` is the normalised reference.
+
+        Raises:
+            InvalidReference, Blocked, UnsafeAddress, NotFound, Unauthorized, Denied,
+            RateLimited, ServerError, Timeout, ConnectionFailed, InvalidManifest (DigestMismatch),
+            TooLarge: all subclasses of :class:`RegistryError`, carrying registry, reference
+            and HTTP status.
+        """
+        ref = parse_reference(image)
+        sources = self._registries.pull_sources(ref)
+        plan = [(src, match_credentials(src.reference.name, credentials)) for src in sources]
+        identities = tuple(sorted({c.identity for _, creds in plan for c in creds}))
+        key = (str(ref), identities)
+        ttl = None if ref.pinned else self._cache_ttl
+
+        async def fetch() -> tuple[ImageInfo, float | None]:
+            return await self._fetch(ref, plan), ttl
+
+        if pull_always and not ref.pinned:
+            cached = self._cache.peek(key)
+            if cached is not None:
+                digest = await self._head_digest(ref, plan)
+                if digest == cached.digest:
+                    self._stats.revalidations += 1
+                    return cached
+                self._cache.invalidate(key)
+            return await self._cache.get_or_fetch(key, fetch, use_cached=False)
+        return await self._cache.get_or_fetch(key, fetch)
+
+    # -- fetching -----------------------------------------------------------------------
+
+    async def _fetch(
+        self, ref: Reference, plan: list[tuple[PullSource, list[Credential]]]
+    ) -> ImageInfo:
+        async def one(src: PullSource, cred: Credential | None) -> ImageInfo:
+            return await self._fetch_with(src, cred, ref)
+
+        return await self._over_sources(ref, plan, one)
+
+    async def _head_digest(
+        self, ref: Reference, plan: list[tuple[PullSource, list[Credential]]]
+    ) -> str | None:
+        async def one(src: PullSource, cred: Credential | None) -> str | None:
+            return await self._head_with(src, cred, ref)
+
+        return await self._over_sources(ref, plan, one)
+
+    async def _over_sources(
+        self,
+        ref: Reference,
+        plan: list[tuple[PullSource, list[Credential]]],
+        op: Callable[[PullSource, Credential | None], Awaitable[T]],
+    ) -> T:
+        """Run ``op`` on each pull source in order (mirrors, then the source) until one works;
+        within a source, each matching credential in order, then anonymous (kubelet order).
+        Only 401/403/404 move on to the next credential; any error moves on to the next source.
+        The last source's error is raised."""
+        errors: list[RegistryError] = []
+        rank = {NotFound: 0, Denied: 1, Unauthorized: 2}
+        for src, creds in plan:
+            attempts: list[Credential | None] = [*creds, None]
+            auth_errors: list[RegistryError] = []
+            try:
+                for cred in attempts:
+                    try:
+                        return await op(src, cred)
+                    except (Unauthorized, Denied, NotFound) as exc:
+                        auth_errors.append(exc)
+                raise min(auth_errors, key=lambda e: rank.get(type(e), 3))
+            except RegistryError as exc:
+                exc.with_context(registry=src.reference.domain, reference=str(ref))
+                if src.mirror:
+                    log.info("mirror %s failed for %s: %s", src.reference.domain, ref, exc)
+                errors.append(exc)
+        raise errors[-1]
+
+    async def _fetch_with(
+        self, src: PullSource, cred: Credential | None, ref: Reference
+    ) -> ImageInfo:
+        sref = src.reference
+        what = (
+            f"manifest {sref.path}:{sref.manifest_ref}"
+            if not sref.pinned
+            else (f"manifest {sref.path}@{sref.digest}")
+        )
+        resp = await self._request(
+            src,
+            cred,
+            "GET",
+            f"/manifests/{sref.manifest_ref}",
+            accept=MANIFEST_ACCEPT,
+            max_body=MAX_MANIFEST_BYTES,
+            what=what,
+            reference=str(ref),
+        )
+        _raise_for_status(resp, what, sref.domain, str(ref), cred)
+        body = resp.body
+        parsed = parse_manifest(body, resp.headers.get("content-type"))
+        header_digest = resp.headers.get("docker-content-digest", "").strip()
+        if sref.digest is not None:
+            verify_digest(body, sref.digest)
+            digest = sref.digest
+        elif parsed.media_type in SCHEMA1_TYPES:
+            # Signed schema 1 digests cover the payload without signatures: trust the header.
+            digest = header_digest or compute_digest(body)
+        else:
+            digest = compute_digest(body)
+            if header_digest and header_digest.startswith("sha256:") and header_digest != digest:
+                raise DigestMismatch(
+                    f"manifest hashes to {digest} but the registry says {header_digest}"
+                )
+        platforms = parsed.platforms
+        if parsed.needs_config:
+            assert parsed.config_digest is not None
+            if parsed.config_size is not None and parsed.config_size > MAX_CONFIG_BYTES:
+                raise TooLarge(
+                    f"image config {parsed.config_digest} is larger than the "
+                    f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB limit ({parsed.config_size} bytes)"
+                )
+            cwhat = f"config blob {parsed.config_digest}"
+            cresp = await self._request(
+                src,
+                cred,
+                "GET",
+                f"/blobs/{parsed.config_digest}",
+                accept="*/*",
+                max_body=MAX_CONFIG_BYTES,
+                what=cwhat,
+                reference=str(ref),
+                follow_redirects=True,
+            )
+            _raise_for_status(cresp, cwhat, sref.domain, str(ref), cred)
+            verify_digest(cresp.body, parsed.config_digest, "image config")
+            platforms = parse_config(cresp.body)
+        return ImageInfo(str(ref), digest, parsed.media_type, platforms)
+
+    async def _head_with(
+        self, src: PullSource, cred: Credential | None, ref: Reference
+    ) -> str | None:
+        sref = src.reference
+        what = f"manifest {sref.path}:{sref.manifest_ref}"
+        resp = await self._request(
+            src,
+            cred,
+            "HEAD",
+            f"/manifests/{sref.manifest_ref}",
+            accept=MANIFEST_ACCEPT,
+            max_body=0,
+            what=what,
+            reference=str(ref),
+        )
+        _raise_for_status(resp, what, sref.domain, str(ref), cred)
+        return resp.headers.get("docker-content-digest") or None
+
+    # -- HTTP with auth -----------------------------------------------------------------
+
+    async def _request(
+        self,
+        src: PullSource,
+        cred: Credential | None,
+        method: str,
+        subpath: str,
+        *,
+        accept: str,
+        max_body: int,
+        what: str,
+        reference: str,
+        follow_redirects: bool = False,
+    ) -> Response:
+        sref = src.reference
+        host = sref.api_host
+        base = await self._base_url(host, src.insecure)
+        url = f"{base}/v2/{sref.path}{subpath}"
+        scope = pull_scope(sref.path)
+        headers = {"Accept": accept}
+        auth = await self._auth_header(host, src.insecure, scope, cred, what, reference)
+        if auth:
+            headers["Authorization"] = auth
+        try:
+            return await self._request_inner(
+                src,
+                cred,
+                method,
+                url,
+                headers,
+                auth,
+                scope,
+                max_body,
+                follow_redirects,
+                what,
+                reference,
+            )
+        except TooLarge as exc:
+            raise TooLarge(
+                f"{what} is larger than the {max_body // (1024 * 1024)} MiB limit ({exc.message})",
+                registry=exc.registry or sref.domain,
+                reference=reference,
+                status=exc.status,
+            ) from None
+
+    async def _request_inner(
+        self,
+        src: PullSource,
+        cred: Credential | None,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        auth: str | None,
+        scope: str,
+        max_body: int,
+        follow_redirects: bool,
+        what: str,
+        reference: str,
+    ) -> Response:
+        host = src.reference.api_host
+        resp = await self._send(host, method, url, headers, max_body, src.insecure)
+        if resp.status == 401:
+            challenges = parse_challenges(resp.www_authenticate)
+            if challenges and challenges[0].scheme in ("bearer", "basic"):
+                challenge = challenges[0]
+                known = self._challenges.get(host)
+                self._challenges[host] = challenge
+                if auth and known == challenge and challenge.scheme == "basic":
+                    return resp  # our Basic credentials were rejected
+                if auth and challenge.scheme == "bearer":
+                    self._drop_token(host, challenge, scope, cred)
+                new_auth = await self._auth_header(host, src.insecure, scope, cred, what, reference)
+                if new_auth and new_auth != auth:
+                    headers["Authorization"] = new_auth
+                    resp = await self._send(host, method, url, headers, max_body, src.insecure)
+        hops = 0
+        while follow_redirects and resp.status in _REDIRECT_STATUSES:
+            location = resp.headers.get("location")
+            hops += 1
+            if not location or hops > _MAX_REDIRECTS:
+                raise InvalidManifest(f"{what}: bad or too many redirects", status=resp.status)
+            target = urljoin(resp.url, location)
+            rheaders = {"Accept": headers["Accept"]}
+            # Registry credentials only ever go to the registry's own origin.
+            if _origin(target) == _origin(url) and "Authorization" in headers:
+                rheaders["Authorization"] = headers["Authorization"]
+            target_host = urlsplit(target).netloc
+            resp = await self._send(target_host, "GET", target, rheaders, max_body, False)
+        return resp
+
+    def _token_key(
+        self, host: str, challenge: Challenge, scope: str, cred: Credential | None
+    ) -> tuple[str, str, str, str, str]:
+        return (host, challenge.realm, challenge.service, scope, cred.identity if cred else "")
+
+    def _drop_token(
+        self, host: str, challenge: Challenge, scope: str, cred: Credential | None
+    ) -> None:
+        self._tokens.pop(self._token_key(host, challenge, scope, cred), None)
+
+    async def _auth_header(
+        self,
+        host: str,
+        insecure: bool,
+        scope: str,
+        cred: Credential | None,
+        what: str,
+        reference: str,
+    ) -> str | None:
+        challenge = self._challenges.get(host)
+        if challenge is None:
+            return None
+        if challenge.scheme == "basic":
+            return basic_header(cred) if cred is not None else None
+        key = self._token_key(host, challenge, scope, cred)
+        cached = self._tokens.get(key)
+        now = self._clock()
+        if cached is not None and cached[1] > now:
+            return f"Bearer {cached[0]}"
+        if not challenge.realm:
+            raise Unauthorized(
+                f"{what}: bearer challenge without a realm", registry=host, reference=reference
+            )
+        treq = token_request(challenge, scope, cred)
+        realm_host = urlsplit(challenge.realm).netloc
+        self._stats.token_requests += 1
+        resp = await self._send(
+            realm_host,
+            treq.method,
+            treq.url,
+            treq.headers,
+            1024 * 1024,
+            insecure and urlsplit(challenge.realm).netloc == host,
+            body=treq.body,
+        )
+        if resp.status in (401, 403):
+            who = "anonymous access" if cred is None else "the credentials"
+            err = Unauthorized if resp.status == 401 else Denied
+            raise err(
+                f"{what}: token server {realm_host} refused {who}{_error_detail(resp)}",
+                registry=host,
+                reference=reference,
+                status=resp.status,
+            )
+        _raise_for_status(resp, f"token from {realm_host}", host, reference)
+        try:
+            token, lifetime = parse_token_response(resp.body)
+        except ValueError as exc:
+            raise Unauthorized(
+                f"{what}: bad token response from {realm_host}: {exc}",
+                registry=host,
+                reference=reference,
+                status=resp.status,
+            ) from exc
+        self._tokens[key] = (token, now + max(0.0, lifetime - TOKEN_EXPIRY_MARGIN))
+        return f"Bearer {token}"
+
+    # -- transport with retries -------------------------------------------------------
+
+    def _ssl_context(self, host: str, insecure: bool) -> ssl.SSLContext:
+        key = (host, insecure)
+        ctx = self._ssl.get(key)
+        if ctx is None:
+            if insecure:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            else:
+                ctx = ssl.create_default_context()
+                pem = self._ca_bundles.get(host)
+                if pem:
+                    ctx.load_verify_locations(cadata=pem.decode())
+            self._ssl[key] = ctx
+        return ctx
+
+    async def _base_url(self, host: str, insecure: bool) -> str:
+        insecure = insecure or self._registries.is_insecure(host)
+        if not insecure:
+            return f"https://{host}"
+        scheme = self._schemes.get(host)
+        if scheme is None:
+            # containers/image behaviour: try TLS (unverified) first, fall back to plain HTTP.
+            try:
+                await self._send(host, "GET", f"https://{host}/v2/", {}, 64 * 1024, True, retries=0)
+                scheme = "https"
+            except ConnectionFailed:
+                scheme = "http"
+            self._schemes[host] = scheme
+        return f"{scheme}://{host}"
+
+    async def _send(
+        self,
+        host: str,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        max_body: int,
+        insecure: bool,
+        *,
+        body: bytes | None = None,
+        retries: int | None = None,
+    ) -> Response:
+        sem = self._semaphores.get(host)
+        if sem is None:
+            sem = self._semaphores[host] = asyncio.Semaphore(self._concurrency)
+        insecure = insecure or self._registries.is_insecure(host)
+        ssl_ctx: ssl.SSLContext | bool = (
+            self._ssl_context(host, insecure) if url.startswith("https://") else False
+        )
+        limit = self._retries if retries is None else retries
+        attempt = 0
+        while True:
+            try:
+                async with sem:
+                    self._stats.requests += 1
+                    resp = await self._transport.request(
+                        method,
+                        url,
+                        headers=headers,
+                        max_body=max_body,
+                        ssl_context=ssl_ctx,
+                        data=body,
+                    )
+            except ConnectionFailed as exc:
+                exc.with_context(registry=host)
+                if attempt >= limit:
+                    raise
+                delay = self._backoff(attempt)
+                log.debug(
+                    "retrying %s %s after %s in %.2fs", method, url, type(exc).__name__, delay
+                )
+            except RegistryError as exc:
+                raise exc.with_context(registry=host) from None
+            else:
+                if resp.status not in RETRY_STATUSES or attempt >= limit:
+                    return resp
+                after = _retry_after(resp)
+                if after is not None and after > MAX_RETRY_AFTER:
+                    return resp
+                delay = after if after is not None else self._backoff(attempt)
+                log.debug("retrying %s %s after HTTP %d in %.2fs", method, url, resp.status, delay)
+            attempt += 1
+            self._stats.retries += 1
+            await self._sleep(delay)
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        return min(_BACKOFF_CAP, _BACKOFF_BASE * (2**attempt)) * random.uniform(0.5, 1.0)

@@ -1,0 +1,305 @@
+"""Manifests to platforms: pure functions over the JSON documents a registry returns.
+
+Sources: OCI image-spec (image index, image manifest, config ``os``/``architecture``/``variant``),
+Docker image manifest v2 schema 2 and manifest list, Docker schema 1 (``architecture`` at the top
+level), and BuildKit's attestation convention (index entries annotated with
+``vnd.docker.reference.type`` and platform ``unknown/unknown`` are not runnable platforms).
+No I/O here: callers pass bytes and the response ``Content-Type``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from imageinspect._errors import DigestMismatch, InvalidManifest
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_SCHEMA1 = "application/vnd.docker.distribution.manifest.v1+json"
+DOCKER_SCHEMA1_SIGNED = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
+MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+SCHEMA1_TYPES = frozenset({DOCKER_SCHEMA1, DOCKER_SCHEMA1_SIGNED})
+KNOWN_TYPES = INDEX_TYPES | MANIFEST_TYPES | SCHEMA1_TYPES
+
+#: The Accept header for manifest requests: the four current types, schema 1 last (q=0.5).
+MANIFEST_ACCEPT = ", ".join(
+    [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST]
+    + [f"{t};q=0.5" for t in (DOCKER_SCHEMA1_SIGNED, DOCKER_SCHEMA1)]
+)
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+
+#: Annotation BuildKit puts on index entries that are attestations, not images.
+ATTESTATION_ANNOTATION = "vnd.docker.reference.type"
+_GENERIC_CONTENT_TYPES = frozenset(
+    {"", "application/json", "text/plain", "application/octet-stream"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """One platform an image can run on (OCI image-spec ``platform`` object).
+
+    ``str()`` gives ``os/architecture[/variant]``, e.g. ``linux/arm64/v8``.
+    """
+
+    os: str
+    architecture: str
+    variant: str | None = None
+
+    def __str__(self) -> str:
+        base = f"{self.os}/{self.architecture}"
+        return f"{base}/{self.variant}" if self.variant else base
+
+    @classmethod
+    def parse(cls, text: str) -> Platform:
+        """Parse ``os/architecture[/variant]``; raises ValueError on another shape."""
+        parts = text.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"platform {text!r} is not os/architecture[/variant]")
+        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    """What :meth:`imageinspect.Inspector.inspect` answers.
+
+    Attributes:
+        reference: the normalised reference (``docker.io/library/nginx:latest``).
+        digest: digest of the top-level manifest (``sha256:...``).
+        media_type: media type of that manifest (index, list, manifest or schema 1).
+        platforms: distinct platforms, in the registry's order.
+    """
+
+    reference: str
+    digest: str
+    media_type: str
+    platforms: tuple[Platform, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedManifest:
+    """A decoded top-level manifest.
+
+    Attributes:
+        media_type: the resolved media type (one of :data:`KNOWN_TYPES`).
+        platforms: for an index or schema 1, the platforms; empty for a single manifest.
+        config_digest: for a single manifest, the config blob's digest (else ``None``).
+        config_size: the config's declared size in bytes, or ``None``.
+    """
+
+    media_type: str
+    platforms: tuple[Platform, ...] = ()
+    config_digest: str | None = None
+    config_size: int | None = None
+
+    @property
+    def is_index(self) -> bool:
+        """True for an OCI index or Docker manifest list."""
+        return self.media_type in INDEX_TYPES
+
+    @property
+    def needs_config(self) -> bool:
+        """True when the platform lives in the config blob (a single v2/OCI manifest)."""
+        return self.media_type in MANIFEST_TYPES
+
+
+def compute_digest(data: bytes, algorithm: str = "sha256") -> str:
+    """Return ``algorithm:hex`` of ``data`` (sha256 or sha512); ValueError for others."""
+    if algorithm not in ("sha256", "sha512"):
+        raise ValueError(f"unsupported digest algorithm {algorithm!r}")
+    return f"{algorithm}:{hashlib.new(algorithm, data).hexdigest()}"
+
+
+def verify_digest(data: bytes, expected: str, what: str = "manifest") -> None:
+    """Raise :class:`DigestMismatch` unless ``data`` hashes to ``expected`` (``alg:hex``)."""
+    algorithm = expected.split(":", 1)[0]
+    try:
+        actual = compute_digest(data, algorithm)
+    except ValueError as exc:
+        raise DigestMismatch(f"cannot verify {what} digest {expected}: {exc}") from exc
+    if actual != expected:
+        raise DigestMismatch(f"{what} content hashes to {actual}, expected {expected}")
+
+
+def _load_json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidManifest(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidManifest(f"{what} is not a JSON object")
+    return doc
+
+
+def _clean_content_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def resolve_media_type(doc: Mapping[str, Any], content_type: str | None) -> str:
+    """Decide a manifest's media type from the response ``Content-Type`` and the body.
+
+    A known manifest Content-Type wins, but must agree with a ``mediaType`` in the body. A
+    generic or missing Content-Type (``application/json``, ``text/plain``) falls back to the
+    body's ``mediaType`` or, for ``schemaVersion`` 1, schema 1. Anything else is refused.
+
+    Raises:
+        InvalidManifest: unknown or contradictory media types.
+    """
+    header = _clean_content_type(content_type)
+    body_type = doc.get("mediaType")
+    if body_type is not None and not isinstance(body_type, str):
+        raise InvalidManifest("manifest mediaType is not a string")
+    if header in KNOWN_TYPES:
+        if body_type and body_type != header and header not in SCHEMA1_TYPES:
+            raise InvalidManifest(
+                f"manifest Content-Type {header} contradicts its mediaType {body_type}"
+            )
+        return header
+    if header not in _GENERIC_CONTENT_TYPES:
+        raise InvalidManifest(f"registry returned Content-Type {header!r}, not an image manifest")
+    if body_type in KNOWN_TYPES:
+        return str(body_type)
+    if doc.get("schemaVersion") == 1:
+        return DOCKER_SCHEMA1_SIGNED if "signatures" in doc else DOCKER_SCHEMA1
+    if doc.get("schemaVersion") == 2 and "manifests" in doc and "mediaType" not in doc:
+        return OCI_INDEX
+    if doc.get("schemaVersion") == 2 and "config" in doc and "mediaType" not in doc:
+        return OCI_MANIFEST
+    raise InvalidManifest(
+        f"cannot tell the manifest type (Content-Type {header or 'missing'!r}, "
+        f"mediaType {body_type!r})"
+    )
+
+
+def _platform_of(obj: Mapping[str, Any], what: str) -> Platform | None:
+    os_ = obj.get("os")
+    arch = obj.get("architecture")
+    variant = obj.get("variant")
+    if not isinstance(os_, str) or not isinstance(arch, str):
+        raise InvalidManifest(f"{what} lacks string os/architecture fields")
+    if variant is not None and not isinstance(variant, str):
+        raise InvalidManifest(f"{what} has a non-string variant")
+    if not os_ or not arch or os_ == "unknown" or arch == "unknown":
+        return None
+    return Platform(os_.lower(), arch.lower(), variant or None)
+
+
+def _dedupe(platforms: list[Platform]) -> tuple[Platform, ...]:
+    return tuple(dict.fromkeys(platforms))
+
+
+def platforms_from_index(doc: Mapping[str, Any]) -> tuple[Platform, ...]:
+    """Platforms listed by an OCI image index or Docker manifest list, without fetching children.
+
+    Skips entries annotated ``vnd.docker.reference.type`` (BuildKit attestations), entries with
+    an ``unknown`` os or architecture and entries with no ``platform``. Keeps ``os`` (a
+    windows/amd64 entry stays windows). Duplicates are dropped, order kept.
+
+    Raises:
+        InvalidManifest: ``manifests`` missing or not a list of objects, bad platform fields.
+    """
+    entries = doc.get("manifests")
+    if not isinstance(entries, list):
+        raise InvalidManifest("image index has no 'manifests' list")
+    found: list[Platform] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InvalidManifest(f"image index entry {i} is not an object")
+        annotations = entry.get("annotations") or {}
+        if isinstance(annotations, dict) and ATTESTATION_ANNOTATION in annotations:
+            continue
+        platform = entry.get("platform")
+        if platform is None:
+            continue
+        if not isinstance(platform, dict):
+            raise InvalidManifest(f"image index entry {i} has a non-object platform")
+        p = _platform_of(platform, f"image index entry {i} platform")
+        if p is not None:
+            found.append(p)
+    return _dedupe(found)
+
+
+def platform_from_config(doc: Mapping[str, Any]) -> tuple[Platform, ...]:
+    """The platform of a single image from its config blob (``os``, ``architecture``,
+    ``variant`` per the OCI image-spec config); empty when it is ``unknown``.
+
+    Raises:
+        InvalidManifest: the fields are missing or not strings.
+    """
+    p = _platform_of(doc, "image config")
+    return (p,) if p is not None else ()
+
+
+def platform_from_schema1(doc: Mapping[str, Any]) -> tuple[Platform, ...]:
+    """The platform of a Docker schema 1 manifest: ``architecture`` at the top level; the OS
+    from the first ``history[].v1Compatibility`` JSON when present, else ``linux``.
+
+    Raises:
+        InvalidManifest: ``architecture`` missing.
+    """
+    arch = doc.get("architecture")
+    if not isinstance(arch, str) or not arch:
+        raise InvalidManifest("schema 1 manifest has no architecture")
+    os_ = "linux"
+    history = doc.get("history")
+    if isinstance(history, list) and history and isinstance(history[0], dict):
+        compat = history[0].get("v1Compatibility")
+        if isinstance(compat, str):
+            try:
+                v1 = json.loads(compat)
+            except json.JSONDecodeError:
+                v1 = None
+            if isinstance(v1, dict) and isinstance(v1.get("os"), str) and v1["os"]:
+                os_ = v1["os"]
+    p = _platform_of({"os": os_, "architecture": arch}, "schema 1 manifest")
+    return (p,) if p is not None else ()
+
+
+def parse_manifest(data: bytes, content_type: str | None) -> ParsedManifest:
+    """Decode a top-level manifest response body.
+
+    Args:
+        data: the body bytes (already size-limited by the caller).
+        content_type: the response ``Content-Type`` header.
+
+    Returns:
+        :class:`ParsedManifest`: platforms for an index/list/schema 1, or the config descriptor
+        for a single manifest.
+
+    Raises:
+        InvalidManifest: malformed JSON, unknown type, missing fields.
+    """
+    doc = _load_json(data, "manifest")
+    media_type = resolve_media_type(doc, content_type)
+    if media_type in INDEX_TYPES:
+        return ParsedManifest(media_type, platforms_from_index(doc))
+    if media_type in SCHEMA1_TYPES:
+        return ParsedManifest(media_type, platform_from_schema1(doc))
+    config = doc.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("digest"), str):
+        raise InvalidManifest("image manifest has no config descriptor with a digest")
+    size = config.get("size")
+    return ParsedManifest(
+        media_type,
+        config_digest=config["digest"],
+        config_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+    )
+
+
+def parse_config(data: bytes) -> tuple[Platform, ...]:
+    """Decode an image config blob and return its platform (see :func:`platform_from_config`).
+
+    Raises:
+        InvalidManifest: malformed JSON or missing fields.
+    """
+    return platform_from_config(_load_json(data, "image config"))

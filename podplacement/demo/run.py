@@ -1,0 +1,672 @@
+"""``podplacement demo``: the product run for real on this machine, start to finish.
+
+Steps (issue 7 item 4): start two real registries and push real multi-arch busybox images
+(:mod:`podplacement.demo.seed`); start an API server (localkube as a subprocess by default, the
+real etcd + kube-apiserver (+ kube-scheduler) of ``KUBEBUILDER_ASSETS`` through the test
+harness, or an existing cluster with ``--kubeconfig``); apply the CRDs, nodes,
+NodeResourceTopologies and the PodPlacementConfig ``cluster``; generate certificates with
+``podplacement certs generate``; start ``podplacement webhook`` (HTTPS on 127.0.0.1) and
+``podplacement controller`` as processes, exactly as they run in a cluster (the controller
+creates the MutatingWebhookConfiguration with the caBundle); create the sample pods
+(:mod:`podplacement.demo.workloads`); wait (bounded) until every pod is ungated or waiting for
+NUMA resources; print the table (:mod:`podplacement.demo.report`); stop everything it started
+(processes terminated and waited for, the work directory removed), also on Ctrl-C and errors.
+
+With ``--kubeconfig`` nothing is faked: no nodes, NRTs, config, webhook or controller are
+created (the product must already be installed, ``kubectl apply -k deploy/``); only the
+namespace, the pull secret and the pods are, and the namespace is deleted at the end. The
+registries still listen on 127.0.0.1 of this machine, so the cluster's controller can reach
+them only when it runs here too: that is the limitation of that mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any, TextIO
+
+import yaml
+
+from controller.config import (
+    API_VERSION,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    DEFAULT_NAMESPACE,
+    NRT_GROUP,
+    NRT_PLURAL,
+    NRT_VERSION,
+    WEBHOOK_CONFIGURATION_NAME,
+)
+from controller.kube import MERGE_PATCH, ApiError, KubeAPI
+from podplacement.demo import report, workloads
+from podplacement.demo.images import DemoImageError, load_busybox_debs
+from podplacement.demo.seed import DemoRegistryPair, push_images, start_registries
+
+log = logging.getLogger("podplacement.demo")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_FILES = (
+    REPO_ROOT / "deploy" / "crds" / "podplacementconfig.yaml",
+    REPO_ROOT / "deploy" / "optional" / "noderesourcetopology-crd.yaml",
+)
+MWC_PATH = (
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+    + WEBHOOK_CONFIGURATION_NAME
+)
+
+
+class DemoError(RuntimeError):
+    """A step of the demo failed; the message says which and where its log is."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """What ``podplacement demo`` was asked to do.
+
+    Attributes:
+        debs: directory with the four ``busybox-static_*_<arch>.deb`` files.
+        kubeconfig: use this existing cluster instead of starting an API server.
+        keep: keep the work directory (logs, certificates, kubeconfig) and, on an existing
+            cluster, the ``demo`` namespace.
+        settle_timeout: seconds to wait for the pods to be decided.
+        max_wait_seconds: ``spec.topology.maxWaitSeconds`` of the demo's config.
+        out: where the table goes.
+    """
+
+    debs: Path
+    kubeconfig: Path | None = None
+    keep: bool = False
+    settle_timeout: float = 60.0
+    max_wait_seconds: int = 45
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+
+
+# --- processes --------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    """A process the demo started: ``name`` for messages, its ``log`` file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    _log_file: IO[bytes] | None = None
+    _stopped: bool = False
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of its log."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL and wait (idempotent). A process
+        that had already exited is reported (it should have run until now)."""
+        code = self.popen.poll()
+        if code is not None and not self._stopped:
+            log.warning("%s had exited on its own (exit code %s); last lines of %s:\n%s",
+                        self.name, code, self.log, self.tail(10))
+        self._stopped = True
+        if code is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+def start_child(name: str, args: Sequence[str], log_dir: Path,
+                env: dict[str, str] | None = None) -> Child:
+    """Start ``args`` in its own session (so a terminal Ctrl-C reaches only the demo, which
+    then stops its children in order), stdout+stderr to ``log_dir/<name>.log``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"{name}.log"
+    handle = path.open("ab")
+    try:
+        popen = subprocess.Popen(
+            list(args), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+    except BaseException:
+        handle.close()
+        raise
+    log.info("started %s (pid %d), log %s", name, popen.pid, path)
+    return Child(name, popen, path, handle)
+
+
+def podplacement_args(*args: str) -> list[str]:
+    """The command line of a ``podplacement`` subcommand run with this interpreter."""
+    return [sys.executable, "-m", "podplacement", "--log-format", "text", *args]
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def subcommand_help(*args: str) -> str:
+    """The ``--help`` text of a subcommand ("" when it does not exist)."""
+    proc = subprocess.run(podplacement_args(*args, "--help"), capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=60, check=False)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+# --- API server -------------------------------------------------------------------------
+
+
+@dataclass
+class ApiServer:
+    """The API server in use: ``kubeconfig`` path, ``kind`` (``localkube``, ``real`` or
+    ``existing``), whether a scheduler binds pods, how to stop it (None: not ours) and the
+    process behind it when the demo started one (to report its log if it dies)."""
+
+    kubeconfig: Path
+    kind: str
+    scheduler: bool
+    stop: Callable[[], None] | None = None
+    child: Child | None = None
+
+
+def write_plain_kubeconfig(path: Path, url: str) -> None:
+    """A kubeconfig for an unauthenticated plain-HTTP server (localkube)."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "localkube", "cluster": {"server": url}}],
+        "users": [{"name": "demo", "user": {}}],
+        "contexts": [{"name": "localkube", "context": {"cluster": "localkube", "user": "demo"}}],
+        "current-context": "localkube",
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def start_localkube(work: Path, log_dir: Path) -> ApiServer:
+    """``python -m localkube`` on a free 127.0.0.1 port with our CRDs, and its kubeconfig.
+
+    Raises:
+        DemoError: localkube is not installed or exited.
+    """
+    port = free_port()
+    args = [sys.executable, "-m", "localkube", "--port", str(port)]
+    for crd in CRD_FILES:
+        args += ["--crd", str(crd)]
+    child = start_child("localkube", args, log_dir)
+    kubeconfig = work / "kubeconfig"
+    write_plain_kubeconfig(kubeconfig, f"http://127.0.0.1:{port}")
+
+    if not child.alive():
+        child.stop()
+        raise DemoError(f"localkube exited at once:\n{child.tail()}")
+    return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child)
+
+
+def start_real_cluster(work: Path, assets: Path) -> ApiServer:
+    """etcd + kube-apiserver (+ kube-scheduler when present) from ``assets``
+    (``$KUBEBUILDER_ASSETS``) via the test harness (``tests/harness/kube.py``).
+
+    Raises:
+        DemoError: the harness is missing or the control plane did not start.
+    """
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from tests.harness.kube import start_real_control_plane
+    except ImportError as exc:
+        raise DemoError(f"tests/harness/kube.py is not available: {exc}") from exc
+    try:
+        plane = start_real_control_plane(assets, work / "control-plane")
+    except RuntimeError as exc:
+        raise DemoError(str(exc)) from exc
+    return ApiServer(Path(plane.env.kubeconfig), "real",
+                     scheduler=(assets / "kube-scheduler").exists(), stop=plane.stop)
+
+
+# --- waiting ----------------------------------------------------------------------------
+
+
+async def wait_for(what: str, check: Callable[[], Awaitable[bool]], limit: float,
+                   interval: float = 0.2, alive: Sequence[Child] = ()) -> None:
+    """Poll ``check`` until it returns True, at most ``limit`` seconds.
+
+    Raises:
+        DemoError: the time ran out, or one of ``alive`` exited (with its log tail).
+    """
+    deadline = time.monotonic() + limit
+    while True:
+        for child in alive:
+            if not child.alive():
+                raise DemoError(f"{child.name} exited while waiting for {what}:\n{child.tail()}")
+        if await check():
+            return
+        if time.monotonic() >= deadline:
+            raise DemoError(f"timed out after {limit:.0f} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def _ok(api: KubeAPI, path: str) -> bool:
+    try:
+        await api.request("GET", path)
+    except ApiError:
+        return False
+    return True
+
+
+async def create(api: KubeAPI, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """POST ``obj`` to the collection ``path``; an existing object (409) is left alone and
+    returned as it is."""
+    try:
+        return await api.request("POST", path, body=obj)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        name = obj["metadata"]["name"]
+        return await api.request("GET", f"{path}/{name}")
+
+
+# --- the scenario -----------------------------------------------------------------------
+
+
+async def install_crds(api: KubeAPI) -> None:
+    """Create our CRDs (skipped when present) and wait until their APIs are served."""
+    for crd_file in CRD_FILES:
+        for doc in yaml.safe_load_all(crd_file.read_text()):
+            if doc:
+                await create(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+
+    async def served() -> bool:
+        return (await _ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}")
+                and await _ok(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"))
+
+    await wait_for("the CRDs to be served", served, 30.0)
+
+
+async def install_cluster_objects(api: KubeAPI, registries: workloads.DemoRegistries,
+                                  max_wait_seconds: int) -> None:
+    """Namespaces, nodes (made Ready and untainted, as a kubelet would), NRTs, the config."""
+    await create(api, "/api/v1/namespaces", workloads.namespace_object(DEFAULT_NAMESPACE))
+    for node in workloads.NODES:
+        await create(api, "/api/v1/nodes", workloads.node_object(node))
+        path = f"/api/v1/nodes/{node.name}"
+        with contextlib.suppress(ApiError):
+            await api.request("PATCH", f"{path}/status", body=workloads.node_status(node),
+                              content_type=MERGE_PATCH)
+        # TaintNodesByCondition taints a node created without a Ready kubelet; a scheduler
+        # would never bind there.
+        with contextlib.suppress(ApiError):
+            await api.request("PATCH", path, body={"spec": {"taints": None}},
+                              content_type=MERGE_PATCH)
+    for nrt in workloads.nrt_objects():
+        await create(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}", nrt)
+    await create(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}",
+                 workloads.placement_config(max_wait_seconds=max_wait_seconds))
+
+
+async def install_namespace(api: KubeAPI, registries: workloads.DemoRegistries) -> None:
+    """The ``demo`` namespace, its default ServiceAccount and the pull secret.
+
+    Raises:
+        DemoError: a namespace of that name exists and was not made by the demo (it is
+            never reused, nor deleted at the end).
+    """
+    ns = workloads.DEMO_NAMESPACE
+    stored = await create(api, "/api/v1/namespaces", workloads.namespace_object(ns))
+    if not workloads.made_by_demo(stored):
+        raise DemoError(f"namespace {ns} exists and was not created by the demo; "
+                        "delete it or run the demo against another cluster")
+    await create(api, f"/api/v1/namespaces/{ns}/serviceaccounts",
+                 workloads.service_account_object(ns))
+    await create(api, f"/api/v1/namespaces/{ns}/secrets", workloads.pull_secret(registries, ns))
+
+
+def pod_pending(pod: dict[str, Any]) -> bool:
+    """Still to be decided: carries our gate and is not marked waiting for NUMA."""
+    return report.state_cell(pod) == "gated"
+
+
+async def list_demo(api: KubeAPI) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pods and Events (core/v1 and events.k8s.io/v1) of the demo namespace."""
+    ns = workloads.DEMO_NAMESPACE
+    pods = (await api.request("GET", f"/api/v1/namespaces/{ns}/pods")).get("items") or []
+    events: list[dict[str, Any]] = []
+    for path in (f"/api/v1/namespaces/{ns}/events",
+                 f"/apis/events.k8s.io/v1/namespaces/{ns}/events"):
+        with contextlib.suppress(ApiError):
+            events += (await api.request("GET", path)).get("items") or []
+    return pods, events
+
+
+async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, server: ApiServer,
+                        options: DemoOptions, watch: Sequence[Child]) -> int:
+    """Create the sample pods, wait for the decisions, print the table; returns the exit
+    code (0 when every workload was placed as expected, 1 otherwise)."""
+    items = workloads.workloads(registries)
+    ns = workloads.DEMO_NAMESPACE
+    for w in items:
+        await api.request("POST", f"/api/v1/namespaces/{ns}/pods", body=w.pod)
+    names = {w.name for w in items}
+    log.info("created %d pods in namespace %s; waiting for decisions", len(items), ns)
+    state: dict[str, Any] = {}
+
+    async def decided() -> bool:
+        pods, events = await list_demo(api)
+        state["pods"], state["events"] = pods, events
+        ours = [p for p in pods if p["metadata"]["name"] in names]
+        return len(ours) == len(names) and not any(pod_pending(p) for p in ours)
+
+    try:
+        await wait_for("every pod to be ungated or waiting", decided, options.settle_timeout,
+                       interval=0.5, alive=watch)
+    except DemoError as exc:
+        log.error("%s", exc)
+
+    async def reported() -> bool:
+        # Events are sent asynchronously after the ungate; give them a moment.
+        pods, events = await list_demo(api)
+        state["pods"], state["events"] = pods, events
+        reasons = report.events_by_pod(events)
+        return all(reasons.get((ns, n)) for n in names)
+
+    with contextlib.suppress(DemoError):
+        await wait_for("the events", reported, 10.0, interval=0.5)
+    if server.scheduler:
+        async def bound() -> bool:
+            pods, events = await list_demo(api)
+            state["pods"], state["events"] = pods, events
+            return all(p["spec"].get("nodeName") for p in pods
+                       if report.state_cell(p) == "ungated" and not report.unsatisfiable(p))
+        with contextlib.suppress(DemoError):
+            await wait_for("the scheduler to bind the pods", bound, 15.0, interval=0.5)
+    pods_by_name = {p["metadata"]["name"]: p for p in state.get("pods") or []}
+    ordered = [pods_by_name[w.name] for w in items if w.name in pods_by_name]
+    rows = report.build_rows(ordered, state.get("events") or [])
+    out = options.out
+    print(report.render_table(rows), file=out)
+    reasons = report.events_by_pod(state.get("events") or [])
+    failures = 0
+    print("", file=out)
+    for w in items:
+        pod = pods_by_name.get(w.name)
+        if pod is None:
+            problems = ["pod missing"]
+        else:
+            problems = report.check(pod, reasons.get((ns, w.name), []), w.expect)
+        failures += bool(problems)
+        verdict = "ok" if not problems else "UNEXPECTED: " + "; ".join(problems)
+        print(f"{w.name:<20} {w.what}: {verdict}", file=out)
+    print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected "
+          f"(API server: {server.kind}, scheduler: {'yes' if server.scheduler else 'no'})",
+          file=out)
+    out.flush()
+    return 0 if failures == 0 else 1
+
+
+def registries_conf(pair: DemoRegistryPair) -> str:
+    """containers-registries.conf(5) v2 text: the public registry is plain HTTP."""
+    return f'[[registry]]\nlocation = "{pair.public.host}"\ninsecure = true\n'
+
+
+async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServer, work: Path,
+                   children: list[Child]) -> int:
+    """Everything after the registries and the API server are up."""
+    log_dir = work / "logs"
+    registries = pair.names
+    api = await KubeAPI.from_kubeconfig(str(server.kubeconfig))
+    try:
+        await wait_for("the API server", lambda: _ok(api, "/version"), 30.0,
+                       alive=[server.child] if server.child else [])
+        if server.kind == "existing":
+            if not await _ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"):
+                raise DemoError(
+                    "the cluster has no PodPlacementConfig 'cluster': install podplacement "
+                    "first (kubectl apply -k deploy/)"
+                )
+            await install_namespace(api, registries)
+            return await run_workloads(api, registries, server, options, [])
+
+        await install_crds(api)
+        await install_cluster_objects(api, registries, options.max_wait_seconds)
+        await install_namespace(api, registries)
+        log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
+                 len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
+
+        cert_dir = work / "certs"
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            podplacement_args("certs", "generate", "--out", str(cert_dir), "--dns", "localhost",
+                              "--ip", "127.0.0.1"),
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+        )
+        if proc.returncode != 0:
+            raise DemoError(f"podplacement certs generate failed: {proc.stderr.strip()}")
+        ca_pem = (cert_dir / "ca.crt").read_bytes()
+
+        webhook_port = free_port()
+        webhook = start_child("webhook", podplacement_args(
+            "webhook", "--host", "127.0.0.1", "--port", str(webhook_port),
+            "--cert-dir", str(cert_dir), "--kubeconfig", str(server.kubeconfig),
+            "--namespace", DEFAULT_NAMESPACE,
+        ), log_dir)
+        children.append(webhook)
+        ready_ctx = ssl.create_default_context(cadata=ca_pem.decode())
+
+        async def webhook_ready() -> bool:
+            return await asyncio.to_thread(_https_ok, f"https://127.0.0.1:{webhook_port}/readyz",
+                                           ready_ctx)
+
+        await wait_for("the webhook's /readyz", webhook_ready, 30.0, interval=0.3,
+                       alive=[webhook])
+
+        conf = work / "registries.conf"
+        conf.write_text(registries_conf(pair))
+        ca_file = work / "private-registry-ca.crt"
+        ca_file.write_bytes(pair.private_ca_pem)
+        help_text = await asyncio.to_thread(subcommand_help, "controller")
+        args = ["controller", "--kubeconfig", str(server.kubeconfig),
+                "--namespace", DEFAULT_NAMESPACE,
+                "--webhook-url", f"https://127.0.0.1:{webhook_port}/mutate",
+                "--cert-dir", str(cert_dir)]
+        env: dict[str, str] = {}
+        if "--registries-conf" in help_text:
+            args += ["--registries-conf", str(conf)]
+        if "--ca-file" in help_text:
+            args += ["--ca-file", f"{pair.private.host}={ca_file}"]
+        else:
+            # No per-registry CA option: extend the default trust store of the controller
+            # process (OpenSSL reads SSL_CERT_FILE) with the private registry's CA.
+            env["SSL_CERT_FILE"] = str(_trust_bundle(work, pair.private_ca_pem))
+        if "--metrics-port" in help_text:
+            args += ["--metrics-port", str(free_port())]
+        controller = start_child("controller", podplacement_args(*args), log_dir, env)
+        children.append(controller)
+
+        async def mwc_ready() -> bool:
+            try:
+                mwc = await api.request("GET", MWC_PATH)
+            except ApiError:
+                return False
+            hooks = mwc.get("webhooks") or []
+            return bool(hooks) and all((h.get("clientConfig") or {}).get("caBundle")
+                                       for h in hooks)
+
+        await wait_for(f"the MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
+                       mwc_ready, 30.0, interval=0.3, alive=[webhook, controller])
+        log.info("webhook registered; controller running")
+        watch = [webhook, controller] + ([server.child] if server.child else [])
+        return await run_workloads(api, registries, server, options, watch)
+    finally:
+        await api.close()
+
+
+def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _trust_bundle(work: Path, extra_pem: bytes) -> Path:
+    """The system CA bundle plus ``extra_pem`` in one file."""
+    path = work / "trust-bundle.pem"
+    system = ssl.get_default_verify_paths().cafile
+    base = Path(system).read_bytes() if system and Path(system).exists() else b""
+    path.write_bytes(base + b"\n" + extra_pem)
+    return path
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while the demo runs, so its cleanup runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM during cleanup: a second Ctrl-C must not leave processes."""
+    try:
+        previous = {sig: signal.signal(sig, signal.SIG_IGN)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_demo(options: DemoOptions) -> int:
+    """Run the whole demo; returns the exit code (0: every workload as expected, 1: some
+    not, 2: a step failed, 130: interrupted). Everything started is stopped before return.
+    """
+    started = time.monotonic()
+    # the registry pushes would log every HTTP request
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="podplacement-demo-"))
+    log.info("work directory %s", work)
+    children: list[Child] = []
+    pair: DemoRegistryPair | None = None
+    server: ApiServer | None = None
+    code = 2
+    with _terminate_as_interrupt():
+        try:
+            busybox = load_busybox_debs(options.debs)
+            log.info("busybox binaries: %s", ", ".join(
+                f"{arch} ({b.binary_size} bytes)" for arch, b in busybox.items()))
+            pair = start_registries(work)
+            digests = push_images(pair, busybox)
+            log.info("registries: public http://%s, private https://%s (basic auth); "
+                     "%d tags pushed", pair.public.host, pair.private.host, len(digests))
+            if options.kubeconfig is not None:
+                server = ApiServer(options.kubeconfig, "existing", scheduler=True)
+            elif os.environ.get("KUBEBUILDER_ASSETS"):
+                server = start_real_cluster(work, Path(os.environ["KUBEBUILDER_ASSETS"]))
+            else:
+                server = start_localkube(work, work / "logs")
+            code = asyncio.run(scenario(options, pair, server, work, children))
+        except KeyboardInterrupt:
+            log.warning("interrupted; stopping everything")
+            code = 130
+        except (DemoError, DemoImageError, ApiError) as exc:
+            log.error("demo failed: %s", exc)
+            _log_tails(children, server)
+            code = 2
+        except Exception as exc:
+            log.exception("demo failed: %s", exc)
+            _log_tails(children, server)
+            code = 2
+        finally:
+            with _signals_ignored():
+                _cleanup(options, work, children, server, pair)
+    log.info("demo finished in %.1f s (exit code %d)", time.monotonic() - started, code)
+    return code
+
+
+def _log_tails(children: Sequence[Child], server: ApiServer | None) -> None:
+    """Show the end of every child's log (what failed is usually there)."""
+    every = list(children) + ([server.child] if server is not None and server.child else [])
+    for child in every:
+        log.error("last lines of %s (%s):\n%s", child.name, child.log, child.tail(15))
+
+
+def _cleanup(options: DemoOptions, work: Path, children: list[Child], server: ApiServer | None,
+             pair: DemoRegistryPair | None) -> None:
+    """Stop in reverse start order; nothing is left running even if a stop fails."""
+    if server is not None and server.kind == "existing" and not options.keep:
+        with contextlib.suppress(Exception):
+            asyncio.run(_delete_namespace(server.kubeconfig))
+    for child in reversed(children):
+        try:
+            child.stop()
+        except Exception as exc:  # keep stopping the others
+            log.error("stopping %s failed: %s", child.name, exc)
+    if server is not None and server.stop is not None:
+        try:
+            server.stop()
+        except Exception as exc:
+            log.error("stopping the API server failed: %s", exc)
+    if pair is not None:
+        pair.stop()
+    if options.keep:
+        log.info("work directory kept: %s", work)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def _delete_namespace(kubeconfig: Path) -> None:
+    """Delete the demo namespace (and so its pods and secret) if the demo made it."""
+    api = await KubeAPI.from_kubeconfig(str(kubeconfig))
+    path = f"/api/v1/namespaces/{workloads.DEMO_NAMESPACE}"
+    try:
+        if workloads.made_by_demo(await api.request("GET", path)):
+            await api.request("DELETE", path)
+            log.info("namespace %s deleted", workloads.DEMO_NAMESPACE)
+    finally:
+        await api.close()
+
+
+__all__ = ["DemoError", "DemoOptions", "run_demo"]

@@ -1,0 +1,258 @@
+"""Fixtures for the controller's end-to-end tests: images pushed to the real registry, a
+controller running in-process against localkube (or a real control plane via ``kube``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from controller.app import Controller, ControllerOptions
+from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+from controller.kube import ApiError, KubeAPI
+from imageinspect import Inspector, RegistriesConfig
+from tests.harness.kube import KubeEnv, start_localkube
+from tests.harness.registry import Registry
+
+
+@dataclass(frozen=True)
+class Images:
+    """References of the images pushed once per session."""
+
+    multi: str  # linux/amd64, linux/arm64, linux/s390x (+ attestations)
+    amd_arm: str  # linux/amd64, linux/arm64 (docker manifest list)
+    arm: str  # single manifest linux/arm64
+    s390x: str  # single manifest linux/s390x
+    windows: str  # windows/amd64 index
+    private: str  # linux/arm64, linux/ppc64le on the basic-auth registry
+
+
+@pytest.fixture(scope="session")
+def images(registry: Registry, basic_registry: Registry, make_pusher: Any) -> Images:
+    p = make_pusher(registry)
+    p.multiarch("ctl/multi", "v1", ["linux/amd64", "linux/arm64", "linux/s390x"])
+    p.multiarch("ctl/amdarm", "v1", ["linux/amd64", "linux/arm64"], fmt="docker")
+    p.image("ctl/arm", "v1", architecture="arm64")
+    p.image("ctl/s390x", "v1", architecture="s390x")
+    p.multiarch("ctl/win", "v1", ["windows/amd64"])
+    make_pusher(basic_registry).multiarch("ctl/private", "v1", ["linux/arm64", "linux/ppc64le"])
+    h = registry.host
+    return Images(
+        multi=f"{h}/ctl/multi:v1",
+        amd_arm=f"{h}/ctl/amdarm:v1",
+        arm=f"{h}/ctl/arm:v1",
+        s390x=f"{h}/ctl/s390x:v1",
+        windows=f"{h}/ctl/win:v1",
+        private=f"{basic_registry.host}/ctl/private:v1",
+    )
+
+
+@pytest.fixture(scope="module")
+def ckube(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeEnv]:
+    """The cluster for controller tests: the real control plane when the ``kube`` fixture
+    selects it (``PODPLACEMENT_TEST_CLUSTER=real``), else a localkube of this module's own
+    (the controller watches cluster-wide; other modules' leftovers must not leak in)."""
+    if os.environ.get("PODPLACEMENT_TEST_CLUSTER") == "real" and os.environ.get(
+        "KUBEBUILDER_ASSETS"
+    ):
+        yield request.getfixturevalue("kube")
+        return
+    server, env = start_localkube(tmp_path_factory.mktemp("ctl-localkube"))
+    try:
+        yield env
+    finally:
+        env.close()
+        server.stop()
+
+
+@pytest.fixture
+def namespace(ckube: KubeEnv) -> Iterator[str]:
+    """A fresh namespace in ``ckube``, deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    ckube.ensure_namespace(name)
+    try:
+        yield name
+    finally:
+        ckube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+async def api(ckube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    client = await KubeAPI.from_kubeconfig(str(ckube.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def inspector(registry: Registry, basic_registry: Registry) -> AsyncIterator[Inspector]:
+    conf = RegistriesConfig().with_insecure(registry.host)
+    assert basic_registry.ca_pem is not None
+    insp = Inspector(
+        registries=conf,
+        ca_bundles={basic_registry.host: basic_registry.ca_pem},
+        retries=0,
+        timeout=3.0,
+    )
+    try:
+        yield insp
+    finally:
+        await insp.aclose()
+
+
+StartController = Callable[..., Awaitable[Controller]]
+
+
+@pytest.fixture
+async def start_controller(api: KubeAPI, inspector: Inspector) -> AsyncIterator[StartController]:
+    """``await start_controller(**ControllerOptions overrides)``: a controller leading at
+    once (no election), fast retries, no metrics server unless asked; stopped afterwards."""
+    started: list[Controller] = []
+
+    async def start(**overrides: Any) -> Controller:
+        insp = overrides.pop("inspector", inspector)
+        opts: dict[str, Any] = {
+            "leader_election": False,
+            "metrics_port": None,
+            "workers": 8,
+            "retry_base_delay": 0.05,
+            "retry_max_delay": 0.5,
+            "watch_timeout": 30,
+        }
+        opts.update(overrides)
+        ctl = Controller(api, ControllerOptions(**opts), inspector=insp)
+        started.append(ctl)
+        await ctl.start()
+        await ctl.wait_synced(20)
+        return ctl
+
+    yield start
+    for ctl in started:
+        await ctl.stop()
+
+
+def gated_pod(
+    name: str,
+    images: list[str],
+    *,
+    init_images: list[str] | None = None,
+    affinity: dict[str, Any] | None = None,
+    node_selector: dict[str, str] | None = None,
+    gates: list[str] | None = None,
+    pull_secrets: list[str] | None = None,
+) -> dict[str, Any]:
+    """A pod as the webhook leaves it: our gate and the ``gated`` label."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": f"c{i}", "image": im} for i, im in enumerate(images)],
+        "schedulingGates": [{"name": g} for g in (gates or [SCHEDULING_GATE])],
+    }
+    if init_images:
+        spec["initContainers"] = [
+            {"name": f"i{i}", "image": im} for i, im in enumerate(init_images)
+        ]
+    if affinity is not None:
+        spec["affinity"] = affinity
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    if pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {GATE_LABEL: GATE_LABEL_GATED, "app": "t"}},
+        "spec": spec,
+    }
+
+
+async def create_pod(api: KubeAPI, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
+    return await api.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod)
+
+
+async def get_pod(api: KubeAPI, ns: str, name: str) -> dict[str, Any]:
+    return await api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], *, within: float = 20.0, every: float = 0.05
+) -> Any:
+    """Poll ``check`` until it returns a truthy value (bounded); returns that value or
+    raises AssertionError with the last value."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {within}s (last: {last!r})")
+
+
+async def wait_ungated(api: KubeAPI, ns: str, name: str, within: float = 20.0) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        pod = await get_pod(api, ns, name)
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        return pod if SCHEDULING_GATE not in gates else None
+
+    result: dict[str, Any] = await eventually(check, within=within)
+    return result
+
+
+def decision_of(pod: dict[str, Any]) -> dict[str, Any]:
+    from controller.config import DECISION_ANNOTATION
+
+    out: dict[str, Any] = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+    return out
+
+
+def required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    na = (pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return list(req.get("nodeSelectorTerms") or [])
+
+
+async def events_for(api: KubeAPI, ns: str, name: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in (
+        f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        f"/api/v1/namespaces/{ns}/events",
+    ):
+        try:
+            items = (await api.request("GET", path)).get("items") or []
+        except ApiError:
+            continue
+        for ev in items:
+            ref = ev.get("regarding") or ev.get("involvedObject") or {}
+            if ref.get("name") == name and ev.get("metadata", {}).get("name") not in {
+                f.get("metadata", {}).get("name") for f in found
+            }:
+                found.append(ev)
+        if found:
+            break
+    return found
+
+
+def dockerconfig_secret(name: str, reg: Registry) -> dict[str, Any]:
+    auth = base64.b64encode(f"{reg.username}:{reg.password}".encode()).decode()
+    cfg = {"auths": {reg.host: {"username": reg.username, "password": reg.password, "auth": auth}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(cfg).encode()).decode()},
+    }
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"

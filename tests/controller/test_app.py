@@ -1,0 +1,35 @@
+"""Controller wiring without a cluster: config parsing fallbacks and option defaults."""
+
+from __future__ import annotations
+
+from controller.app import Controller, ControllerOptions
+from controller.config import CONFIG_NAME, PlacementConfig
+from controller.kube import KubeAPI
+
+
+async def test_unreadable_config_falls_back_to_defaults_with_the_error() -> None:
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
+    try:
+        assert ctl.config_source() == (PlacementConfig(), None)  # no config: defaults
+        ctl.configs.cache[CONFIG_NAME] = {
+            "metadata": {"name": CONFIG_NAME, "resourceVersion": "1"},
+            "spec": {"imageInspection": {"cacheTTL": "forever"}},
+        }
+        config, error = ctl.config_source()
+        assert config == PlacementConfig()
+        assert error is not None and "cacheTTL" in error
+        ctl.configs.cache[CONFIG_NAME] = {
+            "metadata": {"name": CONFIG_NAME, "resourceVersion": "2", "generation": 3},
+            "spec": {"fallbackArchitecture": "arm64"},
+        }
+        config, error = ctl.config_source()
+        assert error is None and config.fallback_architecture == "arm64"
+        assert config.generation == 3
+    finally:
+        await api.close()
+
+
+def test_default_options_match_the_issue() -> None:
+    opts = ControllerOptions()
+    assert opts.workers == 32 and opts.events and opts.leader_election

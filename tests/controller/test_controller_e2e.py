@@ -1,0 +1,418 @@
+"""End to end: the controller in-process against localkube (or a real control plane through
+the ``kube`` fixture) and the real registry. Each test works in its own namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.affinity import expression
+from controller.config import (
+    AFFINITY_LABEL,
+    ARCH_LABEL,
+    GATE_LABEL,
+    NO_SUPPORTED_PLATFORM_KEY,
+    OS_LABEL,
+    SCHEDULING_GATE,
+)
+from controller.kube import KubeAPI
+from tests.controller.conftest import (
+    Images,
+    StartController,
+    create_pod,
+    decision_of,
+    dockerconfig_secret,
+    events_for,
+    eventually,
+    gated_pod,
+    get_pod,
+    required_terms,
+    wait_ungated,
+)
+from tests.harness.kube import KubeEnv
+from tests.harness.registry import Registry
+
+ZONE = expression("topology.kubernetes.io/zone", "In", ["zone-a", "zone-b"])
+WORKER = expression("node-role.kubernetes.io/worker", "Exists")
+
+
+def _arch(*archs: str) -> dict[str, Any]:
+    return expression(ARCH_LABEL, "In", list(archs))
+
+
+async def test_single_arch_image_gets_affinity_labels_annotation_and_event(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("single", [images.arm]))
+    pod = await wait_ungated(api, ns, "single")
+    assert "schedulingGates" not in pod["spec"]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+    assert pod["metadata"]["labels"][GATE_LABEL] == "removed"
+    assert pod["metadata"]["labels"][AFFINITY_LABEL] == "set"
+    record = decision_of(pod)
+    assert record["archs"] == ["arm64"] and record["result"] == "set"
+    assert record["images"][0]["platforms"] == ["linux/arm64"]
+    assert record["images"][0]["digest"].startswith("sha256:")
+    events = await eventually(lambda: events_for(api, ns, "single"))
+    assert [e["reason"] for e in events] == ["PlacementDecided"]
+
+
+async def test_multi_arch_containers_and_init_containers_intersect(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("multi", [images.multi], init_images=[images.amd_arm]))
+    pod = await wait_ungated(api, ns, "multi")
+    assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64")]}]
+    assert [i["image"] for i in decision_of(pod)["images"]] == [images.amd_arm, images.multi]
+
+
+async def test_empty_intersection_requires_the_marker_and_warns(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("none", [images.arm, images.s390x]))
+    pod = await wait_ungated(api, ns, "none")
+    assert required_terms(pod) == [
+        {"matchExpressions": [{"key": NO_SUPPORTED_PLATFORM_KEY, "operator": "Exists"}]}
+    ]
+    assert decision_of(pod)["result"] == "no-supported-platform"
+    events = await eventually(lambda: events_for(api, ns, "none"))
+    assert events[0]["reason"] == "NoSupportedPlatform" and events[0]["type"] == "Warning"
+
+
+async def test_existing_terms_get_arch_anded_and_arch_terms_stay(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    own = _arch("s390x")
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [ZONE]},
+                    {"matchExpressions": [WORKER, own]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        }
+    }
+    await start_controller()
+    await create_pod(api, ns, gated_pod("terms", [images.multi], affinity=affinity))
+    pod = await wait_ungated(api, ns, "terms")
+    arch = _arch("amd64", "arm64", "s390x")
+    terms = required_terms(pod)
+    assert terms[0] == {"matchExpressions": [ZONE, arch]}
+    assert terms[1] == {"matchExpressions": [WORKER, own]}
+    assert terms[2]["matchExpressions"] == [arch]
+    assert terms[2]["matchFields"][0]["values"] == ["n1"]
+
+
+async def test_node_selector_pin_keeps_affinity_and_bad_pin_warns(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("pin", [images.multi], node_selector={ARCH_LABEL: "arm64"}))
+    await create_pod(
+        api, ns, gated_pod("badpin", [images.arm], node_selector={ARCH_LABEL: "amd64"})
+    )
+    pod = await wait_ungated(api, ns, "pin")
+    assert required_terms(pod) == []
+    assert pod["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    await wait_ungated(api, ns, "badpin")
+    events = await eventually(lambda: events_for(api, ns, "badpin"))
+    assert events[0]["reason"] == "IncompatibleNodeSelector"
+
+
+async def test_windows_image_requires_windows_os(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("win", [images.windows]))
+    pod = await wait_ungated(api, ns, "win")
+    assert required_terms(pod) == [
+        {"matchExpressions": [_arch("amd64"), expression(OS_LABEL, "In", ["windows"])]}
+    ]
+
+
+async def test_other_gate_is_kept(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await start_controller()
+    await create_pod(
+        api, ns, gated_pod("two", [images.arm], gates=["example.com/other", SCHEDULING_GATE])
+    )
+    pod = await wait_ungated(api, ns, "two")
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+
+
+async def test_private_image_needs_the_secret_in_the_pods_namespace(
+    api: KubeAPI,
+    ckube: KubeEnv,
+    namespace: str,
+    images: Images,
+    basic_registry: Registry,
+    start_controller: StartController,
+) -> None:
+    ns = namespace
+    other = f"{ns}-nosecret"
+    ckube.ensure_namespace(other)
+    try:
+        await api.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/secrets",
+            body=dockerconfig_secret("regcred", basic_registry),
+        )
+        await start_controller()
+        await create_pod(api, ns, gated_pod("priv", [images.private], pull_secrets=["regcred"]))
+        pod = await wait_ungated(api, ns, "priv")
+        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+        # Same image, same secret name, namespace without the secret: the cached result of
+        # the first pod must not be reused; inspection fails, retries, then falls back.
+        await create_pod(api, other, gated_pod("priv", [images.private], pull_secrets=["regcred"]))
+        pod2 = await wait_ungated(api, other, "priv", within=30)
+        record = decision_of(pod2)
+        assert record["result"] == "fallback"
+        assert "error" in record["images"][0]
+        assert required_terms(pod2) == []
+        assert pod2["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    finally:
+        ckube.delete(f"/api/v1/namespaces/{other}")
+
+
+async def test_registry_down_retries_then_falls_back_and_ungates(
+    api: KubeAPI, namespace: str, start_controller: StartController
+) -> None:
+    ns = namespace
+    ctl = await start_controller()
+    # nothing listens on port 9 of 127.0.0.1 (discard service is not running)
+    await create_pod(api, ns, gated_pod("down", ["127.0.0.1:9/nothing/here:v1"]))
+    pod = await wait_ungated(api, ns, "down", within=30)
+    record = decision_of(pod)
+    assert record["result"] == "fallback" and record["fallback"] is None
+    assert required_terms(pod) == []
+    reasons = [e["reason"] for e in await eventually(lambda: _two_events(api, ns, "down"))]
+    assert sorted(reasons) == ["ImageInspectionFailed", "PlacementFallback"]
+    assert ctl.metrics.processed.labels("retry")._value.get() == 5  # default maxRetries
+
+
+async def _two_events(api: KubeAPI, ns: str, name: str) -> list[dict[str, Any]] | None:
+    events = await events_for(api, ns, name)
+    return events if len(events) >= 2 else None
+
+
+async def test_injected_conflicts_are_retried_with_a_fresh_read(
+    api: KubeAPI,
+    ckube: KubeEnv,
+    namespace: str,
+    images: Images,
+    start_controller: StartController,
+) -> None:
+    if ckube.server is None:
+        pytest.skip("fault injection needs localkube")
+    ns = namespace
+    ctl = await start_controller()
+    ckube.server.inject_fault(409, 2, method="PATCH", plural="pods", namespace=ns)
+    ckube.server.inject_fault(
+        422,
+        1,
+        method="PATCH",
+        plural="pods",
+        namespace=ns,
+        reason="Invalid",
+        message="the server rejected our request due to an error in our request",
+    )
+    await create_pod(api, ns, gated_pod("conflict", [images.arm]))
+    pod = await wait_ungated(api, ns, "conflict")
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+    assert ctl.metrics.conflicts._value.get() == 3
+    assert api.resource_counters[("get", "pods", 200)] >= 3
+
+
+async def test_stale_pod_is_recomputed_from_the_latest_version(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await create_pod(api, ns, gated_pod("stale", [images.arm]))
+    # a label change after creation: the controller's patch must carry the new RV
+    await api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/stale",
+        body={"metadata": {"labels": {"touched": "yes"}}},
+    )
+    await start_controller()
+    pod = await wait_ungated(api, ns, "stale")
+    assert pod["metadata"]["labels"]["touched"] == "yes"
+
+
+async def test_one_write_per_pod_and_metrics_endpoint(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    import aiohttp
+
+    ns = namespace
+    ctl = await start_controller(metrics_port=0, metrics_host="127.0.0.1")
+    for i in range(10):
+        await create_pod(api, ns, gated_pod(f"w{i}", [images.multi]))
+    for i in range(10):
+        await wait_ungated(api, ns, f"w{i}")
+    assert api.resource_counters[("patch", "pods", 200)] == 10
+    assert ctl.health is not None
+    base = f"http://127.0.0.1:{ctl.health.port}"
+    async with aiohttp.ClientSession() as s:
+        async with s.get(base + "/metrics") as r:
+            text = await r.text()
+        async with s.get(base + "/readyz") as r:
+            assert r.status == 200
+        async with s.get(base + "/healthz") as r:
+            assert r.status == 200
+    assert 'podplacement_pods_processed_total{outcome="set"} 10.0' in text
+    assert 'podplacement_api_requests_total{code="200",verb="patch"} 10.0' in text
+    assert "podplacement_ungate_seconds_count 10.0" in text
+
+
+async def test_restart_mid_batch_loses_nothing(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    names = [f"b{i}" for i in range(30)]
+    for n in names:
+        await create_pod(api, ns, gated_pod(n, [images.amd_arm]))
+    first = await start_controller(workers=1, rate=20, burst=1)
+
+    async def some_done() -> bool:
+        return first.metrics.processed.labels("set")._value.get() >= 3
+
+    await eventually(some_done)
+    await first.stop()
+    await start_controller()
+    for n in names:
+        pod = await wait_ungated(api, ns, n)
+        assert decision_of(pod)["archs"] == ["amd64", "arm64"]
+        assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64")]}]
+
+
+async def test_weights_and_user_preference_from_the_config(
+    api: KubeAPI,
+    ckube: KubeEnv,
+    namespace: str,
+    images: Images,
+    start_controller: StartController,
+) -> None:
+    if ckube.server is None:
+        pytest.skip("the cluster-wide PodPlacementConfig is shared on a real cluster")
+    ns = namespace
+    path = "/apis/podplacement.io/v1beta1/podplacementconfigs"
+    existing = ckube.request("GET", f"{path}/cluster")
+    if existing.status_code == 200:
+        pytest.skip("a PodPlacementConfig 'cluster' already exists in this cluster")
+    config = {
+        "apiVersion": "podplacement.io/v1beta1",
+        "kind": "PodPlacementConfig",
+        "metadata": {"name": "cluster"},
+        "spec": {
+            "plugins": {
+                "nodeAffinityScoring": {
+                    "enabled": True,
+                    "platforms": [
+                        {"architecture": "arm64", "weight": 70},
+                        {"architecture": "s390x", "weight": 5},
+                    ],
+                }
+            }
+        },
+    }
+    await api.request("POST", path, body=config)
+    try:
+        ctl = await start_controller()
+        await eventually(lambda: _has_prefs(ctl))
+        mine = {"weight": 9, "preference": {"matchExpressions": [_arch("amd64")]}}
+        await create_pod(api, ns, gated_pod("w", [images.amd_arm]))
+        await create_pod(
+            api,
+            ns,
+            gated_pod(
+                "mine",
+                [images.amd_arm],
+                affinity={
+                    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [mine]}
+                },
+            ),
+        )
+        pod = await wait_ungated(api, ns, "w")
+        pref = pod["spec"]["affinity"]["nodeAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert pref == [{"weight": 70, "preference": {"matchExpressions": [_arch("arm64")]}}]
+        kept = await wait_ungated(api, ns, "mine")
+        assert kept["spec"]["affinity"]["nodeAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ] == [mine]
+    finally:
+        await api.request("DELETE", f"{path}/cluster")
+
+
+async def _has_prefs(ctl: Any) -> bool:
+    return bool(ctl.config_source()[0].preferred_platforms)
+
+
+async def test_pod_ungated_by_someone_else_is_left_alone(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await create_pod(api, ns, gated_pod("other", [images.arm]))
+    await api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/other",
+        body=[{"op": "remove", "path": "/spec/schedulingGates/0"}],
+    )
+    ctl = await start_controller()
+    await ctl.queue.wait_idle()
+    pod = await get_pod(api, ns, "other")
+    assert "affinity" not in pod["spec"]
+    assert pod["metadata"]["labels"][GATE_LABEL] == "gated"
+
+
+async def test_ungate_remaining_decides_within_the_deadline_else_plain_ungate(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController
+) -> None:
+    ns = namespace
+    await create_pod(api, ns, gated_pod("ok", [images.arm]))
+    await create_pod(api, ns, gated_pod("stuck", ["127.0.0.1:9/down/image:v1"]))
+    ctl = await start_controller(retry_base_delay=30.0)
+    assert await ctl.ungate_remaining(0.5) == 2
+    ok = await get_pod(api, ns, "ok")
+    assert "schedulingGates" not in ok["spec"]
+    assert required_terms(ok) == [{"matchExpressions": [_arch("arm64")]}]
+    stuck = await get_pod(api, ns, "stuck")
+    assert "schedulingGates" not in stuck["spec"] and required_terms(stuck) == []
+    assert decision_of(stuck)["reason"] == "podplacement is being uninstalled"
+
+
+async def test_pod_deleted_while_queued_is_dropped(
+    api: KubeAPI, namespace: str, start_controller: StartController
+) -> None:
+    ns = namespace
+    ctl = await start_controller(retry_base_delay=0.2)
+    await create_pod(api, ns, gated_pod("gone", ["127.0.0.1:9/down/image:v1"]))
+
+    async def retried() -> bool:
+        return ctl.metrics.processed.labels("retry")._value.get() >= 1
+
+    await eventually(retried)
+    await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone")
+    await eventually(lambda: _idle(ctl))
+    assert ctl.metrics.processed.labels("fallback")._value.get() == 0
+
+
+async def _idle(ctl: Any) -> bool:
+    return ctl.queue.pending == 0

@@ -1,0 +1,280 @@
+"""The pure decision for one gated pod: outcome, patch, labels, annotation, events."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller import decision as d
+from controller.affinity import expression
+from controller.config import (
+    AFFINITY_LABEL,
+    ARCH_LABEL,
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    HOSTNAME_LABEL,
+    NO_SUPPORTED_PLATFORM_KEY,
+    NUMA_LABEL,
+    OS_LABEL,
+    ImageInspectionConfig,
+    PlacementConfig,
+    PlatformWeight,
+    TopologyConfig,
+)
+from controller.platforms import NodeInventory
+from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
+
+CFG = PlacementConfig()
+ZONE = expression("topology.kubernetes.io/zone", "In", ["a"])
+
+
+def _apply(pod: dict[str, Any], dec: d.Decision) -> dict[str, Any]:
+    new = apply(pod, list(dec.patch))
+    assert_kep3838(pod, new)
+    return new
+
+
+def _annotation(pod: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+
+
+def test_single_arch_image_sets_affinity_and_ungates() -> None:
+    pod = gated_pod()
+    dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
+    assert dec.outcome == d.SET and dec.ungate
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"])]}]
+    assert "schedulingGates" not in new["spec"]
+    assert new["metadata"]["labels"][GATE_LABEL] == "removed"
+    assert new["metadata"]["labels"][AFFINITY_LABEL] == "set"
+    ann = _annotation(new)
+    assert ann["archs"] == ["arm64"] and ann["result"] == "set"
+    assert ann["images"][0]["platforms"] == ["linux/arm64"]
+    assert ann["images"][0]["digest"].startswith("sha256:")
+    assert [e.reason for e in dec.events] == [d.PLACEMENT_DECIDED]
+
+
+def test_containers_and_init_containers_intersect() -> None:
+    pod = gated_pod(images=("a", "b"), init_images=("i",))
+    images = {
+        "a": img("a", "linux/amd64", "linux/arm64", "linux/s390x"),
+        "b": img("b", "linux/amd64", "linux/arm64"),
+        "i": img("i", "linux/arm64", "linux/s390x", "linux/amd64"),
+    }
+    dec = d.decide(pod, images, CFG)
+    assert dec.architectures == ("amd64", "arm64")
+    assert [i["image"] for i in json.loads(dec.annotation)["images"]] == ["i", "a", "b"]
+
+
+def test_empty_intersection_requires_the_marker_and_warns() -> None:
+    pod = gated_pod(images=("a", "b"), affinity=required([ZONE]))
+    dec = d.decide(pod, {"a": img("a", "linux/amd64"), "b": img("b", "linux/arm64")}, CFG)
+    assert dec.outcome == d.NO_SUPPORTED_PLATFORM and dec.ungate
+    new = _apply(pod, dec)
+    assert terms_of(new)[0]["matchExpressions"][-1] == {
+        "key": NO_SUPPORTED_PLATFORM_KEY,
+        "operator": "Exists",
+    }
+    assert dec.events[0].type == "Warning" and dec.events[0].reason == d.NO_SUPPORTED_PLATFORM_EVENT
+
+
+def test_compatible_node_selector_pin_keeps_affinity() -> None:
+    pod = gated_pod(node_selector={ARCH_LABEL: "arm64"}, affinity=required([ZONE]))
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, CFG)
+    new = _apply(pod, dec)
+    assert terms_of(new) == terms_of(pod)
+    assert dec.outcome == d.NOT_SET
+    assert new["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    assert dec.events[0].reason == d.PLACEMENT_DECIDED
+
+
+def test_incompatible_node_selector_pin_warns() -> None:
+    pod = gated_pod(node_selector={ARCH_LABEL: "s390x"})
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    assert dec.ungate and dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
+
+
+def test_weights_become_preferred_terms_for_supported_archs() -> None:
+    cfg = replace(
+        CFG, preferred_platforms=(PlatformWeight("arm64", 80), PlatformWeight("s390x", 10))
+    )
+    pod = gated_pod()
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg)
+    new = _apply(pod, dec)
+    pref = new["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert pref == [
+        {
+            "weight": 80,
+            "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"])]},
+        }
+    ]
+
+
+def test_user_arch_preference_is_kept() -> None:
+    cfg = replace(CFG, preferred_platforms=(PlatformWeight("arm64", 80),))
+    mine = {
+        "weight": 3,
+        "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]},
+    }
+    pod = gated_pod(
+        affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [mine]}}
+    )
+    new = _apply(pod, d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg))
+    assert new["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ] == [mine]
+
+
+def test_windows_image_adds_an_os_requirement() -> None:
+    pod = gated_pod()
+    dec = d.decide(pod, {"reg/app:1": img("w", "windows/amd64")}, CFG)
+    exprs = terms_of(_apply(pod, dec))[0]["matchExpressions"]
+    assert exprs == [
+        expression(ARCH_LABEL, "In", ["amd64"]),
+        expression(OS_LABEL, "In", ["windows"]),
+    ]
+
+
+def test_inspection_error_retries_then_falls_back_without_requirement() -> None:
+    cfg = replace(CFG, image_inspection=ImageInspectionConfig(max_retries=2))
+    pod = gated_pod()
+    err = {"reg/app:1": ConnectionError("registry down")}
+    first = d.decide(pod, err, cfg, failures=0)
+    assert first.outcome == d.RETRY and not first.patch
+    assert first.events[0].reason == d.IMAGE_INSPECTION_FAILED
+    assert d.decide(pod, err, cfg, failures=1).events == ()  # one warning, not one per retry
+    last = d.decide(pod, err, cfg, failures=2)
+    assert last.outcome == d.FALLBACK and last.ungate
+    new = _apply(pod, last)
+    assert terms_of(new) == []
+    assert new["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    ann = _annotation(new)
+    assert ann["result"] == "fallback" and ann["fallback"] is None
+    assert "registry down" in ann["images"][0]["error"]
+    assert last.events[0].reason == d.PLACEMENT_FALLBACK
+
+
+def test_fallback_architecture_is_required_when_configured() -> None:
+    cfg = replace(
+        CFG, fallback_architecture="amd64", image_inspection=ImageInspectionConfig(max_retries=0)
+    )
+    pod = gated_pod()
+    dec = d.decide(pod, {}, cfg)  # image missing from the map counts as an error
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}]
+    assert _annotation(new)["fallback"] == "amd64"
+
+
+def test_architecture_not_in_cluster_warns() -> None:
+    nodes = NodeInventory(frozenset({"amd64"}), frozenset({("linux", "amd64")}), 3)
+    dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/s390x")}, CFG, nodes=nodes)
+    assert dec.events[0].reason == d.ARCH_NOT_IN_CLUSTER
+
+
+def test_pod_without_our_gate_is_skipped() -> None:
+    dec = d.decide(gated_pod(gates=("other",)), {}, CFG)
+    assert dec.outcome == d.SKIP and not dec.patch
+
+
+def test_other_gate_stays() -> None:
+    pod = gated_pod(gates=("podplacement.io/scheduling-gate", "example.com/x"))
+    new = _apply(pod, d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG))
+    assert new["spec"]["schedulingGates"] == [{"name": "example.com/x"}]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    policy: str = "single-numa-node"
+
+
+@dataclass(frozen=True)
+class Numa:
+    needed: bool
+    candidates: tuple[str, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    scores: dict[str, int] = field(default_factory=dict)
+    strategy: str = "LeastAllocated"
+    verdicts: tuple[Verdict, ...] = ()
+
+
+TOPO = replace(CFG, topology=TopologyConfig(enabled=True, max_wait_seconds=60))
+
+
+def test_numa_candidates_become_hostname_affinity() -> None:
+    numa = Numa(True, ("n2", "n1"), ("h2", "h1"), {"n2": 90, "n1": 0}, verdicts=(Verdict("n1"),))
+    pod = gated_pod(affinity=required([ZONE], [ZONE]))
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, TOPO, numa=numa)
+    new = _apply(pod, dec)
+    for term in terms_of(new):
+        assert term["matchExpressions"][-1] == expression(HOSTNAME_LABEL, "In", ["h2", "h1"])
+    pref = new["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert [(p["weight"], p["preference"]["matchExpressions"][0]["values"]) for p in pref] == [
+        (90, ["h2"]),
+        (1, ["h1"]),
+    ]
+    ann = _annotation(new)
+    assert ann["numa"] == {
+        "strategy": "LeastAllocated",
+        "candidates": ["n2", "n1"],
+        "policy": "single-numa-node",
+    }
+
+
+def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
+    pod = gated_pod()
+    images = {"reg/app:1": img("x", "linux/amd64")}
+    wait = d.decide(pod, images, TOPO, numa=Numa(True), numa_waited_seconds=5)
+    assert wait.outcome == d.WAIT_NUMA and not wait.ungate
+    waiting = apply(pod, list(wait.patch))
+    assert waiting["metadata"]["labels"][NUMA_LABEL] == "waiting"
+    assert waiting["spec"]["schedulingGates"]
+    assert wait.events[0].reason == d.WAITING_FOR_NUMA
+    # already waiting: nothing to write, no second event
+    again = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=6)
+    assert again.outcome == d.WAIT_NUMA and again.patch == () and again.events == ()
+    done = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=61)
+    assert done.ungate and done.events[0].reason == d.PLACEMENT_FALLBACK
+    new = _apply(waiting, done)
+    assert NUMA_LABEL not in new["metadata"]["labels"]
+    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}]
+
+
+def test_numa_unsatisfiable_ungate_does_not_wait() -> None:
+    cfg = replace(TOPO, topology=replace(TOPO.topology, unsatisfiable="Ungate"))
+    dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/amd64")}, cfg, numa=Numa(True))
+    assert dec.ungate
+
+
+def test_plain_ungate_only_removes_the_gate() -> None:
+    pod = gated_pod(affinity=required([ZONE]))
+    dec = d.plain_ungate(pod, "uninstall")
+    new = _apply(pod, dec)
+    assert terms_of(new) == terms_of(pod) and "schedulingGates" not in new["spec"]
+    assert _annotation(new) == {"result": "not-set", "reason": "uninstall"}
+
+
+def test_os_pin_outside_linux_images_warns() -> None:
+    pod = gated_pod(node_selector={OS_LABEL: "windows"})
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    assert dec.ungate and dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
+    # the arch requirement still goes in (only the pinned key is left to the user)
+    assert terms_of(_apply(pod, dec)) == [
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}
+    ]
+
+
+def test_decision_never_raises_on_odd_specs() -> None:
+    pod = gated_pod()
+    pod["spec"]["nodeSelector"] = "not-a-map"
+    pod["spec"]["containers"].append({"name": "noimage"})
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [None, {"weight": 1}]}
+    }
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    assert dec.ungate and dec.outcome == d.SET

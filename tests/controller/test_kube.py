@@ -1,0 +1,248 @@
+"""The raw-JSON client and the informer against localkube: errors, verbs, list+watch,
+resume from the last resourceVersion, relist on 410, bookmarks, an absent CRD."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.kube import ApiError, Informer, KubeAPI, request_resource, request_verb
+from localkube import LocalKube
+from tests.controller.conftest import eventually
+from tests.harness.kube import KubeEnv, start_localkube
+
+
+@pytest.fixture
+def small_kube(tmp_path: Path) -> Iterator[tuple[LocalKube, KubeEnv]]:
+    """A fresh localkube with a short watch history and fast bookmarks."""
+    server, env = start_localkube(tmp_path, history_size=5, bookmark_interval=0.1)
+    try:
+        yield server, env
+    finally:
+        env.close()
+        server.stop()
+
+
+@pytest.fixture
+async def small_api(small_kube: tuple[LocalKube, KubeEnv]) -> AsyncIterator[KubeAPI]:
+    api = await KubeAPI.from_kubeconfig(str(small_kube[1].kubeconfig))
+    await api.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+    )
+    await api.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}},
+    )
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+def _cm(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels},
+        "data": {"k": "v"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "verb", "resource"),
+    [
+        ("GET", "/api/v1/pods", "list", "pods"),
+        ("GET", "/api/v1/namespaces/a/pods/p", "get", "pods"),
+        ("GET", "/api/v1/namespaces/a/pods?watch=true", "watch", "pods"),
+        ("PATCH", "/api/v1/namespaces/a/pods/p", "patch", "pods"),
+        ("PATCH", "/api/v1/namespaces/a/pods/p/status", "patch", "pods/status"),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/a/events", "create", "events"),
+        (
+            "GET",
+            "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
+            "get",
+            "podplacementconfigs",
+        ),
+        ("DELETE", "/api/v1/namespaces/a", "delete", "namespaces"),
+        ("GET", "/api/v1/nodes", "list", "nodes"),
+    ],
+)
+def test_request_verbs_and_resources(method: str, path: str, verb: str, resource: str) -> None:
+    assert request_verb(method, path) == verb
+    assert request_resource(path) == resource
+
+
+async def test_errors_carry_the_status_fields(small_api: KubeAPI) -> None:
+    with pytest.raises(ApiError) as info:
+        await small_api.request("GET", "/api/v1/namespaces/a/pods/nope")
+    assert info.value.status == 404 and info.value.reason == "NotFound" and info.value.not_found
+    assert info.value.body is not None and info.value.body["kind"] == "Status"
+    with pytest.raises(ApiError) as info:
+        await small_api.request("GET", "/apis/nonexistent.example.com/v1/things")
+    assert info.value.status == 404 and info.value.body is None  # text/plain 404
+    assert small_api.counters[("get", 404)] == 1
+
+
+async def test_transport_error_is_an_api_error_with_status_zero() -> None:
+    api = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=2)
+    try:
+        with pytest.raises(ApiError) as info:
+            await api.request("GET", "/api/v1/pods")
+        assert info.value.status == 0
+        assert api.counters[("list", 0)] == 1
+    finally:
+        await api.close()
+
+
+async def test_informer_lists_watches_and_resumes_from_last_rv(small_api: KubeAPI) -> None:
+    api = small_api
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("one", sel="x"))
+    inf = Informer(api, "/api/v1/configmaps", {"labelSelector": "sel=x"}, watch_timeout=2)
+    seen: list[tuple[str, str]] = []
+    inf.add_handler(lambda t, o, old: seen.append((t, o["metadata"]["name"])))
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("two", sel="x"))
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("other"))
+        await eventually(lambda: _has(inf, "a/two"))
+        # leaving the selector is a DELETED event
+        await api.request(
+            "PATCH",
+            "/api/v1/namespaces/a/configmaps/two",
+            body={"metadata": {"labels": {"sel": "y"}}},
+        )
+        await eventually(lambda: _gone(inf, "a/two"))
+        assert ("ADDED", "one") in seen and ("ADDED", "two") in seen
+        assert ("DELETED", "two") in seen and "a/other" not in inf.cache
+        await inf.stop()
+        # restarted within the history window: resumes by watch, no relist
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("three", sel="x"))
+        inf.start()
+        await eventually(lambda: _has(inf, "a/three"))
+        assert inf.lists == 1
+    finally:
+        await inf.stop()
+
+
+async def test_informer_relists_after_410_gone(small_api: KubeAPI) -> None:
+    api = small_api
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2)
+    deleted: list[str] = []
+    inf.add_handler(
+        lambda t, o, old: deleted.append(o["metadata"]["name"]) if t == "DELETED" else None
+    )
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("old"))
+    inf.start()
+    await asyncio.wait_for(inf.synced.wait(), 10)
+    await inf.stop()
+    # while stopped: more writes than the history keeps, and a delete
+    await api.request("DELETE", "/api/v1/namespaces/a/configmaps/old")
+    for i in range(12):
+        await api.request("POST", "/api/v1/namespaces/b/configmaps", body=_cm(f"n{i}"))
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("new"))
+    inf.start()
+    try:
+        await eventually(lambda: _has(inf, "a/new"))
+        assert inf.lists == 2  # the resumed watch got 410 and the informer listed again
+        assert "a/old" not in inf.cache and deleted == ["old"]  # relist emits the difference
+    finally:
+        await inf.stop()
+
+
+async def test_bookmarks_advance_the_resource_version(small_api: KubeAPI) -> None:
+    api = small_api
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=5)
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        start_rv = int(inf.resource_version)
+        created = await api.request("POST", "/api/v1/namespaces/b/configmaps", body=_cm("x"))
+        target = int(created["metadata"]["resourceVersion"])
+        await eventually(lambda: _rv_at_least(inf, target))
+        assert int(inf.resource_version) > start_rv and not inf.cache
+    finally:
+        await inf.stop()
+
+
+async def test_absent_resource_is_tolerated_and_picked_up_later(small_api: KubeAPI) -> None:
+    api = small_api
+    path = "/apis/example.com/v1/widgets"
+    inf = Informer(
+        api, path, tolerate_absent=True, min_backoff=0.05, max_backoff=0.2, watch_timeout=2
+    )
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        assert inf.absent and not inf.cache
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Cluster",
+                "names": {
+                    "plural": "widgets",
+                    "singular": "widget",
+                    "kind": "Widget",
+                    "listKind": "WidgetList",
+                },
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        await api.request(
+            "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd
+        )
+
+        async def create() -> bool:
+            try:
+                await api.request(
+                    "POST",
+                    path,
+                    body={
+                        "apiVersion": "example.com/v1",
+                        "kind": "Widget",
+                        "metadata": {"name": "w1"},
+                    },
+                )
+                return True
+            except ApiError:
+                return False
+
+        await eventually(create)
+        await eventually(lambda: _has(inf, "w1"))
+        assert not inf.absent
+    finally:
+        await inf.stop()
+
+
+async def _has(inf: Informer, key: str) -> bool:
+    return key in inf.cache
+
+
+async def _gone(inf: Informer, key: str) -> bool:
+    return key not in inf.cache
+
+
+async def _rv_at_least(inf: Informer, rv: int) -> bool:
+    return int(inf.resource_version or 0) >= rv

@@ -1,0 +1,476 @@
+"""controller.lifecycle on localkube: finalizer, the owned MutatingWebhookConfiguration, status
+conditions, drift reverted, ordered uninstall, graceful shutdown and the built-in certificate
+Secrets (real TLS handshake with the issued certificate)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from controller.config import (
+    CONFIG_FINALIZER,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
+    SCHEDULING_GATE,
+)
+from controller.kube import KubeAPI
+from controller.lifecycle import (
+    CONFIG_PATH,
+    WEBHOOK_PATH,
+    Lifecycle,
+    ServingCertSecret,
+)
+from controller.webhookconfig import ServiceRef, desired_webhook_configuration, webhook_drifted
+from tests.harness.kube import KubeEnv
+
+NS = "podplacement-system"
+URL = "https://127.0.0.1:9443/mutate"
+CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+SAMPLE = Path(__file__).resolve().parents[2] / "deploy/base/samples/podplacementconfig.yaml"
+CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
+
+
+@pytest.fixture
+async def api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    client = KubeAPI.from_url(fresh_localkube.url)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def _create_config(env: KubeEnv, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    obj = yaml.safe_load(SAMPLE.read_text())
+    if spec is not None:
+        obj["spec"] = spec
+    return env.create(CONFIGS, obj)
+
+
+def _conditions(env: KubeEnv) -> dict[str, dict[str, Any]]:
+    cfg = env.get(CONFIG_PATH)
+    return {c["type"]: c for c in (cfg.get("status") or {}).get("conditions") or []}
+
+
+def _lifecycle(api: KubeAPI, **kw: Any) -> Lifecycle:
+    kw.setdefault("url", URL)
+    kw.setdefault("ca_bundle", CA)
+    return Lifecycle(api, namespace=NS, **kw)
+
+
+async def test_config_gets_finalizer_webhook_and_available_status(
+    fresh_localkube: KubeEnv, api: KubeAPI
+) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    lc = _lifecycle(api)
+    result = await lc.reconcile()
+    assert (result.state, result.webhook, result.status_written) == ("available", "created", True)
+
+    cfg = env.get(CONFIG_PATH)
+    assert cfg["metadata"]["finalizers"] == [CONFIG_FINALIZER]
+    mwc = env.get(WEBHOOK_PATH)
+    desired = desired_webhook_configuration(cfg, ca_bundle=CA, url=URL, own_namespace=NS)
+    assert not webhook_drifted(mwc, desired)
+    assert base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]) == CA
+    conds = _conditions(env)
+    assert conds["Available"]["status"] == "True"
+    assert conds["Progressing"]["status"] == "False"
+    assert conds["Degraded"]["status"] == "False"
+    assert conds["Deprovisioning"]["status"] == "False"
+    assert cfg["status"]["observedGeneration"] == cfg["metadata"]["generation"]
+    assert {c["observedGeneration"] for c in conds.values()} == {cfg["metadata"]["generation"]}
+
+    # idempotent: a second pass writes nothing
+    assert env.server is not None
+    env.server.clear_requests()
+    again = await lc.reconcile()
+    assert (again.webhook, again.status_written) == ("unchanged", False)
+    assert {r.verb for r in env.server.requests} <= {"get", "list", "watch"}
+    assert env.get(CONFIG_PATH)["metadata"]["resourceVersion"] == cfg["metadata"]["resourceVersion"]
+
+
+async def test_finalizer_survives_an_injected_conflict(fresh_localkube: KubeEnv,
+                                                       api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    assert env.server is not None
+    env.server.inject_fault(409, 1, method="PATCH", plural="podplacementconfigs", name="cluster")
+    await _lifecycle(api).reconcile()
+    assert env.get(CONFIG_PATH)["metadata"]["finalizers"] == [CONFIG_FINALIZER]
+
+
+async def test_drift_is_reverted_by_the_resync_loop(fresh_localkube: KubeEnv,
+                                                    api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    lc = _lifecycle(api, resync_seconds=0.2)
+    task = lc.start()
+    try:
+        await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
+        original = env.get(WEBHOOK_PATH)
+        # someone edits the webhook: failurePolicy Fail, no namespace exclusions
+        env.patch(WEBHOOK_PATH, [
+            {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"},
+            {"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": {}},
+        ], "json")
+        await _until(lambda: env.get(WEBHOOK_PATH)["webhooks"][0]["failurePolicy"] == "Ignore")
+        assert env.get(WEBHOOK_PATH)["webhooks"][0]["namespaceSelector"] == (
+            original["webhooks"][0]["namespaceSelector"])
+        # someone deletes it
+        assert env.delete(WEBHOOK_PATH).status_code == 200
+        await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
+        # a foreign label is kept when drift is reverted
+        env.patch(WEBHOOK_PATH, {"metadata": {"labels": {"team": "x"}},
+                                 "webhooks": []}, "merge")
+        await _until(lambda: len(env.get(WEBHOOK_PATH)["webhooks"]) == 1)
+        assert env.get(WEBHOOK_PATH)["metadata"]["labels"]["team"] == "x"
+    finally:
+        await lc.stop(delete_webhook=False)
+    assert task.done()
+    assert env.request("GET", WEBHOOK_PATH).status_code == 200
+
+
+async def test_spec_change_is_applied_on_notify(fresh_localkube: KubeEnv, api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env, {})
+    lc = _lifecycle(api, resync_seconds=30)
+    lc.start()
+    try:
+        await _until(lambda: _conditions(env).get("Available", {}).get("status") == "True")
+        env.patch(CONFIG_PATH, {"spec": {"namespaceSelector": {"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["batch"]}]}}})
+        lc.notify()
+
+        def applied() -> bool:
+            exprs = env.get(WEBHOOK_PATH)["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+            return {"key": "tier", "operator": "NotIn", "values": ["batch"]} in exprs
+
+        await _until(applied)
+        await _until(lambda: env.get(CONFIG_PATH)["status"]["observedGeneration"] == 2)
+    finally:
+        await lc.stop(delete_webhook=False)
+
+
+async def test_inexpressible_selector_and_invalid_config_degrade(fresh_localkube: KubeEnv,
+                                                                 api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env, {"namespaceSelector": {"matchLabels": {"a": "1", "b": "2"}}})
+    result = await _lifecycle(api).reconcile()
+    assert result.degraded == "NamespaceSelectorNotExpressible"
+    conds = _conditions(env)
+    assert conds["Degraded"]["status"] == "True"
+    assert "requirements" in conds["Degraded"]["message"]
+    assert conds["Available"]["status"] == "True"  # the webhook is in place, only broader
+
+
+async def test_ca_bundle_failure_is_reported_and_raised(fresh_localkube: KubeEnv,
+                                                        api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+
+    def broken() -> bytes:
+        raise OSError("no ca.crt in /nowhere")
+
+    with pytest.raises(OSError):
+        await _lifecycle(api, ca_bundle=broken).reconcile()
+    conds = _conditions(env)
+    assert (conds["Available"]["status"], conds["Available"]["reason"]) == (
+        "False", "CABundleUnavailable")
+    assert conds["Degraded"]["status"] == "True"
+    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+
+
+def _gated_pod(name: str, extra_gate: str | None = None) -> dict[str, Any]:
+    gates = [{"name": SCHEDULING_GATE}]
+    if extra_gate:
+        gates.append({"name": extra_gate})
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {GATE_LABEL: GATE_LABEL_GATED}},
+        "spec": {"schedulingGates": gates,
+                 "containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+
+
+async def test_ordered_uninstall(fresh_localkube: KubeEnv, api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    env.ensure_namespace("apps")
+    seen: dict[str, Any] = {}
+
+    async def ungate_remaining(deadline: float) -> int:
+        # what the reconciler's callback would do: release every pod still gated
+        seen["deadline"] = deadline
+        seen["webhook_status"] = env.request("GET", WEBHOOK_PATH).status_code
+        cfg = env.get(CONFIG_PATH)
+        seen["config_deleting"] = bool(cfg["metadata"].get("deletionTimestamp"))
+        seen["deprovisioning"] = {c["type"]: c["status"]
+                                  for c in cfg["status"]["conditions"]}["Deprovisioning"]
+        pods = env.get(f"/api/v1/pods?labelSelector={GATE_LABEL}%3D{GATE_LABEL_GATED}")["items"]
+        for pod in pods:
+            gates = [g["name"] for g in pod["spec"]["schedulingGates"]]
+            env.patch(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/"
+                      f"{pod['metadata']['name']}", [
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": pod["metadata"]["resourceVersion"]},
+                {"op": "remove", "path": f"/spec/schedulingGates/{gates.index(SCHEDULING_GATE)}"},
+                {"op": "replace", "path": "/metadata/labels/podplacement.io~1scheduling-gate",
+                 "value": GATE_LABEL_REMOVED},
+            ], "json")
+        return len(pods)
+
+    lc = _lifecycle(api, ungate_remaining=ungate_remaining, uninstall_deadline_seconds=7)
+    await lc.reconcile()
+    for i in range(3):
+        env.create("/api/v1/namespaces/apps/pods", _gated_pod(f"p{i}"))
+    env.create("/api/v1/namespaces/apps/pods", _gated_pod("other", extra_gate="example.com/hold"))
+
+    resp = env.delete(CONFIG_PATH)
+    assert resp.status_code == 200
+    assert env.get(CONFIG_PATH)["metadata"]["deletionTimestamp"]  # held by our finalizer
+
+    result = await lc.reconcile()
+    assert (result.state, result.webhook, result.ungated) == ("uninstalled", "deleted", 4)
+    # order: webhook configuration gone before the pods were released, config still present
+    assert seen == {"deadline": 7, "webhook_status": 404, "config_deleting": True,
+                    "deprovisioning": "True"}
+    assert env.request("GET", CONFIG_PATH).status_code == 404
+    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+    for i in range(3):
+        pod = env.get(f"/api/v1/namespaces/apps/pods/p{i}")
+        assert not pod["spec"].get("schedulingGates")
+    other = env.get("/api/v1/namespaces/apps/pods/other")
+    assert [g["name"] for g in other["spec"]["schedulingGates"]] == ["example.com/hold"]
+    # nothing left to do
+    assert (await lc.reconcile()).state == "absent"
+
+
+async def test_no_config_means_no_webhook(fresh_localkube: KubeEnv, api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    lc = _lifecycle(api)
+    await lc.reconcile()
+    # the finalizer is stripped by hand and the config deleted: our webhook must go too
+    env.patch(CONFIG_PATH, {"metadata": {"finalizers": None}})
+    env.delete(CONFIG_PATH)
+    assert env.request("GET", CONFIG_PATH).status_code == 404
+    result = await lc.reconcile()
+    assert (result.state, result.webhook) == ("absent", "deleted")
+    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+
+
+async def test_graceful_stop_deletes_the_webhook_lost_lease_keeps_it(
+    fresh_localkube: KubeEnv, api: KubeAPI
+) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    lc = _lifecycle(api)
+    lc.start()
+    await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
+    await lc.stop(delete_webhook=False)  # lost leadership: the new leader owns it
+    assert env.request("GET", WEBHOOK_PATH).status_code == 200
+    lc2 = _lifecycle(api)
+    lc2.start()
+    await asyncio.sleep(0)
+    await lc2.stop()  # graceful shutdown (default)
+    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+    # the config itself is untouched by a shutdown
+    assert env.get(CONFIG_PATH)["metadata"]["finalizers"] == [CONFIG_FINALIZER]
+
+
+async def test_cert_manager_mode_never_writes_the_ca_bundle(fresh_localkube: KubeEnv,
+                                                            api: KubeAPI) -> None:
+    env = fresh_localkube
+    _create_config(env)
+    lc = _lifecycle(api, ca_bundle=None, cert_manager_certificate=f"{NS}/podplacement-webhook",
+                    service=ServiceRef(NS, "podplacement-webhook"), url=None)
+    await lc.reconcile()
+    mwc = env.get(WEBHOOK_PATH)
+    assert "caBundle" not in mwc["webhooks"][0]["clientConfig"]
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{NS}/podplacement-webhook")
+    # cert-manager's CA injector fills it in; then someone changes the timeout (drift)
+    injected = base64.b64encode(CA).decode()
+    env.patch(WEBHOOK_PATH, [
+        {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": injected},
+        {"op": "replace", "path": "/webhooks/0/timeoutSeconds", "value": 29},
+    ], "json")
+    assert (await lc.reconcile()).webhook == "updated"
+    hook = env.get(WEBHOOK_PATH)["webhooks"][0]
+    assert hook["timeoutSeconds"] == 5
+    assert hook["clientConfig"]["caBundle"] == injected
+
+
+async def test_serving_cert_secret_issues_a_certificate_that_tls_clients_trust(
+    fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
+) -> None:
+    env = fresh_localkube
+    env.ensure_namespace(NS)
+    source = ServingCertSecret(api, NS)
+    bundle = await source()
+    tls = env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")
+    ca = env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-ca")
+    assert tls["type"] == "kubernetes.io/tls"
+    data = {k: base64.b64decode(v) for k, v in tls["data"].items()}
+    assert data["ca.crt"] == bundle == base64.b64decode(ca["data"]["ca.crt"])
+    leaf = x509.load_pem_x509_certificate(data["tls.crt"])
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "podplacement-webhook.podplacement-system.svc" in sans.get_values_for_type(
+        x509.DNSName)
+
+    # a real TLS handshake: server with the issued pair, client trusting only the bundle
+    (tmp_path / "tls.crt").write_bytes(data["tls.crt"])
+    (tmp_path / "tls.key").write_bytes(data["tls.key"])
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client_ctx = ssl.create_default_context(cadata=bundle.decode())
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ctx,
+            server_hostname="podplacement-webhook.podplacement-system.svc")
+        assert await reader.read() == b"ok"
+        writer.close()
+        with contextlib.suppress(ssl.SSLError, ConnectionError):
+            await writer.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+    # a second call changes nothing
+    rvs = (tls["metadata"]["resourceVersion"], ca["metadata"]["resourceVersion"])
+    assert await source() == bundle
+    assert (env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")["metadata"][
+        "resourceVersion"], env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-ca")[
+        "metadata"]["resourceVersion"]) == rvs
+    # a certificate close to expiry is re-issued by the same CA
+    import datetime as dt
+
+    import certs
+
+    ca_pair = certs.KeyPair(base64.b64decode(ca["data"]["ca.crt"]),
+                            base64.b64decode(ca["data"]["ca.key"]))
+    short = certs.issue_serving_cert(ca_pair, ["podplacement-webhook"],
+                                     validity=dt.timedelta(days=2))
+    env.patch(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls",
+              {"data": {"tls.crt": base64.b64encode(short.cert_pem).decode()}})
+    assert await source() == bundle
+    renewed = base64.b64decode(
+        env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")["data"]["tls.crt"])
+    assert renewed != short.cert_pem
+    assert x509.load_pem_x509_certificate(renewed).not_valid_after_utc > (
+        leaf.not_valid_after_utc - dt.timedelta(days=1))
+
+    # and the lifecycle puts exactly that bundle into the webhook configuration
+    _create_config(env)
+    await _lifecycle(api, ca_bundle=source, service=ServiceRef(NS, "podplacement-webhook"),
+                     url=None).reconcile()
+    mwc = env.get(WEBHOOK_PATH)
+    assert base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]) == bundle
+
+
+async def _until(predicate: Any, attempts: int = 100, interval: float = 0.1) -> None:
+    """Poll ``predicate`` (sync) up to ``attempts`` times; fail when it never holds."""
+    for _ in range(attempts):
+        if predicate():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError("condition not reached")
+
+
+async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
+    fresh_localkube: KubeEnv, api: KubeAPI
+) -> None:
+    """The configuration the lifecycle writes, used by the API server's admission: a
+    recording HTTPS webhook (real TLS, trusted through the caBundle) is called for pods in
+    ordinary namespaces only, not in opted-out, system, own or config-excluded ones."""
+    from aiohttp import web
+
+    import certs
+
+    env = fresh_localkube
+    ca = certs.generate_ca()
+    serving = certs.issue_serving_cert(ca, [], ["127.0.0.1"])
+    (Path(env.kubeconfig).parent / "wh.crt").write_bytes(serving.cert_pem)
+    (Path(env.kubeconfig).parent / "wh.key").write_bytes(serving.key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(Path(env.kubeconfig).parent / "wh.crt",
+                        Path(env.kubeconfig).parent / "wh.key")
+    called: list[str] = []
+
+    async def mutate(request: web.Request) -> web.Response:
+        review = await request.json()
+        called.append(review["request"]["namespace"])
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"],
+                                               "allowed": True}})
+
+    app = web.Application()
+    app.router.add_post("/mutate", mutate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        _create_config(env, {"namespaceSelector": {"matchLabels": {"team": "legacy"}}})
+        lc = _lifecycle(api, url=f"https://127.0.0.1:{port}/mutate", ca_bundle=ca.cert_pem)
+        await lc.reconcile()
+        namespaces = {
+            "plain": None,
+            "opted-out": {"podplacement.io/exclude-pod-placement": "yes"},
+            "legacy": {"team": "legacy"},
+            "other-team": {"team": "web"},
+            "kube-system": None,
+            NS: None,
+        }
+        for name, labels in namespaces.items():
+            await asyncio.to_thread(env.ensure_namespace, name, labels)
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}
+            resp = await asyncio.to_thread(env.request, "POST",
+                                           f"/api/v1/namespaces/{name}/pods", pod)
+            assert resp.status_code == 201, resp.text
+    finally:
+        await runner.cleanup()
+    assert sorted(called) == ["other-team", "plain"]
+
+
+async def test_rotated_ca_bundle_in_the_cert_dir_reaches_the_webhook(
+    fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
+) -> None:
+    import certs
+    from controller.lifecycle import ca_bundle_from_dir
+
+    env = fresh_localkube
+    old_ca, new_ca = certs.generate_ca(), certs.generate_ca()
+    (tmp_path / "ca.crt").write_bytes(old_ca.cert_pem)
+    _create_config(env)
+    lc = _lifecycle(api, ca_bundle=ca_bundle_from_dir(str(tmp_path)))
+    await lc.reconcile()
+
+    def bundle() -> bytes:
+        return base64.b64decode(env.get(WEBHOOK_PATH)["webhooks"][0]["clientConfig"]["caBundle"])
+
+    assert bundle() == old_ca.cert_pem
+    # rotation overlap: the directory now trusts the new and the old CA
+    (tmp_path / "ca.crt").write_bytes(new_ca.cert_pem + old_ca.cert_pem)
+    assert (await lc.reconcile()).webhook == "updated"
+    assert bundle() == new_ca.cert_pem + old_ca.cert_pem

@@ -1,0 +1,179 @@
+"""NUMA wiring end to end (issue 6 items 5-7): NRT candidates become hostname affinity;
+without candidates the pod stays gated with ``podplacement.io/numa=waiting`` and a Warning
+until an NRT change makes room."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from controller.affinity import expression
+from controller.config import ARCH_LABEL, HOSTNAME_LABEL, NUMA_LABEL, OS_LABEL, SCHEDULING_GATE
+from controller.kube import ApiError, KubeAPI
+from tests.controller.conftest import (
+    Images,
+    StartController,
+    create_pod,
+    decision_of,
+    events_for,
+    eventually,
+    gated_pod,
+    get_pod,
+    required_terms,
+    wait_ungated,
+)
+from tests.harness.kube import KubeEnv
+
+NRT_PATH = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs"
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {ARCH_LABEL: "amd64", OS_LABEL: "linux", HOSTNAME_LABEL: f"host-{name}"},
+        },
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+        },
+    }
+
+
+def _nrt(name: str, cpu_free: tuple[int, int]) -> dict[str, Any]:
+    zones = []
+    for i, cpu in enumerate(cpu_free):
+        zones.append(
+            {
+                "name": f"node-{i}",
+                "type": "Node",
+                "resources": [
+                    {"name": "cpu", "capacity": 32, "allocatable": 32, "available": cpu},
+                    {
+                        "name": "memory",
+                        "capacity": "64Gi",
+                        "allocatable": "64Gi",
+                        "available": "32Gi",
+                    },
+                ],
+            }
+        )
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "pod"},
+        ],
+        "zones": zones,
+    }
+
+
+def _guaranteed(pod: dict[str, Any], cpu: str) -> dict[str, Any]:
+    res = {"cpu": cpu, "memory": "1Gi"}
+    for c in pod["spec"]["containers"]:
+        c["resources"] = {"requests": dict(res), "limits": dict(res)}
+    return pod
+
+
+@pytest.fixture
+async def topology(api: KubeAPI, ckube: KubeEnv) -> AsyncIterator[None]:
+    """Two amd64 nodes with NRTs (numa-a: 2+2 free cpus, numa-b: 2+8) and a config with
+    topology enabled; all removed afterwards."""
+    if ckube.server is None:
+        pytest.skip("creates cluster-wide nodes and the singleton config: localkube only")
+    for name, free in (("numa-a", (2, 2)), ("numa-b", (2, 8))):
+        await api.request("POST", "/api/v1/nodes", body=_node(name))
+        await api.request("POST", NRT_PATH, body=_nrt(name, free))
+    await api.request(
+        "POST",
+        CONFIG_PATH,
+        body={
+            "apiVersion": "podplacement.io/v1beta1",
+            "kind": "PodPlacementConfig",
+            "metadata": {"name": "cluster"},
+            "spec": {
+                "topology": {
+                    "enabled": True,
+                    "scoringStrategy": "LeastAllocated",
+                    "maxWaitSeconds": 300,
+                    "unsatisfiable": "Wait",
+                }
+            },
+        },
+    )
+    try:
+        yield
+    finally:
+        for path in (
+            f"{CONFIG_PATH}/cluster",
+            f"{NRT_PATH}/numa-a",
+            f"{NRT_PATH}/numa-b",
+            "/api/v1/nodes/numa-a",
+            "/api/v1/nodes/numa-b",
+        ):
+            try:
+                await api.request("DELETE", path)
+            except ApiError:
+                pass
+
+
+async def _topology_on(ctl: Any) -> bool:
+    return ctl.config_source()[0].topology.enabled and len(ctl.nrts.cache) == 2
+
+
+async def test_candidates_become_hostname_affinity(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    topology: None,
+    start_controller: StartController,
+) -> None:
+    ns = namespace
+    ctl = await start_controller()
+    await eventually(lambda: _topology_on(ctl))
+    await create_pod(api, ns, _guaranteed(gated_pod("fits", [images.amd_arm]), "4"))
+    pod = await wait_ungated(api, ns, "fits")
+    host = expression(HOSTNAME_LABEL, "In", ["host-numa-b"])
+    assert required_terms(pod) == [
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64", "arm64"]), host]}
+    ]
+    assert decision_of(pod)["numa"]["candidates"] == ["numa-b"]
+
+
+async def test_no_candidate_waits_then_an_nrt_change_releases_it(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    topology: None,
+    start_controller: StartController,
+) -> None:
+    ns = namespace
+    ctl = await start_controller()
+    await eventually(lambda: _topology_on(ctl))
+    await create_pod(api, ns, _guaranteed(gated_pod("big", [images.amd_arm]), "9"))
+
+    async def waiting() -> bool:
+        pod = await get_pod(api, ns, "big")
+        return pod["metadata"]["labels"].get(NUMA_LABEL) == "waiting" and pod["spec"].get(
+            "schedulingGates"
+        ) == [{"name": SCHEDULING_GATE}]
+
+    await eventually(waiting)
+    events = await eventually(lambda: events_for(api, ns, "big"))
+    assert events[0]["reason"] == "WaitingForNUMAResources"
+    # capacity frees up on numa-a: the NRT watch requeues the waiting pod
+    nrt = await api.request("GET", f"{NRT_PATH}/numa-a")
+    nrt["zones"] = _nrt("numa-a", (2, 10))["zones"]
+    await api.request("PUT", f"{NRT_PATH}/numa-a", body=nrt)
+    pod = await wait_ungated(api, ns, "big")
+    assert NUMA_LABEL not in pod["metadata"]["labels"]
+    assert required_terms(pod)[0]["matchExpressions"][-1] == expression(
+        HOSTNAME_LABEL, "In", ["host-numa-a"]
+    )

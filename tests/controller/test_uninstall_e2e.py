@@ -1,0 +1,107 @@
+"""The controller with its lifecycle: while the PodPlacementConfig exists the webhook
+configuration exists; deleting the config first removes the webhook configuration, then
+ungates every pod still gated (a normal decision), then releases the finalizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import certs
+from controller.config import CONFIG_FINALIZER, WEBHOOK_CONFIGURATION_NAME
+from controller.kube import ApiError, KubeAPI
+from tests.controller.conftest import (
+    Images,
+    StartController,
+    create_pod,
+    decision_of,
+    eventually,
+    gated_pod,
+    required_terms,
+    wait_ungated,
+)
+from tests.harness.kube import KubeEnv
+
+CONFIG = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+MWC = (
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+    + WEBHOOK_CONFIGURATION_NAME
+)
+
+
+async def _exists(api: KubeAPI, path: str) -> bool:
+    try:
+        await api.request("GET", path)
+        return True
+    except ApiError as exc:
+        if exc.not_found:
+            return False
+        raise
+
+
+async def test_ordered_uninstall_with_pods_still_gated(
+    api: KubeAPI,
+    ckube: KubeEnv,
+    namespace: str,
+    images: Images,
+    start_controller: StartController,
+    tmp_path: Path,
+) -> None:
+    if ckube.server is None:
+        pytest.skip("deletes the cluster-wide singleton config: localkube only")
+    ns = namespace
+    (tmp_path / "ca.crt").write_bytes(certs.generate_ca().cert_pem)
+    await api.request(
+        "POST",
+        CONFIG.rsplit("/", 1)[0],
+        body={
+            "apiVersion": "podplacement.io/v1beta1",
+            "kind": "PodPlacementConfig",
+            "metadata": {"name": "cluster"},
+            "spec": {},
+        },
+    )
+    try:
+        ctl = await start_controller(
+            webhook_url="https://127.0.0.1:9443/mutate",
+            cert_dir=str(tmp_path),
+            namespace=ns,
+            uninstall_deadline_seconds=10.0,
+        )
+        await eventually(lambda: _exists(api, MWC))
+
+        async def finalized() -> bool:
+            cfg = await api.request("GET", CONFIG)
+            return CONFIG_FINALIZER in (cfg["metadata"].get("finalizers") or [])
+
+        await eventually(finalized)
+        # pods gated while the workers are paused: the uninstall must release them
+        await ctl.queue.shutdown()
+        for i in range(3):
+            await create_pod(api, ns, gated_pod(f"left{i}", [images.arm]))
+        await api.request("DELETE", CONFIG)
+        await eventually(lambda: _gone(api, CONFIG), within=30)
+        assert not await _exists(api, MWC)
+        for i in range(3):
+            pod = await wait_ungated(api, ns, f"left{i}", within=1)
+            assert required_terms(pod) == [
+                {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                    ]
+                }
+            ]
+            assert decision_of(pod)["result"] == "set"
+    finally:
+        try:
+            cfg = await api.request("GET", CONFIG)
+            if cfg["metadata"].get("finalizers"):
+                await api.request("PATCH", CONFIG, body={"metadata": {"finalizers": None}})
+            await api.request("DELETE", CONFIG)
+        except ApiError:
+            pass
+
+
+async def _gone(api: KubeAPI, path: str) -> bool:
+    return not await _exists(api, path)

@@ -1,0 +1,466 @@
+"""``podplacement demo``: the sample objects are valid Kubernetes objects whose expectations
+follow from the pushed images and the NUMA model, the report renders known pods and events,
+and (slow) the whole demo runs end to end with real processes and leaves nothing running."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.config import (
+    AFFINITY_LABEL,
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    NUMA_LABEL,
+    SCHEDULING_GATE,
+    PlacementConfig,
+)
+from podplacement.demo import report, workloads
+from podplacement.demo.workloads import DemoRegistries, Expectation
+
+REPO = Path(__file__).resolve().parents[1]
+REGISTRIES = DemoRegistries("127.0.0.1:5000", "127.0.0.1:5443", "user", "pass")
+
+
+def _platform_pairs(tag: str) -> set[tuple[str, str]]:
+    return {tuple(p.split("/")[:2]) for p in workloads.IMAGE_PLATFORMS[tag]}  # type: ignore[misc]
+
+
+def _tag_of(image: str) -> str:
+    return image.split("/", 1)[1]
+
+
+# --- workloads (pure) ---------------------------------------------------------------------
+
+
+def test_every_workload_is_a_valid_pod_for_the_pod_rules() -> None:
+    from localkube.podrules import prepare_pod_create
+
+    items = workloads.workloads(REGISTRIES)
+    assert len({w.name for w in items}) == len(items)
+    for w in items:
+        pod = copy.deepcopy(dict(w.pod))
+        prepare_pod_create(pod)  # raises StatusError for an invalid pod
+        assert pod["metadata"]["name"] == w.name
+        assert pod["metadata"]["namespace"] == workloads.DEMO_NAMESPACE
+        expected_qos = "Guaranteed" if w.name.startswith("numa-") else "BestEffort"
+        assert pod["status"]["qosClass"] == expected_qos, w.name
+
+
+def test_images_point_at_the_right_registry_and_only_the_private_one_has_a_pull_secret() -> None:
+    for w in workloads.workloads(REGISTRIES):
+        spec = w.pod["spec"]
+        images = [c["image"] for c in spec.get("initContainers", []) + spec["containers"]]
+        private = [i for i in images if i.startswith(REGISTRIES.private + "/")]
+        public = [i for i in images if i.startswith(REGISTRIES.public + "/")]
+        assert len(private) + len(public) == len(images)
+        if private:
+            assert spec["imagePullSecrets"] == [{"name": workloads.PULL_SECRET_NAME}]
+        else:
+            assert "imagePullSecrets" not in spec
+
+
+def test_arch_expectations_are_the_intersection_of_the_image_platforms() -> None:
+    for w in workloads.workloads(REGISTRIES):
+        if w.expect.waiting:
+            assert w.expect.archs is None  # nothing is injected while it waits
+            continue
+        spec = w.pod["spec"]
+        tags = [_tag_of(c["image"]) for c in spec.get("initContainers", []) + spec["containers"]]
+        common = set.intersection(*(_platform_pairs(t) for t in tags))
+        if not common:
+            assert w.expect.no_supported_platform and w.expect.archs is None, w.name
+            assert w.expect.event == "NoSupportedPlatform"
+        else:
+            assert {os_ for os_, _ in common} == {"linux"}
+            assert tuple(sorted(a for _, a in common)) == tuple(sorted(w.expect.archs or ())), (
+                w.name
+            )
+
+
+def test_pull_secret_holds_the_private_registry_credentials() -> None:
+    import base64
+
+    from imageinspect import credentials_from_pull_secrets, match_credentials
+
+    secret = workloads.pull_secret(REGISTRIES)
+    raw = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert raw["auths"][REGISTRIES.private]["username"] == "user"
+    creds = credentials_from_pull_secrets([secret])
+    private_repo = REGISTRIES.ref(workloads.PRIVATE).rsplit(":", 1)[0]
+    public_repo = REGISTRIES.ref(workloads.MULTI).rsplit(":", 1)[0]
+    assert match_credentials(private_repo, creds), "the secret must match the private image"
+    assert not match_credentials(public_repo, creds)
+
+
+def test_config_parses_with_the_product_model() -> None:
+    config = PlacementConfig.from_object(workloads.placement_config(max_wait_seconds=17))
+    assert config.topology.enabled
+    assert config.topology.nodes_without_topology == "Deny"
+    assert config.topology.max_wait_seconds == 17
+    assert {p.architecture: p.weight for p in config.preferred_platforms} == (
+        workloads.PREFERRED_WEIGHTS
+    )
+
+
+def test_numa_pods_fit_as_the_demo_claims_under_the_product_numa_model() -> None:
+    from controller.numa import decide_numa
+
+    config = PlacementConfig.from_object(workloads.placement_config()).topology
+    nodes = workloads.node_objects()
+    for node, demo in zip(nodes, workloads.NODES, strict=True):
+        node.update(workloads.node_status(demo))
+    nrts = {n["metadata"]["name"]: n for n in workloads.nrt_objects()}
+    by_name = {w.name: w for w in workloads.workloads(REGISTRIES)}
+    fits_one = decide_numa(dict(by_name["numa-fits-one"].pod), nodes, nrts, config)
+    assert fits_one.needed
+    assert fits_one.candidates == by_name["numa-fits-one"].expect.hostnames
+    nowhere = decide_numa(dict(by_name["numa-fits-nowhere"].pod), nodes, nrts, config)
+    assert nowhere.needed and nowhere.candidates == ()
+    plain = decide_numa(dict(by_name["multi-arch"].pod), nodes, nrts, config)
+    assert not plain.needed  # BestEffort pods are not NUMA-placed
+
+
+def test_nrt_requires_zones() -> None:
+    with pytest.raises(ValueError, match="no NUMA zones"):
+        workloads.nrt_object(workloads.DemoNode("x", "arm64"))
+
+
+def test_all_demo_objects_are_accepted_by_the_api_server(fresh_localkube: Any) -> None:
+    kube = fresh_localkube
+    kube.apply_crds()
+    kube.create("/api/v1/namespaces", workloads.namespace_object())
+    kube.create("/api/v1/namespaces/demo/serviceaccounts", workloads.service_account_object())
+    kube.create("/api/v1/namespaces/demo/secrets", workloads.pull_secret(REGISTRIES))
+    for node in workloads.node_objects():
+        kube.create("/api/v1/nodes", node)
+    for nrt in workloads.nrt_objects():
+        kube.create("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies", nrt)
+    stored = kube.create("/apis/podplacement.io/v1beta1/podplacementconfigs",
+                         workloads.placement_config())
+    assert stored["spec"]["topology"]["nodesWithoutTopology"] == "Deny"  # not pruned
+    for w in workloads.workloads(REGISTRIES):
+        pod = kube.create("/api/v1/namespaces/demo/pods", dict(w.pod))
+        assert pod["status"]["phase"] == "Pending"
+
+
+# --- report (pure) ------------------------------------------------------------------------
+
+
+def _pod(name: str, *, images: list[str], init: list[str] | None = None,
+         affinity: dict[str, Any] | None = None, labels: dict[str, str] | None = None,
+         decision: dict[str, Any] | None = None, gated: bool = False,
+         node: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "demo", "labels": labels or {}}
+    if decision is not None:
+        meta["annotations"] = {DECISION_ANNOTATION: json.dumps(decision)}
+    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "image": im}
+                                           for i, im in enumerate(images)]}
+    if init:
+        spec["initContainers"] = [{"name": f"i{i}", "image": im} for i, im in enumerate(init)]
+    if affinity:
+        spec["affinity"] = {"nodeAffinity": affinity}
+    if gated:
+        spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec}
+
+
+def _req(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}
+
+
+ARCH = "kubernetes.io/arch"
+HOST = "kubernetes.io/hostname"
+
+
+def _known_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    set_labels = {GATE_LABEL: "removed", AFFINITY_LABEL: "set"}
+    multi = _pod(
+        "multi", images=["127.0.0.1:5000/demo/busybox:multi"], labels=set_labels, node="n1",
+        affinity={
+            **_req([{"key": ARCH, "operator": "In", "values": ["amd64", "arm64"]}]),
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": {"matchExpressions": [
+                    {"key": ARCH, "operator": "In", "values": ["amd64"]}]}},
+                {"weight": 7, "preference": {"matchExpressions": [
+                    {"key": HOST, "operator": "In", "values": ["n1"]}]}},
+            ],
+        },
+        decision={"platforms": ["linux/amd64", "linux/arm64/v8"],
+                  "numa": {"candidates": ["n1", "n2"]}},
+    )
+    two_terms = _pod(
+        "two-terms", images=["docker.io/library/busybox:1"], init=["localhost/x:1"],
+        labels=set_labels,
+        affinity=_req(
+            [{"key": "zone", "operator": "In", "values": ["a"]},
+             {"key": ARCH, "operator": "In", "values": ["s390x"]}],
+            [{"key": ARCH, "operator": "In", "values": ["s390x"]}],
+        ),
+        decision={"platforms": ["linux/s390x", "windows/amd64"]},
+    )
+    none = _pod(
+        "none", images=["r:1/a/win:1"], init=["r:1/a/s390x:2"], labels=set_labels,
+        affinity=_req([{"key": "podplacement.io/no-supported-platform", "operator": "Exists"}]),
+        decision={"platforms": [], "images": [
+            {"image": "r:1/a/s390x:2", "platforms": ["linux/s390x"]},
+            {"image": "r:1/a/win:1", "platforms": ["windows/amd64"]}]},
+    )
+    waiting = _pod("waiting", images=["busybox"], gated=True,
+                   labels={GATE_LABEL: "gated", NUMA_LABEL: "waiting"})
+    fresh = _pod("fresh", images=["busybox"], gated=True, labels={GATE_LABEL: "gated"})
+    events = [
+        # core/v1 and events.k8s.io/v1 shapes; the same reason twice is shown once
+        {"involvedObject": {"kind": "Pod", "namespace": "demo", "name": "multi"},
+         "reason": "PlacementDecided", "lastTimestamp": "2026-01-01T00:00:02Z"},
+        {"regarding": {"kind": "Pod", "namespace": "demo", "name": "multi"},
+         "reason": "PlacementDecided", "eventTime": "2026-01-01T00:00:02.000000Z"},
+        {"regarding": {"kind": "Pod", "namespace": "demo", "name": "multi"},
+         "reason": "Scheduled", "eventTime": "2026-01-01T00:00:03.000000Z"},
+        {"regarding": {"kind": "Pod", "namespace": "demo", "name": "none"},
+         "reason": "NoSupportedPlatform", "eventTime": "2026-01-01T00:00:01.000000Z"},
+        {"involvedObject": {"kind": "Pod", "namespace": "other", "name": "waiting"},
+         "reason": "Elsewhere", "lastTimestamp": "2026-01-01T00:00:01Z"},
+        {"involvedObject": {"kind": "Node", "namespace": "demo", "name": "waiting"},
+         "reason": "NodeThing", "lastTimestamp": "2026-01-01T00:00:01Z"},
+        {"regarding": {"kind": "Pod", "namespace": "demo", "name": "waiting"},
+         "reason": "WaitingForNUMAResources", "eventTime": "2026-01-01T00:00:04.000000Z"},
+    ]
+    return [multi, two_terms, none, waiting, fresh], events
+
+
+def test_rows_show_images_platforms_affinity_numa_node_and_events() -> None:
+    pods, events = _known_pods()
+    rows = {r.pod: r for r in report.build_rows(pods, events)}
+    assert list(rows) == ["multi", "two-terms", "none", "waiting", "fresh"]
+    multi = rows["multi"]
+    assert multi.cells() == (
+        "multi", "ungated", "demo/busybox:multi", "amd64,arm64/v8",
+        "arch In [amd64,arm64]; prefer amd64:50", "n1,n2", "n1", "PlacementDecided,Scheduled",
+    )
+    two = rows["two-terms"]
+    assert two.images == "init:x:1,library/busybox:1"
+    assert two.platforms == "s390x,windows/amd64"
+    assert two.affinity == "zone In [a] & arch In [s390x] | arch In [s390x]"
+    assert (two.numa, two.node, two.events) == ("-", "-", "-")
+    assert rows["none"].platforms == "none (s390x:2=s390x | win:1=windows/amd64)"
+    assert rows["none"].affinity == "no-supported-platform Exists"
+    assert rows["none"].events == "NoSupportedPlatform"
+    waiting = rows["waiting"]
+    assert (waiting.state, waiting.platforms, waiting.affinity, waiting.numa, waiting.events) == (
+        "waiting", "-", "-", "waiting", "WaitingForNUMAResources")
+    assert rows["fresh"].state == "gated"
+    assert report.state_cell({"metadata": {"name": "x"}, "spec": {}}) == "not-gated"
+
+
+def test_table_aligns_columns_under_the_headers() -> None:
+    pods, events = _known_pods()
+    rows = report.build_rows(pods, events)
+    text = report.render_table(rows)
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(rows)
+    assert lines[0].split() == list(report.HEADERS)
+    starts = [lines[0].index(h) for h in report.HEADERS]
+    for line, row in zip(lines[1:], rows, strict=True):
+        for start, cell in zip(starts, row.cells(), strict=True):
+            assert line[start:start + len(cell)] == cell
+        assert line == line.rstrip()
+
+
+def test_short_image_drops_only_a_registry_domain() -> None:
+    assert report.short_image("127.0.0.1:5000/demo/busybox:multi") == "demo/busybox:multi"
+    assert report.short_image("localhost/a:1") == "a:1"
+    assert report.short_image("library/busybox:1") == "library/busybox:1"
+    assert report.short_image("busybox") == "busybox"
+
+
+def test_check_accepts_what_was_expected_and_names_every_mismatch() -> None:
+    pods, _ = _known_pods()
+    multi, two, none, waiting, fresh = pods
+    ok = Expectation(("amd64", "arm64"))
+    assert report.check(multi, ["PlacementDecided"], ok) == []
+    problems = report.check(multi, [], Expectation(("s390x",), hostnames=("n9",)))
+    assert any("arch requirement" in p for p in problems)
+    assert any("hostname requirement" in p for p in problems)
+    assert any("no PlacementDecided event" in p for p in problems)
+    assert report.check(two, ["PlacementDecided"], Expectation(("s390x",))) == []
+    assert report.check(none, ["NoSupportedPlatform"], Expectation(
+        None, no_supported_platform=True, event="NoSupportedPlatform")) == []
+    assert report.check(none, ["NoSupportedPlatform"], Expectation(
+        ("amd64",), event="NoSupportedPlatform")) != []
+    wait = Expectation(None, waiting=True, event="WaitingForNUMAResources")
+    assert report.check(waiting, ["WaitingForNUMAResources"], wait) == []
+    assert report.check(fresh, ["WaitingForNUMAResources"], wait) == [
+        "expected to wait for NUMA resources, state gated"]
+    assert report.check(waiting, ["WaitingForNUMAResources"], ok)[0].startswith(
+        "expected to be ungated")
+
+
+def test_registries_conf_marks_only_the_public_registry_insecure() -> None:
+    from types import SimpleNamespace
+
+    from imageinspect import RegistriesConfig
+    from podplacement.demo.run import registries_conf
+
+    pair = SimpleNamespace(public=SimpleNamespace(host="127.0.0.1:5000"),
+                           private=SimpleNamespace(host="127.0.0.1:5443"))
+    conf = RegistriesConfig.from_toml(registries_conf(pair))  # type: ignore[arg-type]
+    assert conf.is_insecure("127.0.0.1:5000")
+    assert not conf.is_insecure("127.0.0.1:5443")
+
+
+def test_only_the_demo_namespace_is_ever_deleted() -> None:
+    assert workloads.made_by_demo(workloads.namespace_object())
+    assert not workloads.made_by_demo({"metadata": {"name": "demo", "labels": {}}})
+    assert not workloads.made_by_demo({"metadata": {"name": "demo"}})
+
+
+# --- the whole demo -----------------------------------------------------------------------
+
+DEMO_PIECES = ("localkube.__main__", "webhook.cli", "controller.cli", "certs.cli",
+               "imageinspect", "controller.numa")
+
+
+def _debs_dir() -> Path | None:
+    candidates = [os.environ.get("PODPLACEMENT_DEMO_DEBS"), str(REPO / ".demo-cache" / "debs")]
+    for c in candidates:
+        if c and list(Path(c).glob("busybox-static_*_s390x.deb")):
+            return Path(c)
+    return None
+
+
+def _processes_with_marker(marker: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def _row(table: str, pod: str) -> str:
+    for line in table.splitlines():
+        if line.split(" ", 1)[0] == pod:
+            return line
+    raise AssertionError(f"no row for {pod} in:\n{table}")
+
+
+def _demo_env(marker: str) -> dict[str, str]:
+    env = {**os.environ, "PODPLACEMENT_DEMO_TEST_MARKER": marker}
+    env.pop("KUBEBUILDER_ASSETS", None)  # the localkube path; real binaries are not here
+    return env
+
+
+def _demo_cmd(debs: Path) -> list[str]:
+    return [sys.executable, "-m", "podplacement", "--log-format", "text", "demo", "--debs",
+            str(debs)]
+
+
+def _assert_cleaned_up(marker: str, stderr: str) -> None:
+    leftovers = _processes_with_marker(marker)
+    assert leftovers == [], f"processes left running: {leftovers}"
+    work = re.search(r"work directory (\S+)", stderr)
+    assert work is not None, stderr
+    assert not Path(work.group(1)).exists()
+
+
+def test_demo_without_packages_fails_cleanly(tmp_path: Path) -> None:
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    proc = subprocess.run(_demo_cmd(tmp_path), capture_output=True, text=True, cwd=REPO,
+                          env=_demo_env(marker), timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "no busybox-static package for amd64" in proc.stderr
+    assert proc.stdout == ""
+    _assert_cleaned_up(marker, proc.stderr)
+
+
+def _skip_unless_demo_can_run() -> Path:
+    debs = _debs_dir()
+    if debs is None:
+        pytest.skip("busybox-static .debs not found: run hack/demo.sh once (fills "
+                    ".demo-cache/debs) or set PODPLACEMENT_DEMO_DEBS")
+    missing = [m for m in DEMO_PIECES if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"demo pieces not importable yet: {', '.join(missing)}")
+    if shutil.which("dpkg-deb") is None or not Path("/usr/bin/docker-registry").exists():
+        pytest.skip("dpkg-deb or /usr/bin/docker-registry missing (hack/setup.sh installs them)")
+    return debs
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
+    debs = _skip_unless_demo_can_run()
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(_demo_cmd(debs), stdout=subprocess.DEVNULL, stderr=err,
+                                cwd=REPO, env=_demo_env(marker))
+        try:
+            deadline = time.monotonic() + 120
+            while "started controller" not in err_path.read_text():
+                assert proc.poll() is None, err_path.read_text()
+                assert time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = err_path.read_text()
+    assert code == 130, stderr
+    assert "interrupted; stopping everything" in stderr
+    _assert_cleaned_up(marker, stderr)
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
+    debs = _skip_unless_demo_can_run()
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO,
+                          env=_demo_env(marker), timeout=240, check=False)
+    out = proc.stdout
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr[-4000:]}"
+    _assert_cleaned_up(marker, proc.stderr)
+
+    assert _row(out, "POD").split() == list(report.HEADERS)
+    expected = {
+        "multi-arch": ["arch In [amd64,arm64,ppc64le,s390x]", "prefer amd64:50,arm64:30",
+                       "PlacementDecided"],
+        "single-arch": ["arch In [s390x]", "PlacementDecided"],
+        "mixed-init": ["init:demo/busybox:list,demo/busybox:multi", "arch In [amd64,arm64]"],
+        "no-common-platform": ["no-supported-platform Exists", "NoSupportedPlatform",
+                               "busybox:s390x=s390x | winonly:1=windows/amd64"],
+        "private-image": ["private/busybox:1", " amd64,arm64 ", "arch In [amd64,arm64]"],
+        "numa-fits-one": ["hostname In [demo-amd64-b]", " demo-amd64-b "],
+        "numa-fits-nowhere": [" waiting ", "WaitingForNUMAResources"],
+    }
+    for pod, needles in expected.items():
+        row = _row(out, pod)
+        for needle in needles:
+            assert needle in row, f"{needle!r} not in the {pod} row:\n{row}"
+        state = row.split()[1]
+        assert state == ("waiting" if pod == "numa-fits-nowhere" else "ungated"), row
+    assert "7 of 7 workloads placed as expected" in out

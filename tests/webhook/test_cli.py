@@ -1,0 +1,125 @@
+"""``podplacement webhook`` as a real process: serves TLS, becomes ready, stops on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from certs import load_bundle
+from controller.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
+from tests.harness.kube import KubeEnv
+from tests.webhook.reference import raw_body
+from webhook.configsource import CONFIG_LIST_PATH
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "podplacement", "--log-format", "text", "webhook", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_ready(client: httpx.Client, url: str, proc: subprocess.Popen[str]) -> None:
+    """Poll /readyz (at most 30 s) until 200; fail if the process exits."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if client.get(f"{url}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "webhook did not become ready"
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM, wait (kill after 20 s); returns the output and asserts exit status 0."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out = proc.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = proc.communicate()[0]
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_webhook_process_serves_tls_and_stops_on_sigterm(cert_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"apiVersion": API_VERSION, "kind": CONFIG_KIND,
+                                      "metadata": {"name": CONFIG_NAME}, "spec": {}}))
+    port = free_port()
+    proc = start("--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
+                 "--config-file", str(config))
+    ctx = ssl.create_default_context(cadata=load_bundle(cert_dir).decode())
+    try:
+        with httpx.Client(verify=ctx, timeout=5) as client:
+            wait_ready(client, f"https://127.0.0.1:{port}", proc)
+            resp = client.post(f"https://127.0.0.1:{port}/mutate", content=raw_body("a-plain-pod"))
+            assert resp.status_code == 200
+            assert resp.json()["response"]["patchType"] == "JSONPatch"
+            metrics = client.get(f"https://127.0.0.1:{port}/metrics").text
+            assert "podplacement_webhook_gated_pods_total 1.0" in metrics
+    finally:
+        stop(proc)
+
+
+def test_webhook_without_certificates_exits_1(tmp_path: Path) -> None:
+    proc = start("--port", str(free_port()), "--cert-dir", str(tmp_path / "missing"),
+                 "--config-file", "/dev/null")
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 1, out
+    assert "failed to start" in out
+
+
+@pytest.mark.parametrize("flag", ["--port", "--cert-dir", "--kubeconfig", "--namespace",
+                                  "--config-file", "--host"])
+def test_webhook_help_lists_the_flags(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from podplacement import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["webhook", "--help"])
+    assert flag in capsys.readouterr().out
+
+
+def test_webhook_process_reads_the_config_from_the_api(
+    cert_dir: Path, fresh_localkube: KubeEnv
+) -> None:
+    """``--kubeconfig``: list + watch against localkube; gating starts once the
+    PodPlacementConfig exists."""
+    port = free_port()
+    proc = start("--port", str(port), "--cert-dir", str(cert_dir),
+                 "--kubeconfig", str(fresh_localkube.kubeconfig))
+    ctx = ssl.create_default_context(cadata=load_bundle(cert_dir).decode())
+    url = f"https://127.0.0.1:{port}"
+    try:
+        with httpx.Client(verify=ctx, timeout=5) as client:
+            wait_ready(client, url, proc)
+            first = client.post(f"{url}/mutate", content=raw_body("a-plain-pod")).json()
+            assert "patch" not in first["response"]  # no config yet
+            fresh_localkube.create(CONFIG_LIST_PATH, {
+                "apiVersion": API_VERSION, "kind": CONFIG_KIND,
+                "metadata": {"name": CONFIG_NAME}, "spec": {}})
+            for _ in range(200):
+                answer = client.post(f"{url}/mutate", content=raw_body("a-plain-pod")).json()
+                if "patch" in answer["response"]:
+                    break
+                time.sleep(0.05)
+            assert "patch" in answer["response"]
+    finally:
+        stop(proc)

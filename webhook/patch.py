@@ -1,0 +1,50 @@
+"""Pure JSONPatch construction for the gate the webhook adds to a pod being created.
+
+Two operations (RFC 6902), in the order the recorded answers use (``reference/admission-a-*``):
+the scheduling gate into ``spec.schedulingGates`` and the gate label into
+``metadata.labels``. ``add`` on a path whose parent is missing fails to apply, and the API
+server then rejects the pod with a 500 even under failurePolicy Ignore (recorded in
+``admission-d-g-webhook-failures.json``), so a missing list or map is created whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+
+
+def escape_pointer_token(token: str) -> str:
+    """Escape one JSON Pointer reference token (RFC 6901): ``~`` → ``~0``, ``/`` → ``~1``."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return the JSONPatch ops that gate ``pod`` (the AdmissionReview ``request.object``).
+
+    * ``spec.schedulingGates`` present (a list): append ``{"name": gate}`` at ``/-``;
+      absent: add the whole list ``[{"name": gate}]``.
+    * ``metadata.labels`` present (an object): add ``/metadata/labels/<escaped key>`` =
+      ``"gated"``; absent: add ``/metadata/labels`` = ``{key: "gated"}``.
+
+    Returns a list of two ``{"op": "add", "path": ..., "value": ...}`` dicts.
+    """
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    ops: list[dict[str, Any]] = []
+    if isinstance(gates, list):
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-",
+                    "value": {"name": SCHEDULING_GATE}})
+    else:
+        ops.append({"op": "add", "path": "/spec/schedulingGates",
+                    "value": [{"name": SCHEDULING_GATE}]})
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    if isinstance(labels, Mapping):
+        ops.append({"op": "add", "path": "/metadata/labels/" + escape_pointer_token(GATE_LABEL),
+                    "value": GATE_LABEL_GATED})
+    else:
+        ops.append({"op": "add", "path": "/metadata/labels",
+                    "value": {GATE_LABEL: GATE_LABEL_GATED}})
+    return ops
