@@ -25,6 +25,7 @@ from controller.config import (
     DEFAULT_NAMESPACE,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
     GROUP,
     NRT_GROUP,
     NRT_PLURAL,
@@ -49,6 +50,21 @@ PODS_PATH = "/api/v1/pods"
 NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
+
+#: ``(method, path template)`` of every request the pod controller sends (list and watch
+#: are GETs of the collection; ``tests/deploy`` can check the RBAC in ``deploy/`` against
+#: it, next to :data:`controller.lifecycle.API_REQUESTS` and the leader election's).
+API_REQUESTS: tuple[tuple[str, str], ...] = (
+    ("GET", PODS_PATH),
+    ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
+    ("GET", NODES_PATH),
+    ("GET", CONFIGS_PATH),
+    ("GET", NRTS_PATH),
+    ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+    ("POST", "/api/v1/namespaces/{namespace}/events"),
+)
 
 
 @dataclass
@@ -137,6 +153,8 @@ class Controller:
         self.lifecycle: Any = None
         self.elector: Any = None
         self._elector_task: asyncio.Task[None] | None = None
+        self._bindings_task: asyncio.Task[None] | None = None
+        self._config_changed = asyncio.Event()
         self._started = False
         self.metrics.sources.api_counters = lambda: dict(api.counters)
         self.metrics.sources.gated = lambda: len(self.pods.cache)
@@ -227,6 +245,7 @@ class Controller:
                 self.queue.add(pod_key(pod))
 
     def _on_config(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._config_changed.set()
         if self.lifecycle is not None and self.leading:
             self.lifecycle.notify()
 
@@ -294,6 +313,8 @@ class Controller:
         for informer in (self.configs, self.nodes, self.nrts, self.pods):
             informer.start()
         self.events.start()
+        if self.inflight is not None:
+            self._bindings_task = asyncio.create_task(self._watch_bindings(), name="bindings")
         if o.metrics_port is not None:
             self.health = HealthServer(self.metrics, host=o.metrics_host, port=o.metrics_port,
                                        ready=self.ready)
@@ -331,6 +352,11 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._elector_task
         await self._stop_leading()
+        if self._bindings_task is not None:
+            self._bindings_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._bindings_task
+            self._bindings_task = None
         for informer in (self.pods, self.nodes, self.configs, self.nrts):
             await informer.stop()
         await self.events.flush(2.0)
@@ -349,6 +375,53 @@ class Controller:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    # --- NUMA in-flight accounting ----------------------------------------------------------
+    async def _watch_bindings(self, idle_seconds: float = 5.0) -> None:
+        """Feed :class:`controller.numa.InFlight` with the bindings and deletions of pods
+        this controller ungated (label ``scheduling-gate=removed``, ``spec.nodeName`` set):
+        a bound pod holds its requests on its node only, no longer on every candidate. One
+        paged list at (re)start, then a plain watch (no cache, so no memory per pod); only
+        while topology placement is enabled."""
+        params = {
+            "labelSelector": f"{GATE_LABEL}={GATE_LABEL_REMOVED}",
+            "fieldSelector": "spec.nodeName!=",
+        }
+        rv = ""
+        backoff = 0.5
+        while True:
+            if not self.config_source()[0].topology.enabled:
+                rv = ""
+                self._config_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._config_changed.wait(), idle_seconds)
+                continue
+            try:
+                if not rv:
+                    # (Re)start: the pods already bound, then their changes from that list.
+                    items, rv = await self.api.list_all(PODS_PATH, params=params)
+                    for item in items:
+                        self.inflight.observe_pod(item)
+                async for event in self.api.watch(PODS_PATH, params=params,
+                                                  resource_version=rv,
+                                                  timeout_seconds=self.options.watch_timeout):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        rv = ""  # 410 Gone: list again
+                        break
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    self.inflight.observe_pod(obj, deleted=event.get("type") == "DELETED")
+                backoff = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("binding watch: %s", exc)
+                if isinstance(exc, ApiError) and exc.gone:
+                    rv = ""
+                await asyncio.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
 
     # --- uninstall -----------------------------------------------------------------------
     async def ungate_remaining(self, deadline_seconds: float) -> int:

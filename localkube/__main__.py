@@ -19,9 +19,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", help="write a kubeconfig to this path")
     parser.add_argument("--bookmark-interval", type=float, default=1.0)
     parser.add_argument("--history-size", type=int, default=10000)
+    parser.add_argument("--record-requests", action="store_true",
+                        help="keep the request log (GET /localkube/requests)")
     args = parser.parse_args(argv)
     kube = LocalKube(args.crd, port=args.port, bookmark_interval=args.bookmark_interval,
-                     history_size=args.history_size, record_requests=False)
+                     history_size=args.history_size, record_requests=args.record_requests)
     kube.start()
     if args.kubeconfig:
         kube.write_kubeconfig(args.kubeconfig)

@@ -265,7 +265,14 @@ class Admission:
         obj: dict[str, Any] | None,
         old: dict[str, Any] | None,
     ) -> list[dict[str, Any]]:
-        """The webhooks to call, in calling order (configurations by name, then list order)."""
+        """The webhooks to call, in calling order (configurations by name, then list order).
+
+        Webhook configurations themselves (``admissionregistration.k8s.io``) and the review
+        resources (``*reviews``) are never sent to webhooks, as in kube-apiserver, so a broken
+        webhook cannot lock itself in.
+        """
+        if group == "admissionregistration.k8s.io" or plural.endswith("reviews"):
+            return []
         configurations = sorted(
             self._list(), key=lambda c: (c.get("metadata") or {}).get("name", "")
         )

@@ -87,7 +87,9 @@ def apply_patch(
         patch = _decode(body)
         if not isinstance(patch, dict):
             raise _cannot_unmarshal(patch, "map[string]interface {}")
-        return merge_patch(obj, patch)
+        # Deep copy first: the result must share nothing with the stored object.
+        merged: dict[str, Any] = merge_patch(_gojson.clone(obj), patch)
+        return merged
     if media == STRATEGIC_MERGE_PATCH:
         if not strategic:
             raise unsupported_media_type(False)
@@ -95,7 +97,7 @@ def apply_patch(
         if not isinstance(patch, dict):
             raise _cannot_unmarshal(patch, "map[string]interface {}")
         try:
-            return strategic_merge(obj, patch)
+            return strategic_merge(_gojson.clone(obj), patch)
         except SMPError as exc:
             raise bad_request(str(exc)) from exc
     if media == APPLY_PATCH:

@@ -75,6 +75,61 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return base * _SUFFIXES[suffix]
 
 
+_DECIMAL_SUFFIXES = {
+    -9: "n",
+    -6: "u",
+    -3: "m",
+    0: "",
+    3: "k",
+    6: "M",
+    9: "G",
+    12: "T",
+    15: "P",
+    18: "E",
+}
+_BINARY_SUFFIXES = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+
+
+def canonical_quantity(value: str | int | float) -> str:
+    """The string kube-apiserver stores for a quantity (``resource.Quantity.String``).
+
+    The suffix family of the input is kept (binary ``Ki``..., decimal ``m``/``k``..., or an
+    exponent ``e3``) and the largest unit that keeps the number an integer is chosen:
+    ``"1000m"`` → ``"1"``, ``"0.5"`` → ``"500m"``, ``"1024Mi"`` → ``"1Gi"``,
+    ``"1536Mi"`` stays, ``"2000"`` → ``"2k"``. Precision below nano-units is rounded up, and a
+    binary quantity below 1024 or with a fractional byte count is shown in decimal form.
+
+    Raises:
+        ValueError: not a quantity.
+    """
+    number = parse_quantity(value)
+    if number == 0:
+        return "0"
+    text = str(value).strip()
+    suffix = "" if not isinstance(value, str) else (_QUANTITY_RE.match(text) or [""])[2] or ""
+    binary = suffix.endswith("i")
+    exponent_form = suffix[:1] in ("e", "E")
+    sign = "-" if number < 0 else ""
+    magnitude = abs(number)
+    if binary and magnitude >= 1024 and magnitude == magnitude.to_integral_value():
+        whole = int(magnitude)
+        power = 0
+        while whole % 1024 == 0 and power < 6:
+            whole //= 1024
+            power += 1
+        return f"{sign}{whole}{_BINARY_SUFFIXES[power]}"
+    # Decimal: round up to nano units, then take the largest multiple-of-3 exponent that
+    # leaves an integer mantissa.
+    nanos = int((magnitude * Decimal(10) ** 9).to_integral_value(rounding="ROUND_CEILING"))
+    exponent = -9
+    while nanos % 1000 == 0 and exponent < 18:
+        nanos //= 1000
+        exponent += 3
+    if exponent_form:
+        return f"{sign}{nanos}" + (f"e{exponent}" if exponent else "")
+    return f"{sign}{nanos}{_DECIMAL_SUFFIXES[exponent]}"
+
+
 def _sum_positive(resources: dict[str, Any] | None, into: dict[str, Decimal]) -> set[str]:
     found: set[str] = set()
     for name, raw in (resources or {}).items():
@@ -138,8 +193,21 @@ def image_pull_policy(image: str) -> str:
     return "Always" if tag == "latest" else "IfNotPresent"
 
 
+def _canonical_resources(resources: Any) -> None:
+    for key in ("limits", "requests"):
+        quantities = resources.get(key) if isinstance(resources, dict) else None
+        if not isinstance(quantities, dict):
+            continue
+        for name, raw in quantities.items():
+            try:
+                quantities[name] = canonical_quantity(raw)
+            except ValueError:
+                continue  # left for validation to report
+
+
 def _default_container(container: dict[str, Any]) -> None:
     resources = container.setdefault("resources", {})
+    _canonical_resources(resources)
     limits = resources.get("limits")
     if isinstance(limits, dict) and limits:
         requests = resources.setdefault("requests", {})

@@ -133,7 +133,11 @@ class ResourceType:
 
 
 def builtin_resources() -> list[ResourceType]:
-    """The built-in resource types localkube serves, in discovery order."""
+    """The built-in resource types localkube serves, in discovery order.
+
+    Services, Deployments and RBAC objects are stored and served (so manifests apply) but no
+    controller acts on them.
+    """
     return [
         ResourceType("", ["v1"], "namespaces", "namespace", "Namespace", False,
                      frozenset({"status"}), True, ["ns"],
@@ -148,6 +152,8 @@ def builtin_resources() -> list[ResourceType]:
                      strategic=True, short_names=["sa"]),
         ResourceType("", ["v1"], "configmaps", "configmap", "ConfigMap", True, strategic=True,
                      short_names=["cm"]),
+        ResourceType("", ["v1"], "services", "service", "Service", True,
+                     frozenset({"status"}), True, ["svc"], ["all"]),
         ResourceType("", ["v1"], "events", "event", "Event", True, strategic=True,
                      short_names=["ev"], field_labels=_CORE_EVENT_FIELDS),
         ResourceType("events.k8s.io", ["v1"], "events", "event", "Event", True,
@@ -158,6 +164,18 @@ def builtin_resources() -> list[ResourceType]:
         ResourceType("admissionregistration.k8s.io", ["v1"], "mutatingwebhookconfigurations",
                      "mutatingwebhookconfiguration", "MutatingWebhookConfiguration", False,
                      strategic=True),
+        ResourceType("apps", ["v1"], "deployments", "deployment", "Deployment", True,
+                     frozenset({"status"}), True, ["deploy"], ["all"]),
+        ResourceType("policy", ["v1"], "poddisruptionbudgets", "poddisruptionbudget",
+                     "PodDisruptionBudget", True, frozenset({"status"}), True, ["pdb"]),
+        ResourceType("rbac.authorization.k8s.io", ["v1"], "clusterroles", "clusterrole",
+                     "ClusterRole", False, strategic=True),
+        ResourceType("rbac.authorization.k8s.io", ["v1"], "clusterrolebindings",
+                     "clusterrolebinding", "ClusterRoleBinding", False, strategic=True),
+        ResourceType("rbac.authorization.k8s.io", ["v1"], "roles", "role", "Role", True,
+                     strategic=True),
+        ResourceType("rbac.authorization.k8s.io", ["v1"], "rolebindings", "rolebinding",
+                     "RoleBinding", True, strategic=True),
         ResourceType("apiextensions.k8s.io", ["v1"], "customresourcedefinitions",
                      "customresourcedefinition", "CustomResourceDefinition", False,
                      frozenset({"status"}), True, ["crd", "crds"], ["api-extensions"]),

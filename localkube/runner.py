@@ -1,26 +1,36 @@
-"""Run localkube in a background thread (its own event loop) for tests, demos and benchmarks.
+"""Run localkube for tests, demos and benchmarks: in a background thread (its own event loop)
+or, with ``in_process=False``, as a ``python -m localkube`` child process.
 
 :class:`LocalKube` starts the aiohttp server on 127.0.0.1 (port 0 = pick a free one), loads
 CRDs from YAML files, writes a kubeconfig for kubectl and clients, and exposes the request
-log and the fault-injection hook of :class:`~localkube.server.KubeServer`.
+log and the fault-injection hook of :class:`~localkube.server.KubeServer` (over the
+``/localkube/`` admin endpoints when the server runs in a child process). A child process
+avoids sharing the GIL with a busy client in the test process (benchmarks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+import httpx
 import yaml
 from aiohttp import web
 
 from localkube.server import Fault, KubeServer, RequestRecord, ServerOptions, build_app
 
 T = TypeVar("T")
+
+_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
+            410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+            503: "ServiceUnavailable", 504: "Timeout"}
 
 
 def load_yaml_documents(path: str | Path) -> list[dict[str, Any]]:
@@ -45,6 +55,8 @@ class LocalKube:
         bookmark_interval: seconds between watch BOOKMARK events.
         history_size: watch-history length (older resourceVersions answer 410).
         record_requests: keep the request log (``requests``).
+        in_process: True runs the server in a daemon thread of this process; False runs
+            ``python -m localkube`` as a child process (no :meth:`call` then).
 
     Use as a context manager or call :meth:`start` / :meth:`stop`.
     """
@@ -57,7 +69,10 @@ class LocalKube:
         bookmark_interval: float = 1.0,
         history_size: int = 10000,
         record_requests: bool = True,
+        in_process: bool = True,
     ) -> None:
+        self.in_process = in_process
+        self._proc: subprocess.Popen[str] | None = None
         self.crd_files = [Path(p) for p in crd_files]
         self.port = port
         self.options = ServerOptions(bookmark_interval=bookmark_interval,
@@ -82,8 +97,10 @@ class LocalKube:
         Raises:
             RuntimeError: the server failed to start (e.g. the port is taken, a CRD is invalid).
         """
-        if self._thread is not None:
+        if self._thread is not None or self._proc is not None:
             return self
+        if not self.in_process:
+            return self._start_process()
         self._thread = threading.Thread(target=self._run, name="localkube", daemon=True)
         self._thread.start()
         if not self._ready.wait(30):
@@ -91,6 +108,31 @@ class LocalKube:
         if self._error is not None:
             raise RuntimeError(f"localkube failed to start: {self._error!r}") from self._error
         return self
+
+    def _start_process(self) -> LocalKube:
+        cmd = [sys.executable, "-m", "localkube", "--port", str(self.port),
+               "--bookmark-interval", str(self.options.bookmark_interval),
+               "--history-size", str(self.options.history_size)]
+        if self.options.record_requests:
+            cmd.append("--record-requests")
+        for path in self.crd_files:
+            cmd += ["--crd", str(path)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the child prints its URL once it listens
+        if not line.startswith("localkube listening on "):
+            proc.kill()
+            proc.wait(10)
+            proc.stdout.close()
+            raise RuntimeError(f"localkube child failed to start: {line!r}")
+        self.port = int(line.rsplit(":", 1)[-1])
+        self._proc = proc
+        return self
+
+    def _admin(self, method: str, path: str, body: Any = None) -> Any:
+        r = httpx.request(method, f"{self.url}/localkube/{path}", json=body, timeout=30)
+        r.raise_for_status()
+        return r.json()
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
@@ -128,12 +170,23 @@ class LocalKube:
 
     async def _cleanup(self) -> None:
         if self.server is not None:
-            self.server.close()
+            await self.server.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
 
     def stop(self) -> None:
-        """Stop the server, end all watches and join the thread (idempotent)."""
+        """Stop the server, end all watches and join the thread or child (idempotent)."""
+        if self._proc is not None:
+            proc, self._proc = self._proc, None
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            return
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
@@ -173,7 +226,14 @@ class LocalKube:
         """Create the CRDs of a YAML file (as if POSTed)."""
         docs = load_yaml_documents(path)
         for doc in docs:
-            if doc.get("kind") == "CustomResourceDefinition":
+            if doc.get("kind") != "CustomResourceDefinition":
+                continue
+            if self._proc is not None:
+                r = httpx.post(f"{self.url}/apis/apiextensions.k8s.io/v1/"
+                               "customresourcedefinitions", json=doc, timeout=30)
+                if r.status_code != 201:
+                    raise RuntimeError(f"CRD {path}: {r.status_code} {r.text}")
+            else:
                 self.call(_crd_loader(doc))
 
     def inject_fault(
@@ -185,32 +245,43 @@ class LocalKube:
         plural: str | None = None,
         name: str | None = None,
         namespace: str | None = None,
-        reason: str = "Conflict",
+        reason: str | None = None,
         message: str | None = None,
     ) -> None:
         """Answer the next ``count`` matching requests with ``status`` (default 409 Conflict
         with the real stale-resourceVersion message). ``method`` is an HTTP method
-        (``PATCH``...), ``plural`` a resource (``pods``)."""
+        (``PATCH``...), ``plural`` a resource (``pods``); ``reason`` defaults from the status
+        (409 Conflict, 429 TooManyRequests, 500 InternalError, 503 ServiceUnavailable...)."""
+        why = reason or _REASONS.get(status, "InternalError")
+        fault = Fault(status, count, method, plural, name, namespace, why, message)
+        if self._proc is not None:
+            self._admin("POST", "faults", fault.__dict__)
+            return
         if self.server is None:
             raise RuntimeError("localkube is not running")
-        self.server.inject_fault(Fault(status, count, method, plural, name, namespace, reason,
-                                       message))
+        self.server.inject_fault(fault)
 
     def clear_faults(self) -> None:
         """Drop pending injected faults."""
-        if self.server is not None:
+        if self._proc is not None:
+            self._admin("DELETE", "faults")
+        elif self.server is not None:
             self.server.clear_faults()
 
     @property
     def requests(self) -> list[RequestRecord]:
         """A copy of the request log (method, path, content_type, status, verb)."""
+        if self._proc is not None:
+            return [RequestRecord(**r) for r in self._admin("GET", "requests")]
         if self.server is None:
             return []
         return list(self.server.request_log)
 
     def clear_requests(self) -> None:
         """Empty the request log."""
-        if self.server is not None:
+        if self._proc is not None:
+            self._admin("DELETE", "requests")
+        elif self.server is not None:
             self.server.request_log.clear()
 
     def request_counts(self) -> dict[str, int]:

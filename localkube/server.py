@@ -75,7 +75,8 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 #: Types whose metadata.generation the server maintains.
 _GENERATION_KINDS = frozenset({("", "pods"), ("admissionregistration.k8s.io",
                                              "mutatingwebhookconfigurations"),
-                               ("apiextensions.k8s.io", "customresourcedefinitions")})
+                               ("apiextensions.k8s.io", "customresourcedefinitions"),
+                               ("apps", "deployments")})
 #: Built-in types whose DELETE returns the object rather than a Status.
 _RETURN_DELETED = frozenset({("", "pods"), ("", "namespaces"),
                              ("apiextensions.k8s.io", "customresourcedefinitions")})
@@ -97,6 +98,7 @@ _VERSION_INFO = {
 }
 
 
+_PLAIN_APPLY = frozenset({("", "services")})
 _PATCH_TYPES = frozenset({JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH})
 _VERB_KEY = web.RequestKey("localkube_verb", str)
 
@@ -266,6 +268,25 @@ class KubeServer:
             self._faults = [f for f in self._faults if f.count > 0]
         return None
 
+    async def _admin(self, request: web.Request, parts: list[str]) -> web.Response:
+        """Test hooks over HTTP (for a localkube in another process): ``/localkube/faults``
+        (POST a :class:`Fault` as JSON, DELETE to clear) and ``/localkube/requests`` (GET the
+        request log, DELETE to clear)."""
+        m = request.method
+        if parts == ["faults"] and m == "POST":
+            data = orjson.loads(await request.read())
+            self.inject_fault(Fault(**data))
+            return self._json({"status": "ok"}, 201)
+        if parts == ["faults"] and m == "DELETE":
+            self.clear_faults()
+            return self._json({"status": "ok"})
+        if parts == ["requests"] and m == "GET":
+            return self._json([r.__dict__ for r in self.request_log])
+        if parts == ["requests"] and m == "DELETE":
+            self.request_log.clear()
+            return self._json({"status": "ok"})
+        return _page_not_found()
+
     # --- HTTP entry ----------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler for every path."""
@@ -287,7 +308,7 @@ class KubeServer:
             status = 500
             return self._status_response(StatusError(500, "InternalError", f"localkube: {exc!r}"))
         finally:
-            if self.options.record_requests:
+            if self.options.record_requests and not request.path.startswith("/localkube/"):
                 verb = request.get(_VERB_KEY, verb)
                 self.request_log.append(RequestRecord(
                     request.method, request.path, request.headers.get("Content-Type", ""),
@@ -318,6 +339,8 @@ class KubeServer:
             return web.Response(text="ok", content_type="text/plain")
         if head == "openapi":
             return self._openapi(parts)
+        if head == "localkube":
+            return await self._admin(request, parts[1:])
         if head == "api":
             if len(parts) == 1:
                 return self._json({"kind": "APIVersions", "versions": ["v1"],
@@ -352,7 +375,8 @@ class KubeServer:
             details = {"name": route.name or "", "kind": route.rt.plural}
             if route.rt.group:
                 details["group"] = route.rt.group
-            raise StatusError(fault.status, fault.reason, msg, details)
+            retry = {"Retry-After": "1"} if fault.status in (429, 503, 504) else None
+            raise StatusError(fault.status, fault.reason, msg, details, headers=retry)
         return await self._serve(request, route)
 
     def _route(self, group: str, version: str, rest: list[str]) -> Route | None:
@@ -560,6 +584,8 @@ class KubeServer:
             options=self._admission_options(q, "create"), user_info=ADMIN_USER)
         if rt.key == ("", "pods"):
             podrules.prepare_pod_create(obj)
+        elif rt.is_crd:
+            self._validate_cr(rt, route.version, obj, False)  # webhooks may have changed it
         stored = self._create_sync(rt, route.version, route.namespace, obj, dry_run=dry_run,
                                    prepared=True)
         return self._json(self._output(rt, route.version, stored), 201, warnings)
@@ -583,6 +609,8 @@ class KubeServer:
             builtin.prepare_namespace(obj)
         elif key == ("", "nodes"):
             builtin.prepare_node(obj)
+        elif key == ("", "secrets"):
+            obj.setdefault("type", "Opaque")
         elif key == ("", "events"):
             builtin.prepare_core_event(obj)
         elif key == ("events.k8s.io", "events"):
@@ -788,7 +816,8 @@ class KubeServer:
                 " resourceVersionMatch to NotOlderThan")
         if q.get("resourceVersionMatch") and not send_initial:
             raise _list_options_invalid(
-                "resourceVersionMatch", "resourceVersionMatch is forbidden for watch")
+                "resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless"
+                " sendInitialEvents is provided")
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = self.options.max_watch_seconds
         if q.get("timeoutSeconds"):
@@ -814,7 +843,7 @@ class KubeServer:
             ns = route.namespace
             for o in self.store.items(skey, ns):
                 if match(o):
-                    initial.append(self._event_line("ADDED", rt, version, o, None))
+                    initial.append(self._event_line("ADDED", rt, version, o))
             if send_initial and bookmarks:
                 initial.append(self._bookmark_line(rt, version, initial_end=True))
         else:
@@ -893,7 +922,7 @@ class KubeServer:
         return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
     def _event_line(
-        self, etype: str, rt: ResourceType, version: str, obj: dict[str, Any], _: Any
+        self, etype: str, rt: ResourceType, version: str, obj: dict[str, Any]
     ) -> bytes:
         return (b'{"type":"' + etype.encode() + b'","object":'
                 + _dumps(self._output(rt, version, obj)) + b"}\n")
@@ -1039,7 +1068,7 @@ class KubeServer:
         old = self.store.get(rt.storage_key, ns, route.name or "")
         if old is None:
             if media == APPLY_PATCH and route.sub is None:
-                obj = apply_patch(APPLY_PATCH, {}, body, strategic=rt.strategic)
+                obj = apply_patch(APPLY_PATCH, {}, body, strategic=False)
                 obj.setdefault("metadata", {})
                 obj["metadata"].setdefault("name", route.name)
                 if obj["metadata"]["name"] != route.name:
@@ -1053,7 +1082,10 @@ class KubeServer:
             applied = apply_patch(APPLY_PATCH, {}, body, strategic=False)
             patched = schema.apply_merge(current, applied, rt.schemas.get(route.version))
         else:
-            patched = apply_patch(media, current, body, strategic=rt.strategic)
+            # Service ports merge on "port", not the pod's "containerPort": apply them as
+            # plain merges (lists replaced) rather than with the pod-shaped strategy.
+            strategic = rt.strategic and not (media == APPLY_PATCH and rt.key in _PLAIN_APPLY)
+            patched = apply_patch(media, current, body, strategic=strategic)
         # Patch results may share unchanged subtrees with the stored object, which must never
         # be mutated: take the one copy per write here.
         patched = _clone(patched)
@@ -1347,9 +1379,9 @@ class KubeServer:
         (a PATCH operation per kind with ``x-kubernetes-group-version-kind`` and a
         ``fieldValidation`` query parameter). Schemas are not published."""
         if parts == ["openapi", "v2"]:
-            return self._json({"swagger": "2.0", "info": {"title": "localkube",
-                                                          "version": "v1.36.2"},
-                               "paths": {}, "definitions": {}})
+            # No protobuf: kubectl asks for v2 as protobuf only as a fallback; a 404 makes it
+            # go on without client-side schema validation.
+            raise resource_not_found()
         tag = f"{len(self.resources):x}{self._registry_generation:x}"
         if parts == ["openapi", "v3"]:
             paths = {}
@@ -1395,6 +1427,11 @@ class KubeServer:
         """End every watch (called at shutdown)."""
         self._closing = True
         self.store.close_all_watchers()
+
+    async def aclose(self) -> None:
+        """End every watch and release the admission HTTP clients."""
+        self.close()
+        await self.admission.aclose()
 
 
 # --- module helpers ------------------------------------------------------------------------

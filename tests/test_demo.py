@@ -252,10 +252,10 @@ def test_rows_show_images_platforms_affinity_numa_node_and_events() -> None:
     multi = rows["multi"]
     assert multi.cells() == (
         "multi", "ungated", "demo/busybox:multi", "amd64,arm64/v8",
-        "arch In [amd64,arm64]; prefer amd64:50", "n1,n2", "n1", "PlacementDecided,Scheduled",
+        "arch In [amd64,arm64]; prefer(amd64:50)", "n1,n2", "n1", "PlacementDecided, Scheduled",
     )
     two = rows["two-terms"]
-    assert two.images == "init:x:1,library/busybox:1"
+    assert two.images == "init:x:1, library/busybox:1"
     assert two.platforms == "s390x,windows/amd64"
     assert two.affinity == "zone In [a] & arch In [s390x] | arch In [s390x]"
     assert (two.numa, two.node, two.events) == ("-", "-", "-")
@@ -269,10 +269,32 @@ def test_rows_show_images_platforms_affinity_numa_node_and_events() -> None:
     assert report.state_cell({"metadata": {"name": "x"}, "spec": {}}) == "not-gated"
 
 
+def parse_table(text: str) -> dict[str, dict[str, str]]:
+    """Read a rendered table back: pod -> header -> cell (continuation lines joined with a
+    space), slicing each line at the header's column offsets."""
+    lines = text.splitlines()
+    header = lines[0]
+    starts = [header.index(h) for h in report.HEADERS]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    table: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in lines[1:]:
+        cells = [line[a:b].strip() if b else line[a:].strip() for a, b in bounds]
+        if cells[0]:
+            current = table.setdefault(cells[0], {})
+            current.update(zip(report.HEADERS, cells, strict=True))
+        else:
+            assert current is not None, line
+            for h, cell in zip(report.HEADERS, cells, strict=True):
+                if cell:
+                    current[h] = f"{current[h]} {cell}"
+    return table
+
+
 def test_table_aligns_columns_under_the_headers() -> None:
     pods, events = _known_pods()
     rows = report.build_rows(pods, events)
-    text = report.render_table(rows)
+    text = report.render_table(rows, max_widths={})
     lines = text.splitlines()
     assert len(lines) == 1 + len(rows)
     assert lines[0].split() == list(report.HEADERS)
@@ -281,6 +303,28 @@ def test_table_aligns_columns_under_the_headers() -> None:
         for start, cell in zip(starts, row.cells(), strict=True):
             assert line[start:start + len(cell)] == cell
         assert line == line.rstrip()
+
+
+def test_long_cells_wrap_within_their_column_and_read_back_whole() -> None:
+    pods, events = _known_pods()
+    rows = report.build_rows(pods, events)
+    text = report.render_table(rows, max_widths={"AFFINITY": 12, "PLATFORMS": 10})
+    lines = text.splitlines()
+    assert len(lines) > 1 + len(rows)
+    start = lines[0].index("AFFINITY")
+    end = lines[0].index("NUMA")
+    for line in lines[1:]:
+        assert len(line[start:end].rstrip()) <= 12 or " " not in line[start:end].strip()
+    parsed = parse_table(text)
+    assert list(parsed) == [r.pod for r in rows]
+    for row in rows:
+        assert tuple(parsed[row.pod][h] for h in report.HEADERS) == row.cells()
+
+
+def test_wrap_keeps_long_words_whole() -> None:
+    assert report.wrap_cell("a b c", None) == ["a b c"]
+    assert report.wrap_cell("abcdefgh ij", 4) == ["abcdefgh", "ij"]
+    assert report.wrap_cell("ab cd ef", 5) == ["ab cd", "ef"]
 
 
 def test_short_image_drops_only_a_registry_domain() -> None:
@@ -358,13 +402,6 @@ def _processes_with_marker(marker: str) -> list[str]:
         if marker.encode() in environ:
             found.append(f"{proc.name}: {cmdline}")
     return found
-
-
-def _row(table: str, pod: str) -> str:
-    for line in table.splitlines():
-        if line.split(" ", 1)[0] == pod:
-            return line
-    raise AssertionError(f"no row for {pod} in:\n{table}")
 
 
 def _demo_env(marker: str) -> dict[str, str]:
@@ -445,22 +482,87 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr[-4000:]}"
     _assert_cleaned_up(marker, proc.stderr)
 
-    assert _row(out, "POD").split() == list(report.HEADERS)
+    table_text = out.split("\n\n", 1)[0]
+    assert table_text.splitlines()[0].split() == list(report.HEADERS)
+    table = parse_table(table_text)
+    all_archs = "arch In [amd64,arm64,ppc64le,s390x]"
+    prefer = "prefer(amd64:50,arm64:30)"
     expected = {
-        "multi-arch": ["arch In [amd64,arm64,ppc64le,s390x]", "prefer amd64:50,arm64:30",
-                       "PlacementDecided"],
-        "single-arch": ["arch In [s390x]", "PlacementDecided"],
-        "mixed-init": ["init:demo/busybox:list,demo/busybox:multi", "arch In [amd64,arm64]"],
-        "no-common-platform": ["no-supported-platform Exists", "NoSupportedPlatform",
-                               "busybox:s390x=s390x | winonly:1=windows/amd64"],
-        "private-image": ["private/busybox:1", " amd64,arm64 ", "arch In [amd64,arm64]"],
-        "numa-fits-one": ["hostname In [demo-amd64-b]", " demo-amd64-b "],
-        "numa-fits-nowhere": [" waiting ", "WaitingForNUMAResources"],
+        "multi-arch": {"IMAGES": "demo/busybox:multi", "PLATFORMS": "amd64,arm64,ppc64le,s390x",
+                       "AFFINITY": f"{all_archs}; {prefer}", "NUMA": "-",
+                       "EVENTS": "PlacementDecided"},
+        "single-arch": {"PLATFORMS": "s390x", "AFFINITY": "arch In [s390x]",
+                        "EVENTS": "PlacementDecided"},
+        "mixed-init": {"IMAGES": "init:demo/busybox:list, demo/busybox:multi",
+                       "PLATFORMS": "amd64,arm64", "AFFINITY": f"arch In [amd64,arm64]; {prefer}"},
+        "no-common-platform": {
+            "PLATFORMS": "none (busybox:s390x=s390x | winonly:1=windows/amd64)",
+            "AFFINITY": "no-supported-platform Exists", "EVENTS": "NoSupportedPlatform"},
+        "private-image": {"IMAGES": "private/busybox:1", "PLATFORMS": "amd64,arm64",
+                          "AFFINITY": f"arch In [amd64,arm64]; {prefer}"},
+        "numa-fits-one": {
+            "AFFINITY": f"{all_archs} & hostname In [demo-amd64-b]; {prefer}",
+            "NUMA": "demo-amd64-b", "EVENTS": "PlacementDecided"},
+        "numa-fits-nowhere": {"STATE": "waiting", "AFFINITY": "-", "NUMA": "waiting",
+                              "EVENTS": "WaitingForNUMAResources"},
     }
-    for pod, needles in expected.items():
-        row = _row(out, pod)
-        for needle in needles:
-            assert needle in row, f"{needle!r} not in the {pod} row:\n{row}"
-        state = row.split()[1]
-        assert state == ("waiting" if pod == "numa-fits-nowhere" else "ungated"), row
+    assert list(table) == list(expected)
+    for pod, cells in expected.items():
+        row = table[pod]
+        assert row["STATE"] == cells.get("STATE", "ungated"), row
+        assert row["NODE"] == "-", row  # no scheduler runs with localkube
+        for header, value in cells.items():
+            assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
     assert "7 of 7 workloads placed as expected" in out
+
+
+@pytest.mark.slow
+def test_existing_cluster_mode_fakes_nothing_and_deletes_its_namespace(
+    fresh_localkube: Any,
+) -> None:
+    debs = _skip_unless_demo_can_run()
+    kube = fresh_localkube
+    # "installed": the config exists, but no webhook or controller runs for this cluster
+    kube.create("/apis/podplacement.io/v1beta1/podplacementconfigs",
+                workloads.placement_config())
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    proc = subprocess.run(
+        [*_demo_cmd(debs), "--kubeconfig", str(kube.kubeconfig), "--timeout", "5"],
+        capture_output=True, text=True, cwd=REPO, env=_demo_env(marker), timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    table = parse_table(proc.stdout.split("\n\n", 1)[0])
+    assert list(table) == [w.name for w in workloads.workloads(REGISTRIES)]
+    assert {row["STATE"] for row in table.values()} == {"not-gated"}
+    assert "0 of 7 workloads decided (API server: existing" in proc.stdout
+    assert kube.get("/api/v1/nodes")["items"] == []
+    nrts = kube.get("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies")
+    assert nrts["items"] == []
+    gone = kube.request("GET", "/api/v1/namespaces/demo")
+    assert gone.status_code == 404 or gone.json()["metadata"].get("deletionTimestamp")
+    _assert_cleaned_up(marker, proc.stderr)
+
+
+@pytest.mark.slow
+def test_existing_cluster_mode_never_touches_a_foreign_demo_namespace(
+    fresh_localkube: Any,
+) -> None:
+    debs = _skip_unless_demo_can_run()
+    kube = fresh_localkube
+    kube.create("/apis/podplacement.io/v1beta1/podplacementconfigs",
+                workloads.placement_config())
+    kube.ensure_namespace("demo", {"team": "someone-else"})
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    proc = subprocess.run(
+        [*_demo_cmd(debs), "--kubeconfig", str(kube.kubeconfig)],
+        capture_output=True, text=True, cwd=REPO, env=_demo_env(marker), timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "namespace demo exists and was not created by the demo" in proc.stderr
+    ns = kube.get("/api/v1/namespaces/demo")
+    assert ns["metadata"]["labels"]["team"] == "someone-else"
+    assert not ns["metadata"].get("deletionTimestamp")
+    assert kube.get("/api/v1/namespaces/demo/pods")["items"] == []
+    _assert_cleaned_up(marker, proc.stderr)

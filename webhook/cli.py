@@ -86,6 +86,6 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return uvloop.run(_serve(args))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # start-up: certificates, kubeconfig, config file
         log.error("webhook failed to start: %s", exc)
         return 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import ssl
 from collections.abc import Mapping
@@ -123,25 +124,60 @@ class StaticConfigSource:
         """Nothing to stop."""
 
 
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
 @dataclass(frozen=True, slots=True)
 class ApiConnection:
-    """How to reach the API server: base URL (``https://host:port``), TLS context and
-    request headers (``Authorization`` when a bearer token is used)."""
+    """How to reach the API server: base URL (``https://host:port``), TLS context, fixed
+    request headers, and optionally a token file re-read for every call (the kubelet rotates
+    projected ServiceAccount tokens in place)."""
 
     server: str
     ssl_context: ssl.SSLContext | bool
     headers: Mapping[str, str]
+    token_file: Path | None = None
+
+    def request_headers(self) -> dict[str, str]:
+        """Headers for one call: the fixed ones plus ``Authorization`` from ``token_file``.
+
+        Raises:
+            OSError: the token file cannot be read.
+        """
+        headers = dict(self.headers)
+        if self.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
+        return headers
+
+    @classmethod
+    def in_cluster(cls, sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiConnection:
+        """The pod's own ServiceAccount: ``$KUBERNETES_SERVICE_HOST``/``_PORT``, the mounted
+        ``ca.crt`` and ``token`` (re-read per call).
+
+        Raises:
+            KeyError: not running in a pod (service environment variables missing).
+            OSError / ssl.SSLError: the CA file is missing or invalid.
+        """
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ["KUBERNETES_SERVICE_PORT"]
+        if ":" in host:
+            host = f"[{host}]"
+        ctx = ssl.create_default_context(cafile=str(sa_dir / "ca.crt"))
+        return cls(f"https://{host}:{port}", ctx, {"Accept": "application/json"},
+                   token_file=sa_dir / "token")
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> ApiConnection:
         """Build from a kubeconfig file (default ``$KUBECONFIG`` / ``~/.kube/config``), or from
-        the in-cluster ServiceAccount when ``path`` is None and no kubeconfig exists.
+        the in-cluster ServiceAccount (:meth:`in_cluster`) when ``path`` is None and no
+        kubeconfig exists.
 
-        Uses the ``kubernetes`` package's loaders only to resolve the file (certificate data is
-        written to temp files by them). Raises:
-            kubernetes.config.ConfigException: no usable configuration.
+        Uses the ``kubernetes`` package's loader only to resolve the file (it writes inline
+        certificate data to temp files; tokens from exec plugins are read once). Raises:
+            kubernetes.config.ConfigException: the kubeconfig is unusable.
+            KeyError: no kubeconfig and not running in a pod.
         """
-        from kubernetes import client, config  # the sync loaders; no I/O beyond reading files
+        from kubernetes import client, config  # the sync loader; reads files only
 
         cfg = client.Configuration()
         try:
@@ -149,7 +185,7 @@ class ApiConnection:
         except config.ConfigException:
             if path is not None:
                 raise
-            config.load_incluster_config(client_configuration=cfg)
+            return cls.in_cluster()
         ctx: ssl.SSLContext | bool
         if cfg.verify_ssl is False:
             ctx = False
@@ -217,7 +253,7 @@ class WatchingConfigSource:
     async def start(self) -> None:
         """Start the list/watch loop in a background task."""
         if self._task is None:
-            self._session = aiohttp.ClientSession(headers=dict(self._conn.headers))
+            self._session = aiohttp.ClientSession()
             self._task = asyncio.create_task(self._run(), name="podplacementconfig-watch")
 
     async def stop(self) -> None:
@@ -263,7 +299,8 @@ class WatchingConfigSource:
         selector = quote(f"metadata.name={CONFIG_NAME}", safe="")
         url = f"{self._conn.server}{CONFIG_LIST_PATH}?fieldSelector={selector}"
         self.lists += 1
-        async with self._session.get(url, ssl=self._conn.ssl_context) as resp:
+        async with self._session.get(url, ssl=self._conn.ssl_context,
+                                     headers=self._conn.request_headers()) as resp:
             if resp.status == 404:
                 self._config = None
                 self._synced.set()
@@ -292,8 +329,8 @@ class WatchingConfigSource:
             )
             timeout = aiohttp.ClientTimeout(total=None, sock_read=self._watch_timeout + 30)
             started, events = asyncio.get_running_loop().time(), 0
-            async with self._session.get(url, ssl=self._conn.ssl_context,
-                                         timeout=timeout) as resp:
+            async with self._session.get(url, ssl=self._conn.ssl_context, timeout=timeout,
+                                         headers=self._conn.request_headers()) as resp:
                 if resp.status == 410:
                     raise _Gone()
                 resp.raise_for_status()

@@ -13,7 +13,14 @@ from operator import attrgetter
 from typing import Any
 
 from controller.config import HOSTNAME_LABEL, TopologyConfig
-from controller.numa._fit import ContainerPlan, fit_container_scope, fit_pod_scope, prepare
+from controller.numa._fit import (
+    Columns,
+    ContainerPlan,
+    columns_of,
+    fit_container_scope_columns,
+    fit_pod_scope_columns,
+    prepare,
+)
 from controller.numa._inflight import InFlight
 from controller.numa._pod import (
     BEST_EFFORT,
@@ -28,8 +35,10 @@ from controller.numa._score import (
     LEAST_NUMA_NODES,
     MAX_SCORE,
     STRATEGIES,
+    ScoreColumns,
     least_numa_container_scope,
     least_numa_pod_scope,
+    score_columns_of,
     score_container_scope,
     score_items,
     score_pod_scope,
@@ -226,25 +235,29 @@ def decide_numa(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         if single and aligning:
             needed = True
         held = held_by_node.get(name) if held_by_node else None
-        memo_key = (topo, info, shape)
-        if not held:
-            verdict = memo.get(memo_key)
-            if verdict is not None:
-                verdicts.append(verdict)
-                if verdict.score is not None:
-                    scores[name] = verdict.score
-                continue
+        memo_key: tuple[object, ...] = (
+            (topo, info, shape) if not held else (topo, info, shape, frozenset(held.items())))
+        verdict = memo.get(memo_key)
+        if verdict is not None:
+            verdicts.append(verdict)
+            if verdict.score is not None:
+                scores[name] = verdict.score
+            continue
         zones: Sequence[tuple[int, Mapping[str, int]]] = topo.zone_list
         values: Sequence[Mapping[str, int]] = topo.zone_values
+        columns: Columns = topo.columns
+        score_cols: ScoreColumns = topo.score_columns
         if held:
             zones = _hold(zones, held)
             values = [values_of(available) for _, available in zones]
+            columns = columns_of(zones)
+            score_cols = score_columns_of(zones, values)
         reason: str | None = None
         if single and aligning:
             if topo.scope == SCOPE_POD:
-                reason = fit_pod_scope(zones, pod_requests, info.allocatable)
+                reason = fit_pod_scope_columns(columns, pod_requests, info.allocatable)
             else:
-                reason = fit_container_scope(zones, plans, info.allocatable)
+                reason = fit_container_scope_columns(columns, plans, info.allocatable)
         if reason is not None:
             verdict = NodeVerdict(name, False, reason, None, topo.policy, topo.scope)
         else:
@@ -260,14 +273,14 @@ def decide_numa(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             elif not single:
                 score = 0
             elif topo.scope == SCOPE_POD:
-                score = score_pod_scope(strategy, pod_items, zones, values)
+                score = score_pod_scope(strategy, pod_items, zones, values, score_cols)
             else:
-                score = score_container_scope(strategy, container_items, zones, values)
+                score = score_container_scope(strategy, container_items, zones, values,
+                                              score_cols)
             scores[name] = score
             verdict = NodeVerdict(name, True, None, score, topo.policy, topo.scope)
         verdicts.append(verdict)
-        if not held:
-            memo[memo_key] = verdict
+        memo[memo_key] = verdict
 
     # Two C-level sorts: by name, then (stable) by score, best first.
     ranked = sorted(sorted(scores), key=scores.__getitem__, reverse=True)

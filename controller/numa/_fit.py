@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from controller.numa._quantity import format_quantity, is_host_level, is_numa_affine
 
@@ -53,6 +52,55 @@ def prepare(requests: Mapping[str, int], guaranteed: bool) -> tuple[Request, ...
     )
 
 
+#: resource -> ``((1 << numa_id, available), ...)`` for the zones that list the resource, in
+#: NUMA-id order: the form the fit loop reads (one lookup per request, not per zone).
+Columns = Mapping[str, tuple[tuple[int, int], ...]]
+
+
+def columns_of(zones: ZoneList) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Turn ``(numa_id, available)`` zones into :data:`Columns`."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for numa_id, available in sorted(zones, key=lambda z: z[0]):
+        for name, amount in available.items():
+            out.setdefault(name, []).append((1 << numa_id, amount))
+    return {name: tuple(col) for name, col in out.items()}
+
+
+def align_columns(columns: Columns, requests: Sequence[Request],
+                  allocatable: frozenset[str]) -> tuple[int, str | None]:
+    """Find the zone the kubelet would pick for ``requests`` (see :func:`align`)."""
+    mask = -1  # every bit set: all NUMA ids still possible
+    for req in requests:
+        name = req.name
+        if name not in allocatable:
+            return -1, f"{name} is not in the node's allocatable"
+        col = columns.get(name)
+        if not col:
+            if req.host_level:
+                continue
+            return -1, f"{name} is not reported by any NUMA zone"
+        fits = 0
+        if req.relaxed:
+            for bit, _ in col:
+                fits |= bit
+        else:
+            wanted = req.amount
+            for bit, amount in col:
+                if amount >= wanted:
+                    fits |= bit
+        mask &= fits
+        if not mask:
+            if not fits:
+                best = max(amount for _, amount in col)
+                return -1, (f"{name} {format_quantity(name, req.amount)} > "
+                            f"{format_quantity(name, best)} available in best zone")
+            return -1, (f"{name} {format_quantity(name, req.amount)} fits no zone that also "
+                        "holds the other requested resources")
+    if mask == -1:
+        return 0, None
+    return (mask & -mask).bit_length() - 1, None
+
+
 def align(zones: ZoneList, requests: Sequence[Request],
           allocatable: frozenset[str]) -> tuple[int, str | None]:
     """Find the zone the kubelet would pick for ``requests``.
@@ -61,37 +109,7 @@ def align(zones: ZoneList, requests: Sequence[Request],
         ``(numa_id, None)`` with the lowest fitting NUMA id (0 when no request constrains the
         zone, like a full bitmask), or ``(-1, reason)``.
     """
-    mask = -1  # every bit set: all NUMA ids still possible
-    for req in requests:
-        name = req.name
-        if name not in allocatable:
-            return -1, f"{name} is not in the node's allocatable"
-        listed = False
-        fits = 0
-        best = -1
-        for numa_id, available in zones:
-            amount = available.get(name)
-            if amount is None:
-                continue
-            listed = True
-            if amount > best:
-                best = amount
-            if req.relaxed or amount >= req.amount:
-                fits |= 1 << numa_id
-        if not listed:
-            if req.host_level:
-                continue
-            return -1, f"{name} is not reported by any NUMA zone"
-        mask &= fits
-        if not mask:
-            if not fits:
-                return -1, (f"{name} {format_quantity(name, req.amount)} > "
-                            f"{format_quantity(name, best)} available in best zone")
-            return -1, (f"{name} {format_quantity(name, req.amount)} fits no zone that also "
-                        "holds the other requested resources")
-    if mask == -1:
-        return 0, None
-    return (mask & -mask).bit_length() - 1, None
+    return align_columns(columns_of(zones), requests, allocatable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,36 +123,46 @@ class ContainerPlan:
     requests: tuple[Request, ...]
 
 
+def fit_pod_scope_columns(columns: Columns, requests: Sequence[Request],
+                          allocatable: frozenset[str]) -> str | None:
+    """Pod scope on :data:`Columns` (see :func:`fit_pod_scope`)."""
+    _, reason = align_columns(columns, requests, allocatable)
+    return None if reason is None else f"cannot align pod: {reason}"
+
+
+def fit_container_scope_columns(columns: Columns, containers: Sequence[ContainerPlan],
+                                allocatable: frozenset[str]) -> str | None:
+    """Container scope on :data:`Columns` (see :func:`fit_container_scope`)."""
+    current: dict[str, tuple[tuple[int, int], ...]] | None = None
+    last = len(containers) - 1
+    for index, ctr in enumerate(containers):
+        numa_id, reason = align_columns(columns if current is None else current,
+                                        ctr.requests, allocatable)
+        if reason is not None:
+            return f"cannot align {ctr.label}: {reason}"
+        if not ctr.keeps or not ctr.requests or index == last:
+            continue  # nothing to hold, or nobody left to see it
+        if current is None:
+            current = dict(columns)  # copy-on-write: the parsed columns are shared
+        chosen = 1 << numa_id
+        for req in ctr.requests:
+            col = current.get(req.name)
+            if req.relaxed or not col:
+                continue
+            for i, (bit, amount) in enumerate(col):
+                if bit == chosen:
+                    current[req.name] = (*col[:i], (bit, amount - req.amount), *col[i + 1:])
+                    break
+    return None
+
+
 def fit_pod_scope(zones: ZoneList, requests: Sequence[Request],
                   allocatable: frozenset[str]) -> str | None:
     """Pod scope: return None when the effective request fits one zone, else the reason."""
-    _, reason = align(zones, requests, allocatable)
-    return None if reason is None else f"cannot align pod: {reason}"
+    return fit_pod_scope_columns(columns_of(zones), requests, allocatable)
 
 
 def fit_container_scope(zones: ZoneList, containers: Sequence[ContainerPlan],
                         allocatable: frozenset[str]) -> str | None:
     """Container scope: return None when every container can be aligned, else the reason."""
-    current: list[tuple[int, Mapping[str, int]]] | None = None
-    copied = 0  # bit i set: zone at index i is already a private copy
-    for ctr in containers:
-        numa_id, reason = align(current if current is not None else zones, ctr.requests,
-                                allocatable)
-        if reason is not None:
-            return f"cannot align {ctr.label}: {reason}"
-        if not ctr.keeps or not ctr.requests:
-            continue
-        if current is None:
-            current = list(zones)
-        for index, (zid, available) in enumerate(current):
-            if zid != numa_id:
-                continue
-            if not copied >> index & 1:  # copy-on-write: the parsed zones are shared
-                available = dict(available)
-                current[index] = (zid, available)
-                copied |= 1 << index
-            writable = cast(dict[str, int], available)
-            for req in ctr.requests:
-                if not req.relaxed and req.name in writable:
-                    writable[req.name] -= req.amount
-    return None
+    return fit_container_scope_columns(columns_of(zones), containers, allocatable)

@@ -10,7 +10,9 @@ Once bound (``spec.nodeName``), it counts only against that node, until:
   that node (counted as its ``nodeTopologyPodsFingerprintMethod`` says) and that pod set
   includes the pod, or
 * an NRT update (a new resourceVersion) arrives after the binding when the NRT has no
-  fingerprint; with a fingerprint that keeps mismatching (we may not see every pod), the
+  fingerprint (numeric resourceVersions, which kube-apiserver's etcd revisions are, must also
+  be newer than the pod's at binding, so an update written earlier but delivered later does
+  not count); with a fingerprint that keeps mismatching (we may not see every pod), the
   second update after the binding releases it;
 * or the pod is deleted or terminal, or ``max_age_seconds`` passed since it was added.
 
@@ -46,6 +48,7 @@ class _Entry:
     nodes: tuple[str, ...]
     added_at: float
     bound_node: str | None = None
+    bound_rv: int | None = None
     updates_since_binding: int = 0
 
 
@@ -130,10 +133,14 @@ class InFlight:
                               tuple(iter_containers(pod)))
         except QuantityError:
             known = _KnownPod(ns, key.split("/", 1)[1], phase, "", ())
+        previous = self._node_of_pod.get(key)
+        if previous is not None and previous != node:  # recreated elsewhere, delete missed
+            self._pods_by_node.get(previous, {}).pop(key, None)
         self._pods_by_node.setdefault(node, {})[key] = known
         self._node_of_pod[key] = node
         if entry is not None and entry.bound_node is None:
             entry.bound_node = node
+            entry.bound_rv = _int_rv(pod)
             entry.updates_since_binding = 0
 
     def observe_nrt(self, nrt: Mapping[str, Any], *, topology: Topology | None = None) -> None:
@@ -165,11 +172,16 @@ class InFlight:
             if pod_fingerprint((pods[k].namespace, pods[k].name) for k in counted) \
                     != topo.fingerprint:
                 counted = None
+        nrt_rv = _int_rv(nrt)
+        limit = 2 if topo.fingerprint else 1
         for entry in bound:
+            if counted is not None and entry.key in counted:
+                del self._entries[entry.key]  # the publisher counted the pod: definitive
+                continue
+            if nrt_rv is not None and entry.bound_rv is not None and nrt_rv <= entry.bound_rv:
+                continue  # written before the binding, only delivered after it
             entry.updates_since_binding += 1
-            limit = 2 if topo.fingerprint else 1
-            if (counted is not None and entry.key in counted) \
-                    or entry.updates_since_binding >= limit:
+            if entry.updates_since_binding >= limit:
                 del self._entries[entry.key]
 
     def _counted_pods(self, node: str, topo: Topology) -> set[str]:
@@ -243,6 +255,14 @@ class InFlight:
             copy["metadata"] = meta
             out[node] = copy
         return out
+
+
+def _int_rv(obj: Mapping[str, Any]) -> int | None:
+    """The resourceVersion as an int, when it is one. Kubernetes calls resourceVersions
+    opaque; kube-apiserver's are etcd revisions, ordered across objects, so they are used to
+    order an NRT update against a binding when both parse, and arrival order otherwise."""
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
 
 
 def _subtracted(name: str, value: object, amount: int) -> str:

@@ -108,20 +108,38 @@ def zone_score(strategy: str, requests: Mapping[str, int], available: Mapping[st
     return _ZONE_SCORERS[strategy](score_items(requests), available, values)
 
 
+#: resource -> ``((zone index, available, available in score units), ...)`` for the zones
+#: listing it: LeastAllocated/MostAllocated read one column per requested resource.
+ScoreColumns = Mapping[str, tuple[tuple[int, int, int], ...]]
+
+
+def score_columns_of(zones: ZoneList, values: Sequence[Mapping[str, int]]
+                     ) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    """Build :data:`ScoreColumns` from zones and their amounts in score units."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for index, ((_, available), zone_values) in enumerate(zip(zones, values, strict=True)):
+        for name, amount in available.items():
+            out.setdefault(name, []).append((index, amount, zone_values[name]))
+    return {name: tuple(col) for name, col in out.items()}
+
+
 def _min_nonzero(strategy: str, items: ScoreItems, zones: ZoneList,
-                 values: Sequence[Mapping[str, int]]) -> int:
-    # LeastAllocated/MostAllocated inlined: this runs for every feasible node and container.
+                 values: Sequence[Mapping[str, int]], columns: ScoreColumns | None) -> int:
     result = 0
-    count = len(items)
     if strategy == LEAST_ALLOCATED or strategy == MOST_ALLOCATED:
+        # Column-wise: this runs for every feasible node and container.
+        cols = columns if columns is not None else score_columns_of(zones, values)
         least = strategy == LEAST_ALLOCATED
-        for (_, available), zone_values in zip(zones, values, strict=True):
-            total = 0
-            for name, req, req_v in items:
-                cap = available.get(name, 0)
+        totals = [0] * len(zones)
+        for name, req, req_v in items:
+            col = cols.get(name)
+            if col is None:
+                continue  # no zone lists it: 0 for every zone
+            for index, cap, cap_v in col:
                 if cap > 0 and req <= cap:
-                    cap_v = zone_values[name]
-                    total += ((cap_v - req_v) if least else req_v) * MAX_SCORE // cap_v
+                    totals[index] += ((cap_v - req_v) if least else req_v) * MAX_SCORE // cap_v
+        count = len(items)
+        for total in totals:
             score = total // count if count else 0
             if result == 0 or (score != 0 and score < result):
                 result = score
@@ -135,21 +153,49 @@ def _min_nonzero(strategy: str, items: ScoreItems, zones: ZoneList,
 
 
 def score_pod_scope(strategy: str, items: ScoreItems, zones: ZoneList,
-                    values: Sequence[Mapping[str, int]]) -> int:
+                    values: Sequence[Mapping[str, int]],
+                    columns: ScoreColumns | None = None) -> int:
     """Pod scope: the smallest non-zero zone score for the effective request (0 if none).
 
-    ``items`` from :func:`score_items`; ``values`` are the zones' amounts in score units.
+    ``items`` from :func:`score_items`; ``values`` are the zones' amounts in score units;
+    ``columns`` (optional) the same as :data:`ScoreColumns`, precomputed.
     """
-    return _min_nonzero(strategy, items, zones, values)
+    return _min_nonzero(strategy, items, zones, values, columns)
 
 
 def score_container_scope(strategy: str, containers: Sequence[ScoreItems], zones: ZoneList,
-                          values: Sequence[Mapping[str, int]]) -> int:
+                          values: Sequence[Mapping[str, int]],
+                          columns: ScoreColumns | None = None) -> int:
     """Container scope: the truncated mean over containers of their pod-scope-style score."""
     if not containers:
         return 0
-    total = sum(_min_nonzero(strategy, items, zones, values) for items in containers)
-    return int(total / len(containers))
+    if strategy == BALANCED_ALLOCATION:
+        total = sum(_min_nonzero(strategy, items, zones, values, None) for items in containers)
+        return int(total / len(containers))
+    # LeastAllocated/MostAllocated: _min_nonzero's column loop, inlined over the containers.
+    cols = columns if columns is not None else score_columns_of(zones, values)
+    least = strategy == LEAST_ALLOCATED
+    if not least and strategy != MOST_ALLOCATED:
+        raise KeyError(strategy)
+    zone_count = len(zones)
+    grand = 0
+    for items in containers:
+        totals = [0] * zone_count
+        for name, req, req_v in items:
+            col = cols.get(name)
+            if col is None:
+                continue
+            for index, cap, cap_v in col:
+                if cap > 0 and req <= cap:
+                    totals[index] += ((cap_v - req_v) if least else req_v) * MAX_SCORE // cap_v
+        count = len(items)
+        result = 0
+        for subtotal in totals:
+            score = subtotal // count if count else 0
+            if result == 0 or (score != 0 and score < result):
+                result = score
+        grand += result
+    return int(grand / len(containers))
 
 
 # --- LeastNUMANodes ---------------------------------------------------------------------

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.numa._fit import columns_of
 from controller.numa._quantity import ALWAYS_ALLOCATABLE, parse_quantity, score_value
+from controller.numa._score import score_columns_of
 
 POLICY_NONE = "none"
 POLICY_BEST_EFFORT = "best-effort"
@@ -77,6 +79,8 @@ class Topology:
         zone_list: ``(numa_id, available)`` per zone, the form the fit and score code takes.
         zone_costs: each zone's ``costs``, in zone order.
         zone_values: each zone's ``available`` in score units (``Quantity.Value()``).
+        columns: resource -> ``((1 << numa_id, available), ...)`` (the fit loop's form).
+        score_columns: resource -> ``((zone index, available, value), ...)`` (the score's).
     """
 
     name: str
@@ -91,6 +95,8 @@ class Topology:
     zone_list: tuple[tuple[int, Mapping[str, int]], ...]
     zone_costs: tuple[Mapping[int, int], ...]
     zone_values: tuple[Mapping[str, int], ...]
+    columns: Mapping[str, tuple[tuple[int, int], ...]]
+    score_columns: Mapping[str, tuple[tuple[int, int, int], ...]]
 
 
 def _attributes(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -179,6 +185,9 @@ def parse_topology(nrt: Mapping[str, Any]) -> Topology:
         zone_list=tuple((z.numa_id, z.available) for z in zones),
         zone_costs=tuple(z.costs for z in zones),
         zone_values=tuple(values_of(z.available) for z in zones),
+        columns=columns_of([(z.numa_id, z.available) for z in zones]),
+        score_columns=score_columns_of([(z.numa_id, z.available) for z in zones],
+                                       [values_of(z.available) for z in zones]),
     )
 
 
@@ -222,8 +231,8 @@ class TopologyCache:
         #: name -> (resourceVersion, parsed object)
         self.parsed_nrts: dict[str, tuple[object, Topology]] = {}
         self.parsed_nodes: dict[str, tuple[object, NodeInfo]] = {}
-        #: Per-(Topology, NodeInfo, pod shape id) verdicts.
-        self.memo: dict[tuple[object, object, int], Any] = {}
+        #: Verdicts by (Topology, NodeInfo, pod shape id[, in-flight holds]).
+        self.memo: dict[tuple[object, ...], Any] = {}
         self._shapes: dict[tuple[object, ...], int] = {}
         self._next_shape = itertools.count(1)  # never reused, even after trim()
 

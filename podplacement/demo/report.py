@@ -135,9 +135,9 @@ def expression_text(expr: Mapping[str, Any]) -> str:
 
 
 def affinity_cell(pod: Mapping[str, Any]) -> str:
-    """Required terms (``&`` inside a term, ``|`` between terms), then ``; prefer`` with the
-    weighted architecture preferences as ``amd64:50,arm64:30``; ``-`` when the pod has no node
-    affinity."""
+    """Required terms (``&`` inside a term, ``|`` between terms), then the weighted
+    architecture preferences as ``; prefer(amd64:50,arm64:30)``; ``-`` when the pod has no
+    node affinity."""
     spec = pod.get("spec") or {}
     node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
@@ -154,7 +154,7 @@ def affinity_cell(pod: Mapping[str, Any]) -> str:
                 values = "+".join(str(v) for v in expr.get("values") or [])
                 prefs.append(f"{values}:{pref.get('weight')}")
     if prefs:
-        text = (text + "; " if text else "") + "prefer " + ",".join(prefs)
+        text = (text + "; " if text else "") + "prefer(" + ",".join(prefs) + ")"
     return text or "-"
 
 
@@ -324,3 +324,46 @@ def check(pod: Mapping[str, Any], reasons: Sequence[str], expect: Expectation) -
     if expect.event not in reasons:
         problems.append(f"no {expect.event} event (got {', '.join(reasons) or 'none'})")
     return problems
+
+
+def metrics_summary(exposition: str) -> str:
+    """One line from the controller's ``/metrics`` (Prometheus text format): pods processed
+    by outcome, Kubernetes API requests by verb, registry requests and image-cache hits and
+    misses, and the mean seconds from pod creation to the ungating patch. Metrics that are
+    absent are left out; "" when none is present."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+
+    def by_label(name: str, label: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for labels, value in samples.get(name, []):
+            key = labels.get(label, "")
+            out[key] = out.get(key, 0) + int(value)
+        return {k: v for k, v in sorted(out.items()) if v}
+
+    def total(name: str) -> int | None:
+        values = samples.get(name)
+        return int(sum(v for _, v in values)) if values else None
+
+    parts = []
+    processed = by_label("podplacement_pods_processed_total", "outcome")
+    if processed:
+        parts.append("pods processed " + " ".join(f"{k}={v}" for k, v in processed.items()))
+    api = by_label("podplacement_api_requests_total", "verb")
+    if api:
+        parts.append("API requests " + " ".join(f"{k}={v}" for k, v in api.items()))
+    registry = total("podplacement_registry_requests_total")
+    if registry is not None:
+        hits = total("podplacement_image_cache_hits_total") or 0
+        misses = total("podplacement_image_cache_misses_total") or 0
+        parts.append(f"registry requests {registry} (image cache {hits} hits, {misses} misses)")
+    count = total("podplacement_ungate_seconds_count")
+    seconds = samples.get("podplacement_ungate_seconds_sum")
+    if count and seconds:
+        mean = sum(v for _, v in seconds) / count
+        parts.append(f"creation to ungate {mean:.2f} s mean")
+    return "; ".join(parts)

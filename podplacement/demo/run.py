@@ -129,13 +129,16 @@ class Child:
                         self.name, code, self.log, self.tail(10))
         self._stopped = True
         if code is None:
+            began = time.monotonic()
             self.popen.terminate()
             try:
-                self.popen.wait(timeout=timeout)
+                code = self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
                 self.popen.kill()
-                self.popen.wait(timeout=10)
+                code = self.popen.wait(timeout=10)
+            log.info("stopped %s (pid %d, exit code %s, %.1f s)", self.name, self.popen.pid,
+                     code, time.monotonic() - began)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -195,36 +198,24 @@ class ApiServer:
     child: Child | None = None
 
 
-def write_plain_kubeconfig(path: Path, url: str) -> None:
-    """A kubeconfig for an unauthenticated plain-HTTP server (localkube)."""
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "localkube", "cluster": {"server": url}}],
-        "users": [{"name": "demo", "user": {}}],
-        "contexts": [{"name": "localkube", "context": {"cluster": "localkube", "user": "demo"}}],
-        "current-context": "localkube",
-    }
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-def start_localkube(work: Path, log_dir: Path) -> ApiServer:
-    """``python -m localkube`` on a free 127.0.0.1 port with our CRDs, and its kubeconfig.
+def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> ApiServer:
+    """``python -m localkube`` on a port it picks itself (no race for a free port) with our
+    CRDs; it writes the kubeconfig, then logs ``localkube listening on URL``.
 
     Raises:
-        DemoError: localkube is not installed or exited.
+        DemoError: localkube exited or did not come up within ``ready_seconds``.
     """
-    port = free_port()
-    args = [sys.executable, "-m", "localkube", "--port", str(port)]
+    kubeconfig = work / "kubeconfig"
+    args = [sys.executable, "-m", "localkube", "--port", "0", "--kubeconfig", str(kubeconfig)]
     for crd in CRD_FILES:
         args += ["--crd", str(crd)]
     child = start_child("localkube", args, log_dir)
-    kubeconfig = work / "kubeconfig"
-    write_plain_kubeconfig(kubeconfig, f"http://127.0.0.1:{port}")
-
-    if not child.alive():
-        child.stop()
-        raise DemoError(f"localkube exited at once:\n{child.tail()}")
+    deadline = time.monotonic() + ready_seconds
+    while "localkube listening on" not in child.tail(5):
+        if not child.alive() or time.monotonic() > deadline:
+            child.stop()
+            raise DemoError(f"localkube did not start:\n{child.tail()}")
+        time.sleep(0.1)
     return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child)
 
 
@@ -308,8 +299,7 @@ async def install_crds(api: KubeAPI) -> None:
     await wait_for("the CRDs to be served", served, 30.0)
 
 
-async def install_cluster_objects(api: KubeAPI, registries: workloads.DemoRegistries,
-                                  max_wait_seconds: int) -> None:
+async def install_cluster_objects(api: KubeAPI, max_wait_seconds: int) -> None:
     """Namespaces, nodes (made Ready and untainted, as a kubelet would), NRTs, the config."""
     await create(api, "/api/v1/namespaces", workloads.namespace_object(DEFAULT_NAMESPACE))
     for node in workloads.NODES:
@@ -364,9 +354,11 @@ async def list_demo(api: KubeAPI) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, server: ApiServer,
-                        options: DemoOptions, watch: Sequence[Child]) -> int:
-    """Create the sample pods, wait for the decisions, print the table; returns the exit
-    code (0 when every workload was placed as expected, 1 otherwise)."""
+                        options: DemoOptions, watch: Sequence[Child],
+                        metrics_url: str | None = None) -> int:
+    """Create the sample pods, wait for the decisions, print the table (and a summary of
+    the controller's metrics from ``metrics_url``); returns the exit code (0 when every
+    workload was placed as expected, 1 otherwise)."""
     items = workloads.workloads(registries)
     ns = workloads.DEMO_NAMESPACE
     for w in items:
@@ -392,7 +384,9 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
         pods, events = await list_demo(api)
         state["pods"], state["events"] = pods, events
         reasons = report.events_by_pod(events)
-        return all(reasons.get((ns, n)) for n in names)
+        decided = [p["metadata"]["name"] for p in pods
+                   if report.state_cell(p) in ("ungated", "waiting")]
+        return all(reasons.get((ns, n)) for n in decided)
 
     with contextlib.suppress(DemoError):
         await wait_for("the events", reported, 10.0, interval=0.5)
@@ -410,8 +404,27 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
     out = options.out
     print(report.render_table(rows), file=out)
     reasons = report.events_by_pod(state.get("events") or [])
-    failures = 0
     print("", file=out)
+    if metrics_url:
+        exposition = await asyncio.to_thread(_http_text, metrics_url)
+        summary = report.metrics_summary(exposition) if exposition else ""
+        if summary:
+            print(f"controller: {summary}\n", file=out)
+    kind = f"API server: {server.kind}, scheduler: {'yes' if server.scheduler else 'no'}"
+    if server.kind == "existing":
+        # The cluster's own nodes and PodPlacementConfig decide: the expectations below hold
+        # for the demo's fake cluster only, so report whether the product decided each pod.
+        undecided = [w.name for w in items
+                     if report.state_cell(pods_by_name.get(w.name) or {}) not in
+                     ("ungated", "waiting")]
+        for name in undecided:
+            print(f"{name:<20} not decided by podplacement (is it installed and running?)",
+                  file=out)
+        print(f"{len(items) - len(undecided)} of {len(items)} workloads decided ({kind})",
+              file=out)
+        out.flush()
+        return 0 if not undecided else 1
+    failures = 0
     for w in items:
         pod = pods_by_name.get(w.name)
         if pod is None:
@@ -421,8 +434,7 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
         failures += bool(problems)
         verdict = "ok" if not problems else "UNEXPECTED: " + "; ".join(problems)
         print(f"{w.name:<20} {w.what}: {verdict}", file=out)
-    print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected "
-          f"(API server: {server.kind}, scheduler: {'yes' if server.scheduler else 'no'})",
+    print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected ({kind})",
           file=out)
     out.flush()
     return 0 if failures == 0 else 1
@@ -452,7 +464,7 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
             return await run_workloads(api, registries, server, options, [])
 
         await install_crds(api)
-        await install_cluster_objects(api, registries, options.max_wait_seconds)
+        await install_cluster_objects(api, options.max_wait_seconds)
         await install_namespace(api, registries)
         log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
@@ -502,8 +514,11 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
             # No per-registry CA option: extend the default trust store of the controller
             # process (OpenSSL reads SSL_CERT_FILE) with the private registry's CA.
             env["SSL_CERT_FILE"] = str(_trust_bundle(work, pair.private_ca_pem))
+        metrics_url = None
         if "--metrics-port" in help_text:
-            args += ["--metrics-port", str(free_port())]
+            metrics_port = free_port()
+            args += ["--metrics-port", str(metrics_port)]
+            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         controller = start_child("controller", podplacement_args(*args), log_dir, env)
         children.append(controller)
 
@@ -520,9 +535,21 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
                        mwc_ready, 30.0, interval=0.3, alive=[webhook, controller])
         log.info("webhook registered; controller running")
         watch = [webhook, controller] + ([server.child] if server.child else [])
-        return await run_workloads(api, registries, server, options, watch)
+        return await run_workloads(api, registries, server, options, watch, metrics_url)
     finally:
         await api.close()
+
+
+def _http_text(url: str) -> str:
+    """GET ``url`` and return the body as text ("" on any error)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bytes(resp.read()).decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return ""
 
 
 def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
@@ -635,20 +662,33 @@ def _log_tails(children: Sequence[Child], server: ApiServer | None) -> None:
 
 def _cleanup(options: DemoOptions, work: Path, children: list[Child], server: ApiServer | None,
              pair: DemoRegistryPair | None) -> None:
-    """Stop in reverse start order; nothing is left running even if a stop fails."""
+    """Stop what was started, clients before servers: the controller, then the API server
+    (it calls the webhook and holds keep-alive connections to it, which would make the
+    webhook wait out its graceful-shutdown timeout), then the webhook, then the registries.
+    Nothing is left running even if one stop fails."""
     if server is not None and server.kind == "existing" and not options.keep:
         with contextlib.suppress(Exception):
             asyncio.run(_delete_namespace(server.kubeconfig))
+    server_stopped = False
+
+    def stop_server() -> None:
+        nonlocal server_stopped
+        if server is None or server.stop is None or server_stopped:
+            return
+        server_stopped = True
+        try:
+            server.stop()
+        except Exception as exc:  # keep stopping the others
+            log.error("stopping the API server failed: %s", exc)
+
     for child in reversed(children):
+        if child.name == "webhook":
+            stop_server()
         try:
             child.stop()
         except Exception as exc:  # keep stopping the others
             log.error("stopping %s failed: %s", child.name, exc)
-    if server is not None and server.stop is not None:
-        try:
-            server.stop()
-        except Exception as exc:
-            log.error("stopping the API server failed: %s", exc)
+    stop_server()
     if pair is not None:
         pair.stop()
     if options.keep:

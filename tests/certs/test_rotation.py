@@ -143,3 +143,13 @@ def test_reissue_without_any_name_is_an_error() -> None:
     p = plan(CertState(None, None, ()), now())
     with pytest.raises(ValueError):
         apply_rotation(CertState(None, None, ()), p)
+
+
+def test_rotate_dir_on_an_empty_directory_creates_everything(tmp_path: Path) -> None:
+    p = rotate_dir(tmp_path / "new", dns_names=["svc.ns.svc"])
+    assert p.new_ca and p.reissue_serving
+    state = read_dir(tmp_path / "new")
+    ca = state.signing_ca()
+    assert ca is not None and state.serving is not None
+    state.serving.certificate.verify_directly_issued_by(ca.certificate)
+    assert rotate_dir(tmp_path / "new").noop

@@ -416,3 +416,51 @@ async def test_pod_deleted_while_queued_is_dropped(
 
 async def _idle(ctl: Any) -> bool:
     return ctl.queue.pending == 0
+
+
+async def test_global_pull_secret_from_the_config(
+    api: KubeAPI,
+    ckube: KubeEnv,
+    namespace: str,
+    images: Images,
+    basic_registry: Registry,
+    start_controller: StartController,
+) -> None:
+    if ckube.server is None:
+        pytest.skip("the cluster-wide PodPlacementConfig is shared on a real cluster")
+    ns = namespace
+    holder = f"{ns}-global"
+    ckube.ensure_namespace(holder)
+    path = "/apis/podplacement.io/v1beta1/podplacementconfigs"
+    await api.request(
+        "POST",
+        f"/api/v1/namespaces/{holder}/secrets",
+        body=dockerconfig_secret("global", basic_registry),
+    )
+    await api.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "podplacement.io/v1beta1",
+            "kind": "PodPlacementConfig",
+            "metadata": {"name": "cluster"},
+            "spec": {
+                "imageInspection": {"globalPullSecretRef": {"namespace": holder, "name": "global"}}
+            },
+        },
+    )
+    try:
+        ctl = await start_controller()
+        await eventually(lambda: _has_global(ctl))
+        # no imagePullSecrets on the pod, no secret in its namespace
+        await create_pod(api, ns, gated_pod("g", [images.private]))
+        pod = await wait_ungated(api, ns, "g")
+        assert decision_of(pod)["result"] == "set"
+        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+    finally:
+        await api.request("DELETE", f"{path}/cluster")
+        ckube.delete(f"/api/v1/namespaces/{holder}")
+
+
+async def _has_global(ctl: Any) -> bool:
+    return ctl.config_source()[0].image_inspection.global_pull_secret is not None

@@ -177,3 +177,38 @@ async def test_no_candidate_waits_then_an_nrt_change_releases_it(
     assert required_terms(pod)[0]["matchExpressions"][-1] == expression(
         HOSTNAME_LABEL, "In", ["host-numa-a"]
     )
+
+
+async def test_binding_narrows_the_in_flight_hold_to_the_chosen_node(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    topology: None,
+    start_controller: StartController,
+) -> None:
+    ns = namespace
+    nrt = await api.request("GET", f"{NRT_PATH}/numa-a")
+    nrt["zones"] = _nrt("numa-a", (2, 8))["zones"]
+    await api.request("PUT", f"{NRT_PATH}/numa-a", body=nrt)
+    ctl = await start_controller()
+    await eventually(lambda: _topology_on(ctl))
+    await create_pod(api, ns, _guaranteed(gated_pod("two", [images.amd_arm]), "4"))
+    pod = await wait_ungated(api, ns, "two")
+    assert sorted(decision_of(pod)["numa"]["candidates"]) == ["numa-a", "numa-b"]
+    held = ctl.inflight.reservations()
+    assert set(held) == {"numa-a", "numa-b"} and held["numa-a"]["cpu"] == 4000
+    await api.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods/two/binding",
+        body={
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "two"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "numa-b"},
+        },
+    )
+
+    async def narrowed() -> bool:
+        return set(ctl.inflight.reservations()) == {"numa-b"}
+
+    await eventually(narrowed)

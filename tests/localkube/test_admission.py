@@ -748,3 +748,34 @@ def test_review_bytes_are_encoded_like_go() -> None:
     assert go_json_bytes({"a": "<b>&c", "n": [1, None], "u": "é"}) == (
         b'{"a":"\\u003cb\\u003e\\u0026c","n":[1,null],"u":"\xc3\xa9"}\n'
     )
+
+
+def test_webhook_configurations_are_never_sent_to_webhooks() -> None:
+    catch_all = {
+        "name": "all.example.com",
+        "clientConfig": {"url": "https://127.0.0.1:9/"},
+        "rules": [
+            {"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}
+        ],
+    }
+    admission = _admission([_configuration("c", [catch_all])])
+    kw: dict[str, Any] = {
+        "operation": "CREATE",
+        "version": "v1",
+        "namespace": None,
+        "obj": {},
+        "old": None,
+    }
+    assert (
+        admission.matching_webhooks(
+            group="admissionregistration.k8s.io", plural="mutatingwebhookconfigurations", **kw
+        )
+        == []
+    )
+    assert (
+        admission.matching_webhooks(
+            group="authorization.k8s.io", plural="selfsubjectaccessreviews", **kw
+        )
+        == []
+    )
+    assert admission.matching_webhooks(group="", plural="nodes", **kw) == [catch_all]

@@ -51,6 +51,21 @@ def ns(localkube: KubeEnv) -> Iterator[str]:
     localkube.delete(f"/api/v1/namespaces/{name}")
 
 
+@pytest.fixture(params=["localkube", pytest.param("real_kube", marks=pytest.mark.realcluster)])
+def any_kube(request: pytest.FixtureRequest) -> KubeEnv:
+    """localkube, and the real control plane when KUBEBUILDER_ASSETS is set (same checks)."""
+    env: KubeEnv = request.getfixturevalue(request.param)
+    return env
+
+
+@pytest.fixture
+def any_ns(any_kube: KubeEnv) -> Iterator[str]:
+    name = f"core-{uuid.uuid4().hex[:8]}"
+    any_kube.ensure_namespace(name)
+    yield name
+    any_kube.delete(f"/api/v1/namespaces/{name}")
+
+
 @pytest.fixture
 def small_kube(tmp_path: Path) -> Iterator[KubeEnv]:
     """localkube with a short history (5 events) and fast bookmarks (0.2 s)."""
@@ -251,7 +266,8 @@ def test_malformed_label_selector_is_400(localkube: KubeEnv) -> None:
     assert r.json()["message"] == "unable to parse requirement: found '=', expected: identifier"
 
 
-def test_field_selectors(localkube: KubeEnv, ns: str) -> None:
+def test_field_selectors(any_kube: KubeEnv, any_ns: str) -> None:
+    localkube, ns = any_kube, any_ns
     localkube.create(f"/api/v1/namespaces/{ns}/pods", pod("unbound"))
     localkube.create(f"/api/v1/namespaces/{ns}/pods", pod("bound", nodeName="node-a"))
 
@@ -278,7 +294,8 @@ def test_field_selectors(localkube: KubeEnv, ns: str) -> None:
 # --- pagination -----------------------------------------------------------------------------
 
 
-def test_pagination_with_continue_and_remaining_count(localkube: KubeEnv, ns: str) -> None:
+def test_pagination_with_continue_and_remaining_count(any_kube: KubeEnv, any_ns: str) -> None:
+    localkube, ns = any_kube, any_ns
     for i in range(5):
         localkube.create(f"/api/v1/namespaces/{ns}/pods", pod(f"p-{i}", {"set": "page"}))
     path = f"/api/v1/namespaces/{ns}/pods"
@@ -330,8 +347,9 @@ def test_list_at_exact_resource_version_shows_the_past(localkube: KubeEnv, ns: s
 
 
 def test_watch_replays_from_resource_version_with_selector_transitions(
-    localkube: KubeEnv, ns: str
+    any_kube: KubeEnv, any_ns: str
 ) -> None:
+    localkube, ns = any_kube, any_ns
     path = f"/api/v1/namespaces/{ns}/pods"
     rv = localkube.get(path)["metadata"]["resourceVersion"]
     localkube.create(path, pod("w1", {"app": "watch"}))
@@ -683,3 +701,49 @@ def test_status_write_gets_a_new_resource_version_and_history_is_untouched(
     old = past["items"][0]
     assert old["metadata"]["resourceVersion"] == rv0
     assert "message" not in old["status"] and "activeDeadlineSeconds" not in old["spec"]
+
+
+def test_python_m_localkube_serves_crds_and_writes_kubeconfig(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    kubeconfig = tmp_path / "kc"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localkube", "--port", "0", "--kubeconfig", str(kubeconfig),
+         *[arg for f in CRD_FILES for arg in ("--crd", str(f))]],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("localkube listening on http://127.0.0.1:")
+        url = line.rsplit(" ", 1)[-1].strip()
+        assert url in kubeconfig.read_text()
+        r = httpx.get(f"{url}/apis/{GROUP}/{VERSION}", timeout=10)
+        assert r.status_code == 200
+        assert r.json()["resources"][0]["kind"] == "PodPlacementConfig"
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_child_process_mode_with_admin_hooks(tmp_path: Path) -> None:
+    with LocalKube(CRD_FILES, in_process=False) as server:
+        env = KubeEnv(url=server.url, kubeconfig=server.write_kubeconfig(tmp_path / "kc"),
+                      kind="localkube", server=server)
+        try:
+            env.ensure_namespace("cp")
+            env.create("/api/v1/namespaces/cp/pods", pod("p"))
+            server.inject_fault(503, 1, method="GET", plural="pods")
+            r = env.request("GET", "/api/v1/namespaces/cp/pods/p")
+            assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+            assert r.json()["reason"] == "ServiceUnavailable"
+            assert env.request("GET", "/api/v1/namespaces/cp/pods/p").status_code == 200
+            verbs = [(rec.verb, rec.status) for rec in server.requests]
+            assert ("get", 503) in verbs and ("create", 201) in verbs
+            server.clear_requests()
+            assert server.requests == []
+            assert env.get(f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}")["items"] == []
+        finally:
+            env.close()

@@ -605,3 +605,24 @@ def test_merge_patch_applies_idempotently(target: dict[str, Any], patch: dict[st
 def test_empty_strategic_patch_changes_nothing(obj: dict[str, Any]) -> None:
     out = apply_patch(STRATEGIC_MERGE_PATCH, obj, b"{}", strategic=True)
     assert out == obj
+
+
+@pytest.mark.parametrize(
+    ("media", "body"),
+    [
+        (JSON_PATCH, b'[{"op": "add", "path": "/metadata/labels/new", "value": "1"}]'),
+        (MERGE_PATCH, b'{"metadata": {"annotations": {"a": "1"}}}'),
+        (STRATEGIC_MERGE_PATCH, b'{"metadata": {"annotations": {"a": "1"}}}'),
+        (APPLY_PATCH, b'{"metadata": {"annotations": {"a": "1"}}}'),
+    ],
+)
+def test_the_result_shares_nothing_with_the_stored_object(media: str, body: bytes) -> None:
+    """localkube mutates the patched object (resourceVersion, generation): the stored one
+    must not change with it."""
+    stored = _pod()
+    out = apply_patch(media, stored, body, strategic=True)
+    out["spec"]["containers"][0]["image"] = "changed"
+    out["spec"]["schedulingGates"].clear()
+    out["metadata"]["labels"]["x"] = "y"
+    out["metadata"]["finalizers"].append("f9")
+    assert stored == _pod()

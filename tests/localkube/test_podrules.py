@@ -568,3 +568,25 @@ def test_an_update_producing_an_invalid_affinity_is_rejected() -> None:
     assert [c[1] for c in _causes(_update_error(old, new))] == [
         f"{REQUIRED_TERMS}[0].matchFields[0].values"
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("1000m", "1"),
+        ("0.5", "500m"),
+        ("2000", "2k"),
+        ("1500", "1500"),
+        ("1024Mi", "1Gi"),
+        ("1536Mi", "1536Mi"),
+        ("0.5Gi", "512Mi"),
+        ("1.5Ki", "1536"),
+        ("129e6", "129e6"),
+        ("128974848", "128974848"),
+        ("0.0000000001", "1n"),
+        (2, "2"),
+    ],
+)
+def test_quantities_are_stored_in_canonical_form(given: str | int, stored: str) -> None:
+    pod = _created(_pod(_container(requests={"memory": given})))
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == stored

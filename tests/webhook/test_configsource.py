@@ -144,3 +144,24 @@ async def test_server_errors_are_retried_with_backoff(kube: KubeEnv, tmp_path: P
         assert src.lists == 4
     finally:
         await src.stop()
+
+
+def test_in_cluster_connection_rereads_the_rotating_token(
+    tmp_path: Path, cert_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ca.crt").write_bytes((cert_dir / "ca.crt").read_bytes())
+    (tmp_path / "token").write_text("first\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    conn = ApiConnection.in_cluster(tmp_path)
+    assert conn.server == "https://[fd00::1]:6443"
+    assert conn.request_headers()["Authorization"] == "Bearer first"
+    (tmp_path / "token").write_text("second")
+    assert conn.request_headers()["Authorization"] == "Bearer second"
+
+
+def test_kubeconfig_token_becomes_a_bearer_header(kube: KubeEnv) -> None:
+    token = yaml.safe_load(kube.kubeconfig.read_text())["users"][0]["user"]["token"]
+    conn = ApiConnection.from_kubeconfig(str(kube.kubeconfig))
+    assert conn.server == kube.url
+    assert conn.request_headers()["Authorization"] == f"Bearer {token}"

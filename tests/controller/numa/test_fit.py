@@ -183,3 +183,20 @@ def test_zones_that_are_not_numa_nodes_are_ignored() -> None:
                           "resources": [{"name": "cpu", "available": 64}]})
     assert judge(gpod("4"), topo).reason == \
         "cannot align container app: cpu 4 > 2 available in best zone"
+
+
+def test_container_scope_non_guaranteed_subtracts_devices_only() -> None:
+    n = node("n1", {"cpu": "8", "memory": "8Gi", "example.com/nic": "2"})
+
+    def two() -> dict:
+        return pod([ctr(c, {"cpu": "4", "example.com/nic": "1"}, {"example.com/nic": "1"})
+                    for c in ("a", "b")])
+    # cpu is not counted for a Burstable pod (2 cpus listed are enough), the NIC is:
+    # a takes node-0's NIC, b goes to node-1
+    both = nrt("n", [{"cpu": 2, "memory": "1Gi", "example.com/nic": 1},
+                     {"cpu": 2, "memory": "1Gi", "example.com/nic": 1}])
+    assert judge(two(), both, node_obj=n).feasible
+    one = nrt("n", [{"cpu": 2, "memory": "1Gi", "example.com/nic": 1},
+                    {"cpu": 2, "memory": "1Gi"}])
+    assert judge(two(), one, node_obj=n).reason == \
+        "cannot align container b: example.com/nic 1 > 0 available in best zone"

@@ -193,3 +193,15 @@ def test_unreadable_nrt_is_ignored() -> None:
     inflight.observe_pod({**p, "spec": {**p["spec"], "nodeName": "a"}})
     inflight.observe_nrt(nrt("a", [{"cpu": "lots"}], rv="5"))
     assert "default/first" in inflight
+
+
+def test_nrt_written_before_the_binding_does_not_release() -> None:
+    inflight = InFlight()
+    p = ungated(inflight, "first", ["a"])
+    bound = {**p, "metadata": {**p["metadata"], "resourceVersion": "100"},
+             "spec": {**p["spec"], "nodeName": "a"}}
+    inflight.observe_pod(bound)
+    inflight.observe_nrt(nrt("a", ZONES, rv="90"))  # older revision, delivered late
+    assert "default/first" in inflight
+    inflight.observe_nrt(nrt("a", ZONES, rv="101"))
+    assert "default/first" not in inflight

@@ -69,6 +69,12 @@ def test_qos_classes() -> None:
     assert qos_class(mixed) == "Burstable"
     # extended resources alone do not make a pod Burstable
     assert qos_class(pod([ctr("a", {"example.com/nic": "1"})])) == "BestEffort"
+    # pod-level resources (KEP-2837) replace the container sums
+    pod_level = pod([ctr("a"), ctr("b")])
+    pod_level["spec"]["resources"] = {"limits": {"cpu": "2", "memory": "2Gi"}}
+    assert qos_class(pod_level) == "Guaranteed"
+    pod_level["spec"]["resources"]["requests"] = {"cpu": "1"}
+    assert qos_class(pod_level) == "Burstable"
     # the API server's verdict wins
     stored = pod([ctr("a")])
     stored["status"] = {"qosClass": "Burstable"}

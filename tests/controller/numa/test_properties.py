@@ -105,3 +105,28 @@ def test_pod_scope_fit_does_not_depend_on_which_zone_holds_what(
     p = _pod(app, init, guaranteed)
     permuted = data.draw(st.permutations(zones), label="relabelled")
     assert _fits(p, _zones(zones), "pod") == _fits(p, _zones(list(permuted)), "pod")
+
+
+@SETTINGS
+@given(zones=st.lists(zone_st, min_size=1, max_size=4), app=st.lists(request_st, min_size=1,
+       max_size=3), strategy=st.sampled_from(["LeastAllocated", "MostAllocated",
+                                               "BalancedAllocation"]))
+def test_column_scoring_equals_the_per_zone_formula(
+        zones: list[dict[str, int]], app: list[dict[str, int]], strategy: str) -> None:
+    from controller.numa._score import score_container_scope, score_items, zone_score
+    from controller.numa._topology import values_of
+
+    p = _pod(app, [], True)
+    zl = _zones(zones)
+    values = [values_of(avail) for _, avail in zl]
+    per_container = []
+    for c in iter_containers(p):
+        expected = 0
+        for _, avail in zl:  # upstream: smallest non-zero zone score
+            s = zone_score(strategy, c.requests, avail)
+            if expected == 0 or (s != 0 and s < expected):
+                expected = s
+        per_container.append(expected)
+    items = [score_items(c.requests) for c in iter_containers(p)]
+    assert score_container_scope(strategy, items, zl, values) == \
+        int(sum(per_container) / len(per_container))

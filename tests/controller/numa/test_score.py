@@ -126,3 +126,10 @@ def test_least_numa_nodes_stays_bounded_on_huge_topologies() -> None:
     # fits one zone: with every cost missing each single zone averages 255, which is then the
     # minimum, so the bonus applies: 100 - 12 + 6
     assert _lnn(gpod("1", "1Gi"), topo) == 94
+
+
+def test_zero_valued_requests_still_count_in_the_average() -> None:
+    # upstream iterates every requested name: gpu (0 requested, absent from the zone) scores 0
+    # cpu 50 + memory 75 + gpu 0 -> 125 // 3 = 41
+    topo = nrt("n", [{"cpu": 8, "memory": "32Gi"}], scope="pod")
+    assert judge(gpod("4", "8Gi", extra={"example.com/gpu": "0"}), topo).score == 41
