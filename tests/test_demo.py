@@ -375,6 +375,43 @@ def test_only_the_demo_namespace_is_ever_deleted() -> None:
     assert not workloads.made_by_demo({"metadata": {"name": "demo"}})
 
 
+METRICS_TEXT = """\
+# HELP podplacement_pods_processed_total Gated pods processed, by outcome
+# TYPE podplacement_pods_processed_total counter
+podplacement_pods_processed_total{outcome="set"} 5.0
+podplacement_pods_processed_total{outcome="wait-numa"} 2.0
+podplacement_pods_processed_total{outcome="retry"} 0.0
+# HELP podplacement_api_requests_total Kubernetes API requests by verb and HTTP code
+# TYPE podplacement_api_requests_total counter
+podplacement_api_requests_total{code="200",verb="patch"} 6.0
+podplacement_api_requests_total{code="422",verb="patch"} 1.0
+podplacement_api_requests_total{code="200",verb="list"} 4.0
+# HELP podplacement_registry_requests_total HTTP requests sent to registries
+# TYPE podplacement_registry_requests_total counter
+podplacement_registry_requests_total 11.0
+# HELP podplacement_image_cache_hits_total Image inspections from the cache
+# TYPE podplacement_image_cache_hits_total counter
+podplacement_image_cache_hits_total 3.0
+# HELP podplacement_ungate_seconds Seconds from pod creationTimestamp to the ungating patch
+# TYPE podplacement_ungate_seconds histogram
+podplacement_ungate_seconds_bucket{le="+Inf"} 4.0
+podplacement_ungate_seconds_count 4.0
+podplacement_ungate_seconds_sum 2.0
+"""
+
+
+def test_metrics_summary_reads_outcomes_verbs_registry_and_latency() -> None:
+    assert report.metrics_summary(METRICS_TEXT) == (
+        "pods processed set=5 wait-numa=2; API requests list=4 patch=7; "
+        "registry requests 11 (image cache 3 hits, 0 misses); creation to ungate 0.50 s mean"
+    )
+    assert report.metrics_summary("") == ""
+    assert report.metrics_summary(
+        "# TYPE podplacement_registry_requests_total counter\n"
+        "podplacement_registry_requests_total 2\n"
+    ) == "registry requests 2 (image cache 0 hits, 0 misses)"
+
+
 # --- the whole demo -----------------------------------------------------------------------
 
 DEMO_PIECES = ("localkube.__main__", "webhook.cli", "controller.cli", "certs.cli",
@@ -514,6 +551,11 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
         for header, value in cells.items():
             assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
     assert "7 of 7 workloads placed as expected" in out
+    metrics = re.search(r"^controller: pods processed (.*?);", out, re.M)
+    assert metrics is not None, out
+    outcomes = dict(kv.split("=") for kv in metrics.group(1).split())
+    assert outcomes["set"] == "5" and outcomes["no-supported-platform"] == "1", outcomes
+    assert int(outcomes["wait-numa"]) >= 1
 
 
 @pytest.mark.slow

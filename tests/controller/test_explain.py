@@ -236,3 +236,30 @@ def test_cli_reads_nodes_and_nrts_through_kubeconfig(fresh_localkube: KubeEnv, t
     assert report["numa"]["candidates"] == ["big", "pi"]
     rows = {r["name"]: r for r in report["nodes"]}
     assert rows["small"]["reason"] == "cannot align container app: cpu 9 > 8 available in best zone"
+
+
+def test_cli_kubeconfig_without_the_nrt_crd(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from localkube import LocalKube
+    from tests.harness.kube import CRD_FILES
+
+    crds = [p for p in CRD_FILES if "noderesourcetopolog" not in p.name]
+    server = LocalKube(crds).start()
+    try:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        env = KubeEnv(url=server.url, kubeconfig=kubeconfig, kind="localkube", server=server)
+        env.create("/api/v1/nodes", node("n1"))
+        env.close()
+        pod_file = tmp_path / "pod.yaml"
+        pod_file.write_text(yaml.safe_dump(_pod()))
+        code = main(["explain", str(pod_file), "--kubeconfig", str(kubeconfig),
+                     "--assume-platforms", "linux/amd64", "-o", "json"])
+        assert code == 0, capsys.readouterr().err
+        report = json.loads(capsys.readouterr().out)
+    finally:
+        server.stop()
+    # no NRTs: topology stays off by default, the node is feasible on architecture alone
+    assert report["numa"] is None
+    assert report["nodes"] == [{"name": "n1", "feasible": True, "reason": None, "score": None,
+                                "policy": None, "scope": None}]
+    assert report["architectures"] == ["amd64"]
