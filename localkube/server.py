@@ -826,6 +826,7 @@ class KubeServer:
         match = self._matcher(route, ls, fs)
         skey = rt.storage_key
         version = route.version
+        as_table = "as=Table" in request.headers.get("Accept", "")
 
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
                                                        "Transfer-Encoding": "chunked"})
@@ -843,12 +844,12 @@ class KubeServer:
             ns = route.namespace
             for o in self.store.items(skey, ns):
                 if match(o):
-                    initial.append(self._event_line("ADDED", rt, version, o))
+                    initial.append(self._event_line("ADDED", rt, version, o, as_table))
             if send_initial and bookmarks:
                 initial.append(self._bookmark_line(rt, version, initial_end=True))
         else:
             for past in self.store.since(skey, rv):
-                line = self._filter_event(past, rt, version, match)
+                line = self._filter_event(past, rt, version, match, as_table)
                 if line is not None:
                     initial.append(line)
         deadline = time.monotonic() + timeout
@@ -873,7 +874,7 @@ class KubeServer:
                 if ev is None:
                     break
                 chunks: list[bytes] = []
-                line = self._filter_event(ev, rt, version, match)
+                line = self._filter_event(ev, rt, version, match, as_table)
                 if line is not None:
                     chunks.append(line)
                 while not watcher.queue.empty():
@@ -881,7 +882,7 @@ class KubeServer:
                     if more is None:
                         watcher.queue.put_nowait(None)
                         break
-                    line = self._filter_event(more, rt, version, match)
+                    line = self._filter_event(more, rt, version, match, as_table)
                     if line is not None:
                         chunks.append(line)
                 if chunks:
@@ -896,7 +897,7 @@ class KubeServer:
 
     def _filter_event(
         self, ev: WatchEvent, rt: ResourceType, version: str,
-        match: Callable[[dict[str, Any]], bool],
+        match: Callable[[dict[str, Any]], bool], as_table: bool = False,
     ) -> bytes | None:
         new_match = match(ev.obj)
         if ev.type == "ADDED":
@@ -915,6 +916,8 @@ class KubeServer:
                 etype = None
         if etype is None:
             return None
+        if as_table:
+            return self._event_line(etype, rt, version, ev.obj, True)
         cache_key = rt.api_version(version)
         data = ev.cache.get(cache_key)
         if data is None:
@@ -922,10 +925,13 @@ class KubeServer:
         return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
     def _event_line(
-        self, etype: str, rt: ResourceType, version: str, obj: dict[str, Any]
+        self, etype: str, rt: ResourceType, version: str, obj: dict[str, Any],
+        as_table: bool = False,
     ) -> bytes:
-        return (b'{"type":"' + etype.encode() + b'","object":'
-                + _dumps(self._output(rt, version, obj)) + b"}\n")
+        out = self._output(rt, version, obj)
+        if as_table:
+            out = self._table(rt, version, [out], obj["metadata"].get("resourceVersion", ""))
+        return b'{"type":"' + etype.encode() + b'","object":' + _dumps(out) + b"}\n"
 
     def _bookmark_line(self, rt: ResourceType, version: str, initial_end: bool = False) -> bytes:
         meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
@@ -1183,10 +1189,10 @@ class KubeServer:
         self, route: Route, before: dict[str, Any], after: dict[str, Any]
     ) -> web.Response:
         rt = route.rt
+        current = self.store.get(rt.storage_key, after["metadata"].get("namespace", ""),
+                                 after["metadata"]["name"])
         if rt.key in _RETURN_DELETED or (
-            after["metadata"].get("deletionTimestamp")
-            and self.store.get(rt.storage_key, after["metadata"].get("namespace", ""),
-                               after["metadata"]["name"]) is not None
+            current is not None and current["metadata"].get("deletionTimestamp")
         ):
             return self._json(self._output(rt, route.version, after))
         details: dict[str, Any] = {"name": before["metadata"]["name"]}
@@ -1291,16 +1297,25 @@ class KubeServer:
 
     # --- tables --------------------------------------------------------------------------------
     def _table(
-        self, rt: ResourceType, version: str, objs: list[dict[str, Any]], rv: str
+        self, rt: ResourceType, version: str, objs: list[dict[str, Any]], rv: str,
+        *, with_columns: bool = True,
     ) -> dict[str, Any]:
+        """A ``meta.k8s.io/v1`` Table: CRD printer columns, the pod columns kubectl shows
+        (Name, Ready, Status, Restarts, Age, IP, Node), or Name and Age."""
         cols: list[dict[str, Any]] = [{
             "name": "Name", "type": "string", "format": "name",
             "description": "Name must be unique within a namespace.", "priority": 0}]
-        extra = rt.printer_columns.get(version, []) if rt.is_crd else [
+        extra: list[dict[str, Any]] = rt.printer_columns.get(version, []) if rt.is_crd else [
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
         if rt.key == ("", "pods"):
-            extra = [{"name": "Status", "type": "string", "jsonPath": ".status.phase"},
-                     {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName"}, *extra]
+            extra = [{"name": "Ready", "type": "string", "value": _pod_ready},
+                     {"name": "Status", "type": "string", "value": _pod_status},
+                     {"name": "Restarts", "type": "string", "value": lambda o: "0"},
+                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                     {"name": "IP", "type": "string", "jsonPath": ".status.podIP",
+                      "priority": 1},
+                     {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName",
+                      "priority": 1}]
         for c in extra:
             cols.append({"name": c["name"], "type": c.get("type", "string"),
                          "format": c.get("format", ""),
@@ -1310,7 +1325,7 @@ class KubeServer:
         for o in objs:
             cells: list[Any] = [o["metadata"]["name"]]
             for c in extra:
-                val = _json_path(o, c.get("jsonPath", ""))
+                val = c["value"](o) if "value" in c else _json_path(o, c.get("jsonPath", ""))
                 if c.get("type") == "date" and isinstance(val, str):
                     val = _age(val)
                 cells.append(val if val is not None else "<none>")
@@ -1318,7 +1333,8 @@ class KubeServer:
                 "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                 "metadata": o["metadata"]}})
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows}
+                "metadata": {"resourceVersion": rv},
+                "columnDefinitions": cols if with_columns else [], "rows": rows}
 
     # --- discovery -----------------------------------------------------------------------------
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
@@ -1562,6 +1578,20 @@ def _remove_path(obj: dict[str, Any], path: tuple[str, ...]) -> None:
 def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind",
                                                        "apiVersion")}
+
+
+def _pod_ready(pod: dict[str, Any]) -> str:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
+
+
+def _pod_status(pod: dict[str, Any]) -> str:
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    if (pod.get("spec") or {}).get("schedulingGates"):
+        return "SchedulingGated"
+    return str((pod.get("status") or {}).get("phase") or "Unknown")
 
 
 def _json_path(obj: dict[str, Any], path: str) -> Any:

@@ -509,16 +509,8 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
     _assert_cleaned_up(marker, stderr)
 
 
-@pytest.mark.slow
-def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
-    debs = _skip_unless_demo_can_run()
-    marker = f"demo-test-{uuid.uuid4().hex}"
-    proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO,
-                          env=_demo_env(marker), timeout=240, check=False)
-    out = proc.stdout
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr[-4000:]}"
-    _assert_cleaned_up(marker, proc.stderr)
-
+def _check_demo_output(out: str, *, scheduler: bool) -> None:
+    """The table and summary of a full demo run on the demo's fake cluster."""
     table_text = out.split("\n\n", 1)[0]
     assert table_text.splitlines()[0].split() == list(report.HEADERS)
     table = parse_table(table_text)
@@ -543,19 +535,66 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
         "numa-fits-nowhere": {"STATE": "waiting", "AFFINITY": "-", "NUMA": "waiting",
                               "EVENTS": "WaitingForNUMAResources"},
     }
+    nodes_by_arch: dict[str, set[str]] = {}
+    for n in workloads.NODES:
+        nodes_by_arch.setdefault(n.architecture, set()).add(n.name)
+    # where a scheduler may bind each pod (its required affinity), "-" when it cannot
+    bindable = {
+        "multi-arch": {n.name for n in workloads.NODES},
+        "single-arch": nodes_by_arch["s390x"],
+        "mixed-init": nodes_by_arch["amd64"] | nodes_by_arch["arm64"],
+        "no-common-platform": {"-"},
+        "private-image": nodes_by_arch["amd64"] | nodes_by_arch["arm64"],
+        "numa-fits-one": {"demo-amd64-b"},
+        "numa-fits-nowhere": {"-"},
+    }
     assert list(table) == list(expected)
     for pod, cells in expected.items():
         row = table[pod]
         assert row["STATE"] == cells.get("STATE", "ungated"), row
-        assert row["NODE"] == "-", row  # no scheduler runs with localkube
+        if scheduler:
+            assert row["NODE"] in bindable[pod], row
+        else:
+            assert row["NODE"] == "-", row
         for header, value in cells.items():
-            assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
+            if header == "EVENTS" and scheduler:  # Scheduled/FailedScheduling come too
+                assert value in row[header].split(", "), row
+            else:
+                assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
     assert "7 of 7 workloads placed as expected" in out
+    assert f"scheduler: {'yes' if scheduler else 'no'})" in out
     metrics = re.search(r"^controller: pods processed (.*?);", out, re.M)
     assert metrics is not None, out
     outcomes = dict(kv.split("=") for kv in metrics.group(1).split())
     assert outcomes["set"] == "5" and outcomes["no-supported-platform"] == "1", outcomes
     assert int(outcomes["wait-numa"]) >= 1
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
+    debs = _skip_unless_demo_can_run()
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO,
+                          env=_demo_env(marker), timeout=240, check=False)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    _assert_cleaned_up(marker, proc.stderr)
+    _check_demo_output(proc.stdout, scheduler=False)
+
+
+@pytest.mark.slow
+@pytest.mark.realcluster
+def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if not assets:
+        pytest.skip("KUBEBUILDER_ASSETS not set (needs etcd + kube-apiserver binaries)")
+    debs = _skip_unless_demo_can_run()
+    marker = f"demo-test-{uuid.uuid4().hex}"
+    env = {**_demo_env(marker), "KUBEBUILDER_ASSETS": assets}
+    proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    _assert_cleaned_up(marker, proc.stderr)
+    _check_demo_output(proc.stdout, scheduler=(Path(assets) / "kube-scheduler").exists())
 
 
 @pytest.mark.slow

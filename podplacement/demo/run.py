@@ -445,9 +445,109 @@ def registries_conf(pair: DemoRegistryPair) -> str:
     return f'[[registry]]\nlocation = "{pair.public.host}"\ninsecure = true\n'
 
 
+async def generate_certs(work: Path) -> tuple[Path, bytes]:
+    """``podplacement certs generate`` for ``localhost``/``127.0.0.1`` into ``work/certs``;
+    returns the directory and the CA PEM.
+
+    Raises:
+        DemoError: the command failed.
+    """
+    cert_dir = work / "certs"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        podplacement_args("certs", "generate", "--out", str(cert_dir), "--dns", "localhost",
+                          "--ip", "127.0.0.1"),
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )
+    if proc.returncode != 0:
+        raise DemoError(f"podplacement certs generate failed: {proc.stderr.strip()}")
+    return cert_dir, (cert_dir / "ca.crt").read_bytes()
+
+
+def start_webhook(cert_dir: Path, kubeconfig: Path, log_dir: Path) -> tuple[Child, int]:
+    """Start ``podplacement webhook`` (HTTPS on 127.0.0.1, serving chain from ``cert_dir``,
+    the config watched through ``kubeconfig``); returns the process and its port."""
+    port = free_port()
+    webhook = start_child("webhook", podplacement_args(
+        "webhook", "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
+        "--kubeconfig", str(kubeconfig), "--namespace", DEFAULT_NAMESPACE,
+    ), log_dir)
+    return webhook, port
+
+
+async def wait_webhook_ready(webhook: Child, port: int, ca_pem: bytes) -> None:
+    """Wait until the webhook's ``/readyz`` answers 200 over TLS verified with ``ca_pem``.
+
+    Raises:
+        DemoError: it exited or was not ready within 30 s.
+    """
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+
+    async def ready() -> bool:
+        return await asyncio.to_thread(_https_ok, f"https://127.0.0.1:{port}/readyz", ctx)
+
+    await wait_for("the webhook's /readyz", ready, 30.0, interval=0.3, alive=[webhook])
+
+
+async def controller_args(work: Path, pair: DemoRegistryPair, kubeconfig: Path,
+                          cert_dir: Path, webhook_port: int
+                          ) -> tuple[list[str], dict[str, str], str | None]:
+    """The ``podplacement controller`` command line, extra environment and metrics URL.
+
+    The controller registers the webhook by URL with the CA of ``cert_dir``, reads a
+    registries.conf marking the public registry as plain HTTP, and trusts the private
+    registry's CA: through ``--ca-file HOST=FILE`` when the controller has that option,
+    else by adding the CA to its process-wide trust store (``SSL_CERT_FILE``). Options the
+    controller lacks are left out (read from its ``--help``).
+    """
+    conf = work / "registries.conf"
+    conf.write_text(registries_conf(pair))
+    ca_file = work / "private-registry-ca.crt"
+    ca_file.write_bytes(pair.private_ca_pem)
+    help_text = await asyncio.to_thread(subcommand_help, "controller")
+    args = ["controller", "--kubeconfig", str(kubeconfig), "--namespace", DEFAULT_NAMESPACE,
+            "--webhook-url", f"https://127.0.0.1:{webhook_port}/mutate",
+            "--cert-dir", str(cert_dir)]
+    env: dict[str, str] = {}
+    if "--registries-conf" in help_text:
+        args += ["--registries-conf", str(conf)]
+    if "--ca-file" in help_text:
+        args += ["--ca-file", f"{pair.private.host}={ca_file}"]
+    else:
+        env["SSL_CERT_FILE"] = str(_trust_bundle(work, pair.private_ca_pem))
+    metrics_url = None
+    if "--metrics-port" in help_text:
+        metrics_port = free_port()
+        args += ["--metrics-port", str(metrics_port)]
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    return podplacement_args(*args), env, metrics_url
+
+
+async def wait_webhook_registered(api: KubeAPI, watch: Sequence[Child]) -> None:
+    """Wait until the controller has created the MutatingWebhookConfiguration with a
+    caBundle on every webhook.
+
+    Raises:
+        DemoError: a watched process exited or 30 s passed.
+    """
+
+    async def registered() -> bool:
+        try:
+            mwc = await api.request("GET", MWC_PATH)
+        except ApiError:
+            return False
+        hooks = mwc.get("webhooks") or []
+        return bool(hooks) and all((h.get("clientConfig") or {}).get("caBundle")
+                                   for h in hooks)
+
+    await wait_for(f"the MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
+                   registered, 30.0, interval=0.3, alive=watch)
+
+
 async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServer, work: Path,
                    children: list[Child]) -> int:
-    """Everything after the registries and the API server are up."""
+    """Everything after the registries and the API server are up; processes it starts are
+    appended to ``children`` at once, so the caller stops them whatever happens."""
     log_dir = work / "logs"
     registries = pair.names
     api = await KubeAPI.from_kubeconfig(str(server.kubeconfig))
@@ -469,72 +569,18 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
         log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
 
-        cert_dir = work / "certs"
-        proc = await asyncio.to_thread(
-            subprocess.run,
-            podplacement_args("certs", "generate", "--out", str(cert_dir), "--dns", "localhost",
-                              "--ip", "127.0.0.1"),
-            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
-        )
-        if proc.returncode != 0:
-            raise DemoError(f"podplacement certs generate failed: {proc.stderr.strip()}")
-        ca_pem = (cert_dir / "ca.crt").read_bytes()
-
-        webhook_port = free_port()
-        webhook = start_child("webhook", podplacement_args(
-            "webhook", "--host", "127.0.0.1", "--port", str(webhook_port),
-            "--cert-dir", str(cert_dir), "--kubeconfig", str(server.kubeconfig),
-            "--namespace", DEFAULT_NAMESPACE,
-        ), log_dir)
+        cert_dir, ca_pem = await generate_certs(work)
+        webhook, webhook_port = start_webhook(cert_dir, server.kubeconfig, log_dir)
         children.append(webhook)
-        ready_ctx = ssl.create_default_context(cadata=ca_pem.decode())
+        await wait_webhook_ready(webhook, webhook_port, ca_pem)
 
-        async def webhook_ready() -> bool:
-            return await asyncio.to_thread(_https_ok, f"https://127.0.0.1:{webhook_port}/readyz",
-                                           ready_ctx)
-
-        await wait_for("the webhook's /readyz", webhook_ready, 30.0, interval=0.3,
-                       alive=[webhook])
-
-        conf = work / "registries.conf"
-        conf.write_text(registries_conf(pair))
-        ca_file = work / "private-registry-ca.crt"
-        ca_file.write_bytes(pair.private_ca_pem)
-        help_text = await asyncio.to_thread(subcommand_help, "controller")
-        args = ["controller", "--kubeconfig", str(server.kubeconfig),
-                "--namespace", DEFAULT_NAMESPACE,
-                "--webhook-url", f"https://127.0.0.1:{webhook_port}/mutate",
-                "--cert-dir", str(cert_dir)]
-        env: dict[str, str] = {}
-        if "--registries-conf" in help_text:
-            args += ["--registries-conf", str(conf)]
-        if "--ca-file" in help_text:
-            args += ["--ca-file", f"{pair.private.host}={ca_file}"]
-        else:
-            # No per-registry CA option: extend the default trust store of the controller
-            # process (OpenSSL reads SSL_CERT_FILE) with the private registry's CA.
-            env["SSL_CERT_FILE"] = str(_trust_bundle(work, pair.private_ca_pem))
-        metrics_url = None
-        if "--metrics-port" in help_text:
-            metrics_port = free_port()
-            args += ["--metrics-port", str(metrics_port)]
-            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        controller = start_child("controller", podplacement_args(*args), log_dir, env)
+        args, env, metrics_url = await controller_args(work, pair, server.kubeconfig,
+                                                       cert_dir, webhook_port)
+        controller = start_child("controller", args, log_dir, env)
         children.append(controller)
-
-        async def mwc_ready() -> bool:
-            try:
-                mwc = await api.request("GET", MWC_PATH)
-            except ApiError:
-                return False
-            hooks = mwc.get("webhooks") or []
-            return bool(hooks) and all((h.get("clientConfig") or {}).get("caBundle")
-                                       for h in hooks)
-
-        await wait_for(f"the MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
-                       mwc_ready, 30.0, interval=0.3, alive=[webhook, controller])
-        log.info("webhook registered; controller running")
         watch = [webhook, controller] + ([server.child] if server.child else [])
+        await wait_webhook_registered(api, watch)
+        log.info("webhook registered by the controller; creating the workloads")
         return await run_workloads(api, registries, server, options, watch, metrics_url)
     finally:
         await api.close()

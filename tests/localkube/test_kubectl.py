@@ -111,3 +111,15 @@ def test_kubectl_server_side_apply_podplacementconfig(
     assert r.returncode == 0, r.stderr
     r = kubectl(fresh_localkube, tmp_path, "get", "ppc")
     assert "No resources found" in r.stderr
+
+
+def test_kubectl_get_pods_table_shows_gated_pods(fresh_localkube: KubeEnv, tmp_path: Path) -> None:
+    gated = POD_YAML.replace("spec:\n", "spec:\n  schedulingGates:\n  - name: example.com/gate\n")
+    (tmp_path / "pod.yaml").write_text(gated)
+    r = kubectl(fresh_localkube, tmp_path, "create", "-f", str(tmp_path / "pod.yaml"))
+    assert r.returncode == 0, r.stderr
+    r = kubectl(fresh_localkube, tmp_path, "get", "pods")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row.split()[:4] == ["kp", "0/1", "SchedulingGated", "0"]
