@@ -87,6 +87,12 @@ def start_server(cert_dir: Path, config: Path, port: int) -> subprocess.Popen[by
     raise RuntimeError("webhook did not become ready in 30 s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- load generators ------------------------------------------------------------------------
 
 
@@ -217,17 +223,22 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for endpoint in ("bare", "mutate"):
                         url = f"https://127.0.0.1:{port}/{endpoint}"
+                        cpu_before = cpu_seconds(server.pid)
                         if client == "wrk":
                             result = run_wrk(url, body, conns, args.duration, workdir)
                         else:
                             result = run_aiohttp(url, body_file, conns, args.duration,
                                                  cert_dir / "ca.crt")
+                        cpu = cpu_seconds(server.pid) - cpu_before
+                        result["cpu_us"] = cpu / max(result["requests"], 1) * 1e6
                         runs[endpoint].append(result)
                 for endpoint in ("bare", "mutate"):
                     ordered = sorted(runs[endpoint], key=lambda r: r["rps"])
                     median = dict(ordered[len(ordered) // 2])
                     median["all_rps"] = [round(r["rps"]) for r in runs[endpoint]]
                     median["failed"] = sum(r["failed"] for r in runs[endpoint])
+                    cpus = sorted(r["cpu_us"] for r in runs[endpoint])
+                    median["cpu_us"] = cpus[len(cpus) // 2]
                     rows.append((conns, endpoint, median))
         finally:
             server.send_signal(signal.SIGTERM)
@@ -241,16 +252,22 @@ def main() -> int:
           f"({REVIEW.name}), client={client}, {args.rounds} x {args.duration:g} s per case "
           f"(median run shown; all runs' req/s in brackets), "
           f"{os.cpu_count()} CPUs (server, load generator and anything else share them)")
+    print("'cpu us/req' is the server process's CPU time per request (median run): unlike "
+          "req/s it does not depend on what else runs on the machine; 'cpu ratio' is "
+          "bare cpu / mutate cpu, the throughput ratio a CPU-bound server would reach.")
     print(f"{'conns':>5} {'endpoint':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'requests':>9} {'failed':>6} {'vs bare':>8}")
-    bare_rps: dict[int, float] = {}
+          f"{'requests':>9} {'failed':>6} {'vs bare':>8} {'cpu us/req':>10} {'cpu ratio':>9}")
+    bare: dict[int, dict[str, Any]] = {}
     for conns, endpoint, r in rows:
         if endpoint == "bare":
-            bare_rps[conns] = r["rps"]
-        ratio = r["rps"] / bare_rps[conns] if bare_rps.get(conns) else float("nan")
+            bare[conns] = r
+        base = bare.get(conns)
+        ratio = r["rps"] / base["rps"] if base else float("nan")
+        cpu_ratio = base["cpu_us"] / r["cpu_us"] if base and r["cpu_us"] else float("nan")
         print(f"{conns:>5} {endpoint:<8} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['requests']:>9} {r['failed']:>6} {ratio:>7.2f}x"
-              f"  {r['all_rps']}" + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
+              f"{r['p99_ms']:>8.2f} {r['requests']:>9} {r['failed']:>6} {ratio:>7.2f}x "
+              f"{r['cpu_us']:>10.0f} {cpu_ratio:>8.2f}x  req/s of all runs: {r['all_rps']}"
+              + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
     return 0
 
 

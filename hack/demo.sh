@@ -4,7 +4,13 @@
 # controller, sample workloads, result table). Extra arguments go to `podplacement demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash hack/setup.sh
+# Install only when something is missing (setup.sh re-runs pip, which needs the network).
+# (Importing the dependencies too: the checkout's own packages import from the cwd anyway.)
+if ! dpkg -s docker-registry >/dev/null 2>&1 || ! python3 -c 'import podplacement.cli
+import fastapi, uvicorn, aiohttp, httpx, kubernetes, cryptography, yaml, orjson, bcrypt
+import prometheus_client' >/dev/null 2>&1; then
+  bash hack/setup.sh
+fi
 debs=".demo-cache/debs"
 mkdir -p "$debs"
 missing=0

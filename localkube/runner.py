@@ -250,8 +250,9 @@ class LocalKube:
     ) -> None:
         """Answer the next ``count`` matching requests with ``status`` (default 409 Conflict
         with the real stale-resourceVersion message). ``method`` is an HTTP method
-        (``PATCH``...), ``plural`` a resource (``pods``); ``reason`` defaults from the status
-        (409 Conflict, 429 TooManyRequests, 500 InternalError, 503 ServiceUnavailable...)."""
+        (``PATCH``, ``PATCH|PUT``, or ``WRITE`` for any write), ``plural`` a resource
+        (``pods``); ``reason`` defaults from the status (409 Conflict, 429 TooManyRequests,
+        500 InternalError, 503 ServiceUnavailable...)."""
         why = reason or _REASONS.get(status, "InternalError")
         fault = Fault(status, count, method, plural, name, namespace, why, message)
         if self._proc is not None:

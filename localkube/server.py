@@ -133,7 +133,8 @@ class RequestRecord:
 class Fault:
     """An injected failure: answer ``count`` matching requests with ``status``.
 
-    Matching is on HTTP method (None = any), resource plural, optional name and namespace.
+    Matching is on HTTP method (None = any; ``"PATCH|PUT"`` for several; ``"WRITE"`` for
+    POST, PUT, PATCH and DELETE), resource plural, optional name and namespace.
     """
 
     status: int
@@ -255,7 +256,7 @@ class KubeServer:
             for f in self._faults:
                 if f.count <= 0:
                     continue
-                if f.method and f.method != method:
+                if f.method and method not in _fault_methods(f.method):
                     continue
                 if f.plural and f.plural != route.rt.plural:
                     continue
@@ -1451,6 +1452,13 @@ class KubeServer:
 
 
 # --- module helpers ------------------------------------------------------------------------
+
+
+def _fault_methods(spec: str) -> set[str]:
+    methods: set[str] = set()
+    for m in spec.upper().split("|"):
+        methods |= {"POST", "PUT", "PATCH", "DELETE"} if m == "WRITE" else {m}
+    return methods
 
 
 def _verb(method: str, route: Route, q: Any) -> str:

@@ -132,6 +132,13 @@ def test_numa_pods_fit_as_the_demo_claims_under_the_product_numa_model() -> None
     assert nowhere.needed and nowhere.candidates == ()
     plain = decide_numa(dict(by_name["multi-arch"].pod), nodes, nrts, config)
     assert not plain.needed  # BestEffort pods are not NUMA-placed
+    # second act: one zone of the freed node reports more free CPUs
+    freed = dict(nrts)
+    name = workloads.FREED_NODE.name
+    freed[name] = {**nrts[name], **workloads.freed_capacity_patch()}
+    now = decide_numa(dict(by_name[workloads.WAITING_POD].pod), nodes, freed, config)
+    assert now.candidates == workloads.AFTER_FREEING.hostnames
+    assert by_name[workloads.WAITING_POD].expect.waiting
 
 
 def test_nrt_requires_zones() -> None:
@@ -562,11 +569,27 @@ def _check_demo_output(out: str, *, scheduler: bool) -> None:
             else:
                 assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
     assert "7 of 7 workloads placed as expected" in out
+    why = out.split("why numa-fits-nowhere waits (podplacement explain):\n", 1)
+    assert len(why) == 2, out
+    assert "demo-amd64-b" in why[1].split("\n\n\n", 1)[0]
     assert f"scheduler: {'yes' if scheduler else 'no'})" in out
+
+    second = out.split(" free CPUs (NodeResourceTopology update):\n", 1)
+    assert len(second) == 2, out
+    freed = parse_table(second[1].split("\n\n", 1)[0])["numa-fits-nowhere"]
+    host = workloads.FREED_NODE.name
+    assert freed["STATE"] == "ungated", freed
+    assert freed["AFFINITY"] == f"{all_archs} & hostname In [{host}]; {prefer}"
+    assert freed["NUMA"] == host
+    assert freed["NODE"] == (host if scheduler else "-")
+    assert {"WaitingForNUMAResources", "PlacementDecided"} <= set(freed["EVENTS"].split(", "))
+    assert "numa-fits-nowhere    placed once a zone can hold it: ok" in out
+
     metrics = re.search(r"^controller: pods processed (.*?);", out, re.M)
     assert metrics is not None, out
     outcomes = dict(kv.split("=") for kv in metrics.group(1).split())
-    assert outcomes["set"] == "5" and outcomes["no-supported-platform"] == "1", outcomes
+    # five pods placed at once, the waiting one after the NRT update
+    assert outcomes["set"] == "6" and outcomes["no-supported-platform"] == "1", outcomes
     assert int(outcomes["wait-numa"]) >= 1
 
 

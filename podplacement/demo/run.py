@@ -9,8 +9,13 @@ NodeResourceTopologies and the PodPlacementConfig ``cluster``; generate certific
 ``podplacement controller`` as processes, exactly as they run in a cluster (the controller
 creates the MutatingWebhookConfiguration with the caBundle); create the sample pods
 (:mod:`podplacement.demo.workloads`); wait (bounded) until every pod is ungated or waiting for
-NUMA resources; print the table (:mod:`podplacement.demo.report`); stop everything it started
+NUMA resources; print the table (:mod:`podplacement.demo.report`), ``podplacement explain`` of
+the pod that waits, and a check of every pod against what its images and the NUMA zones imply;
+then free CPUs in one NUMA zone (a NodeResourceTopology update) and show the waiting pod placed
+there; print a summary of the controller's ``/metrics``; stop everything it started
 (processes terminated and waited for, the work directory removed), also on Ctrl-C and errors.
+Exit code: 0 when everything went as expected, 1 when a pod did not, 2 when a step failed,
+130 when interrupted.
 
 With ``--kubeconfig`` nothing is faked: no nodes, NRTs, config, webhook or controller are
 created (the product must already be installed, ``kubectl apply -k deploy/``); only the
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import os
 import shutil
@@ -54,7 +61,13 @@ from controller.config import (
 from controller.kube import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.demo import report, workloads
 from podplacement.demo.images import DemoImageError, load_busybox_debs
-from podplacement.demo.seed import DemoRegistryPair, push_images, start_registries
+from podplacement.demo.seed import (
+    DemoRegistryPair,
+    push_images,
+    start_registries,
+    use_checkout_harness,
+)
+from podplacement.demo.workloads import Expectation
 
 log = logging.getLogger("podplacement.demo")
 
@@ -211,11 +224,14 @@ def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> A
         args += ["--crd", str(crd)]
     child = start_child("localkube", args, log_dir)
     deadline = time.monotonic() + ready_seconds
-    while "localkube listening on" not in child.tail(5):
-        if not child.alive() or time.monotonic() > deadline:
-            child.stop()
-            raise DemoError(f"localkube did not start:\n{child.tail()}")
-        time.sleep(0.1)
+    try:
+        while "localkube listening on" not in child.tail(5):
+            if not child.alive() or time.monotonic() > deadline:
+                raise DemoError(f"localkube did not start:\n{child.tail()}")
+            time.sleep(0.1)
+    except BaseException:  # Ctrl-C included: the caller does not know the process yet
+        child.stop()
+        raise
     return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child)
 
 
@@ -226,8 +242,7 @@ def start_real_cluster(work: Path, assets: Path) -> ApiServer:
     Raises:
         DemoError: the harness is missing or the control plane did not start.
     """
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
+    use_checkout_harness()
     try:
         from tests.harness.kube import start_real_control_plane
     except ImportError as exc:
@@ -299,8 +314,9 @@ async def install_crds(api: KubeAPI) -> None:
     await wait_for("the CRDs to be served", served, 30.0)
 
 
-async def install_cluster_objects(api: KubeAPI, max_wait_seconds: int) -> None:
-    """Namespaces, nodes (made Ready and untainted, as a kubelet would), NRTs, the config."""
+async def install_cluster_objects(api: KubeAPI, config: dict[str, Any]) -> None:
+    """Namespaces, nodes (made Ready and untainted, as a kubelet would), NRTs, and the
+    PodPlacementConfig ``config``."""
     await create(api, "/api/v1/namespaces", workloads.namespace_object(DEFAULT_NAMESPACE))
     for node in workloads.NODES:
         await create(api, "/api/v1/nodes", workloads.node_object(node))
@@ -315,8 +331,7 @@ async def install_cluster_objects(api: KubeAPI, max_wait_seconds: int) -> None:
                               content_type=MERGE_PATCH)
     for nrt in workloads.nrt_objects():
         await create(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}", nrt)
-    await create(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}",
-                 workloads.placement_config(max_wait_seconds=max_wait_seconds))
+    await create(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}", config)
 
 
 async def install_namespace(api: KubeAPI, registries: workloads.DemoRegistries) -> None:
@@ -336,11 +351,6 @@ async def install_namespace(api: KubeAPI, registries: workloads.DemoRegistries) 
     await create(api, f"/api/v1/namespaces/{ns}/secrets", workloads.pull_secret(registries, ns))
 
 
-def pod_pending(pod: dict[str, Any]) -> bool:
-    """Still to be decided: carries our gate and is not marked waiting for NUMA."""
-    return report.state_cell(pod) == "gated"
-
-
 async def list_demo(api: KubeAPI) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pods and Events (core/v1 and events.k8s.io/v1) of the demo namespace."""
     ns = workloads.DEMO_NAMESPACE
@@ -353,69 +363,98 @@ async def list_demo(api: KubeAPI) -> tuple[list[dict[str, Any]], list[dict[str, 
     return pods, events
 
 
+async def settle(api: KubeAPI, names: set[str], limit: float, watch: Sequence[Child],
+                 scheduler: bool, done_states: tuple[str, ...] = ("ungated", "waiting"),
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Wait (bounded by ``limit`` s) until every pod of ``names`` is in one of
+    ``done_states`` (see :func:`report.state_cell`; a pod the webhook never gated counts as
+    done too), then (bounded) for their Events, which the controller sends after the ungate,
+    and, with a scheduler, for the bindings of the pods that can run somewhere. Returns the
+    last pods and events read; a timeout is logged, not raised (the table shows the state
+    reached)."""
+    ns = workloads.DEMO_NAMESPACE
+    state: dict[str, Any] = {"pods": [], "events": []}
+
+    async def read() -> list[dict[str, Any]]:
+        pods, events = await list_demo(api)
+        state["pods"], state["events"] = pods, events
+        return [p for p in pods if p["metadata"]["name"] in names]
+
+    async def decided() -> bool:
+        ours = await read()
+        return len(ours) == len(names) and all(
+            report.state_cell(p) in (*done_states, "not-gated") for p in ours)
+
+    async def reported() -> bool:
+        ours = await read()
+        reasons = report.events_by_pod(state["events"])
+        return all(reasons.get((ns, p["metadata"]["name"])) for p in ours
+                   if report.state_cell(p) in ("ungated", "waiting"))
+
+    async def bound() -> bool:
+        return all(p["spec"].get("nodeName") for p in await read()
+                   if report.state_cell(p) == "ungated" and not report.unsatisfiable(p))
+
+    try:
+        await wait_for("the pods to be decided", decided, limit, interval=0.5, alive=watch)
+    except DemoError as exc:
+        log.error("%s", exc)
+    with contextlib.suppress(DemoError):
+        await wait_for("the events", reported, 10.0, interval=0.5)
+    if scheduler:
+        with contextlib.suppress(DemoError):
+            await wait_for("the scheduler to bind the pods", bound, 15.0, interval=0.5)
+    return state["pods"], state["events"]
+
+
+def print_checks(out: TextIO, checks: Sequence[tuple[str, str, Expectation]],
+                 pods: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]]) -> int:
+    """Print one verdict line per ``(pod name, what it shows, expectation)``; returns how
+    many did not match."""
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    reasons = report.events_by_pod(events)
+    failures = 0
+    for name, what, expect in checks:
+        pod = by_name.get(name)
+        if pod is None:
+            problems = ["pod missing"]
+        else:
+            problems = report.check(pod, reasons.get((workloads.DEMO_NAMESPACE, name), []),
+                                    expect)
+        failures += bool(problems)
+        verdict = "ok" if not problems else "UNEXPECTED: " + "; ".join(problems)
+        print(f"{name:<20} {what}: {verdict}", file=out)
+    return failures
+
+
 async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, server: ApiServer,
                         options: DemoOptions, watch: Sequence[Child],
-                        metrics_url: str | None = None) -> int:
-    """Create the sample pods, wait for the decisions, print the table (and a summary of
-    the controller's metrics from ``metrics_url``); returns the exit code (0 when every
-    workload was placed as expected, 1 otherwise)."""
+                        metrics_url: str | None = None,
+                        explain: Callable[[dict[str, Any]], Awaitable[str]] | None = None,
+                        ) -> int:
+    """Create the sample pods, wait for the decisions and print the table; explain (through
+    ``explain``) why pods still wait; then free NUMA capacity and show the waiting pod placed
+    (the controller re-queues waiting pods on NodeResourceTopology changes); finally a
+    summary of the controller's metrics from ``metrics_url``. Returns the exit code (0 when
+    everything went as expected, 1 otherwise). On an existing cluster only the table is
+    shown and the exit code says whether podplacement decided every pod."""
     items = workloads.workloads(registries)
     ns = workloads.DEMO_NAMESPACE
     for w in items:
         await api.request("POST", f"/api/v1/namespaces/{ns}/pods", body=w.pod)
     names = {w.name for w in items}
     log.info("created %d pods in namespace %s; waiting for decisions", len(items), ns)
-    state: dict[str, Any] = {}
-
-    async def decided() -> bool:
-        pods, events = await list_demo(api)
-        state["pods"], state["events"] = pods, events
-        ours = [p for p in pods if p["metadata"]["name"] in names]
-        return len(ours) == len(names) and not any(pod_pending(p) for p in ours)
-
-    try:
-        await wait_for("every pod to be ungated or waiting", decided, options.settle_timeout,
-                       interval=0.5, alive=watch)
-    except DemoError as exc:
-        log.error("%s", exc)
-
-    async def reported() -> bool:
-        # Events are sent asynchronously after the ungate; give them a moment.
-        pods, events = await list_demo(api)
-        state["pods"], state["events"] = pods, events
-        reasons = report.events_by_pod(events)
-        decided = [p["metadata"]["name"] for p in pods
-                   if report.state_cell(p) in ("ungated", "waiting")]
-        return all(reasons.get((ns, n)) for n in decided)
-
-    with contextlib.suppress(DemoError):
-        await wait_for("the events", reported, 10.0, interval=0.5)
-    if server.scheduler:
-        async def bound() -> bool:
-            pods, events = await list_demo(api)
-            state["pods"], state["events"] = pods, events
-            return all(p["spec"].get("nodeName") for p in pods
-                       if report.state_cell(p) == "ungated" and not report.unsatisfiable(p))
-        with contextlib.suppress(DemoError):
-            await wait_for("the scheduler to bind the pods", bound, 15.0, interval=0.5)
-    pods_by_name = {p["metadata"]["name"]: p for p in state.get("pods") or []}
-    ordered = [pods_by_name[w.name] for w in items if w.name in pods_by_name]
-    rows = report.build_rows(ordered, state.get("events") or [])
+    pods, events = await settle(api, names, options.settle_timeout, watch, server.scheduler)
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    ordered = [by_name[w.name] for w in items if w.name in by_name]
     out = options.out
-    print(report.render_table(rows), file=out)
-    reasons = report.events_by_pod(state.get("events") or [])
-    print("", file=out)
-    if metrics_url:
-        exposition = await asyncio.to_thread(_http_text, metrics_url)
-        summary = report.metrics_summary(exposition) if exposition else ""
-        if summary:
-            print(f"controller: {summary}\n", file=out)
+    print(report.render_table(report.build_rows(ordered, events)) + "\n", file=out)
     kind = f"API server: {server.kind}, scheduler: {'yes' if server.scheduler else 'no'}"
     if server.kind == "existing":
-        # The cluster's own nodes and PodPlacementConfig decide: the expectations below hold
-        # for the demo's fake cluster only, so report whether the product decided each pod.
+        # The cluster's own nodes and PodPlacementConfig decide: the expectations hold for
+        # the demo's fake cluster only, so report whether the product decided each pod.
         undecided = [w.name for w in items
-                     if report.state_cell(pods_by_name.get(w.name) or {}) not in
+                     if report.state_cell(by_name.get(w.name) or {}) not in
                      ("ungated", "waiting")]
         for name in undecided:
             print(f"{name:<20} not decided by podplacement (is it installed and running?)",
@@ -424,20 +463,56 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
               file=out)
         out.flush()
         return 0 if not undecided else 1
-    failures = 0
-    for w in items:
-        pod = pods_by_name.get(w.name)
-        if pod is None:
-            problems = ["pod missing"]
-        else:
-            problems = report.check(pod, reasons.get((ns, w.name), []), w.expect)
-        failures += bool(problems)
-        verdict = "ok" if not problems else "UNEXPECTED: " + "; ".join(problems)
-        print(f"{w.name:<20} {w.what}: {verdict}", file=out)
-    print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected ({kind})",
+
+    if explain is not None:
+        for pod in ordered:
+            if report.state_cell(pod) == "waiting":
+                text = await explain(pod)
+                if text:
+                    print(f"why {pod['metadata']['name']} waits (podplacement explain):\n"
+                          f"{text.rstrip()}\n", file=out)
+    failures = print_checks(out, [(w.name, w.what, w.expect) for w in items], pods, events)
+    print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected ({kind})\n",
           file=out)
     out.flush()
+
+    waiting = workloads.WAITING_POD
+    if report.state_cell(by_name.get(waiting) or {}) == "waiting":
+        failures += await free_capacity(api, options, watch, server.scheduler)
+
+    if metrics_url:
+        exposition = await asyncio.to_thread(_http_text, metrics_url)
+        summary = report.metrics_summary(exposition) if exposition else ""
+        if summary:
+            print(f"controller: {summary}", file=out)
+    out.flush()
     return 0 if failures == 0 else 1
+
+
+async def free_capacity(api: KubeAPI, options: DemoOptions, watch: Sequence[Child],
+                        scheduler: bool) -> int:
+    """Raise the free CPUs of one NUMA zone (as when pods there finish), wait until the pod
+    that waited for NUMA resources is placed, print its row and check it; returns 1 when it
+    was not placed as expected, else 0."""
+    node = workloads.FREED_NODE
+    log.info("freeing NUMA capacity on %s (the kubelet's NRT exporter would report this)",
+             node.name)
+    await api.request("PATCH", f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}/{node.name}",
+                      body=workloads.freed_capacity_patch(), content_type=MERGE_PATCH)
+    name = workloads.WAITING_POD
+    pods, events = await settle(api, {name}, 30.0, watch, scheduler, ("ungated",))
+    pods = [p for p in pods if p["metadata"]["name"] == name]
+    for pod in pods:
+        if report.state_cell(pod) == "waiting":  # not re-decided within the bound
+            log.error("%s still waits after the capacity was freed", name)
+    out = options.out
+    print(f"after {node.name} zone node-0 reported {workloads.FREED_CPU} free CPUs "
+          "(NodeResourceTopology update):", file=out)
+    print(report.render_table(report.build_rows(pods, events)) + "\n", file=out)
+    failures = print_checks(out, [(name, "placed once a zone can hold it",
+                                   workloads.AFTER_FREEING)], pods, events)
+    print("", file=out)
+    return failures
 
 
 def registries_conf(pair: DemoRegistryPair) -> str:
@@ -544,6 +619,32 @@ async def wait_webhook_registered(api: KubeAPI, watch: Sequence[Child]) -> None:
                    registered, 30.0, interval=0.3, alive=watch)
 
 
+async def explain_pod(work: Path, pair: DemoRegistryPair, kubeconfig: Path,
+                      config: dict[str, Any], pod: dict[str, Any]) -> str:
+    """``podplacement explain`` of ``pod`` against the cluster (nodes and NRTs read through
+    ``kubeconfig``, the PodPlacementConfig ``config`` from a file), as a table; "" when it
+    fails."""
+    name = pod["metadata"]["name"]
+    pod_file = work / f"explain-{name}.json"
+    pod_file.write_text(json.dumps(pod))
+    config_file = work / "podplacementconfig.json"
+    config_file.write_text(json.dumps(config))
+    args = podplacement_args("explain", str(pod_file), "--kubeconfig", str(kubeconfig),
+                             "--config", str(config_file),
+                             "--insecure-registry", pair.public.host, "--output", "table")
+    try:
+        proc = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True,
+                                       cwd=REPO_ROOT, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("podplacement explain %s failed: %s", name, exc)
+        return ""
+    if proc.returncode != 0:
+        log.warning("podplacement explain %s failed (exit %d): %s", name, proc.returncode,
+                    proc.stderr.strip()[-500:])
+        return ""
+    return proc.stdout
+
+
 async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServer, work: Path,
                    children: list[Child]) -> int:
     """Everything after the registries and the API server are up; processes it starts are
@@ -564,7 +665,8 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
             return await run_workloads(api, registries, server, options, [])
 
         await install_crds(api)
-        await install_cluster_objects(api, options.max_wait_seconds)
+        config = workloads.placement_config(max_wait_seconds=options.max_wait_seconds)
+        await install_cluster_objects(api, config)
         await install_namespace(api, registries)
         log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
@@ -581,7 +683,9 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
         watch = [webhook, controller] + ([server.child] if server.child else [])
         await wait_webhook_registered(api, watch)
         log.info("webhook registered by the controller; creating the workloads")
-        return await run_workloads(api, registries, server, options, watch, metrics_url)
+        explain = functools.partial(explain_pod, work, pair, server.kubeconfig, config)
+        return await run_workloads(api, registries, server, options, watch, metrics_url,
+                                   explain)
     finally:
         await api.close()
 

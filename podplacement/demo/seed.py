@@ -32,15 +32,20 @@ from podplacement.demo.workloads import LIST, MULTI, PRIVATE, S390X, WINONLY, De
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _import_harness() -> Any:
-    """Import ``tests.harness`` from the checkout this package lives in.
-
-    Raises:
-        ImportError: not running from a checkout (the harness is not installed with the
-            package).
-    """
+def use_checkout_harness() -> None:
+    """Make ``tests.harness`` importable: the demo runs from a checkout, and the harness is
+    not installed with the package."""
     if str(_REPO_ROOT) not in sys.path and (_REPO_ROOT / "tests" / "harness").is_dir():
         sys.path.insert(0, str(_REPO_ROOT))
+
+
+def _import_harness() -> Any:
+    """Import the registry harness modules from the checkout.
+
+    Raises:
+        ImportError: not running from a checkout.
+    """
+    use_checkout_harness()
     import tests.harness.oci as oci
     import tests.harness.registry as registry
 

@@ -11,7 +11,8 @@ Nodes: five fake nodes of four architectures (labels ``kubernetes.io/arch``, ``o
 (``topology.node.k8s.io/v1alpha2``) with two zones of type ``Node`` named ``node-0``/``node-1``
 and Topology Manager policy ``single-numa-node`` (container scope), with different free
 capacity, so that a Guaranteed pod asking for 6 CPUs fits one node only and one asking for 12
-fits nowhere (the largest zone has 8 free).
+fits nowhere (the largest zone has 8 free) until :func:`freed_capacity_patch` reports 14 free
+CPUs in a zone of the other amd64 node.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ NODES: tuple[DemoNode, ...] = (
     DemoNode("demo-s390x", "s390x"),
 )
 
-#: Allocatable of every fake node (large enough that only NUMA alignment limits the pods).
-NODE_CPU = 16
+#: Allocatable of every fake node (large enough that only NUMA alignment limits the pods);
+#: each of a node's two zones has half of it.
+NODE_CPU = 32
 NODE_MEMORY = "64Gi"
 NODE_PODS = 110
 
@@ -266,6 +268,25 @@ def nrt_object(node: DemoNode) -> dict[str, Any]:
 def nrt_objects() -> list[dict[str, Any]]:
     """NodeResourceTopologies of the nodes that have zones (the two amd64 nodes)."""
     return [nrt_object(n) for n in NODES if n.zones]
+
+
+#: The second act: pods on this node finish, so its zone ``node-0`` reports this many free
+#: CPUs, enough for the pod that waited (and only there: no pod was placed on this node, so
+#: no in-flight reservation holds part of it).
+FREED_NODE = NODES[0]
+FREED_CPU = 14
+WAITING_POD = "numa-fits-nowhere"
+AFTER_FREEING = Expectation(("amd64", "arm64", "ppc64le", "s390x"),
+                            hostnames=(FREED_NODE.name,))
+
+
+def freed_capacity_patch() -> dict[str, Any]:
+    """A JSON merge patch for :data:`FREED_NODE`'s NodeResourceTopology: ``zones`` (a list,
+    so replaced whole) with :data:`FREED_CPU` CPUs available in ``node-0``."""
+    zones = list(FREED_NODE.zones)
+    zones[0] = DemoZone(FREED_CPU, zones[0].memory)
+    freed = DemoNode(FREED_NODE.name, FREED_NODE.architecture, tuple(zones))
+    return {"zones": nrt_object(freed)["zones"]}
 
 
 def placement_config(*, max_wait_seconds: int = 45) -> dict[str, Any]:

@@ -594,7 +594,8 @@ def test_fault_injection_and_request_log(fresh_localkube: KubeEnv) -> None:
     assert k.server is not None
     k.ensure_namespace("f")
     k.create("/api/v1/namespaces/f/pods", pod("p"))
-    k.server.inject_fault(409, 2, method="PATCH", plural="pods", name="p")
+    k.server.inject_fault(409, 2, method="WRITE", plural="pods", name="p")
+    assert k.request("GET", "/api/v1/namespaces/f/pods/p").status_code == 200  # reads pass
     statuses = [k.request("PATCH", "/api/v1/namespaces/f/pods/p", content_type="merge",
                           json={"metadata": {"labels": {"i": str(i)}}}).status_code
                 for i in range(3)]
@@ -747,3 +748,104 @@ def test_child_process_mode_with_admin_hooks(tmp_path: Path) -> None:
             assert env.get(f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}")["items"] == []
         finally:
             env.close()
+
+
+@pytest.fixture
+def gating_webhook(tmp_path: Path) -> Iterator[tuple[str, str, list[dict[str, Any]]]]:
+    """An HTTPS webhook on 127.0.0.1 (in a thread) that adds a scheduling gate and a label.
+
+    Yields (url, caBundle, AdmissionReview requests seen).
+    """
+    import asyncio
+    import ssl
+    import threading
+
+    from aiohttp import web
+
+    import certs
+
+    ca = certs.generate_ca("test-webhook-ca")
+    serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
+    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    seen: list[dict[str, Any]] = []
+
+    async def mutate(request: web.Request) -> web.Response:
+        review = await request.json()
+        seen.append(review["request"])
+        patch = [{"op": "add", "path": "/spec/schedulingGates",
+                  "value": [{"name": "podplacement.io/scheduling-gate"}]},
+                 {"op": "add", "path": "/metadata/labels", "value": {"gated": "yes"}}]
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"], "allowed": True,
+                                               "patchType": "JSONPatch", "patch": base64.b64encode(
+                                                   json.dumps(patch).encode()).decode()}})
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def start() -> None:
+        app = web.Application()
+        app.router.add_post("/mutate", mutate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        holder["runner"] = runner
+        holder["port"] = runner.addresses[0][1]
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield (f"https://127.0.0.1:{holder['port']}/mutate",
+               base64.b64encode(ca.cert_pem).decode(), seen)
+    finally:
+        asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_create_goes_through_the_mutating_webhook(
+    fresh_localkube: KubeEnv, gating_webhook: tuple[str, str, list[dict[str, Any]]]
+) -> None:
+    url, ca_bundle, seen = gating_webhook
+    k = fresh_localkube
+    k.ensure_namespace("wh")
+    k.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "gate"},
+        "webhooks": [{"name": "gate.example.com", "clientConfig": {"url": url,
+                                                                   "caBundle": ca_bundle},
+                      "rules": [{"operations": ["CREATE"], "apiGroups": [""],
+                                 "apiVersions": ["v1"], "resources": ["pods"]}],
+                      "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                      "failurePolicy": "Fail", "timeoutSeconds": 5}]})
+    body = pod("")
+    body["metadata"] = {"generateName": "gen-"}
+    created = k.create("/api/v1/namespaces/wh/pods", body)
+    assert created["spec"]["schedulingGates"] == [{"name": "podplacement.io/scheduling-gate"}]
+    assert created["metadata"]["labels"] == {"gated": "yes"}
+    cond = next(c for c in created["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "SchedulingGated")
+    assert len(seen) == 1
+    review = seen[0]
+    assert review["operation"] == "CREATE" and "name" not in review
+    assert review["object"]["status"] == {}
+    assert review["object"]["spec"]["restartPolicy"] == "Always"  # defaulted before the call
+    dry = k.request("POST", "/api/v1/namespaces/wh/pods", json=pod("dry"),
+                    params={"dryRun": "All"})
+    assert dry.status_code == 201 and seen[-1]["dryRun"] is True
+    cm = k.create("/api/v1/namespaces/wh/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": "c"}})
+    assert cm["metadata"]["name"] == "c" and len(seen) == 2  # rules match pods only

@@ -1,0 +1,1 @@
+"""Tests of localkube (the Kubernetes API double)."""
