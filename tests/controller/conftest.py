@@ -139,7 +139,7 @@ async def start_controller(api: KubeAPI, inspector: Inspector) -> AsyncIterator[
 
     yield start
     for ctl in started:
-        await ctl.stop()
+        await asyncio.wait_for(ctl.stop(), 60)
 
 
 def gated_pod(

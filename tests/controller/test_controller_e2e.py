@@ -3,6 +3,7 @@ the ``kube`` fixture) and the real registry. Each test works in its own namespac
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -376,7 +377,7 @@ async def test_pod_ungated_by_someone_else_is_left_alone(
         body=[{"op": "remove", "path": "/spec/schedulingGates/0"}],
     )
     ctl = await start_controller()
-    await ctl.queue.wait_idle()
+    await asyncio.wait_for(ctl.queue.wait_idle(), 20)
     pod = await get_pod(api, ns, "other")
     assert "affinity" not in pod["spec"]
     assert pod["metadata"]["labels"][GATE_LABEL] == "gated"
