@@ -22,7 +22,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -128,6 +128,23 @@ def object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class KubeRequester(Protocol):
+    """The request half of :class:`KubeAPI`: what pure-ish helpers (leader election,
+    PodPlacementConfig lifecycle) need, so tests can hand them a fake."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request, return the decoded JSON; raise :class:`ApiError`."""
+        ...
 
 
 class KubeAPI:

@@ -38,7 +38,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.leaderelection.electionconfig import Config
@@ -46,7 +46,7 @@ from kubernetes.aio.leaderelection.leaderelection import LeaderElection
 from kubernetes.aio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.aio.leaderelection.resourcelock.baselock import BaseLock
 
-from controller.kube import ApiError
+from controller.kube import ApiError, KubeRequester
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +61,6 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
 )
 
 Callback = Callable[[], Awaitable[None]]
-
-
-class KubeRequester(Protocol):
-    """The part of :class:`controller.kube.KubeAPI` used here."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        content_type: str | None = None,
-        params: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Send one request, return the decoded JSON; raise :class:`ApiError`."""
-        ...
 
 
 def micro_time(t: dt.datetime) -> str:
