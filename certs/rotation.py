@@ -226,7 +226,13 @@ def rotate_dir(
     state = read_dir(directory)
     plan = plan_rotation(state, clock, rotate_before=rotate_before, overlap=overlap, force=force)
     if dns_names is not None or ip_addresses is not None:
-        if state.serving is not None and not plan.reissue_serving and not plan.new_ca:
+        signer = state.signing_ca()
+        # Inside a CA overlap window the serving certificate is still from the old CA: a
+        # reissue now would be signed by a CA the API server may not trust yet, so a SAN
+        # change waits for step 2 (which reissues with the new SANs anyway).
+        if (state.serving is not None and not plan.reissue_serving and not plan.new_ca
+                and signer is not None
+                and _issued_by(state.serving.certificate, signer.certificate)):
             old = _sans(state.serving.certificate)
             want = (list(dns_names or []), list(ip_addresses or []))
             if (sorted(old[0]), sorted(old[1])) != (sorted(want[0]), sorted(want[1])):

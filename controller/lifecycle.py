@@ -37,7 +37,8 @@ condition's status changes; the status is written only when something changed.
 CA bundle sources: bytes, a callable returning bytes (sync or async) such as
 :func:`ca_bundle_from_dir` (``certs.load_bundle``) or :class:`ServingCertSecret` (the built-in
 flow used by ``deploy/``: the leader keeps a CA in one Secret and the webhook's serving
-certificate in another, which the webhook pods mount), or ``None`` with
+certificate in another, which the webhook pods mount, and renews the CA in two steps with an
+overlap window, see :mod:`certs.rotation`), or ``None`` with
 ``cert_manager_certificate`` set (cert-manager's CA injector owns ``caBundle``; we add its
 ``cert-manager.io/inject-ca-from`` annotation and never touch ``caBundle``).
 """
@@ -53,7 +54,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.config import (
     CONFIG_FINALIZER,
@@ -73,6 +74,9 @@ from controller.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
+
+if TYPE_CHECKING:
+    from certs import CertState, RotationPlan
 
 log = logging.getLogger(__name__)
 
@@ -615,40 +619,97 @@ class Lifecycle:
 TLS_SECRET_NAME = "podplacement-webhook-tls"
 CA_SECRET_NAME = "podplacement-webhook-ca"
 WEBHOOK_SERVICE_NAME = "podplacement-webhook"
+_SECRET_LABELS = {"app.kubernetes.io/name": "podplacement"}
+_SECRET_TYPE_OPAQUE = "Opaque"
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+def _decoded(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
+    """The Secret's ``data`` decoded (undecodable values read as absent)."""
+    out: dict[str, bytes] = {}
+    for key, value in ((secret or {}).get("data") or {}).items():
+        with contextlib.suppress(ValueError, TypeError):
+            out[str(key)] = base64.b64decode(value, validate=True)
+    return out
 
 
-def _unb64(data: Mapping[str, Any], key: str) -> bytes:
-    value = data.get(key)
-    return base64.b64decode(value) if isinstance(value, str) else b""
+def _read_state(secret: Mapping[str, Any] | None) -> CertState:
+    """``certs.from_secret`` of a Secret; missing or unparseable material reads as empty,
+    so the rotation plan re-creates it instead of failing every reconcile."""
+    import certs
+
+    if secret is None:
+        return certs.CertState(None, None, ())
+    try:
+        return certs.from_secret(secret)
+    except certs.CertStoreError as exc:
+        log.warning("ignoring unusable certificate material: %s", exc)
+        return certs.CertState(None, None, ())
 
 
-def _not_after(pem: bytes) -> dt.datetime | None:
+def _dns_names(pem: bytes) -> set[str]:
     from cryptography import x509
 
     try:
-        return x509.load_pem_x509_certificate(pem).not_valid_after_utc
-    except ValueError:
-        return None
+        ext = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return set(ext.get_values_for_type(x509.DNSName))
+
+
+def _signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    from cryptography import x509
+
+    try:
+        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca_pem))
+    except Exception:  # InvalidSignature, ValueError (other issuer), TypeError (key type)
+        return False
+    return True
 
 
 class ServingCertSecret:
-    """The built-in certificate flow: the leader keeps the webhook's certificates in Secrets.
+    """The built-in certificate flow: the leader keeps the webhook's certificates in Secrets
+    and rotates them with a CA overlap window (:mod:`certs.rotation`).
 
-    ``<ca_secret>`` (``ca.crt``, ``ca.key``; read by the controller only) holds a CA made by
-    :func:`certs.generate_ca`; ``<tls_secret>`` (``kubernetes.io/tls``: ``tls.crt``,
-    ``tls.key``, ``ca.crt``) holds the serving certificate for the webhook Service's DNS
-    names (:func:`certs.service_dns_names`), issued by that CA. The webhook pods mount
-    ``<tls_secret>``; the kubelet refreshes the files and the webhook reloads them. Calling
-    the object (async) ensures both exist and are valid for more than ``renew_before`` and
-    returns the CA bundle (PEM) for the webhook configuration. When the CA itself is renewed,
-    the bundle (and ``ca.crt`` of the TLS Secret) carries the new and the old CA until the old
-    one expires, so webhook pods still serving the old certificate stay trusted.
+    ``<ca_secret>`` (``Opaque``; read by the controller only) holds ``ca.key``, the key of
+    the signing CA, and ``ca.crt``, the trust bundle (every trusted CA, PEM, oldest first).
+    ``<tls_secret>`` (``kubernetes.io/tls``, :func:`certs.to_secret` without the CA key) holds
+    ``tls.crt`` / ``tls.key``, the serving certificate for the webhook Service's DNS names
+    (:func:`certs.service_dns_names`), and the same bundle as ``ca.crt``. The webhook pods
+    mount ``<tls_secret>``; the kubelet refreshes the files and the webhook reloads them.
 
-    Raises (on call): ApiError from the API server.
+    Calling the object (async) reads both Secrets, runs :func:`certs.plan_rotation` /
+    :func:`certs.apply_rotation`, writes what changed and returns the bundle (PEM) for the
+    webhook configuration's ``caBundle``. A CA renewal (signing CA within ``renew_before +
+    overlap`` of expiry, or no usable CA key) therefore takes two calls at least ``overlap``
+    apart: the first adds the new CA to the bundle and keeps the serving certificate (the
+    caller publishes the two-CA bundle); a later one, once ``overlap`` has passed since the
+    new CA's notBefore, reissues the serving certificate from the new CA. Webhook replicas
+    still serving the old certificate and API servers still holding the old bundle keep
+    working throughout. Expired CAs leave the bundle. The serving certificate is also
+    reissued when it is within ``renew_before`` of expiry, missing, not issued by a trusted
+    CA, or (outside a CA rotation) lacks the Service's DNS names. ``overlap`` must exceed the
+    time the caller needs to publish a bundle (the lifecycle's resync period).
+
+    Crash safety: the CA Secret is written before the TLS Secret, and the trusted set is read
+    as the union of both Secrets' ``ca.crt``, so an interrupted write never loses a CA that a
+    serving certificate may already use; the next call completes it.
+
+    Args:
+        api: the API client; namespace: where both Secrets live.
+        service_name / tls_secret / ca_secret: names (defaults: the ``deploy/`` manifests).
+        renew_before: ``rotate_before`` of :func:`certs.plan_rotation`.
+        ca_validity / cert_validity: lifetimes of new CAs / serving certificates (a serving
+            certificate never outlives its CA).
+        overlap: time a new CA is trusted before it signs the serving certificate.
+        clock: returns the current time (timezone-aware); default: the wall clock.
+
+    Attributes:
+        last_plan: the :class:`certs.RotationPlan` of the latest call (None before).
+
+    Raises (on call): ApiError from the API server (a 409 when another writer raced us; the
+    lifecycle retries), ValueError from :func:`certs.apply_rotation`.
     """
 
     def __init__(
@@ -662,7 +723,11 @@ class ServingCertSecret:
         renew_before: dt.timedelta = dt.timedelta(days=30),
         ca_validity: dt.timedelta = dt.timedelta(days=5 * 365),
         cert_validity: dt.timedelta = dt.timedelta(days=365),
+        overlap: dt.timedelta | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        from certs.rotation import DEFAULT_OVERLAP
+
         self.api = api
         self.namespace = namespace
         self.service_name = service_name
@@ -671,6 +736,9 @@ class ServingCertSecret:
         self.renew_before = renew_before
         self.ca_validity = ca_validity
         self.cert_validity = cert_validity
+        self.overlap = DEFAULT_OVERLAP if overlap is None else overlap
+        self.clock = clock or _now
+        self.last_plan: RotationPlan | None = None
 
     def _path(self, name: str | None = None) -> str:
         base = f"/api/v1/namespaces/{self.namespace}/secrets"
@@ -684,63 +752,90 @@ class ServingCertSecret:
                 return None
             raise
 
-    async def _put_or_create(
-        self, name: str, existing: Mapping[str, Any] | None, secret_type: str,
-        data: Mapping[str, bytes],
-    ) -> None:
-        body: dict[str, Any] = {
+    async def _write(self, existing: Mapping[str, Any] | None, desired: dict[str, Any]) -> bool:
+        """Create ``desired`` or replace ``existing`` (resourceVersion precondition, foreign
+        labels and annotations kept) when its type or data differ; return whether written."""
+        if existing is not None:
+            if (existing.get("type") == desired["type"]
+                    and _decoded(existing) == _decoded(desired)):
+                return False
+            meta = dict(existing.get("metadata") or {})
+            for field in ("labels", "annotations"):
+                merged = {**(meta.get(field) or {}), **(desired["metadata"].get(field) or {})}
+                if merged:
+                    meta[field] = merged
+            meta.pop("managedFields", None)
+            # A Secret's type is immutable: a foreign type makes the PUT fail (422), loudly.
+            body = {**desired, "metadata": meta}
+            await self.api.request("PUT", self._path(desired["metadata"]["name"]), body=body)
+        else:
+            await self.api.request("POST", self._path(), body=desired)
+        return True
+
+    def _ca_secret_body(self, state: CertState) -> dict[str, Any]:
+        data = {"ca.crt": state.bundle()}
+        if state.ca_key_pem is not None:
+            data["ca.key"] = state.ca_key_pem
+        return {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": self.namespace,
-                         "labels": {"app.kubernetes.io/name": "podplacement"}},
-            "type": secret_type,
-            "data": {k: _b64(v) for k, v in data.items()},
+            "metadata": {"name": self.ca_secret, "namespace": self.namespace,
+                         "labels": dict(_SECRET_LABELS)},
+            "type": _SECRET_TYPE_OPAQUE,
+            "data": {k: base64.b64encode(v).decode("ascii") for k, v in data.items()},
         }
-        if existing is None:
-            await self.api.request("POST", self._path(), body=body)
-        else:
-            body["metadata"]["resourceVersion"] = (existing.get("metadata") or {}).get(
-                "resourceVersion"
-            )
-            await self.api.request("PUT", self._path(name), body=body)
 
     async def __call__(self) -> bytes:
-        """Ensure the Secrets; return the CA bundle (PEM, newest CA first)."""
+        """Ensure and rotate the Secrets; return the CA bundle (PEM, oldest CA first)."""
         import certs
 
-        now = _now()
+        now = self.clock()
         ca_obj = await self._get(self.ca_secret)
-        ca_data = (ca_obj or {}).get("data") or {}
-        ca = certs.KeyPair(_unb64(ca_data, "ca.crt"), _unb64(ca_data, "ca.key"))
-        ca_expiry = _not_after(ca.cert_pem) if ca.cert_pem and ca.key_pem else None
-        old_cas: list[bytes] = []
-        if ca_expiry is None or ca_expiry - now < self.renew_before:
-            if ca_expiry is not None and ca_expiry > now:
-                old_cas.append(ca.cert_pem)
-            ca = certs.generate_ca(validity=self.ca_validity)
-            await self._put_or_create(
-                self.ca_secret, ca_obj, "Opaque", {"ca.crt": ca.cert_pem, "ca.key": ca.key_pem}
-            )
         tls_obj = await self._get(self.tls_secret)
-        tls_data = (tls_obj or {}).get("data") or {}
-        bundle = _unb64(tls_data, "ca.crt")
-        cert_pem = _unb64(tls_data, "tls.crt")
-        expiry = _not_after(cert_pem) if cert_pem else None
-        if (
-            old_cas
-            or expiry is None
-            or expiry - now < self.renew_before
-            or ca.cert_pem not in bundle
-        ):
-            serving = certs.issue_serving_cert(
-                ca, certs.service_dns_names(self.service_name, self.namespace),
-                validity=self.cert_validity,
-            )
-            bundle = ca.cert_pem + b"".join(old_cas)
-            await self._put_or_create(
-                self.tls_secret,
-                tls_obj,
-                "kubernetes.io/tls",
-                {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": bundle},
-            )
-        return bundle
+        ca_state, tls_state = _read_state(ca_obj), _read_state(tls_obj)
+        state = certs.CertState(tls_state.serving, ca_state.ca_key_pem,
+                                _union(ca_state.trusted_cas, tls_state.trusted_cas))
+        plan = certs.plan_rotation(state, now, rotate_before=self.renew_before,
+                                   overlap=self.overlap)
+        dns_names = certs.service_dns_names(self.service_name, self.namespace)
+        if self._wrong_names(state, plan, dns_names):
+            plan = certs.RotationPlan(plan.new_ca, True, plan.drop_cas,
+                                      (*plan.reasons, "Service DNS names changed"),
+                                      plan.next_check)
+        if not plan.noop:
+            log.info("rotating webhook certificates: %s", "; ".join(plan.reasons))
+            state = certs.apply_rotation(state, plan, dns_names=dns_names,
+                                         ca_validity=self.ca_validity,
+                                         validity=self.cert_validity, now=now)
+        self.last_plan = plan
+        # CA Secret first: a new CA key and the bundle that trusts it are stored before any
+        # serving certificate it signs, and before the bundle copy the webhook pods read.
+        await self._write(ca_obj, self._ca_secret_body(state))
+        await self._write(tls_obj, certs.to_secret(state, self.tls_secret, self.namespace,
+                                                   include_ca_key=False,
+                                                   labels=_SECRET_LABELS))
+        return state.bundle()
+
+    @staticmethod
+    def _wrong_names(state: CertState, plan: RotationPlan, dns_names: Sequence[str]) -> bool:
+        """The serving certificate lacks the Service's names and may be reissued now: it is
+        signed by the signing CA (never during a CA overlap window, whose new CA the API
+        server may not trust yet) and no CA rotation step is pending."""
+        if state.serving is None or plan.new_ca or plan.reissue_serving:
+            return False
+        signer = state.signing_ca()
+        if signer is None or not _signed_by(state.serving.cert_pem, signer.cert_pem):
+            return False
+        return not set(dns_names) <= _dns_names(state.serving.cert_pem)
+
+
+def _union(*bundles: Sequence[bytes]) -> tuple[bytes, ...]:
+    """Distinct CA certificates of all bundles, oldest (notBefore) first."""
+    from cryptography import x509
+
+    seen: dict[bytes, dt.datetime] = {}
+    for bundle in bundles:
+        for pem in bundle:
+            if pem not in seen:
+                seen[pem] = x509.load_pem_x509_certificate(pem).not_valid_before_utc
+    return tuple(sorted(seen, key=lambda p: seen[p]))

@@ -139,6 +139,26 @@ def test_rotate_dir_reissues_when_sans_change(tmp_path: Path) -> None:
     assert sans.get_values_for_type(x509.DNSName) == ["other.ns.svc"]
 
 
+def test_san_change_waits_for_the_overlap_window_to_end(tmp_path: Path) -> None:
+    write_dir(tmp_path, fresh_state())
+    old_serving = read_dir(tmp_path).serving
+    assert rotate_dir(tmp_path, force=True, overlap=OVERLAP).new_ca  # step 1: new CA in bundle
+    # Inside the overlap a SAN change must not reissue from the not-yet-trusted new CA.
+    p = rotate_dir(tmp_path, dns_names=["other.ns.svc"], overlap=OVERLAP)
+    assert not p.reissue_serving
+    assert read_dir(tmp_path).serving == old_serving
+    # After the overlap, step 2 reissues from the new CA, with the new SANs.
+    p = rotate_dir(tmp_path, dns_names=["other.ns.svc"], overlap=OVERLAP, now=now() + 2 * OVERLAP)
+    assert p.reissue_serving
+    state = read_dir(tmp_path)
+    cert = state.serving.certificate  # type: ignore[union-attr]
+    signer = state.signing_ca()
+    assert signer is not None
+    cert.verify_directly_issued_by(signer.certificate)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["other.ns.svc"]
+
+
 def test_reissue_without_any_name_is_an_error() -> None:
     p = plan(CertState(None, None, ()), now())
     with pytest.raises(ValueError):
