@@ -54,7 +54,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from controller.config import (
     CONFIG_FINALIZER,
@@ -66,7 +66,7 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
-from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError
+from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester
 from controller.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     ServiceRef,
@@ -104,22 +104,6 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", "/api/v1/namespaces/{namespace}/secrets"),
     ("PUT", "/api/v1/namespaces/{namespace}/secrets/{name}"),
 )
-
-
-class KubeRequester(Protocol):
-    """The part of :class:`controller.kube.KubeAPI` used here."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        content_type: str | None = None,
-        params: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Send one request, return the decoded JSON; raise :class:`ApiError`."""
-        ...
 
 
 CaBundleSource = Callable[[], bytes | Awaitable[bytes]]
