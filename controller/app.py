@@ -3,7 +3,9 @@ metrics, leader election and the PodPlacementConfig lifecycle.
 
 Informers (list+watch, cluster-wide): pods with the server-side label selector
 ``podplacement.io/scheduling-gate=gated`` (never all pods), Nodes, the PodPlacementConfig and
-NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appears). Every
+NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appears). While
+topology placement is on, a cache-less list+watch of the pods labelled
+``podplacement.io/numa=placed`` feeds their bindings to the NUMA in-flight accounting. Every
 replica keeps its caches warm; only the leader runs the workers and the lifecycle, so only
 the leader writes (issue 5 item 13). When a replica becomes the leader it queues every pod
 still gated, which is also how a restarted controller finishes a batch.
@@ -16,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.config import (
@@ -25,12 +27,12 @@ from controller.config import (
     DEFAULT_NAMESPACE,
     GATE_LABEL,
     GATE_LABEL_GATED,
-    GATE_LABEL_REMOVED,
     GROUP,
     NRT_GROUP,
     NRT_PLURAL,
     NRT_VERSION,
     NUMA_LABEL,
+    NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
     VERSION,
     ConfigError,
@@ -47,13 +49,17 @@ from controller.reconciler import Reconciler, pod_key, split_key
 log = logging.getLogger(__name__)
 
 PODS_PATH = "/api/v1/pods"
+#: Label selector of the NUMA binding feed (:meth:`Controller._watch_bindings`).
+BINDINGS_SELECTOR = f"{NUMA_LABEL}={NUMA_LABEL_PLACED}"
 NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
 
-#: ``(method, path template)`` of every request the pod controller sends (list and watch
-#: are GETs of the collection; ``tests/deploy`` can check the RBAC in ``deploy/`` against
-#: it, next to :data:`controller.lifecycle.API_REQUESTS` and the leader election's).
+#: ``(method, path template)`` of every request the pod controller sends. Each collection
+#: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
+#: :data:`BINDINGS_SELECTOR`). ``tests/deploy`` checks the RBAC in ``deploy/`` against it
+#: both ways, next to :data:`controller.lifecycle.API_REQUESTS` and the leader election's:
+#: a new request here needs its grant there, and vice versa.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", PODS_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
@@ -74,7 +80,12 @@ class ControllerOptions:
     ``metrics_port`` None: no HTTP server. ``webhook_url``/``webhook_service``: when one is
     set the controller also runs the PodPlacementConfig lifecycle (webhook configuration,
     finalizer, status, ordered uninstall); the CA bundle comes from ``cert_dir``
-    (``certs`` layout) or, without it, the built-in Secret flow.
+    (``certs`` layout), or cert-manager's CA injector fills it when
+    ``cert_manager_certificate`` (``"<namespace>/<Certificate>"``) is set, or else the
+    built-in Secret flow writes it. ``ca_bundles`` maps a registry ``host[:port]`` to extra
+    PEM CA certificates trusted for it; ``insecure_registries`` lists ``host[:port]``
+    allowed plain HTTP / unverified TLS (both on top of ``registries_conf``, like
+    ``podplacement inspect``'s ``--ca-file`` / ``--insecure-registry``).
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -85,9 +96,12 @@ class ControllerOptions:
     metrics_port: int | None = 8080
     events: bool = True
     registries_conf: str | None = None
+    ca_bundles: Mapping[str, bytes] = field(default_factory=dict)
+    insecure_registries: tuple[str, ...] = ()
     webhook_url: str | None = None
     webhook_service: str | None = None
     cert_dir: str | None = None
+    cert_manager_certificate: str | None = None
     leader_election: bool = True
     identity: str | None = None
     lease_duration: int = 15
@@ -162,6 +176,7 @@ class Controller:
         self.metrics.sources.inspector_stats = self._inspector_stats
         self.pods.add_handler(self._on_pod)
         self.nrts.add_handler(self._on_nrt)
+        self.nodes.add_handler(self._on_node)
         self.configs.add_handler(self._on_config)
 
     # --- pieces --------------------------------------------------------------------------
@@ -191,11 +206,14 @@ class Controller:
             return self._inspector
         from imageinspect import Inspector, RegistriesConfig
 
-        registries = (RegistriesConfig.load(self.options.registries_conf)
-                      if self.options.registries_conf else None)
+        o = self.options
+        registries = (RegistriesConfig.load(o.registries_conf)
+                      if o.registries_conf else RegistriesConfig())
+        for host in o.insecure_registries:
+            registries = registries.with_insecure(host)
         old = self._inspector
         self._inspector = Inspector(registries=registries, cache_ttl=key[0], timeout=key[1],
-                                    retries=self.options.inspector_retries)
+                                    retries=o.inspector_retries, ca_bundles=dict(o.ca_bundles))
         self._inspector_key = key
         if old is not None:
             # Lookups in flight keep using the old one; close it a little later.
@@ -231,7 +249,13 @@ class Controller:
         if self.leading and has_gate(pod):
             self.queue.add(key)
 
+    def _on_node(self, etype: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            _forget_topology(node)
+
     def _on_nrt(self, etype: str, nrt: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            _forget_topology(nrt)
         if self.inflight is not None and etype != "DELETED":
             try:
                 self.inflight.observe_nrt(nrt)
@@ -287,7 +311,9 @@ class Controller:
         from controller import lifecycle as lc
 
         ca: Any
-        if o.cert_dir:
+        if o.cert_manager_certificate:
+            ca = None  # cert-manager's CA injector owns caBundle
+        elif o.cert_dir:
             ca = lc.ca_bundle_from_dir(o.cert_dir)
         else:
             if o.webhook_service:
@@ -298,6 +324,7 @@ class Controller:
         return lc.Lifecycle(
             self.api, namespace=o.namespace, service=service,
             url=o.webhook_url if not o.webhook_service else None, ca_bundle=ca,
+            cert_manager_certificate=o.cert_manager_certificate,
             ungate_remaining=self.ungate_remaining,
             uninstall_deadline_seconds=o.uninstall_deadline_seconds,
         )
@@ -378,15 +405,17 @@ class Controller:
 
     # --- NUMA in-flight accounting ----------------------------------------------------------
     async def _watch_bindings(self, idle_seconds: float = 5.0) -> None:
-        """Feed :class:`controller.numa.InFlight` with the bindings and deletions of pods
-        this controller ungated (label ``scheduling-gate=removed``, ``spec.nodeName`` set):
-        a bound pod holds its requests on its node only, no longer on every candidate. One
-        paged list at (re)start, then a plain watch (no cache, so no memory per pod); only
-        while topology placement is enabled."""
-        params = {
-            "labelSelector": f"{GATE_LABEL}={GATE_LABEL_REMOVED}",
-            "fieldSelector": "spec.nodeName!=",
-        }
+        """Feed :class:`controller.numa.InFlight` with the bindings and deletions of the pods
+        this controller ungated toward NUMA candidates: a bound pod holds its requests on
+        its node only, no longer on every candidate; a deleted one holds nothing.
+
+        Selects on the label ``podplacement.io/numa=placed`` that the ungate write sets
+        (:func:`controller.decision.decide`), so the API server sends only those pods, not
+        every ungated pod of the cluster. No field selector: a placed pod deleted before it
+        was bound must reach the accounting too (unbound pods are otherwise ignored by
+        ``observe_pod``). One paged list at (re)start, then a plain watch (no cache, so no
+        memory per pod); only while topology placement is enabled."""
+        params = {"labelSelector": BINDINGS_SELECTOR}
         rv = ""
         backoff = 0.5
         while True:
@@ -470,6 +499,19 @@ class Controller:
             if exc.not_found:
                 return None
             raise
+
+
+def _forget_topology(obj: Mapping[str, Any]) -> None:
+    """Drop the NUMA decision cache's parsed Node/NRT of a deleted object (memory only: the
+    cache is keyed by name and would otherwise keep deleted nodes)."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    if not name:
+        return
+    try:
+        from controller.numa._decide import _CACHE
+    except ImportError:
+        return
+    _CACHE.forget(name)
 
 
 class _InspectorProxy:

@@ -1,7 +1,10 @@
 """``podplacement controller``: run the gating controller until SIGTERM/SIGINT.
 
 Connects with ``--kubeconfig`` (and ``--context``), else ``$KUBECONFIG`` / ``~/.kube/config``
-when present, else the in-cluster service account (issue 5 item 15).
+when present, else the in-cluster service account (issue 5 item 15). Registry access takes the
+same ``--registries-conf`` / ``--insecure-registry`` / ``--ca-file`` flags as
+``podplacement inspect``. Exit codes: 0 after SIGTERM/SIGINT, 1 without a usable Kubernetes
+configuration, 2 for unusable arguments, 130 on KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -10,11 +13,22 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import re
 import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.config import DEFAULT_NAMESPACE
 
+if TYPE_CHECKING:
+    from controller.app import ControllerOptions
+
 log = logging.getLogger(__name__)
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,13 +53,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="address of the metrics server")
     p.add_argument("--no-events", action="store_true", help="do not emit Kubernetes Events")
     p.add_argument("--registries-conf", help="containers-registries.conf(5) v2 TOML file")
+    p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST",
+                   help="allow plain HTTP / unverified TLS for HOST[:PORT]; repeatable")
+    p.add_argument("--ca-file", action="append", default=[], metavar="HOST=FILE",
+                   help="trust the PEM CA bundle FILE for registry HOST[:PORT]; repeatable")
     hook = p.add_mutually_exclusive_group()
     hook.add_argument("--webhook-url", help="manage the MutatingWebhookConfiguration with "
                       "this URL (https://...)")
     hook.add_argument("--webhook-service", help="manage the MutatingWebhookConfiguration "
                       "pointing at this Service in --namespace")
-    p.add_argument("--cert-dir", help="CA bundle directory for the webhook configuration "
-                   "(default with --webhook-service: the built-in Secret flow)")
+    ca = p.add_mutually_exclusive_group()
+    ca.add_argument("--cert-dir", help="CA bundle directory for the webhook configuration "
+                    "(default with --webhook-service: the built-in Secret flow)")
+    ca.add_argument("--cert-manager-certificate", metavar="NS/NAME",
+                    help="cert-manager Certificate whose CA cert-manager's CA injector puts "
+                    "into the webhook configuration (annotation cert-manager.io/inject-ca-from); "
+                    "the controller then never writes caBundle nor certificate Secrets")
     p.add_argument("--no-leader-election", action="store_true",
                    help="act as the leader at once (single replica)")
     p.add_argument("--identity", help="leader election identity (default: hostname + random)")
@@ -61,16 +84,46 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _main(args: argparse.Namespace) -> int:
-    from controller.app import Controller, ControllerOptions
-    from controller.kube import KubeAPI
+def _certificate_ref(text: str | None) -> str | None:
+    if text is None:
+        return None
+    ns, sep, name = text.partition("/")
+    if not sep or not _DNS_LABEL.fullmatch(ns) or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise ValueError(f"--cert-manager-certificate wants NAMESPACE/NAME, got {text!r}")
+    return text
 
-    try:
-        api = await KubeAPI.from_kubeconfig(args.kubeconfig, context=args.context)
-    except Exception as exc:
-        log.error("cannot load Kubernetes configuration: %s", exc)
-        return 1
-    options = ControllerOptions(
+
+def _ca_bundles(items: Sequence[str]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for item in items:
+        host, sep, file = item.partition("=")
+        if not sep or not host or not file:
+            raise ValueError(f"--ca-file wants HOST=FILE, got {item!r}")
+        pem = Path(file).read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in pem:
+            raise ValueError(f"--ca-file {item!r}: {file} holds no PEM certificate")
+        out[host] = out.get(host, b"") + pem
+    return out
+
+
+def options_from_args(args: argparse.Namespace) -> ControllerOptions:
+    """Turn the parsed ``podplacement controller`` arguments into
+    :class:`controller.app.ControllerOptions` (reads the ``--ca-file`` files).
+
+    ``--cert-manager-certificate`` needs ``--webhook-url`` or ``--webhook-service`` (it only
+    changes how the webhook configuration gets its CA); ``--ca-file`` values are
+    ``HOST[:PORT]=FILE`` with a PEM file, repeated files for one host are concatenated.
+
+    Raises:
+        ValueError: an unusable value (message names the flag).
+        OSError: a ``--ca-file`` file cannot be read.
+    """
+    from controller.app import ControllerOptions
+
+    certificate = _certificate_ref(args.cert_manager_certificate)
+    if certificate and not (args.webhook_url or args.webhook_service):
+        raise ValueError("--cert-manager-certificate needs --webhook-service or --webhook-url")
+    return ControllerOptions(
         namespace=args.namespace,
         workers=args.workers,
         rate=args.rate,
@@ -78,15 +131,34 @@ async def _main(args: argparse.Namespace) -> int:
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         events=not args.no_events,
         registries_conf=args.registries_conf,
+        ca_bundles=_ca_bundles(args.ca_file),
+        insecure_registries=tuple(h.strip() for h in args.insecure_registry if h.strip()),
         webhook_url=args.webhook_url,
         webhook_service=args.webhook_service,
         cert_dir=args.cert_dir,
+        cert_manager_certificate=certificate,
         leader_election=not args.no_leader_election,
         identity=args.identity,
         lease_duration=args.lease_duration,
         renew_deadline=max(2.0, args.lease_duration * 2 / 3),
         retry_period=max(1.0, args.lease_duration / 7.5),
     )
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from controller.app import Controller
+    from controller.kube import KubeAPI
+
+    try:
+        options = options_from_args(args)
+    except (OSError, ValueError) as exc:
+        print(f"podplacement controller: {exc}", file=sys.stderr)
+        return 2
+    try:
+        api = await KubeAPI.from_kubeconfig(args.kubeconfig, context=args.context)
+    except Exception as exc:
+        log.error("cannot load Kubernetes configuration: %s", exc)
+        return 1
     controller = Controller(api, options, own_api=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -27,10 +27,11 @@ Rules (issue 5 items 3-9, issue 6 items 5-7):
 - Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
   one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``:
   ``fallbackArchitecture`` when set, else ungated without an architecture requirement.
-- NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term and preferred
-  hostname terms weighted by score; none → ``wait-numa`` (label ``podplacement.io/numa=
-  waiting``, still gated) until ``maxWaitSeconds`` or at once with ``unsatisfiable: Ungate``,
-  then ungated arch-only with Warning ``PlacementFallback``.
+- NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term, preferred
+  hostname terms weighted by score and the label ``podplacement.io/numa=placed`` (the
+  controller's binding feed watches only pods with it); none → ``wait-numa`` (label
+  ``podplacement.io/numa=waiting``, still gated) until ``maxWaitSeconds`` or at once with
+  ``unsatisfiable: Ungate``, then ungated arch-only with Warning ``PlacementFallback``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from controller.config import (
     GATE_LABEL_REMOVED,
     HOSTNAME_LABEL,
     NUMA_LABEL,
+    NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
     OS_LABEL,
     PlacementConfig,
@@ -81,6 +83,7 @@ ARCH_NOT_IN_CLUSTER = "ArchitectureNotInCluster"
 INCOMPATIBLE_NODE_SELECTOR = "IncompatibleNodeSelector"
 WAITING_FOR_NUMA = "WaitingForNUMAResources"
 PLACEMENT_FALLBACK = "PlacementFallback"
+INVALID_PULL_SECRET = "InvalidPullSecret"
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -95,6 +98,15 @@ class EventSpec:
     reason: str
     message: str
     action: str = "Place"
+
+
+def invalid_pull_secret_event(namespace: str, name: str, error: BaseException) -> EventSpec:
+    """The Warning ``InvalidPullSecret`` for a pull Secret whose payload cannot be decoded
+    (``imageinspect.CredentialError``; its text names the entry, never the secret's data):
+    the secret is skipped and the images are inspected with the remaining credentials."""
+    return EventSpec(WARNING, INVALID_PULL_SECRET, _event_message(
+        f"pull secret {namespace}/{name} is unusable and was skipped: {_short_error(error)}"
+    ), "Inspect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +388,8 @@ def decide(
             )
             if outcome == NOT_SET:
                 outcome = SET
+            # The binding feed selects on this label (only these pods, never all pods).
+            labels[NUMA_LABEL] = NUMA_LABEL_PLACED
         else:
             cfg = config.topology
             if cfg.unsatisfiable != "Ungate" and numa_waited_seconds < cfg.max_wait_seconds:
@@ -408,7 +422,7 @@ def decide(
             reason = (reason + "; " if reason else "") + note
             info["result"] = "ungated-without-numa"
             warnings.append(EventSpec(WARNING, PLACEMENT_FALLBACK, _event_message(note)))
-    if numa_waiting:
+    if numa_waiting and NUMA_LABEL not in labels:
         remove_labels.append(NUMA_LABEL)
 
     affinity_ops = plan.ops()

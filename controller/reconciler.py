@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.config import ARCH_LABEL, OS_LABEL, PlacementConfig
@@ -29,6 +29,7 @@ from controller.decision import (
     WAIT_NUMA,
     Decision,
     decide,
+    invalid_pull_secret_event,
     plain_ungate,
     unique_images,
 )
@@ -69,6 +70,7 @@ def parse_time(text: str | None) -> float | None:
 @dataclass
 class _PodState:
     failures: int = 0
+    warned_secrets: set[tuple[str, str]] = field(default_factory=set)
 
 
 class Reconciler:
@@ -151,34 +153,51 @@ class Reconciler:
             self._secrets.clear()
         return secret
 
-    async def credentials(self, pod: Mapping[str, Any], config: PlacementConfig) -> list[Any]:
+    async def credentials(
+        self,
+        pod: Mapping[str, Any],
+        config: PlacementConfig,
+        *,
+        on_invalid: Callable[[str, str, Exception], None] | None = None,
+    ) -> list[Any]:
         """Credentials for ``pod``: its ``imagePullSecrets`` read from its own namespace
         (the ServiceAccount admission plugin already merged the service account's), then
-        the global pull secret of the config. Missing secrets are skipped (anonymous)."""
-        from imageinspect import credentials_from_pull_secrets
+        the global pull secret of the config, in that order. Missing secrets are skipped
+        (anonymous). A secret whose payload cannot be decoded
+        (``imageinspect.CredentialError``) is skipped too, the others still count:
+        ``on_invalid(namespace, name, error)`` is called for it (the reconciler turns that
+        into a Warning event).
 
-        ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+        Raises:
+            ApiError: reading a secret failed other than 403/404.
+        """
+        from imageinspect import CredentialError, credentials_from_pull_secrets
+
+        meta = pod.get("metadata") or {}
+        ns = str(meta.get("namespace") or "default")
         names = [
             str(ref.get("name"))
             for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []
             if isinstance(ref, Mapping) and ref.get("name")
         ]
-        secrets: list[dict[str, Any]] = []
-        for name in dict.fromkeys(names):
-            s = await self._secret(ns, name)
-            if s is not None:
-                secrets.append(s)
+        refs = [(ns, name) for name in dict.fromkeys(names)]
         ref = config.image_inspection.global_pull_secret
-        if ref is not None:
-            s = await self._secret(ref.namespace, ref.name)
-            if s is not None:
-                secrets.append(s)
-        try:
-            return list(credentials_from_pull_secrets(secrets))
-        except Exception as exc:  # a malformed secret must not keep the pod gated
-            log.warning("pod %s/%s: unusable pull secret: %s", ns, pod.get("metadata", {}).get(
-                "name"), exc)
-            return []
+        if ref is not None and (ref.namespace, ref.name) not in refs:
+            refs.append((ref.namespace, ref.name))
+        out: list[Any] = []
+        for secret_ns, name in refs:
+            s = await self._secret(secret_ns, name)
+            if s is None:
+                continue
+            try:
+                out.extend(credentials_from_pull_secrets([s]))
+            except (CredentialError, ValueError, TypeError, AttributeError) as exc:
+                # A malformed secret must neither keep the pod gated nor hide the others.
+                log.warning("pod %s/%s: pull secret %s/%s skipped: %s", ns, meta.get("name"),
+                            secret_ns, name, exc)
+                if on_invalid is not None:
+                    on_invalid(secret_ns, name, exc)
+        return out
 
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]
@@ -247,8 +266,18 @@ class Reconciler:
             return None
         config, config_error = self.config_source()
         state = self._state.setdefault(uid, _PodState())
+        gated: dict[str, Any] = pod
+
+        def invalid_secret(secret_ns: str, secret_name: str, exc: Exception) -> None:
+            if (secret_ns, secret_name) in state.warned_secrets:
+                return  # once per pod and secret, not on every retry round
+            state.warned_secrets.add((secret_ns, secret_name))
+            spec = invalid_pull_secret_event(secret_ns, secret_name, exc)
+            self.metrics.events.labels(spec.type).inc()
+            self.events.emit(gated, spec)
+
         try:
-            creds = await self.credentials(pod, config)
+            creds = await self.credentials(pod, config, on_invalid=invalid_secret)
         except ApiError as exc:
             log.info("pod %s/%s: reading pull secrets failed: %s", ns, name, exc)
             creds = []

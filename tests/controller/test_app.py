@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from controller.app import Controller, ControllerOptions
 from controller.config import CONFIG_NAME, PlacementConfig
 from controller.kube import KubeAPI
@@ -33,3 +35,25 @@ async def test_unreadable_config_falls_back_to_defaults_with_the_error() -> None
 def test_default_options_match_the_issue() -> None:
     opts = ControllerOptions()
     assert opts.workers == 32 and opts.events and opts.leader_election
+
+
+async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
+    from controller.numa._decide import _CACHE
+
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
+    try:
+        marker: Any = object()
+        for name in ("gone-node", "kept-node"):
+            _CACHE.parsed_nodes[name] = ("1", marker)
+            _CACHE.parsed_nrts[name] = ("1", marker)
+        ctl._on_nrt("MODIFIED", {"metadata": {"name": "kept-node"}}, None)
+        ctl._on_node("DELETED", {"metadata": {"name": "gone-node"}}, None)
+        assert "gone-node" not in _CACHE.parsed_nodes and "gone-node" not in _CACHE.parsed_nrts
+        assert "kept-node" in _CACHE.parsed_nodes
+        ctl._on_nrt("DELETED", {"metadata": {"name": "kept-node"}}, None)
+        assert "kept-node" not in _CACHE.parsed_nrts
+    finally:
+        for name in ("gone-node", "kept-node"):
+            _CACHE.forget(name)
+        await api.close()

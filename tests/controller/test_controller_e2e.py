@@ -4,6 +4,8 @@ the ``kube`` fixture) and the real registry. Each test works in its own namespac
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from typing import Any
 
 import pytest
@@ -465,3 +467,39 @@ async def test_global_pull_secret_from_the_config(
 
 async def _has_global(ctl: Any) -> bool:
     return ctl.config_source()[0].image_inspection.global_pull_secret is not None
+
+
+async def test_malformed_pull_secret_is_skipped_with_a_warning(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    basic_registry: Registry,
+    start_controller: StartController,
+) -> None:
+    """A pull secret the API server accepts (valid JSON object) but whose docker config
+    entry cannot be decoded (``imageinspect.CredentialError``) is skipped: the next secret
+    still authenticates, the pod gets its affinity and one Warning names the bad secret."""
+    ns = namespace
+    bad_auth = base64.b64encode(b"no-colon-here").decode()
+    broken = dockerconfig_secret("broken", basic_registry)
+    broken["data"][".dockerconfigjson"] = base64.b64encode(
+        json.dumps({"auths": {basic_registry.host: {"auth": bad_auth}}}).encode()
+    ).decode()
+    for secret in (broken, dockerconfig_secret("regcred", basic_registry)):
+        await api.request("POST", f"/api/v1/namespaces/{ns}/secrets", body=secret)
+    await start_controller()
+    await create_pod(
+        api, ns, gated_pod("mixed", [images.private], pull_secrets=["broken", "regcred"])
+    )
+    pod = await wait_ungated(api, ns, "mixed")
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+    assert decision_of(pod)["result"] == "set"
+
+    async def warned() -> list[dict[str, Any]]:
+        return [e for e in await events_for(api, ns, "mixed")
+                if e.get("reason") == "InvalidPullSecret"]
+
+    (event,) = await eventually(warned)
+    text = event.get("note") or event.get("message") or ""
+    assert f"{ns}/broken" in text and event["type"] == "Warning"
+    assert bad_auth not in text

@@ -224,6 +224,7 @@ def test_numa_candidates_become_hostname_affinity() -> None:
         "candidates": ["n2", "n1"],
         "policy": "single-numa-node",
     }
+    assert new["metadata"]["labels"][NUMA_LABEL] == "placed"
 
 
 def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
@@ -243,6 +244,24 @@ def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
     new = _apply(waiting, done)
     assert NUMA_LABEL not in new["metadata"]["labels"]
     assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}]
+
+
+def test_waiting_pod_that_gets_candidates_is_labelled_placed() -> None:
+    """The one write turns ``numa=waiting`` into ``numa=placed`` (the binding feed's
+    selector) and ungates; an arch-only decision never carries the label."""
+    pod = gated_pod()
+    images = {"reg/app:1": img("x", "linux/amd64")}
+    waiting = apply(pod, list(d.decide(pod, images, TOPO, numa=Numa(True)).patch))
+    numa = Numa(True, ("n1",), ("h1",), {"n1": 50})
+    dec = d.decide(waiting, images, TOPO, numa=numa)
+    assert dec.ungate and dec.labels[NUMA_LABEL] == "placed"
+    new = _apply(waiting, dec)
+    assert new["metadata"]["labels"][NUMA_LABEL] == "placed"
+    assert "schedulingGates" not in new["spec"]
+    plain = d.decide(pod, images, TOPO)
+    assert NUMA_LABEL not in _apply(pod, plain)["metadata"]["labels"]
+    unneeded = d.decide(pod, images, TOPO, numa=Numa(False))
+    assert NUMA_LABEL not in _apply(pod, unneeded)["metadata"]["labels"]
 
 
 def test_numa_unsatisfiable_ungate_does_not_wait() -> None:

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from controller.affinity import expression
-from controller.config import ARCH_LABEL, HOSTNAME_LABEL, NUMA_LABEL, OS_LABEL, SCHEDULING_GATE
+from controller.config import (
+    ARCH_LABEL,
+    HOSTNAME_LABEL,
+    NUMA_LABEL,
+    NUMA_LABEL_PLACED,
+    OS_LABEL,
+    SCHEDULING_GATE,
+)
 from controller.kube import ApiError, KubeAPI
 from tests.controller.conftest import (
     Images,
@@ -173,10 +180,33 @@ async def test_no_candidate_waits_then_an_nrt_change_releases_it(
     nrt["zones"] = _nrt("numa-a", (2, 10))["zones"]
     await api.request("PUT", f"{NRT_PATH}/numa-a", body=nrt)
     pod = await wait_ungated(api, ns, "big")
-    assert NUMA_LABEL not in pod["metadata"]["labels"]
+    assert pod["metadata"]["labels"][NUMA_LABEL] == NUMA_LABEL_PLACED
     assert required_terms(pod)[0]["matchExpressions"][-1] == expression(
         HOSTNAME_LABEL, "In", ["host-numa-a"]
     )
+
+
+def _bind(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def _spy_observed(ctl: Any) -> list[tuple[str, str, bool]]:
+    """Record (pod name, spec.nodeName, deleted) of every pod the binding feed hands to the
+    in-flight accounting (then let the real method run)."""
+    seen: list[tuple[str, str, bool]] = []
+    real = ctl.inflight.observe_pod
+
+    def observe(pod: dict[str, Any], *, deleted: bool = False) -> None:
+        seen.append((pod["metadata"]["name"], str(pod["spec"].get("nodeName") or ""), deleted))
+        real(pod, deleted=deleted)
+
+    ctl.inflight.observe_pod = observe
+    return seen
 
 
 async def test_binding_narrows_the_in_flight_hold_to_the_chosen_node(
@@ -192,23 +222,52 @@ async def test_binding_narrows_the_in_flight_hold_to_the_chosen_node(
     await api.request("PUT", f"{NRT_PATH}/numa-a", body=nrt)
     ctl = await start_controller()
     await eventually(lambda: _topology_on(ctl))
+    seen = _spy_observed(ctl)
+    # A pod ungated without NUMA placement (BestEffort: no alignment needed), bound first.
+    await create_pod(api, ns, gated_pod("plain", [images.amd_arm]))
+    plain = await wait_ungated(api, ns, "plain")
+    assert NUMA_LABEL not in plain["metadata"]["labels"]
     await create_pod(api, ns, _guaranteed(gated_pod("two", [images.amd_arm]), "4"))
     pod = await wait_ungated(api, ns, "two")
+    assert pod["metadata"]["labels"][NUMA_LABEL] == NUMA_LABEL_PLACED
     assert sorted(decision_of(pod)["numa"]["candidates"]) == ["numa-a", "numa-b"]
     held = ctl.inflight.reservations()
     assert set(held) == {"numa-a", "numa-b"} and held["numa-a"]["cpu"] == 4000
-    await api.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods/two/binding",
-        body={
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": "two"},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "numa-b"},
-        },
-    )
+    await api.request("POST", f"/api/v1/namespaces/{ns}/pods/plain/binding",
+                      body=_bind("plain", "numa-a"))
+    await api.request("POST", f"/api/v1/namespaces/{ns}/pods/two/binding",
+                      body=_bind("two", "numa-b"))
 
     async def narrowed() -> bool:
         return set(ctl.inflight.reservations()) == {"numa-b"}
 
     await eventually(narrowed)
+    # The feed selects podplacement.io/numa=placed: it delivered "two" bound to numa-b and,
+    # although "plain" was bound earlier (one watch stream, in order), never "plain".
+    assert ("two", "numa-b", False) in seen
+    assert all(name == "two" for name, _, _ in seen), seen
+
+
+async def test_deleting_an_unbound_placed_pod_releases_its_hold(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    topology: None,
+    start_controller: StartController,
+) -> None:
+    ns = namespace
+    ctl = await start_controller()
+    await eventually(lambda: _topology_on(ctl))
+    seen = _spy_observed(ctl)
+    await create_pod(api, ns, _guaranteed(gated_pod("gone", [images.amd_arm]), "4"))
+    pod = await wait_ungated(api, ns, "gone")
+    assert pod["metadata"]["labels"][NUMA_LABEL] == NUMA_LABEL_PLACED
+    assert set(ctl.inflight.reservations()) == {"numa-b"}
+    await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone",
+                      params={"gracePeriodSeconds": "0"})
+
+    async def released() -> bool:
+        return ctl.inflight.reservations() == {}
+
+    await eventually(released)
+    assert ("gone", "", True) in seen

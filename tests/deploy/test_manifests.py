@@ -20,7 +20,7 @@ import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 import yaml
 
-from controller import leader, lifecycle
+from controller import app, leader, lifecycle
 from controller.config import (
     CONFIG_NAME,
     DEFAULT_NAMESPACE,
@@ -60,9 +60,10 @@ KNOWN_KINDS: dict[tuple[str, str], bool] = {
 # --- the declared permission table ---------------------------------------------------------
 # (service account, scope, apiGroup, resource, verb, resourceName); scope "cluster" for a
 # ClusterRole bound cluster-wide, else the Role's namespace; resourceName "*" = any.
-# The controller's pod/node/NRT/event/secret/configmap rows are what controller/ (helper G1)
-# does per issue 5; the config, webhook configuration, lease and certificate-secret rows are
-# what controller.lifecycle / controller.leader declare in API_REQUESTS (checked below too).
+# The controller's pod/node/NRT/event/pull-secret rows are what controller.app declares in
+# API_REQUESTS; the config, webhook configuration, lease and certificate-secret rows are what
+# controller.lifecycle / controller.leader declare in theirs. Both directions are checked
+# below: every declared request is allowed, and every grant serves a declared request.
 _C, _W = "podplacement-controller", "podplacement-webhook"
 _WH = WEBHOOK_CONFIGURATION_NAME
 
@@ -76,9 +77,8 @@ BASE_PERMISSIONS = (
     _rows(_C, "cluster", "", "pods", "get list watch patch")
     | _rows(_C, "cluster", "", "nodes", "list watch")
     | _rows(_C, "cluster", "", "secrets", "get")
-    | _rows(_C, "cluster", "", "configmaps", "get")
-    | _rows(_C, "cluster", "", "events", "create patch")
-    | _rows(_C, "cluster", "events.k8s.io", "events", "create patch")
+    | _rows(_C, "cluster", "", "events", "create")
+    | _rows(_C, "cluster", "events.k8s.io", "events", "create")
     | _rows(_C, "cluster", "topology.node.k8s.io", "noderesourcetopologies", "list watch")
     | _rows(_C, "cluster", "podplacement.io", "podplacementconfigs", "get list watch patch")
     | _rows(_C, "cluster", "podplacement.io", "podplacementconfigs/status", "patch")
@@ -301,31 +301,27 @@ def _subcommands() -> tuple[argparse.ArgumentParser, set[str]]:
     return parser, names
 
 
-# Flags the manifests use that the controller CLI (helper G1's controller/cli.py) does not
-# offer yet; each entry is reported as a skip, never silently accepted.
-PENDING_FLAGS = {"--cert-manager-certificate"}
-
-
 def test_container_arguments_parse(rendered: list[dict[str, Any]]) -> None:
+    """Every container's arguments parse with the real ``podplacement`` parser (no unknown
+    flag, a known subcommand), and the controller's turn into usable ControllerOptions (the
+    cert-manager overlay's ``--cert-manager-certificate`` included)."""
+    from controller.cli import options_from_args
+
     parser, available = _subcommands()
-    missing: set[str] = set()
-    pending: set[str] = set()
     for dep in _of_kind(rendered, "Deployment"):
         for c in _containers(dep):
             args = [a.replace("$(POD_NAMESPACE)", NS).replace("$(POD_NAME)", "pod-0")
                     for a in c["args"]]
             sub = next(a for a in args if not a.startswith("-"))
-            if sub not in available:
-                missing.add(sub)
-                continue
-            _ns, unknown = parser.parse_known_args(args)
-            unknown_flags = {u.split("=", 1)[0] for u in unknown}
-            assert unknown_flags <= PENDING_FLAGS, (
-                f"{dep['metadata']['name']}: unknown arguments {unknown}")
-            pending |= unknown_flags
-    if missing or pending:
-        pytest.skip(f"not implemented by the CLI yet: subcommands {sorted(missing)}, "
-                    f"flags {sorted(pending)}")
+            assert sub in available, f"{dep['metadata']['name']}: no subcommand {sub!r}"
+            parsed, unknown = parser.parse_known_args(args)
+            assert unknown == [], f"{dep['metadata']['name']}: unknown arguments {unknown}"
+            if sub == "controller":
+                opts = options_from_args(parsed)
+                assert opts.namespace == NS and opts.webhook_service == _W
+                cert = _arg(args, "--cert-manager-certificate") if any(
+                    a.startswith("--cert-manager-certificate") for a in args) else None
+                assert opts.cert_manager_certificate == cert
 
 
 # --- RBAC ---------------------------------------------------------------------------------------
@@ -411,6 +407,66 @@ def test_lifecycle_and_leader_requests_are_allowed(base: list[dict[str, Any]]) -
     # the finalizer is added and removed with a PATCH of the main resource
     assert _allowed(grants, _C, None, "podplacement.io", "podplacementconfigs", "patch",
                     CONFIG_NAME)
+
+
+def _controller_requests() -> list[tuple[str, str, str, str | None, str | None]]:
+    """(group, resource, verb, namespace, name) of every request the controller declares:
+    ``controller.app.API_REQUESTS`` (pods, pull secrets and events in any namespace: filled
+    with a user namespace; its collection GETs are informers or list+watch feeds, so they
+    need list and watch), then ``controller.lifecycle`` and ``controller.leader`` (own
+    namespace; secrets by name are the two certificate Secrets, the lease is the
+    controller's)."""
+    out: list[tuple[str, str, str, str | None, str | None]] = []
+    for method, template in app.API_REQUESTS:
+        group, resource, verb, ns, name = _parse(
+            method, template.format(namespace="team-a", name="some-pod-or-secret"))
+        out.append((group, resource, verb, ns, name))
+        if verb == "list":
+            out.append((group, resource, "watch", ns, name))
+    for method, template in lifecycle.API_REQUESTS + leader.API_REQUESTS:
+        group, resource, verb, ns, name = _parse(
+            method, template.format(namespace=NS, name="{name}"))
+        if name == "{name}":
+            names: list[str | None] = (
+                [leader.DEFAULT_LEASE_NAME] if resource == "leases"
+                else [lifecycle.CA_SECRET_NAME, lifecycle.TLS_SECRET_NAME])
+        else:
+            names = [name]
+        out.extend((group, resource, verb, ns, n) for n in names)
+    return out
+
+
+def test_controller_rbac_is_exactly_what_its_requests_need(
+    base: list[dict[str, Any]], overlay: list[dict[str, Any]]
+) -> None:
+    """Least privilege both ways, for the base and the cert-manager overlay: every request
+    controller.app / lifecycle / leader declare is allowed (the overlay's lifecycle writes
+    no Secret), and every grant of the controller's service account serves at least one of
+    them (no unused verb or resource)."""
+    requests = _controller_requests()
+    for objs, writes_secrets in ((base, True), (overlay, False)):
+        grants = _grants(objs)
+        for group, resource, verb, ns, name in requests:
+            if not writes_secrets and ns == NS and resource == "secrets":
+                continue
+            assert _allowed(grants, _C, ns, group, resource, verb, name), (
+                group, resource, verb, ns, name)
+        for sa, scope, group, resource, verb, gname in grants:
+            if sa != _C:
+                continue
+            assert any(
+                (g, r, v) == (group, resource, verb)
+                and (scope == "cluster" or scope == ns)
+                and (gname == "*" or gname == n)
+                for g, r, v, ns, n in requests
+            ), f"unused grant {(scope, group, resource, verb, gname)}"
+
+
+def test_binding_feed_and_informers_use_declared_paths() -> None:
+    """The collections the controller lists and watches are in app.API_REQUESTS: the pod
+    informer and the NUMA binding feed share ``/api/v1/pods`` (label selectors only)."""
+    declared = {path for method, path in app.API_REQUESTS if method == "GET"}
+    assert {app.PODS_PATH, app.NODES_PATH, app.CONFIGS_PATH, app.NRTS_PATH} <= declared
 
 
 def _code_paths(package: str) -> Iterator[tuple[str, str, str]]:
