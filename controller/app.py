@@ -9,17 +9,25 @@ topology placement is on, a cache-less list+watch of the pods labelled
 replica keeps its caches warm; only the leader runs the workers and the lifecycle, so only
 the leader writes (issue 5 item 13). When a replica becomes the leader it queues every pod
 still gated, which is also how a restarted controller finishes a batch.
+
+Registry rules (containers-registries.conf(5) v2) come from the ConfigMap named by
+``spec.imageInspection.registriesConfigMapRef`` (key ``registries.conf``) when the config sets
+it, else from ``--registries-conf``; ``--insecure-registry`` applies on top of either. The
+ConfigMap is read with a plain GET when the config changes and every
+``registries_refresh_seconds``; a missing or malformed one is logged and the last good
+registry rules stay in use (pods are never held back for it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.config import (
     CONFIG_NAME,
@@ -34,8 +42,10 @@ from controller.config import (
     NUMA_LABEL,
     NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
+    REGISTRIES_CONF_KEY,
     VERSION,
     ConfigError,
+    ObjectRef,
     PlacementConfig,
 )
 from controller.decision import plain_ungate
@@ -46,6 +56,9 @@ from controller.podpatch import has_gate
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, pod_key, split_key
 
+if TYPE_CHECKING:
+    from imageinspect import RegistriesConfig
+
 log = logging.getLogger(__name__)
 
 PODS_PATH = "/api/v1/pods"
@@ -54,6 +67,8 @@ BINDINGS_SELECTOR = f"{NUMA_LABEL}={NUMA_LABEL_PLACED}"
 NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
+#: The ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
+CONFIGMAP_PATH = "/api/v1/namespaces/{namespace}/configmaps/{name}"
 
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
@@ -68,6 +83,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", NODES_PATH),
     ("GET", CONFIGS_PATH),
     ("GET", NRTS_PATH),
+    ("GET", CONFIGMAP_PATH),
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
 )
@@ -86,6 +102,9 @@ class ControllerOptions:
     PEM CA certificates trusted for it; ``insecure_registries`` lists ``host[:port]``
     allowed plain HTTP / unverified TLS (both on top of ``registries_conf``, like
     ``podplacement inspect``'s ``--ca-file`` / ``--insecure-registry``).
+    ``registries_refresh_seconds``: how often the ConfigMap of
+    ``spec.imageInspection.registriesConfigMapRef`` is read again (it replaces
+    ``registries_conf`` while the config names it; see :func:`registries_from`).
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -96,6 +115,7 @@ class ControllerOptions:
     metrics_port: int | None = 8080
     events: bool = True
     registries_conf: str | None = None
+    registries_refresh_seconds: float = 60.0
     ca_bundles: Mapping[str, bytes] = field(default_factory=dict)
     insecure_registries: tuple[str, ...] = ()
     webhook_url: str | None = None
@@ -151,7 +171,15 @@ class Controller:
         self.events = EventSink(api, enabled=o.events, instance=o.identity)
         self._inspector = inspector
         self._own_inspector = inspector is None
-        self._inspector_key: tuple[float, float] | None = None
+        self._inspector_key: tuple[float, float, str | None] | None = None
+        #: The registry rules last read from the ConfigMap of
+        #: ``spec.imageInspection.registriesConfigMapRef`` (None: not named, or never read).
+        self.registries_config_map: LoadedRegistries | None = None
+        #: Why the last read of that ConfigMap failed (None after a good read).
+        self.registries_error: str | None = None
+        self._registries_changed = asyncio.Event()
+        self._registries_ready = asyncio.Event()
+        self._registries_task: asyncio.Task[None] | None = None
         self._config_cache: tuple[str, PlacementConfig, str | None] | None = None
         self.inflight = self._make_inflight()
         self.queue = self._new_queue()
@@ -197,20 +225,23 @@ class Controller:
         return getattr(inspector, "stats", None) if inspector is not None else None
 
     def inspector(self) -> Any:
-        """The image inspector for the current config (rebuilt when the cache TTL or the
-        registry timeout changes)."""
+        """The image inspector for the current config (rebuilt when the cache TTL, the
+        registry timeout or the registry rules of the ConfigMap change; the rules follow
+        :func:`registries_from`)."""
         config, _ = self.config_source()
+        loaded = self.registries_config_map
         key = (config.image_inspection.cache_ttl_seconds,
-               config.image_inspection.registry_timeout_seconds)
+               config.image_inspection.registry_timeout_seconds,
+               loaded.digest if loaded is not None else None)
         if self._inspector is not None and (not self._own_inspector or key == self._inspector_key):
             return self._inspector
-        from imageinspect import Inspector, RegistriesConfig
+        from imageinspect import Inspector
 
         o = self.options
-        registries = (RegistriesConfig.load(o.registries_conf)
-                      if o.registries_conf else RegistriesConfig())
-        for host in o.insecure_registries:
-            registries = registries.with_insecure(host)
+        registries = registries_from(
+            config_map=loaded.registries if loaded is not None else None,
+            conf_file=o.registries_conf, insecure=o.insecure_registries,
+        )
         old = self._inspector
         self._inspector = Inspector(registries=registries, cache_ttl=key[0], timeout=key[1],
                                     retries=o.inspector_retries, ca_bundles=dict(o.ca_bundles))
@@ -221,6 +252,67 @@ class Controller:
                 60.0, lambda: asyncio.ensure_future(old.aclose())
             )
         return self._inspector
+
+    async def refresh_registries(self) -> None:
+        """Read the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef`` once
+        (GET ``/api/v1/namespaces/{ns}/configmaps/{name}``, key ``registries.conf``, a
+        containers-registries.conf(5) v2 document) into :attr:`registries_config_map`.
+
+        No reference in the config: drops the ConfigMap's rules (``--registries-conf``
+        applies again). A missing ConfigMap, a missing key, invalid TOML or a failed request:
+        logged (once per distinct error) into :attr:`registries_error`, and the last good
+        rules stay in use. Never raises (except cancellation)."""
+        ref = self.config_source()[0].image_inspection.registries_config_map
+        if ref is None:
+            if self.registries_config_map is not None:
+                log.info("registriesConfigMapRef unset: using --registries-conf again")
+            self.registries_config_map = None
+            self.registries_error = None
+            return
+        try:
+            self._load_registries(ref, await self.api.request(
+                "GET", CONFIGMAP_PATH.format(namespace=ref.namespace, name=ref.name),
+                request_timeout=10.0,
+            ))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never let a bad ConfigMap stop the controller
+            error = f"ConfigMap {ref.namespace}/{ref.name}: {exc}"
+            if error != self.registries_error:
+                log.warning("registries ConfigMap unusable, keeping the previous registry "
+                            "rules: %s", error)
+            self.registries_error = error
+
+    def _load_registries(self, ref: ObjectRef, cm: Mapping[str, Any]) -> None:
+        from imageinspect import RegistriesConfig, RegistriesConfigError
+
+        text = (cm.get("data") or {}).get(REGISTRIES_CONF_KEY)
+        if not isinstance(text, str):
+            raise RegistriesConfigError(f"no data key {REGISTRIES_CONF_KEY!r}")
+        rv = str((cm.get("metadata") or {}).get("resourceVersion") or "")
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        current = self.registries_config_map
+        if current is not None and current.digest == digest:
+            parsed = current.registries
+        else:
+            parsed = RegistriesConfig.from_toml(text)
+            log.info("registry rules from ConfigMap %s/%s (resourceVersion %s): %d entries",
+                     ref.namespace, ref.name, rv, len(parsed.registries))
+        self.registries_config_map = LoadedRegistries(ref, rv, digest, parsed)
+        self.registries_error = None
+
+    async def _refresh_registries_loop(self) -> None:
+        """Re-read the registries ConfigMap when the config changes and every
+        ``registries_refresh_seconds``; cancelled by :meth:`stop`."""
+        period = max(0.05, self.options.registries_refresh_seconds)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.configs.synced.wait(), period)
+        while True:
+            self._registries_changed.clear()
+            await self.refresh_registries()
+            self._registries_ready.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._registries_changed.wait(), period)
 
     def config_source(self) -> tuple[PlacementConfig, str | None]:
         """The parsed PodPlacementConfig ``cluster`` (defaults when absent), and the parse
@@ -270,6 +362,7 @@ class Controller:
 
     def _on_config(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._config_changed.set()
+        self._registries_changed.set()
         if self.lifecycle is not None and self.leading:
             self.lifecycle.notify()
 
@@ -282,6 +375,10 @@ class Controller:
         if self.leading:
             return
         await self.pods.synced.wait()
+        # Give the first read of the registries ConfigMap a moment, so that pods queued now
+        # are not looked up with the wrong registry rules; never wait on it for long.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._registries_ready.wait(), 5.0)
         self.leading = True
         self.metrics.leader.set(1)
         self.queue = self._new_queue()
@@ -340,6 +437,8 @@ class Controller:
         for informer in (self.configs, self.nodes, self.nrts, self.pods):
             informer.start()
         self.events.start()
+        self._registries_task = asyncio.create_task(self._refresh_registries_loop(),
+                                                    name="registries configmap")
         if self.inflight is not None:
             self._bindings_task = asyncio.create_task(self._watch_bindings(), name="bindings")
         if o.metrics_port is not None:
@@ -384,6 +483,11 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._bindings_task
             self._bindings_task = None
+        if self._registries_task is not None:
+            self._registries_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._registries_task
+            self._registries_task = None
         for informer in (self.pods, self.nodes, self.configs, self.nrts):
             await informer.stop()
         await self.events.flush(2.0)
@@ -499,6 +603,45 @@ class Controller:
             if exc.not_found:
                 return None
             raise
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRegistries:
+    """Registry rules read from a ConfigMap: its reference, ``resourceVersion``, the SHA-256
+    hex digest of its ``registries.conf`` text (part of the inspector's rebuild key) and the
+    parsed ``imageinspect.RegistriesConfig``."""
+
+    ref: ObjectRef
+    resource_version: str
+    digest: str
+    registries: RegistriesConfig
+
+
+def registries_from(*, config_map: RegistriesConfig | None = None,
+                    conf_file: str | None = None,
+                    insecure: Iterable[str] = ()) -> RegistriesConfig:
+    """The registry rules the controller's inspector uses.
+
+    Precedence: ``config_map`` (a parsed ``imageinspect.RegistriesConfig`` from the ConfigMap
+    of ``spec.imageInspection.registriesConfigMapRef``) replaces ``conf_file``
+    (``--registries-conf``) entirely; without either, no rules. Every ``insecure`` host
+    (``host[:port]``, ``--insecure-registry``) is then marked insecure on top.
+
+    Raises:
+        OSError / imageinspect.RegistriesConfigError: ``conf_file`` is read (only when no
+            ``config_map``) and is unreadable or invalid.
+    """
+    from imageinspect import RegistriesConfig
+
+    if config_map is not None:
+        registries = config_map
+    elif conf_file:
+        registries = RegistriesConfig.load(conf_file)
+    else:
+        registries = RegistriesConfig()
+    for host in insecure:
+        registries = registries.with_insecure(host)
+    return registries
 
 
 def _forget_topology(obj: Mapping[str, Any]) -> None:

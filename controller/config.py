@@ -41,6 +41,9 @@ WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 FIELD_MANAGER = "podplacement"
 
+#: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
+REGISTRIES_CONF_KEY = "registries.conf"
+
 # --- Well-known Kubernetes names --------------------------------------------------------
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"

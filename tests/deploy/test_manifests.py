@@ -77,6 +77,7 @@ BASE_PERMISSIONS = (
     _rows(_C, "cluster", "", "pods", "get list watch patch")
     | _rows(_C, "cluster", "", "nodes", "list watch")
     | _rows(_C, "cluster", "", "secrets", "get")
+    | _rows(_C, "cluster", "", "configmaps", "get")
     | _rows(_C, "cluster", "", "events", "create")
     | _rows(_C, "cluster", "events.k8s.io", "events", "create")
     | _rows(_C, "cluster", "topology.node.k8s.io", "noderesourcetopologies", "list watch")
