@@ -8,10 +8,15 @@ Grid: 100, 1,000 and 5,000 nodes x 2, 4 and 8 NUMA zones x pod and container sco
 * ``warm``: a burst of identical replicas; unchanged NRTs reuse the verdict of the first one.
 * ``burst``: identical replicas ungated one after the other with in-flight accounting (each
   pod's request is held on its candidates, so those nodes are re-evaluated for the next one).
+* ``churn``: new pod shapes while NRTs keep changing (1% of them get a new resourceVersion
+  before each pod, as kubelets' topology exporters publish every 10-60 s).
 * ``first``: the very first decision, which also parses every Node and NRT.
 
+``--reference`` times the node-by-node reference code instead of the numpy fast path (both
+give the same decisions; the property tests check it).
+
 Target (issue 6): <= 2 ms per pod at 1,000 nodes x 2 zones. Run:
-``python bench/numa.py [--strategy LeastAllocated] [--pods 5]``.
+``python bench/numa.py [--strategy LeastAllocated] [--pods 5] [--reference]``.
 """
 
 from __future__ import annotations
@@ -98,38 +103,61 @@ def make_pod(index: int) -> dict[str, Any]:
     }
 
 
+def churn(nrts: dict[str, dict[str, Any]], count: int, rng: random.Random) -> None:
+    """Replace ``count`` random NRTs by a new version (new resourceVersion, zone 0's cpu
+    ``available`` changed), like informer updates do."""
+    for name in rng.sample(sorted(nrts), count):
+        old = nrts[name]
+        zones = [dict(z) for z in old["zones"]]
+        zones[0]["resources"] = [dict(r) for r in zones[0]["resources"]]
+        zones[0]["resources"][0]["available"] = rng.randint(8, 32)
+        meta = dict(old["metadata"])
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 100_000)
+        nrts[name] = {**old, "metadata": meta, "zones": zones}
+
+
 def measure(nodes: list[dict[str, Any]], nrts: dict[str, dict[str, Any]],
-            config: TopologyConfig, pods: int
-            ) -> tuple[float, list[float], list[float], list[float], int]:
-    """Return the first decision's time, the cold, warm and burst times (ms of CPU time per
-    pod) and the feasible-node count. CPU time (``time.process_time``) keeps other processes
-    on a shared machine out of the figures."""
+            config: TopologyConfig, pods: int, reference: bool = False
+            ) -> tuple[float, list[float], list[float], list[float], list[float], int]:
+    """Return the first decision's time, the cold, warm, burst and churn times (ms of CPU
+    time per pod) and the feasible-node count. CPU time (``time.process_time``) keeps other
+    processes on a shared machine out of the figures."""
     cache = TopologyCache()
+    nrts = dict(nrts)
     start = time.process_time()
-    decision = decide_numa(make_pod(0), nodes, nrts, config, cache=cache)
+    decision = decide_numa(make_pod(0), nodes, nrts, config, cache=cache, reference=reference)
     first = (time.process_time() - start) * 1000
     cold: list[float] = []
     for i in range(1, pods + 1):
         pod = make_pod(i)
         start = time.process_time()
-        decide_numa(pod, nodes, nrts, config, cache=cache)
+        decide_numa(pod, nodes, nrts, config, cache=cache, reference=reference)
         cold.append((time.process_time() - start) * 1000)
     warm: list[float] = []
     replica = make_pod(pods)
     for _ in range(pods):
         start = time.process_time()
-        decide_numa(replica, nodes, nrts, config, cache=cache)
+        decide_numa(replica, nodes, nrts, config, cache=cache, reference=reference)
         warm.append((time.process_time() - start) * 1000)
     burst: list[float] = []
     inflight = InFlight()
     for i in range(pods):
         pod = make_pod(pods)
         start = time.process_time()
-        result = decide_numa(pod, nodes, nrts, config, cache=cache, inflight=inflight)
+        result = decide_numa(pod, nodes, nrts, config, cache=cache, inflight=inflight,
+                             reference=reference)
         burst.append((time.process_time() - start) * 1000)
         inflight.add(f"burst-{i}", f"bench/burst-{i}", effective_requests(pod),
                      result.candidates)
-    return first, cold, warm, burst, len(decision.scores)
+    changing: list[float] = []
+    rng = random.Random(7)
+    for i in range(pods):
+        churn(nrts, max(1, len(nrts) // 100), rng)
+        pod = make_pod(pods + 1 + i)
+        start = time.process_time()
+        decide_numa(pod, nodes, nrts, config, cache=cache, reference=reference)
+        changing.append((time.process_time() - start) * 1000)
+    return first, cold, warm, burst, changing, len(decision.scores)
 
 
 def main() -> None:
@@ -139,13 +167,16 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=5, help="pods timed per cell and mode")
     parser.add_argument("--nodes", default="100,1000,5000")
     parser.add_argument("--zones", default="2,4,8")
+    parser.add_argument("--reference", action="store_true",
+                        help="time the node-by-node reference code instead of the fast path")
     args = parser.parse_args()
     config = TopologyConfig(enabled=True, scoring_strategy=args.strategy)
-    print(f"strategy={args.strategy}; ms of CPU time per pod, min/median of {args.pods}; "
-          "cold = new pod shape, warm = identical replica")
+    path = "reference" if args.reference else "fast"
+    print(f"strategy={args.strategy}, {path} path; ms of CPU time per pod, min/median of "
+          f"{args.pods}; cold = new pod shape, warm = identical replica")
     header = f"{'nodes':>6} {'zones':>5} {'scope':>9} {'first':>8} {'cold min':>9} " \
              f"{'cold med':>9} {'warm min':>9} {'warm med':>9} {'burst med':>9} " \
-             f"{'feasible':>8}"
+             f"{'churn med':>9} {'feasible':>8}"
     print(header)
     print("-" * len(header))
     rng = random.Random(42)
@@ -153,11 +184,12 @@ def main() -> None:
         for zones in (int(x) for x in args.zones.split(",")):
             for scope in ("pod", "container"):
                 nodes, nrts = make_cluster(n, zones, scope, rng)
-                first, cold, warm, burst, feasible = measure(nodes, nrts, config, args.pods)
+                first, cold, warm, burst, changing, feasible = measure(
+                    nodes, nrts, config, args.pods, args.reference)
                 print(f"{n:>6} {zones:>5} {scope:>9} {first:>8.1f} {min(cold):>9.2f} "
                       f"{statistics.median(cold):>9.2f} {min(warm):>9.2f} "
                       f"{statistics.median(warm):>9.2f} {statistics.median(burst):>9.2f} "
-                      f"{feasible:>8}")
+                      f"{statistics.median(changing):>9.2f} {feasible:>8}")
 
 
 if __name__ == "__main__":

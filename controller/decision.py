@@ -37,7 +37,7 @@ Rules (issue 5 items 3-9, issue 6 items 5-7):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -133,8 +133,7 @@ class NumaLike(Protocol):
     def scores(self) -> Mapping[str, int]: ...
     @property
     def strategy(self) -> str: ...
-    @property
-    def verdicts(self) -> Sequence[Any]: ...
+    def node_policies(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +373,8 @@ def decide(
             "strategy": numa.strategy,
             "candidates": list(numa.candidates),
         }
-        policies = sorted({str(getattr(v, "policy", "")) for v in numa.verdicts} - {""})
+        # node_policies() avoids building one verdict object per node (large clusters).
+        policies = [p for p in numa.node_policies() if p]
         if policies:
             info["policy"] = policies if len(policies) > 1 else policies[0]
         record["numa"] = info

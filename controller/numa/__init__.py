@@ -2,8 +2,11 @@
 NodeResourceTopologyMatch rules), the per-pod decision, in-flight accounting and pod-set
 fingerprints.
 
-Pure code: plain Kubernetes dicts in, frozen dataclasses out, no I/O. Quantities are integers
-(cpu in millicores, everything else in base units).
+Pure code: plain Kubernetes dicts in, frozen objects out, no I/O. Quantities are integers
+(cpu in millicores, everything else in base units). :func:`decide_numa` runs fit and score
+over the whole cluster as numpy arrays (``_fast``), kept per Node/NRT resourceVersion, and
+falls back to the node-by-node reference code (``_fit``, ``_score``) where arrays do not apply;
+``decide_numa(..., reference=True)`` forces the reference code (same result).
 """
 
 from controller.numa._decide import NO_TOPOLOGY, NodeVerdict, NumaDecision, decide_numa

@@ -94,13 +94,20 @@ def parse_quantity(resource: str, value: object) -> int:
         raise QuantityError(value)
     if isinstance(value, int):
         return value * 1000 if resource == CPU else value
+    if isinstance(value, str):
+        return _parse_str(resource == CPU, value)
     if isinstance(value, float):
         exact = Fraction(str(value))
-    elif isinstance(value, str):
-        exact = _parse_text(value)
     else:
         raise QuantityError(value)
     return _ceil(exact * 1000) if resource == CPU else _ceil(exact)
+
+
+@lru_cache(maxsize=4096)
+def _parse_str(cpu: bool, text: str) -> int:
+    # Pods of one workload repeat the same few strings: skip the Fraction arithmetic.
+    exact = _parse_text(text)
+    return _ceil(exact * 1000) if cpu else _ceil(exact)
 
 
 def score_value(resource: str, amount: int) -> int:

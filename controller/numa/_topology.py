@@ -30,6 +30,9 @@ DEFAULT_MAX_NUMA_NODES = 8
 LIMIT_NUMA_NODES = 1024
 MAX_NUMA_ID = 64
 
+#: Policy/scope shown for a node that has no (readable) NodeResourceTopology.
+NO_TOPOLOGY = "unknown"
+
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
 ATTR_MAX_NUMA_NODES = "topologyManagerMaxNUMANodes"
@@ -81,6 +84,8 @@ class Topology:
         zone_values: each zone's ``available`` in score units (``Quantity.Value()``).
         columns: resource -> ``((1 << numa_id, available), ...)`` (the fit loop's form).
         score_columns: resource -> ``((zone index, available, value), ...)`` (the score's).
+        amount_range: ``(smallest, largest)`` ``available`` amount of any zone (``(0, 0)``
+            without any), so array code can tell at once whether its integers hold them.
     """
 
     name: str
@@ -97,6 +102,7 @@ class Topology:
     zone_values: tuple[Mapping[str, int], ...]
     columns: Mapping[str, tuple[tuple[int, int], ...]]
     score_columns: Mapping[str, tuple[tuple[int, int, int], ...]]
+    amount_range: tuple[int, int] = (0, 0)
 
 
 def _attributes(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -169,6 +175,7 @@ def parse_topology(nrt: Mapping[str, Any]) -> Topology:
         names.update(available)
         zones.append(Zone(numa_id, str(zone.get("name")), available, costs))
     zones.sort(key=lambda z: z.numa_id)
+    amounts = [amount for z in zones for amount in z.available.values()]
     fingerprint = attrs.get(ATTR_FINGERPRINT)
     if fingerprint is None:
         fingerprint = str((meta.get("annotations") or {}).get(ANNOTATION_FINGERPRINT, ""))
@@ -188,6 +195,7 @@ def parse_topology(nrt: Mapping[str, Any]) -> Topology:
         columns=columns_of([(z.numa_id, z.available) for z in zones]),
         score_columns=score_columns_of([(z.numa_id, z.available) for z in zones],
                                        [values_of(z.available) for z in zones]),
+        amount_range=(min(amounts, default=0), max(amounts, default=0)),
     )
 
 
@@ -219,7 +227,8 @@ def parse_node(node: Mapping[str, Any], hostname_label: str) -> NodeInfo:
 
 class TopologyCache:
     """Parsed NRTs and Nodes by object name, re-parsed when the resourceVersion changes, plus
-    a bounded memo of per-node verdicts by pod shape (for bursts of identical replicas).
+    a bounded memo of per-node verdicts by pod shape (for bursts of identical replicas), and
+    the last cluster seen as arrays for the fast path (refreshed row by row).
 
     Memory stays bounded by the number of nodes (one parsed object per name) and
     ``max_memo`` verdicts. Objects without a resourceVersion are parsed on every call. Not
@@ -235,6 +244,8 @@ class TopologyCache:
         self.memo: dict[tuple[object, ...], Any] = {}
         self._shapes: dict[tuple[object, ...], int] = {}
         self._next_shape = itertools.count(1)  # never reused, even after trim()
+        #: The cluster as numpy arrays (``controller.numa._fast.ClusterArrays``), if built.
+        self.arrays: Any = None
 
     def trim(self) -> None:
         """Drop the memo when it outgrew its bound (called once per decision)."""

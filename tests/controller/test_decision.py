@@ -200,6 +200,9 @@ class Numa:
     strategy: str = "LeastAllocated"
     verdicts: tuple[Verdict, ...] = ()
 
+    def node_policies(self) -> tuple[str, ...]:
+        return tuple(sorted({v.policy for v in self.verdicts}))
+
 
 TOPO = replace(CFG, topology=TopologyConfig(enabled=True, max_wait_seconds=60))
 
