@@ -20,6 +20,16 @@ def escape_pointer_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def patch_shape(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``(spec.schedulingGates is a list, metadata.labels is an object)``: the only facts
+    about ``pod`` that :func:`gate_patch` depends on (a cache key for the encoded patch)."""
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return isinstance(gates, list), isinstance(labels, Mapping)
+
+
 def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Return the JSONPatch ops that gate ``pod`` (the AdmissionReview ``request.object``).
 
@@ -30,18 +40,15 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     Returns a list of two ``{"op": "add", "path": ..., "value": ...}`` dicts.
     """
-    spec = pod.get("spec")
-    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    has_gates, has_labels = patch_shape(pod)
     ops: list[dict[str, Any]] = []
-    if isinstance(gates, list):
+    if has_gates:
         ops.append({"op": "add", "path": "/spec/schedulingGates/-",
                     "value": {"name": SCHEDULING_GATE}})
     else:
         ops.append({"op": "add", "path": "/spec/schedulingGates",
                     "value": [{"name": SCHEDULING_GATE}]})
-    metadata = pod.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    if isinstance(labels, Mapping):
+    if has_labels:
         ops.append({"op": "add", "path": "/metadata/labels/" + escape_pointer_token(GATE_LABEL),
                     "value": GATE_LABEL_GATED})
     else:
