@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 from controller.app import Controller, ControllerOptions
-from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+from controller.config import (
+    API_VERSION,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    SCHEDULING_GATE,
+    WEBHOOK_CONFIGURATION_NAME,
+)
 from controller.kube import ApiError, KubeAPI
 from imageinspect import Inspector, RegistriesConfig
 from tests.harness.kube import KubeEnv, start_localkube
@@ -33,6 +41,12 @@ class Images:
     s390x: str  # single manifest linux/s390x
     windows: str  # windows/amd64 index
     private: str  # linux/arm64, linux/ppc64le on the basic-auth registry
+
+
+#: The PodPlacementConfig singleton and the webhook configuration the controller owns.
+CONFIG_PATH = f"/apis/{API_VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
+MWC_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+            + WEBHOOK_CONFIGURATION_NAME)
 
 
 @pytest.fixture(scope="session")

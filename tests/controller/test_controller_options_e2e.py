@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-from controller.config import WEBHOOK_CONFIGURATION_NAME
 from controller.kube import ApiError, KubeAPI
 from controller.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
+from tests.controller.conftest import (
+    CONFIG_PATH as CONFIG,
+)
+from tests.controller.conftest import (
+    MWC_PATH as MWC,
+)
 from tests.controller.conftest import (
     StartController,
     create_pod,
@@ -23,12 +28,6 @@ from tests.controller.conftest import (
 )
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry
-
-CONFIG = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
-MWC = (
-    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-    + WEBHOOK_CONFIGURATION_NAME
-)
 
 
 def _arch(*archs: str) -> dict[str, Any]:

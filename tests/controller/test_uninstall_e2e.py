@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 import certs
-from controller.config import CONFIG_FINALIZER, WEBHOOK_CONFIGURATION_NAME
+from controller.config import CONFIG_FINALIZER
 from controller.kube import ApiError, KubeAPI
+from tests.controller.conftest import (
+    CONFIG_PATH as CONFIG,
+)
+from tests.controller.conftest import (
+    MWC_PATH as MWC,
+)
 from tests.controller.conftest import (
     Images,
     StartController,
@@ -22,12 +28,6 @@ from tests.controller.conftest import (
     wait_ungated,
 )
 from tests.harness.kube import KubeEnv
-
-CONFIG = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
-MWC = (
-    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-    + WEBHOOK_CONFIGURATION_NAME
-)
 
 
 async def _exists(api: KubeAPI, path: str) -> bool:
