@@ -43,7 +43,9 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-REVIEW = Path("/work/shared/reference/admission-review-raw-a-plain-pod.json")
+_SHARED = REPO.parent / "shared" / "reference"
+REVIEW = (_SHARED if _SHARED.is_dir() else REPO / "tests" / "reference") / (
+    "admission-review-raw-a-plain-pod.json")
 
 
 def free_port() -> int:

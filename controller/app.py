@@ -36,6 +36,7 @@ from controller.config import (
     GATE_LABEL,
     GATE_LABEL_GATED,
     GROUP,
+    LOG_VERBOSITY_LOGGERS,
     NRT_GROUP,
     NRT_PLURAL,
     NRT_VERSION,
@@ -87,6 +88,28 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
 )
+
+
+_verbose_loggers: tuple[str, ...] = ()
+
+
+def apply_log_verbosity(verbosity: str) -> tuple[str, ...]:
+    """Apply ``spec.logVerbosity`` (Normal, Debug, Trace) to this process's loggers.
+
+    Debug sets podplacement's own loggers to DEBUG, Trace also the HTTP and Kubernetes client
+    libraries; Normal (and any unknown value) hands them back to the root level set by
+    ``--log-level``. Returns the loggers now at DEBUG.
+    """
+    global _verbose_loggers
+    wanted = LOG_VERBOSITY_LOGGERS.get(verbosity, ())
+    if wanted != _verbose_loggers:
+        for name in _verbose_loggers:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        for name in wanted:
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        _verbose_loggers = wanted
+        log.info("log verbosity %s", verbosity)
+    return wanted
 
 
 @dataclass
@@ -361,6 +384,7 @@ class Controller:
                 self.queue.add(pod_key(pod))
 
     def _on_config(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        apply_log_verbosity(self.config_source()[0].log_verbosity)
         self._config_changed.set()
         self._registries_changed.set()
         if self.lifecycle is not None and self.leading:

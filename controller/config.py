@@ -59,6 +59,13 @@ NRT_PLURAL = "noderesourcetopologies"
 
 METRICS_PREFIX = "podplacement_"
 
+#: ``spec.logVerbosity`` -> loggers set to DEBUG (Normal: none; the ``--log-level`` applies).
+LOG_VERBOSITY_LOGGERS: dict[str, tuple[str, ...]] = {
+    "Normal": (),
+    "Debug": ("controller", "imageinspect", "webhook", "certs"),
+    "Trace": ("controller", "imageinspect", "webhook", "certs", "aiohttp.client", "kubernetes"),
+}
+
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 

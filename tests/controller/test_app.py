@@ -57,3 +57,20 @@ async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
         for name in ("gone-node", "kept-node"):
             _CACHE.forget(name)
         await api.close()
+
+
+def test_log_verbosity_from_the_config_sets_and_restores_logger_levels() -> None:
+    import logging
+
+    from controller.app import apply_log_verbosity
+
+    try:
+        assert "controller" in apply_log_verbosity("Debug")
+        assert logging.getLogger("controller").level == logging.DEBUG
+        assert logging.getLogger("aiohttp.client").level == logging.NOTSET
+        assert "aiohttp.client" in apply_log_verbosity("Trace")
+        assert logging.getLogger("aiohttp.client").level == logging.DEBUG
+    finally:
+        assert apply_log_verbosity("Normal") == ()
+    assert logging.getLogger("controller").level == logging.NOTSET
+    assert logging.getLogger("aiohttp.client").level == logging.NOTSET

@@ -8,7 +8,6 @@ import base64
 import copy
 import datetime as dt
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +27,9 @@ from controller.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
+from tests.harness.reference import REFERENCE as _REFERENCE_DIR
 
-REFERENCE = Path("/work/shared/reference/admission-webhook-configuration.json")
+REFERENCE = _REFERENCE_DIR / "admission-webhook-configuration.json"
 OWN_NS = "podplacement-system"
 
 

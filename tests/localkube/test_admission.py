@@ -28,8 +28,8 @@ import certs
 from localkube import podrules
 from localkube.admission import Admission, go_json_bytes, label_selector_matches, rule_matches
 from localkube.errors import StatusError
+from tests.harness.reference import REFERENCE
 
-REFERENCE = Path("/work/shared/reference")
 RECORDED_HOST = "https://127.0.0.1:17443"
 # The recorded timeout case used timeoutSeconds=2 and a 5 s sleep; here 1 s and 2 s keep the
 # test short while the webhook still answers only after the deadline.

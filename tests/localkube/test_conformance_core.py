@@ -24,10 +24,7 @@ import pytest
 
 from localkube import LocalKube
 from tests.harness.kube import CRD_FILES, KubeEnv
-
-REFERENCE = Path("/work/shared/reference")
-if not REFERENCE.is_dir():
-    REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+from tests.harness.reference import REFERENCE
 
 FILES = [
     "errors.json",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,10 +23,7 @@ import pytest
 from localkube import podrules
 from localkube.errors import StatusError
 from localkube.patch import apply_patch
-
-REFERENCE = Path("/work/shared/reference")
-if not REFERENCE.is_dir():  # the repository copy, when the shared one is not mounted
-    REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+from tests.harness.reference import REFERENCE
 
 COMPARED_SPEC_FIELDS = ("schedulingGates", "affinity", "nodeSelector", "tolerations")
 

@@ -10,15 +10,14 @@ that carry the resource's ``kind``/``apiVersion`` and only ``metadata.resourceVe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness.kube import KubeEnv
+from tests.harness.reference import REFERENCE
 
-RECORDED = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / (
-    "watch-pods-events.jsonl")
+RECORDED = REFERENCE / "watch-pods-events.jsonl"
 
 
 def _recorded_lines() -> list[str]:

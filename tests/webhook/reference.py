@@ -1,12 +1,11 @@
-"""Helpers to read the recorded AdmissionReview exchanges in /work/shared/reference."""
+"""Helpers to read the recorded AdmissionReview exchanges (``tests.harness.reference``)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-REFERENCE = Path("/work/shared/reference")
+from tests.harness.reference import REFERENCE
 
 #: raw AdmissionReview body file -> (recording file, uid) whose decoded answer patch it matches
 RAW_CASES = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,10 @@ from controller.config import (
     PlatformWeight,
     TopologyConfig,
 )
+from tests.harness.reference import REFERENCE
 from webhook import gating
 from webhook.gating import GateDecision, qos_class, should_gate
 
-REFERENCE = Path("/work/shared/reference")
 CONFIG = PlacementConfig()
 OWN = "podplacement-system"
 

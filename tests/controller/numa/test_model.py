@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,9 @@ from controller.numa import (
     topology_policy,
 )
 from tests.controller.numa._build import ctr, nrt, pod
+from tests.harness.reference import REFERENCE as _REFERENCE_DIR
 
-REFERENCE = Path("/work/shared/reference/crd-noderesourcetopology.json")
+REFERENCE = _REFERENCE_DIR / "crd-noderesourcetopology.json"
 
 
 @pytest.mark.parametrize(("resource", "value", "expected"), [
