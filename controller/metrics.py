@@ -70,7 +70,7 @@ class Metrics:
 
     Attributes:
         processed: ``podplacement_pods_processed_total{outcome}`` (set, not-set, fallback,
-            no-supported-platform, wait-numa, retry, error).
+            no-supported-platform, wait-numa, retry).
         ungate_seconds: ``podplacement_ungate_seconds``: creationTimestamp → ungate (s).
         inspect_seconds: ``podplacement_image_inspection_seconds``: one image lookup (s).
         inspect_errors: ``podplacement_image_inspection_errors_total``.
