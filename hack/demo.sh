@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # (Importing the dependencies too: the checkout's own packages import from the cwd anyway.)
 if ! dpkg -s docker-registry >/dev/null 2>&1 || ! python3 -c 'import podplacement.cli
 import fastapi, uvicorn, aiohttp, httpx, kubernetes, cryptography, yaml, orjson, bcrypt
-import prometheus_client' >/dev/null 2>&1; then
+import prometheus_client, numpy, msgspec, xxhash, jwt' >/dev/null 2>&1; then
   bash hack/setup.sh
 fi
 bash hack/fetch-debs.sh
