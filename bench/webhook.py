@@ -40,6 +40,7 @@ import ssl  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Mapping, MutableMapping  # noqa: E402
 from typing import Any  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,12 +197,14 @@ def _loadgen_main(argv: list[str]) -> None:
 # --- in-process breakdown -------------------------------------------------------------------
 
 
-def breakdown(rounds: int) -> None:
+def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     """Print the CPU cost per request of /bare and /mutate called straight through the ASGI
     app (no TLS, no sockets, no uvicorn), and of /mutate with its decoding or its decoding
     and gating replaced by constants: what /mutate adds over the bare endpoint, part by part.
     Best of ``rounds`` runs of 500 requests each (CPU time of this process), so it is far
-    less sensitive to other load on the machine than the served figures."""
+    less sensitive to other load on the machine than the served figures. With ``cold_mib``,
+    that many MiB of CPU cache are overwritten before each request, which is closer to the
+    served situation than a hot loop of identical requests."""
     sys.path.insert(0, str(REPO))
     import orjson
     import uvloop
@@ -219,18 +222,35 @@ def breakdown(rounds: int) -> None:
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         pass
 
-    async def run(path: str, count: int) -> None:
+    def parse_stub(body: bytes) -> tuple[str, Mapping[str, Any]]:  # same signature
+        return parsed
+
+    # --cold MIB: before each request (outside the timed part), write one byte per cache line
+    # of a MIB-sized buffer, evicting what /bare and /mutate left in the CPU caches, as TLS,
+    # the kernel, the load generator and other processes do between two served requests.
+    cold = cold_mib > 0
+    thrash = bytearray(int(cold_mib * (1 << 20)) // 64 * 64)
+    stride = b"\x01" * (len(thrash) // 64)
+
+    async def run(path: str, count: int) -> float:
+        """CPU seconds spent in ``count`` requests to ``path`` (thrashing excluded)."""
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
                  "method": "POST", "scheme": "https", "path": path,
                  "raw_path": path.encode(), "query_string": b"", "root_path": "",
                  "headers": [(b"content-type", b"application/json"),
                              (b"content-length", str(len(body)).encode())],
                  "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 443), "state": {}}
+        spent = 0.0
         for _ in range(count):
+            if cold:
+                thrash[::64] = stride
+            start = time.process_time()
             await app(dict(scope), receive, send)
+            spent += time.process_time() - start
+        return spent
 
     cases = {
         "bare": ("/bare", False, False),
@@ -243,17 +263,16 @@ def breakdown(rounds: int) -> None:
         best: dict[str, float] = {}
         for _ in range(rounds):
             for name, (path, no_parse, no_gate) in cases.items():
-                app_module._parse_review = (lambda _b: parsed) if no_parse else real_parse
+                app_module._parse_review = parse_stub if no_parse else real_parse
                 app_module.should_gate = (lambda *_a, **_k: GATED) if no_gate else real_gate
-                start = time.process_time()
-                await run(path, 500)
-                per_request = (time.process_time() - start) / 500 * 1e6
+                per_request = await run(path, 500) / 500 * 1e6
                 best[name] = min(best.get(name, per_request), per_request)
         app_module._parse_review, app_module.should_gate = real_parse, real_gate
         return best
 
     best = uvloop.run(measure())
     print(f"in-process ASGI breakdown, CPU us per request (best of {rounds} x 500), "
+          f"caches {f'{cold_mib:g} MiB flushed before each request' if cold else 'hot'}, "
           f"body {len(body)} B, /mutate decoder="
           f"{'msgspec' if app_module._REVIEW_DECODER is not None else 'orjson'}:")
     for name, cost in best.items():
@@ -263,11 +282,16 @@ def breakdown(rounds: int) -> None:
         decoders["msgspec selective decode"] = lambda: app_module._REVIEW_DECODER.decode(body)
     for name, fn in decoders.items():
         runs = []
+        calls = 500 if cold else 2000
         for _ in range(rounds):
-            start = time.process_time()
-            for _ in range(2000):
+            spent = 0.0
+            for _ in range(calls):
+                if cold:
+                    thrash[::64] = stride
+                start = time.process_time()
                 fn()
-            runs.append((time.process_time() - start) / 2000 * 1e6)
+                spent += time.process_time() - start
+            runs.append(spent / calls * 1e6)
         print(f"  {name:<32} {min(runs):6.1f}")
 
 
@@ -287,9 +311,12 @@ def main() -> int:
                         help="apt-get install -y wrk when it is missing")
     parser.add_argument("--breakdown", action="store_true",
                         help="only the in-process per-request CPU breakdown (no server)")
+    parser.add_argument("--cold", type=float, default=0.0, metavar="MIB",
+                        help="with --breakdown: overwrite MIB MiB of CPU cache before each "
+                             "request (e.g. 1 = one core's L2 here, 8, 32 = the whole L3)")
     args = parser.parse_args()
     if args.breakdown:
-        breakdown(max(args.rounds, 10))
+        breakdown(max(args.rounds, 10), cold_mib=args.cold)
         return 0
     if args.install_wrk and not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "wrk"], check=False,
