@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from controller.config import ARCH_LABEL, PlacementConfig, PlatformWeight, TopologyConfig
+from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import RAW_CASES, raw_body
 from webhook import app as app_module
 from webhook.app import BadReview, create_app
@@ -38,29 +39,6 @@ def paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         for i, value in enumerate(node):
             yield (*prefix, i)
             yield from paths(value, (*prefix, i))
-
-
-async def asgi_post(app: Any, body: bytes) -> tuple[int, Any]:
-    """POST /mutate straight into the ASGI app; returns (status, parsed JSON body)."""
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "https", "path": "/mutate", "raw_path": b"/mutate", "query_string": b"",
-        "root_path": "", "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 443),
-    }
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop() if messages else {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
-    payload = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return status, json.loads(payload)
 
 
 def fast_path_takes(body: bytes) -> bool:
