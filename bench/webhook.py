@@ -6,7 +6,9 @@ a load generator in another process: ``wrk`` when available (``--install-wrk`` i
 Debian package when missing), else a Python aiohttp client with keep-alive. For each
 concurrency (10 and 50 connections) it measures ``POST /mutate`` with the recorded
 AdmissionReview ``admission-review-raw-a-plain-pod.json`` (a pod that gets gated) and
-``POST /bare`` (same process and stack, constant answer) and prints a table with the ratio.
+``POST /bare`` (same process and stack, constant answer) in pairs of back-to-back runs, and
+prints a table with the median over the pairs of the mutate/bare ratio (single runs on this
+shared machine move by +-20%; a pair sees the same conditions).
 /mutate decodes the review selectively with msgspec when it is installed (else orjson parses the
 whole body, ~10 us more per request): the header says which.
 
@@ -14,7 +16,7 @@ whole body, ~10 us more per request): the header says which.
 in-process through the ASGI app (CPU time, best of many runs: steadier than the served figures
 on a shared machine).
 
-Usage: ``python bench/webhook.py [--duration 5] [--rounds 3] [--connections 10 50]
+Usage: ``python bench/webhook.py [--duration 5] [--rounds 5] [--connections 10 50]
 [--client auto|wrk|aiohttp] [--install-wrk] [--breakdown]``
 """
 
@@ -225,8 +227,8 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     async def send(message: MutableMapping[str, Any]) -> None:
         pass
 
-    def parse_stub(body: bytes) -> tuple[str, Mapping[str, Any]]:  # same signature
-        return parsed
+    def parse_stub(body: bytes, *, resources: bool = True) -> tuple[str, Mapping[str, Any]]:
+        return parsed  # same signature
 
     # --cold MIB: before each request (outside the timed part), write one byte per cache line
     # of a MIB-sized buffer, evicting what /bare and /mutate left in the CPU caches, as TLS,
@@ -274,12 +276,13 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     print(f"in-process ASGI breakdown, CPU us per request (best of {rounds} x 500), "
           f"caches {f'{cold_mib:g} MiB flushed before each request' if cold else 'hot'}, "
           f"body {len(body)} B, /mutate decoder="
-          f"{'msgspec' if app_module._REVIEW_DECODER is not None else 'orjson'}:")
+          f"{'msgspec' if app_module._REVIEW_DECODERS is not None else 'orjson'}:")
     for name, cost in best.items():
         print(f"  {name:<32} {cost:6.1f}  (+{cost - best['bare']:5.1f} over bare)")
     decoders = {"orjson.loads (whole body)": lambda: orjson.loads(body)}
-    if app_module._REVIEW_DECODER is not None:
-        decoders["msgspec selective decode"] = lambda: app_module._REVIEW_DECODER.decode(body)
+    if app_module._REVIEW_DECODERS is not None:
+        lean = app_module._REVIEW_DECODERS[0]
+        decoders["msgspec selective decode"] = lambda: lean.decode(body)
     for name, fn in decoders.items():
         runs = []
         calls = 500 if cold else 2000
@@ -295,6 +298,13 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
         print(f"  {name:<32} {min(runs):6.1f}")
 
 
+def _median(values: list[float]) -> float:
+    """The median of a non-empty list (the mean of the middle two for an even length)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -302,9 +312,9 @@ def main() -> int:
     """Run the benchmark and print the table; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="bare/mutate runs alternate this many times per concurrency; the "
-                             "table shows the median run (the machine is shared: noisy)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="pairs of bare/mutate runs per concurrency; ratios are the median "
+                             "over the pairs (the machine is shared: single runs are noisy)")
     parser.add_argument("--connections", type=int, nargs="+", default=[10, 50])
     parser.add_argument("--client", choices=("auto", "wrk", "aiohttp"), default="auto")
     parser.add_argument("--install-wrk", action="store_true",
@@ -334,12 +344,15 @@ def main() -> int:
         body_file.write_bytes(body)
         port = free_port()
         server = start_server(cert_dir, config, port)
-        rows: list[tuple[int, str, dict[str, Any]]] = []
+        tables: list[tuple[int, dict[str, list[dict[str, Any]]]]] = []
         try:
             for conns in args.connections:
                 runs: dict[str, list[dict[str, Any]]] = {"bare": [], "mutate": []}
-                for _ in range(args.rounds):
-                    for endpoint in ("bare", "mutate"):
+                for round_no in range(args.rounds):
+                    # Pairs alternate which endpoint goes first, so a machine that speeds up
+                    # or slows down during the pair favours neither.
+                    order = ("bare", "mutate") if round_no % 2 == 0 else ("mutate", "bare")
+                    for endpoint in order:
                         url = f"https://127.0.0.1:{port}/{endpoint}"
                         cpu_before = cpu_seconds(server.pid)
                         if client == "wrk":
@@ -350,15 +363,7 @@ def main() -> int:
                         cpu = cpu_seconds(server.pid) - cpu_before
                         result["cpu_us"] = cpu / max(result["requests"], 1) * 1e6
                         runs[endpoint].append(result)
-                for endpoint in ("bare", "mutate"):
-                    ordered = sorted(runs[endpoint], key=lambda r: r["rps"])
-                    median = dict(ordered[len(ordered) // 2])
-                    median["all_rps"] = [round(r["rps"]) for r in runs[endpoint]]
-                    median["failed"] = sum(r["failed"] for r in runs[endpoint])
-                    cpus = sorted(r["cpu_us"] for r in runs[endpoint])
-                    median["cpu_us"] = cpus[len(cpus) // 2]
-                    median["cpu_min_us"] = cpus[0]
-                    rows.append((conns, endpoint, median))
+                tables.append((conns, runs))
         finally:
             server.send_signal(signal.SIGTERM)
             try:
@@ -372,30 +377,33 @@ def main() -> int:
     decoder = "msgspec" if importlib.util.find_spec("msgspec") else "orjson (msgspec missing)"
     print(f"webhook benchmark: TLS (ECDSA P-256), body {len(body)} B "
           f"({REVIEW.name}), /mutate decoder={decoder}, client={client}, "
-          f"{args.rounds} x {args.duration:g} s per case "
-          f"(median run shown; all runs' req/s in brackets), "
+          f"{args.rounds} pairs of {args.duration:g} s runs per concurrency, "
           f"{os.cpu_count()} CPUs (server, load generator and anything else share them)")
-    print("'cpu us/req' is the server process's CPU time per request (median run; 'min' the "
-          "lowest run, the least disturbed by other load): it depends much less than req/s "
-          "on what else runs on the machine; 'cpu ratio' is bare cpu / mutate cpu, the "
-          "throughput ratio a CPU-bound server would reach.")
+    print("Each pair runs /bare and /mutate back to back (alternating which goes first); "
+          "'ratio' is the median over the pairs of mutate/bare, for req/s and for the server's "
+          "CPU time per request ('cpu us/req': bare cpu / mutate cpu, the throughput ratio of "
+          "a CPU-bound server). Pairing cancels most of the drift of a shared machine, which "
+          "moves single runs by +-20%. Other columns: median run.")
     print(f"{'conns':>5} {'endpoint':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'requests':>9} {'failed':>6} {'vs bare':>8} {'cpu us/req':>10} {'cpu ratio':>9} "
-          f"{'min cpu':>7} {'min ratio':>9}")
-    bare: dict[int, dict[str, Any]] = {}
-    for conns, endpoint, r in rows:
-        if endpoint == "bare":
-            bare[conns] = r
-        base = bare.get(conns)
-        ratio = r["rps"] / base["rps"] if base else float("nan")
-        cpu_ratio = base["cpu_us"] / r["cpu_us"] if base and r["cpu_us"] else float("nan")
-        min_ratio = (base["cpu_min_us"] / r["cpu_min_us"] if base and r["cpu_min_us"]
-                     else float("nan"))
-        print(f"{conns:>5} {endpoint:<8} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['requests']:>9} {r['failed']:>6} {ratio:>7.2f}x "
-              f"{r['cpu_us']:>10.0f} {cpu_ratio:>8.2f}x {r['cpu_min_us']:>7.0f} "
-              f"{min_ratio:>8.2f}x  req/s of all runs: {r['all_rps']}"
-              + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
+          f"{'requests':>9} {'failed':>6} {'cpu us/req':>10} {'req/s ratio':>11} "
+          f"{'cpu ratio':>9}")
+    for conns, runs in tables:
+        pair_rps = sorted(m["rps"] / b["rps"] for b, m in zip(runs["bare"], runs["mutate"],
+                                                               strict=True))
+        pair_cpu = sorted(b["cpu_us"] / m["cpu_us"] for b, m in zip(
+            runs["bare"], runs["mutate"], strict=True) if m["cpu_us"])
+        for endpoint in ("bare", "mutate"):
+            r = dict(sorted(runs[endpoint], key=lambda run: run["rps"])[len(runs[endpoint]) // 2])
+            cpus = sorted(run["cpu_us"] for run in runs[endpoint])
+            failed = sum(run["failed"] for run in runs[endpoint])
+            ratios = ""
+            if endpoint == "mutate":
+                ratios = (f"{_median(pair_rps):>10.2f}x {_median(pair_cpu):>8.2f}x  "
+                          f"pairs: req/s {[round(x, 2) for x in pair_rps]}")
+            print(f"{conns:>5} {endpoint:<8} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} "
+                  f"{r['p99_ms']:>8.2f} {r['requests']:>9} {failed:>6} "
+                  f"{cpus[len(cpus) // 2]:>10.0f} {ratios}"
+                  + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
     return 0
 
 

@@ -17,17 +17,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+import math
+from bisect import bisect_left
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from time import perf_counter
 from typing import Any, TypedDict
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.utils import floatToGoString
 
-from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
+from controller.config import ARCH_LABEL, DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.configsource import ConfigSource
 from webhook.gating import REASON_GATED, SKIP_REASONS, should_gate
 from webhook.patch import gate_patch, patch_shape
@@ -60,38 +64,88 @@ class BadReview(ValueError):
     """The body is not a usable AdmissionReview (answered with HTTP 400)."""
 
 
+class _Count:
+    """One counter value; a plain attribute increment on the hot path (the app runs on one
+    event loop, so no lock is needed)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class WebhookMetrics:
     """Prometheus metrics of one app, in their own registry (several apps per process in
-    tests). Names start with ``podplacement_webhook_``."""
+    tests). Names start with ``podplacement_webhook_``:
+
+    * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
+    * ``gated_pods_total``: pods the webhook gated;
+    * ``errors_total``: internal errors (pod admitted unchanged);
+    * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``.
+
+    The values are plain Python ints and floats updated by the request handler and turned
+    into metric families only when ``/metrics`` is scraped (a prometheus_client Counter or
+    Histogram takes a lock and a method call per update: a measurable share of what /mutate
+    costs over the bare endpoint, bench/webhook.py). Handlers and scrapes run on the same
+    event loop, so a scrape always sees a consistent snapshot.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        prefix = f"{METRICS_PREFIX}webhook_"
-        self.requests = Counter(
-            f"{prefix}requests", "AdmissionReview requests by outcome and skip reason.",
-            ("outcome", "reason"), registry=self.registry,
-        )
-        self.gated = Counter(f"{prefix}gated_pods", "Pods the webhook gated.",
-                             registry=self.registry)
-        self.errors = Counter(f"{prefix}errors", "Internal errors (pod admitted unchanged).",
-                              registry=self.registry)
-        self.latency = Histogram(
-            f"{prefix}request_duration_seconds", "Time spent handling /mutate, in seconds.",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
-        )
-        # Children resolved once: .labels() costs a dict lookup and a lock per call.
-        self._by_reason = {r: self.requests.labels(OUTCOME_SKIPPED, r) for r in SKIP_REASONS}
-        self._by_reason[REASON_GATED] = self.requests.labels(OUTCOME_GATED, REASON_GATED)
-        self.ignored = self.requests.labels(OUTCOME_IGNORED, REASON_NOT_POD_CREATE)
-        self.bad_request = self.requests.labels(OUTCOME_BAD_REQUEST, "")
-        self.error = self.requests.labels(OUTCOME_ERROR, "")
+        self._prefix = f"{METRICS_PREFIX}webhook_"
+        #: ``(outcome, reason)`` -> count.
+        self._requests: dict[tuple[str, str], _Count] = {}
+        self._by_reason = {r: self._child(OUTCOME_SKIPPED, r) for r in SKIP_REASONS}
+        self._by_reason[REASON_GATED] = self._child(OUTCOME_GATED, REASON_GATED)
+        self.ignored = self._child(OUTCOME_IGNORED, REASON_NOT_POD_CREATE)
+        self.bad_request = self._child(OUTCOME_BAD_REQUEST, "")
+        self.error = self._child(OUTCOME_ERROR, "")
+        self.gated = _Count()
+        self.errors = _Count()
+        #: Histogram state: per-bucket (non-cumulative) counts, the last one for +Inf.
+        self.latency_bounds = _LATENCY_BUCKETS
+        self.latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
+        self.latency_sum = 0.0
+        self.registry.register(self)
+
+    def _child(self, outcome: str, reason: str) -> _Count:
+        return self._requests.setdefault((outcome, reason), _Count())
 
     def decided(self, reason: str) -> None:
         """Count one pod decision (``gated`` or a skip reason)."""
         child = self._by_reason.get(reason)
         if child is None:
-            child = self._by_reason[reason] = self.requests.labels(OUTCOME_SKIPPED, reason)
-        child.inc()
+            child = self._by_reason[reason] = self._child(OUTCOME_SKIPPED, reason)
+        child.value += 1
+
+    def observe_latency(self, seconds: float) -> None:
+        """Record one /mutate duration in seconds (bucket ``le`` semantics: a value equal to
+        a bound falls in that bound's bucket)."""
+        self.latency_counts[bisect_left(self.latency_bounds, seconds)] += 1
+        self.latency_sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families at scrape time (prometheus_client custom collector)."""
+        p = self._prefix
+        requests = CounterMetricFamily(
+            f"{p}requests", "AdmissionReview requests by outcome and skip reason.",
+            labels=("outcome", "reason"))
+        for (outcome, reason), count in self._requests.items():
+            requests.add_metric((outcome, reason), count.value)
+        yield requests
+        yield CounterMetricFamily(f"{p}gated_pods", "Pods the webhook gated.",
+                                  value=self.gated.value)
+        yield CounterMetricFamily(f"{p}errors", "Internal errors (pod admitted unchanged).",
+                                  value=self.errors.value)
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, in_bucket in zip((*self.latency_bounds, math.inf), self.latency_counts,
+                                    strict=True):
+            cumulative += in_bucket
+            buckets.append((floatToGoString(bound), cumulative))
+        yield HistogramMetricFamily(
+            f"{p}request_duration_seconds", "Time spent handling /mutate, in seconds.",
+            buckets=buckets, sum_value=self.latency_sum)
 
 
 # --- selective decoding ----------------------------------------------------------------------
@@ -108,22 +162,83 @@ except ImportError:  # optional: without it every body takes the orjson path
     msgspec = None  # type: ignore[assignment]
 
 
+# Every TypedDict keeps only the keys the rules read, and the subtrees below the rules' paths
+# are typed as narrowly as they are read: msgspec then builds no object for the rest (a
+# matchExpression's operator and values, an ownerReference's uid, the other labels, ...).
+# Building and freeing those objects cost more than scanning the bytes once /mutate was
+# served (bench/webhook.py): allocations on a cache-cold heap. A field of another JSON type
+# than declared makes msgspec decline the body, and the orjson path answers it.
+class _Resources(TypedDict, total=False):
+    requests: Any
+    limits: Any
+
+
 class _Container(TypedDict, total=False):
-    resources: Any
+    resources: _Resources | None
+
+
+class _Expr(TypedDict, total=False):
+    key: Any
+
+
+class _Term(TypedDict, total=False):
+    matchExpressions: list[_Expr] | None
+
+
+class _Required(TypedDict, total=False):
+    nodeSelectorTerms: list[_Term] | None
+
+
+class _Preferred(TypedDict, total=False):
+    preference: _Term | None
+
+
+class _NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: _Required | None
+    preferredDuringSchedulingIgnoredDuringExecution: list[_Preferred] | None
+
+
+class _Affinity(TypedDict, total=False):
+    nodeAffinity: _NodeAffinity | None
+
+
+class _Gate(TypedDict, total=False):
+    name: Any
+
+
+class _OwnerRef(TypedDict, total=False):
+    kind: Any
+    controller: Any
+
+
+class _Labels(TypedDict, total=False):
+    """No key kept: the patch only asks whether ``metadata.labels`` is an object."""
+
+
+# The arch pin is the only nodeSelector entry the rules read (mypy wants the literal name).
+_NodeSelector = TypedDict("_NodeSelector", {"kubernetes.io/arch": Any}, total=False)
+assert set(_NodeSelector.__annotations__) == {ARCH_LABEL}
 
 
 class _PodMeta(TypedDict, total=False):
     namespace: Any
-    labels: Any
-    ownerReferences: Any
+    labels: _Labels | None
+    ownerReferences: list[_OwnerRef] | None
 
 
 class _PodSpec(TypedDict, total=False):
+    """The spec fields of the gating rules that hold without NUMA placement."""
+
     nodeName: Any
-    schedulingGates: Any
-    nodeSelector: Any
-    affinity: Any
-    resources: Any
+    schedulingGates: list[_Gate] | None
+    nodeSelector: _NodeSelector | None
+    affinity: _Affinity | None
+
+
+class _PodSpecWithResources(_PodSpec, total=False):
+    """Plus what the QoS class and extended-resource rules read (NUMA placement enabled)."""
+
+    resources: _Resources | None
     containers: list[_Container] | None
     initContainers: list[_Container] | None
 
@@ -133,13 +248,27 @@ class _Pod(TypedDict, total=False):
     spec: _PodSpec | None
 
 
+class _PodWithResources(TypedDict, total=False):
+    metadata: _PodMeta | None
+    spec: _PodSpecWithResources | None
+
+
+class _GroupVersionKind(TypedDict, total=False):
+    group: Any
+    kind: Any
+
+
 class _Request(TypedDict, total=False):
     uid: Any
-    kind: Any
+    kind: _GroupVersionKind | None
     operation: Any
     subResource: Any
     namespace: Any
     object: _Pod | None
+
+
+class _RequestWithResources(_Request, total=False):
+    object: _PodWithResources | None  # type: ignore[misc]
 
 
 class _Review(TypedDict, total=False):
@@ -148,15 +277,29 @@ class _Review(TypedDict, total=False):
     request: _Request | None
 
 
-_REVIEW_DECODER: Any = msgspec.json.Decoder(_Review) if msgspec is not None else None
+class _ReviewWithResources(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
+    request: _RequestWithResources | None
+
+
+#: ``(without resources, with resources)``: the second one when NUMA placement is enabled
+#: (the only rules that read container resources); None without msgspec.
+_REVIEW_DECODERS: tuple[Any, Any] | None = (
+    (msgspec.json.Decoder(_Review), msgspec.json.Decoder(_ReviewWithResources))
+    if msgspec is not None else None
+)
 _DECODE_ERRORS: tuple[type[Exception], ...] = (
     (msgspec.MsgspecError,) if msgspec is not None else ()
 )
 
 
-def _parse_review_fast(body: bytes) -> tuple[str, Mapping[str, Any]] | None:
-    """``(apiVersion, request)`` decoded with msgspec into the subset of fields /mutate reads;
-    None when msgspec is not installed or declines the body (then orjson parses it whole).
+def _parse_review_fast(
+    body: bytes, *, resources: bool = True
+) -> tuple[str, Mapping[str, Any]] | None:
+    """``(apiVersion, request)`` decoded with msgspec into the subset of fields /mutate reads
+    (container resources only with ``resources``); None when msgspec is not installed or
+    declines the body (then orjson parses it whole).
 
     Same answer as the orjson path: a body msgspec cannot decode (bad JSON anywhere, or a
     structural field of the wrong type, e.g. ``request.object`` not an object) is declined
@@ -170,22 +313,24 @@ def _parse_review_fast(body: bytes) -> tuple[str, Mapping[str, Any]] | None:
     Raises:
         BadReview: decoded, but a required field is missing or mistyped.
     """
-    if _REVIEW_DECODER is None or not body.isascii():
+    if _REVIEW_DECODERS is None or not body.isascii():
         return None
     try:
-        review = _REVIEW_DECODER.decode(body)
+        review = _REVIEW_DECODERS[resources].decode(body)
     except _DECODE_ERRORS:
         return None
     return _checked_review(review)
 
 
-def _parse_review(body: bytes) -> tuple[str, Mapping[str, Any]]:
+def _parse_review(body: bytes, *, resources: bool = True) -> tuple[str, Mapping[str, Any]]:
     """Return ``(apiVersion, request)`` of an AdmissionReview or raise :class:`BadReview`.
 
     Takes the selective decoder (:func:`_parse_review_fast`) when it can, else parses the
     whole body with orjson; both give the same answer (see :func:`_parse_review_fast`).
+    ``resources=False`` lets the selective decoder drop container resources: pass it only
+    when the gating rules will not read them (NUMA placement disabled).
     """
-    fast = _parse_review_fast(body)
+    fast = _parse_review_fast(body, resources=resources)
     if fast is not None:
         return fast
     try:
@@ -259,6 +404,36 @@ def _encoded_patch(pod: Mapping[str, Any]) -> str:
     return encoded
 
 
+_PATCH_TAILS: dict[tuple[bool, bool], bytes] = {}
+
+
+def _patch_tail(pod: Mapping[str, Any]) -> bytes:
+    """``,"patchType":"JSONPatch","patch":"<base64 JSONPatch>"``: the response members that
+    gate ``pod``, cached per patch shape like :func:`_encoded_patch`."""
+    key = patch_shape(pod)
+    tail = _PATCH_TAILS.get(key)
+    if tail is None:
+        members = orjson.dumps({"patchType": "JSONPatch", "patch": _encoded_patch(pod)})
+        tail = _PATCH_TAILS[key] = b"," + members[1:-1]
+    return tail
+
+
+_ANSWER_HEADS = {
+    version: b'{"apiVersion":' + orjson.dumps(version) + b',"kind":"AdmissionReview",'
+    b'"response":{"uid":'
+    for version in ADMISSION_VERSIONS
+}
+
+
+def _allowed(api_version: str, uid: str, tail: bytes = b"") -> Response:
+    """The answer ``{"apiVersion", "kind": "AdmissionReview", "response": {"uid", "allowed":
+    true, <tail>}}``, spliced from constant parts: the same bytes as ``orjson.dumps`` of that
+    dict (tests/webhook/test_app.py checks it) without building it per request.
+    ``api_version`` must be one of :data:`ADMISSION_VERSIONS`."""
+    body = _ANSWER_HEADS[api_version] + orjson.dumps(uid) + b',"allowed":true' + tail + b"}}"
+    return Response(body, media_type=_JSON)
+
+
 def _review_response(api_version: str, response: dict[str, Any]) -> Response:
     body = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
     return Response(orjson.dumps(body), media_type=_JSON)
@@ -306,52 +481,51 @@ def create_app(
     app.state.metrics = m
     app.state.config_source = config_source
 
-    observe_latency = m.latency.observe
+    observe_latency = m.observe_latency
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
-        started = time.perf_counter()
+        started = perf_counter()
         try:
-            return await _mutate(request)
+            try:
+                body = await request.body()
+                # Read once: the parse and the rules see the same config (no await between).
+                config = config_source.current
+                api_version, review_request = _parse_review(
+                    body, resources=config is not None and config.topology.enabled)
+            except BadReview as exc:
+                m.bad_request.value += 1
+                return _bad_request(str(exc))
+            except Exception as exc:  # e.g. the client went away mid-body
+                m.bad_request.value += 1
+                return _bad_request(f"could not read the request: {type(exc).__name__}")
+            uid = review_request["uid"]
+            try:
+                if not _is_pod_create(review_request):
+                    m.ignored.value += 1
+                    return _allowed(api_version, uid)
+                pod, namespace = _pod_and_namespace(review_request)
+                decision = should_gate(pod, namespace=namespace, config=config,
+                                       own_namespace=own_namespace)
+                m.decided(decision.reason)
+                if not decision.gate:
+                    return _allowed(api_version, uid)
+                m.gated.value += 1
+                return _allowed(api_version, uid, _patch_tail(pod))
+            except BadReview as exc:
+                m.bad_request.value += 1
+                return _bad_request(str(exc))
+            except Exception:
+                log.exception("admission failed; allowing the pod unchanged",
+                              extra={"uid": uid})
+                m.errors.value += 1
+                m.error.value += 1
+                return _review_response(
+                    api_version,
+                    {"uid": uid, "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]},
+                )
         finally:
-            observe_latency(time.perf_counter() - started)
-
-    async def _mutate(request: Request) -> Response:
-        try:
-            body = await request.body()
-            api_version, review_request = _parse_review(body)
-        except BadReview as exc:
-            m.bad_request.inc()
-            return _bad_request(str(exc))
-        except Exception as exc:  # e.g. the client went away mid-body
-            m.bad_request.inc()
-            return _bad_request(f"could not read the request: {type(exc).__name__}")
-        uid = review_request["uid"]
-        response: dict[str, Any] = {"uid": uid, "allowed": True}
-        try:
-            if not _is_pod_create(review_request):
-                m.ignored.inc()
-                return _review_response(api_version, response)
-            pod, namespace = _pod_and_namespace(review_request)
-            decision = should_gate(pod, namespace=namespace, config=config_source.current,
-                                   own_namespace=own_namespace)
-            if decision.gate:
-                response["patchType"] = "JSONPatch"
-                response["patch"] = _encoded_patch(pod)
-                m.gated.inc()
-            m.decided(decision.reason)
-            return _review_response(api_version, response)
-        except BadReview as exc:
-            m.bad_request.inc()
-            return _bad_request(str(exc))
-        except Exception:
-            log.exception("admission failed; allowing the pod unchanged", extra={"uid": uid})
-            m.errors.inc()
-            m.error.inc()
-            return _review_response(
-                api_version,
-                {"uid": uid, "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]},
-            )
+            observe_latency(perf_counter() - started)
 
     @app.get("/healthz")
     async def healthz() -> Response:

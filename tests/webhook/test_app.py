@@ -240,3 +240,39 @@ async def test_two_apps_have_separate_metrics(source: StaticConfigSource) -> Non
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=second),
                                  base_url="http://b") as b:
         assert await metric(b, "podplacement_webhook_gated_pods_total") == 0
+
+
+@pytest.mark.parametrize("api_version", sorted(app_module.ADMISSION_VERSIONS))
+@pytest.mark.parametrize("uid", ["a8670eff-7030-4252-bd91-4d52fb022dd3", 'q"u\\o\te', "ü-✓-\u2028",
+                                 "\x00\x1f"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_spliced_answer_is_the_bytes_of_the_answer_dict(
+    api_version: str, uid: str, gated: bool
+) -> None:
+    pod: dict[str, Any] = {"metadata": {"labels": {"app": "x"}}, "spec": {}}
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    tail = b""
+    if gated:
+        response |= {"patchType": "JSONPatch", "patch": app_module._encoded_patch(pod)}
+        tail = app_module._patch_tail(pod)
+    expected = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+    answer = app_module._allowed(api_version, uid, tail)
+    assert answer.body == app_module.orjson.dumps(expected)
+    assert json.loads(answer.body) == expected
+    assert answer.headers["content-type"] == "application/json"
+
+
+async def test_latency_histogram_buckets_are_cumulative(source: StaticConfigSource) -> None:
+    metrics = app_module.WebhookMetrics()
+    bounds = metrics.latency_bounds
+    for seconds in (0.0, bounds[0], bounds[0] * 1.5, bounds[-1], bounds[-1] * 2):
+        metrics.observe_latency(seconds)
+    sample = metrics.registry.get_sample_value
+    name = "podplacement_webhook_request_duration_seconds"
+    # A value equal to a bound is in that bound's bucket ("le").
+    assert sample(f"{name}_bucket", {"le": str(bounds[0])}) == 2
+    assert sample(f"{name}_bucket", {"le": str(bounds[1])}) == 3
+    assert sample(f"{name}_bucket", {"le": str(bounds[-1])}) == 4
+    assert sample(f"{name}_bucket", {"le": "+Inf"}) == 5
+    assert sample(f"{name}_count") == 5
+    assert sample(f"{name}_sum") == pytest.approx(bounds[0] * 2.5 + bounds[-1] * 3)

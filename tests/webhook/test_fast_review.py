@@ -26,6 +26,8 @@ pytest.importorskip("msgspec")
 # Preferred platforms and NUMA on, so every gating rule is reached.
 ALL_RULES = PlacementConfig(preferred_platforms=(PlatformWeight("arm64", 10),),
                             topology=TopologyConfig(enabled=True))
+# Preferred platforms without NUMA: every rule but the NUMA ones, on the lean decoder.
+PREFERRED_ONLY = PlacementConfig(preferred_platforms=(PlatformWeight("arm64", 10),))
 REVIEWS = {case: json.loads(raw_body(case)) for case in RAW_CASES}
 
 
@@ -54,15 +56,15 @@ class Answers:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, config: PlacementConfig) -> None:
         self.monkeypatch = monkeypatch
-        self.decoder = app_module._REVIEW_DECODER
+        self.decoder = app_module._REVIEW_DECODERS
         self.app = create_app(StaticConfigSource(config), own_namespace="podplacement-system")
         self.fast_taken = 0
 
     async def both(self, body: bytes) -> tuple[tuple[int, Any], tuple[int, Any]]:
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", self.decoder)
+        self.monkeypatch.setattr(app_module, "_REVIEW_DECODERS", self.decoder)
         self.fast_taken += fast_path_takes(body)
         fast = await asgi_post(self.app, body)
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", None)
+        self.monkeypatch.setattr(app_module, "_REVIEW_DECODERS", None)
         slow = await asgi_post(self.app, body)
         return fast, slow
 
@@ -104,12 +106,14 @@ async def test_odd_bodies_get_the_same_answer(
     assert fast == slow
 
 
+@pytest.mark.parametrize("config", [ALL_RULES, PREFERRED_ONLY], ids=["numa-on", "numa-off"])
 async def test_every_field_with_every_type_gets_the_same_answer(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, config: PlacementConfig
 ) -> None:
     """Each field of each recorded review replaced by each JSON type (and deleted), under a
-    config with every rule on: the fast path answers exactly like the orjson path."""
-    answers = Answers(monkeypatch, ALL_RULES)
+    config with every rule on (and one without NUMA placement, which takes the lean
+    decoder): the fast path answers exactly like the orjson path."""
+    answers = Answers(monkeypatch, config)
     outcomes: set[tuple[int, bool]] = set()
     checked = 0
     for case, doc in REVIEWS.items():
@@ -213,12 +217,25 @@ def pinned(doc: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def test_gating_and_patch_read_only_the_decoded_fields() -> None:
+@pytest.mark.parametrize(
+    ("configs", "pod_type"),
+    [
+        # NUMA placement on: the decoder that keeps container resources.
+        ([ALL_RULES, PlacementConfig(topology=TopologyConfig(enabled=True))],
+         app_module._PodWithResources),
+        # NUMA placement off: the lean decoder.
+        ([PREFERRED_ONLY, PlacementConfig()], app_module._Pod),
+    ],
+    ids=["numa-on", "numa-off"],
+)
+def test_gating_and_patch_read_only_the_decoded_fields(
+    configs: list[PlacementConfig], pod_type: Any
+) -> None:
     """Guards the TypedDicts: a new rule that reads a pod field they drop would see it as
-    absent on the fast path; this fails first."""
-    kept = kept_paths(app_module._Pod)
+    absent on the fast path; this fails first. /mutate picks the decoder by
+    ``spec.topology.enabled``, so each is checked under the configs it serves."""
+    kept = kept_paths(pod_type)
     seen: set[tuple[str, ...]] = set()
-    configs = [ALL_RULES, PlacementConfig(), PlacementConfig(topology=TopologyConfig(enabled=True))]
     pods = [doc["request"]["object"] for doc in REVIEWS.values()]
     for pod in [*pods, *(pinned(p) for p in pods)]:
         for config in configs:
@@ -226,5 +243,24 @@ def test_gating_and_patch_read_only_the_decoded_fields() -> None:
             should_gate(recording, namespace="default", config=config,
                         own_namespace="podplacement-system")
             gate_patch(recording)
-    assert ("spec", "containers", "[]", "resources") in seen  # the deep rules were reached
+    # The deep rules were reached (the NUMA ones only with NUMA placement on).
+    assert ("spec", "affinity", "nodeAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution") in seen
+    numa_on = any(c.topology.enabled for c in configs)
+    assert (("spec", "containers", "[]", "resources") in seen) is numa_on
     assert [p for p in sorted(seen) if not covered(p, kept)] == []
+
+
+def test_the_lean_decoder_drops_what_the_rules_do_not_read() -> None:
+    body = raw_body("a-plain-pod")
+    _, lean = app_module._parse_review(body, resources=False)
+    _, full = app_module._parse_review(body, resources=True)
+    assert "containers" not in lean["object"]["spec"]
+    assert full["object"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "200m", "memory": "128Mi"}
+    # Only the keys of matchExpressions, and no label, are built.
+    terms = lean["object"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/zone"}]},
+                     {"matchExpressions": [{"key": "node-role.kubernetes.io/worker"}]}]
+    assert lean["object"]["metadata"]["labels"] == {}
