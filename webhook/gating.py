@@ -56,6 +56,7 @@ class GateDecision:
 
 
 GATED = GateDecision(True, REASON_GATED)
+_SKIPPED = {reason: GateDecision(False, reason) for reason in SKIP_REASONS}
 
 
 # Shared read-only stand-ins for an absent or mistyped field (never mutated).
@@ -72,7 +73,7 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 
 def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else _NO_LIST
+    return value if type(value) is list or isinstance(value, list) else _NO_LIST
 
 
 def should_gate(
@@ -99,26 +100,34 @@ def should_gate(
         already carries our gate; nothing to decide (see :func:`needs_decision`).
     """
     if config is None:
-        return GateDecision(False, REASON_NO_CONFIG)
+        return _SKIPPED[REASON_NO_CONFIG]
     if namespace in SYSTEM_NAMESPACES:
-        return GateDecision(False, REASON_SYSTEM_NAMESPACE)
+        return _SKIPPED[REASON_SYSTEM_NAMESPACE]
     if namespace == own_namespace:
-        return GateDecision(False, REASON_OWN_NAMESPACE)
+        return _SKIPPED[REASON_OWN_NAMESPACE]
     spec = _map(pod.get("spec"))
     if spec.get("nodeName"):
-        return GateDecision(False, REASON_NODE_NAME_SET)
-    if is_daemonset_pod(pod):
-        return GateDecision(False, REASON_DAEMONSET)
-    if has_gate(pod):
-        return GateDecision(False, REASON_ALREADY_GATED)
-    if not needs_decision(pod, config):
-        return GateDecision(False, REASON_NOTHING_TO_DECIDE)
+        return _SKIPPED[REASON_NODE_NAME_SET]
+    if _owned_by_daemonset(_map(pod.get("metadata"))):
+        return _SKIPPED[REASON_DAEMONSET]
+    if _has_gate(spec):
+        return _SKIPPED[REASON_ALREADY_GATED]
+    if not _needs_decision(pod, spec, config):
+        return _SKIPPED[REASON_NOTHING_TO_DECIDE]
     return GATED
+
+
+# The public predicates take the pod; should_gate calls their private forms with the parts
+# it already extracted (this runs on every admission: fewer lookups and calls).
 
 
 def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
     """True when an ownerReference with ``controller: true`` has kind ``DaemonSet``."""
-    for ref in _list(_map(pod.get("metadata")).get("ownerReferences")):
+    return _owned_by_daemonset(_map(pod.get("metadata")))
+
+
+def _owned_by_daemonset(metadata: Mapping[str, Any]) -> bool:
+    for ref in _list(metadata.get("ownerReferences")):
         ref = _map(ref)
         if ref.get("controller") is True and ref.get("kind") == "DaemonSet":
             return True
@@ -127,7 +136,11 @@ def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
 
 def has_gate(pod: Mapping[str, Any]) -> bool:
     """True when ``spec.schedulingGates`` already lists podplacement's gate."""
-    for gate in _list(_map(pod.get("spec")).get("schedulingGates")):
+    return _has_gate(_map(pod.get("spec")))
+
+
+def _has_gate(spec: Mapping[str, Any]) -> bool:
+    for gate in _list(spec.get("schedulingGates")):
         if _map(gate).get("name") == SCHEDULING_GATE:
             return True
     return False
@@ -141,9 +154,14 @@ def needs_decision(pod: Mapping[str, Any], config: PlacementConfig) -> bool:
     preferred platforms, or the pod already has a preferred term on ``kubernetes.io/arch``),
     and no NUMA decision is possible (:func:`numa_relevant`).
     """
-    if not arch_pinned(pod):
+    return _needs_decision(pod, _map(pod.get("spec")), config)
+
+
+def _needs_decision(pod: Mapping[str, Any], spec: Mapping[str, Any],
+                    config: PlacementConfig) -> bool:
+    if not _arch_pinned(spec):
         return True
-    if config.preferred_platforms and not has_arch_preference(pod):
+    if config.preferred_platforms and not _has_arch_preference(spec):
         return True
     return numa_relevant(pod, config)
 
@@ -156,7 +174,10 @@ def arch_pinned(pod: Mapping[str, Any]) -> bool:
     architecture requirement only into terms without such an expression, so when every term
     has one there is nothing for it to add. Required terms are ORed (Kubernetes nodeAffinity).
     """
-    spec = _map(pod.get("spec"))
+    return _arch_pinned(_map(pod.get("spec")))
+
+
+def _arch_pinned(spec: Mapping[str, Any]) -> bool:
     if ARCH_LABEL in _map(spec.get("nodeSelector")):
         return True
     required = _map(
@@ -182,7 +203,11 @@ def _term_has_arch(term: Any) -> bool:
 
 def has_arch_preference(pod: Mapping[str, Any]) -> bool:
     """True when a preferred nodeAffinity term has a ``kubernetes.io/arch`` expression."""
-    affinity = _map(_map(_map(pod.get("spec")).get("affinity")).get("nodeAffinity"))
+    return _has_arch_preference(_map(pod.get("spec")))
+
+
+def _has_arch_preference(spec: Mapping[str, Any]) -> bool:
+    affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
     for item in _list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution")):
         if _term_has_arch(_map(item).get("preference")):
             return True
