@@ -16,7 +16,11 @@ whole body, ~10 us more per request): the header says which.
 in-process through the ASGI app (CPU time, best of many runs: steadier than the served figures
 on a shared machine).
 
-Usage: ``python bench/webhook.py [--duration 5] [--rounds 5] [--connections 10 50]
+``--floor`` adds ``POST /bare-validate``: the bare endpoint plus the one thing /mutate cannot
+skip, checking that the 5 KB body is JSON (so that a malformed one gets 400), with nothing
+built. Its ratio is the ceiling of what /mutate can reach on the machine.
+
+Usage: ``python bench/webhook.py [--duration 5] [--rounds 5] [--floor] [--connections 10 50]
 [--client auto|wrk|aiohttp] [--install-wrk] [--breakdown]``
 """
 
@@ -313,12 +317,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="pairs of bare/mutate runs per concurrency; ratios are the median "
-                             "over the pairs (the machine is shared: single runs are noisy)")
+                        help="rounds of back-to-back runs per concurrency; ratios are the "
+                             "median over the rounds (shared machine: single runs are noisy)")
     parser.add_argument("--connections", type=int, nargs="+", default=[10, 50])
     parser.add_argument("--client", choices=("auto", "wrk", "aiohttp"), default="auto")
     parser.add_argument("--install-wrk", action="store_true",
                         help="apt-get install -y wrk when it is missing")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run /bare-validate, which only checks that the body is "
+                             "JSON: the least /mutate must do, so its ratio bounds /mutate's")
     parser.add_argument("--breakdown", action="store_true",
                         help="only the in-process per-request CPU breakdown (no server)")
     parser.add_argument("--cold", type=float, default=0.0, metavar="MIB",
@@ -344,14 +351,16 @@ def main() -> int:
         body_file.write_bytes(body)
         port = free_port()
         server = start_server(cert_dir, config, port)
+        endpoints = ["bare", "mutate", *(["bare-validate"] if args.floor else [])]
         tables: list[tuple[int, dict[str, list[dict[str, Any]]]]] = []
         try:
             for conns in args.connections:
-                runs: dict[str, list[dict[str, Any]]] = {"bare": [], "mutate": []}
+                runs: dict[str, list[dict[str, Any]]] = {e: [] for e in endpoints}
                 for round_no in range(args.rounds):
-                    # Pairs alternate which endpoint goes first, so a machine that speeds up
-                    # or slows down during the pair favours neither.
-                    order = ("bare", "mutate") if round_no % 2 == 0 else ("mutate", "bare")
+                    # Each round runs every endpoint back to back, in turn forwards and
+                    # backwards, so a machine that speeds up or slows down during the round
+                    # favours none of them.
+                    order = endpoints if round_no % 2 == 0 else endpoints[::-1]
                     for endpoint in order:
                         url = f"https://127.0.0.1:{port}/{endpoint}"
                         cpu_before = cpu_seconds(server.pid)
@@ -377,31 +386,32 @@ def main() -> int:
     decoder = "msgspec" if importlib.util.find_spec("msgspec") else "orjson (msgspec missing)"
     print(f"webhook benchmark: TLS (ECDSA P-256), body {len(body)} B "
           f"({REVIEW.name}), /mutate decoder={decoder}, client={client}, "
-          f"{args.rounds} pairs of {args.duration:g} s runs per concurrency, "
+          f"{args.rounds} rounds of {args.duration:g} s runs per endpoint and concurrency, "
           f"{os.cpu_count()} CPUs (server, load generator and anything else share them)")
-    print("Each pair runs /bare and /mutate back to back (alternating which goes first); "
-          "'ratio' is the median over the pairs of mutate/bare, for req/s and for the server's "
-          "CPU time per request ('cpu us/req': bare cpu / mutate cpu, the throughput ratio of "
-          "a CPU-bound server). Pairing cancels most of the drift of a shared machine, which "
-          "moves single runs by +-20%. Other columns: median run.")
-    print(f"{'conns':>5} {'endpoint':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'requests':>9} {'failed':>6} {'cpu us/req':>10} {'req/s ratio':>11} "
+    print("A round runs the endpoints back to back (in turn forwards and backwards); "
+          "'ratio' is the median over the rounds of endpoint/bare, for req/s and for the "
+          "server's CPU time per request ('cpu us/req': bare cpu / endpoint cpu, the "
+          "throughput ratio of a CPU-bound server). Rounds cancel most of the drift of a "
+          "shared machine, which moves single runs by +-20%. Other columns: median run. "
+          "bare-validate (--floor) only checks that the body is JSON: the least /mutate does.")
+    print(f"{'conns':>5} {'endpoint':<13} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+          f"{'requests':>8} {'failed':>6} {'cpu us/req':>10} {'req/s ratio':>11} "
           f"{'cpu ratio':>9}")
     for conns, runs in tables:
-        pair_rps = sorted(m["rps"] / b["rps"] for b, m in zip(runs["bare"], runs["mutate"],
-                                                               strict=True))
-        pair_cpu = sorted(b["cpu_us"] / m["cpu_us"] for b, m in zip(
-            runs["bare"], runs["mutate"], strict=True) if m["cpu_us"])
-        for endpoint in ("bare", "mutate"):
-            r = dict(sorted(runs[endpoint], key=lambda run: run["rps"])[len(runs[endpoint]) // 2])
-            cpus = sorted(run["cpu_us"] for run in runs[endpoint])
-            failed = sum(run["failed"] for run in runs[endpoint])
+        for endpoint, endpoint_runs in runs.items():
+            r = dict(sorted(endpoint_runs, key=lambda run: run["rps"])[len(endpoint_runs) // 2])
+            cpus = sorted(run["cpu_us"] for run in endpoint_runs)
+            failed = sum(run["failed"] for run in endpoint_runs)
             ratios = ""
-            if endpoint == "mutate":
+            if endpoint != "bare":
+                pair_rps = sorted(e["rps"] / b["rps"] for b, e in zip(
+                    runs["bare"], endpoint_runs, strict=True))
+                pair_cpu = sorted(b["cpu_us"] / e["cpu_us"] for b, e in zip(
+                    runs["bare"], endpoint_runs, strict=True) if e["cpu_us"])
                 ratios = (f"{_median(pair_rps):>10.2f}x {_median(pair_cpu):>8.2f}x  "
-                          f"pairs: req/s {[round(x, 2) for x in pair_rps]}")
-            print(f"{conns:>5} {endpoint:<8} {r['rps']:>9.0f} {r['p50_ms']:>8.2f} "
-                  f"{r['p99_ms']:>8.2f} {r['requests']:>9} {failed:>6} "
+                          f"rounds: req/s {[round(x, 2) for x in pair_rps]}")
+            print(f"{conns:>5} {endpoint:<13} {r['rps']:>7.0f} {r['p50_ms']:>7.2f} "
+                  f"{r['p99_ms']:>7.2f} {r['requests']:>8} {failed:>6} "
                   f"{cpus[len(cpus) // 2]:>10.0f} {ratios}"
                   + (f"  {r['socket_errors']}" if r.get("socket_errors") else ""))
     return 0

@@ -387,6 +387,28 @@ def _pod_and_namespace(request: Mapping[str, Any]) -> tuple[Mapping[str, Any], s
     return pod, namespace
 
 
+if msgspec is not None:
+    class _Nothing(msgspec.Struct):
+        """Decodes any JSON object into nothing: a syntax check that builds no object."""
+
+    _SYNTAX_CHECK: Any = msgspec.json.Decoder(_Nothing)
+
+
+_SYNTAX_ERRORS: tuple[type[Exception], ...] = (*_DECODE_ERRORS, orjson.JSONDecodeError)
+
+
+def _validate_json(body: bytes) -> None:
+    """Raise :class:`BadReview` unless ``body`` is a JSON object (msgspec when installed,
+    without building anything; orjson otherwise). Only for the benchmark's floor endpoint."""
+    try:
+        if msgspec is not None:
+            _SYNTAX_CHECK.decode(body)
+        elif not isinstance(orjson.loads(body), dict):
+            raise BadReview("body is not a JSON object")
+    except _SYNTAX_ERRORS as exc:
+        raise BadReview(f"body is not a JSON object: {exc}") from None
+
+
 _PATCH_CACHE: dict[tuple[bool, bool], str] = {}
 
 
@@ -460,8 +482,9 @@ def create_app(
         certs_ready: tells ``/readyz`` whether the serving certificate is loaded.
         metrics: the metrics holder (a fresh one with its own registry by default); the app
             exposes it as ``app.state.metrics``.
-        bare_endpoint: also serve ``POST /bare``, a constant answer on the same stack, for
-            the benchmark's baseline.
+        bare_endpoint: also serve the benchmark's baselines on the same stack: ``POST /bare``
+            (reads the body, constant answer) and ``POST /bare-validate`` (also checks that
+            the body is JSON, building nothing: the least /mutate has to do).
 
     Routes: ``POST /mutate``, ``GET /healthz``, ``GET /readyz`` (503 until the config was read
     once and certificates are loaded), ``GET /metrics`` (Prometheus text format).
@@ -554,6 +577,16 @@ def create_app(
         @app.post("/bare")
         async def bare(request: Request) -> Response:
             await request.body()
+            return Response(bare_body, media_type=_JSON)
+
+        @app.post("/bare-validate")
+        async def bare_validate(request: Request) -> Response:
+            # The floor of /mutate: check that the body is JSON (as /mutate must, to answer a
+            # malformed one with 400), build nothing, answer the constant.
+            try:
+                _validate_json(await request.body())
+            except BadReview as exc:
+                return _bad_request(str(exc))
             return Response(bare_body, media_type=_JSON)
 
     return app

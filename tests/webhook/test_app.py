@@ -276,3 +276,18 @@ async def test_latency_histogram_buckets_are_cumulative(source: StaticConfigSour
     assert sample(f"{name}_bucket", {"le": "+Inf"}) == 5
     assert sample(f"{name}_count") == 5
     assert sample(f"{name}_sum") == pytest.approx(bounds[0] * 2.5 + bounds[-1] * 3)
+
+
+async def test_bare_validate_checks_the_json_and_answers_the_constant(
+    source: StaticConfigSource,
+) -> None:
+    app = create_app(source, bare_endpoint=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="https://webhook") as client:
+        good = await client.post("/bare-validate", content=raw_body("a-plain-pod"))
+        bare = await client.post("/bare", content=raw_body("a-plain-pod"))
+        assert good.status_code == 200
+        assert good.content == bare.content
+        bad = await client.post("/bare-validate", content=raw_body("a-plain-pod")[:100])
+        assert bad.status_code == 400
+        assert "not a JSON object" in bad.json()["error"]
