@@ -674,7 +674,10 @@ class ServingCertSecret:
     working throughout. Expired CAs leave the bundle. The serving certificate is also
     reissued when it is within ``renew_before`` of expiry, missing, not issued by a trusted
     CA, or (outside a CA rotation) lacks the Service's DNS names. ``overlap`` must exceed the
-    time the caller needs to publish a bundle (the lifecycle's resync period).
+    time the caller needs to publish a bundle (the lifecycle's resync period). Should
+    publishing fail for longer, a reissue that the caBundle in the webhook configuration would
+    not trust waits (the current certificate, which it does trust, is kept; a warning is
+    logged and the plan's reasons say so) until the bundle is published.
 
     Crash safety: the CA Secret is written before the TLS Secret, and the trusted set is read
     as the union of both Secrets' ``ca.crt``, so an interrupted write never loses a CA that a
@@ -786,6 +789,12 @@ class ServingCertSecret:
             plan = certs.RotationPlan(plan.new_ca, True, plan.drop_cas,
                                       (*plan.reasons, "Service DNS names changed"),
                                       plan.next_check)
+        if plan.reissue_serving and await self._must_wait_for_publication(state, plan, now):
+            held = ("serving certificate reissue held: the published caBundle of "
+                    f"{WEBHOOK_CONFIGURATION_NAME} does not trust the signing CA yet")
+            log.warning("%s (it keeps the current serving certificate, which it trusts)", held)
+            plan = certs.RotationPlan(plan.new_ca, False, plan.drop_cas,
+                                      (*plan.reasons, held), plan.next_check)
         if not plan.noop:
             log.info("rotating webhook certificates: %s", "; ".join(plan.reasons))
             state = certs.apply_rotation(state, plan, dns_names=dns_names,
@@ -800,6 +809,54 @@ class ServingCertSecret:
                                                    labels=_SECRET_LABELS))
         return state.bundle()
 
+    async def _must_wait_for_publication(
+        self, state: CertState, plan: RotationPlan, now: dt.datetime
+    ) -> bool:
+        """True when a reissue must wait: the current serving certificate is valid and trusted
+        by the caBundle published in the webhook configuration, but the CA that would sign
+        its successor is not in that bundle yet (step 2 of a CA rotation after the overlap
+        passed without the lifecycle publishing step 1's bundle, e.g. after repeated
+        failures to write the webhook configuration). Reissuing then would make every
+        admission call fail until the bundle is published. Without a webhook configuration
+        (first install) nothing is published to break, and a serving certificate that
+        already fails is replaced at once."""
+        if plan.new_ca:  # the successor's CA does not exist yet: the current one is broken
+            return False
+        signer = state.signing_ca()
+        serving = state.serving
+        if signer is None or serving is None or now >= serving.certificate.not_valid_after_utc:
+            return False
+        published = await self._published_cas()
+        if published is None:
+            return False
+        trusted_now = any(_signed_by(serving.cert_pem, ca) for ca in published)
+        return trusted_now and _der(signer.cert_pem) not in {_der(ca) for ca in published}
+
+    async def _published_cas(self) -> list[bytes] | None:
+        """PEM CAs present in the caBundle of every webhook of our MutatingWebhookConfiguration;
+        None when it does not exist or carries no caBundle (nothing published yet)."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        try:
+            live = await self.api.request("GET", WEBHOOK_PATH)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        common: dict[bytes, bytes] | None = None
+        for hook in live.get("webhooks") or []:
+            raw = ((hook or {}).get("clientConfig") or {}).get("caBundle")
+            if not raw:
+                return None
+            try:
+                loaded = x509.load_pem_x509_certificates(base64.b64decode(raw))
+            except ValueError:  # unreadable: it trusts nothing, and gets overwritten anyway
+                return None
+            cas = {c.public_bytes(Encoding.DER): c.public_bytes(Encoding.PEM) for c in loaded}
+            common = cas if common is None else {k: v for k, v in common.items() if k in cas}
+        return None if common is None else list(common.values())
+
     @staticmethod
     def _wrong_names(state: CertState, plan: RotationPlan, dns_names: Sequence[str]) -> bool:
         """The serving certificate lacks the Service's names and may be reissued now: it is
@@ -811,6 +868,15 @@ class ServingCertSecret:
         if signer is None or not _signed_by(state.serving.cert_pem, signer.cert_pem):
             return False
         return not set(dns_names) <= _dns_names(state.serving.cert_pem)
+
+
+def _der(pem: bytes) -> bytes:
+    """The DER encoding of a PEM certificate (compares certificates whatever their PEM
+    line wrapping)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
 
 
 def _union(*bundles: Sequence[bytes]) -> tuple[bytes, ...]:

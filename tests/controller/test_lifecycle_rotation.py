@@ -293,3 +293,66 @@ async def test_serving_certificate_follows_a_renamed_service(
     rvs = _rvs(env)
     await renamed()
     assert _rvs(env) == rvs
+
+
+async def test_step_two_waits_until_the_new_ca_is_published(
+    fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
+) -> None:
+    """Step 1's bundle never reached the webhook configuration (here: the source is called
+    without the lifecycle, as when every write of the configuration failed): after the
+    overlap, the serving certificate is not replaced by one the published caBundle does not
+    trust; it is once the lifecycle has published the bundle."""
+    env = fresh_localkube
+    real = dt.datetime.now(dt.UTC)
+    clock = Clock(real - dt.timedelta(days=9))
+    source, lifecycle = _setup(env, api, clock)
+    await lifecycle.reconcile()
+    bundle0, s0 = _published_bundle(env), _serving(env)
+
+    clock.now = real - dt.timedelta(minutes=60)
+    await source()  # step 1, not published
+    assert source.last_plan is not None and source.last_plan.new_ca
+    assert _published_bundle(env) == bundle0
+
+    clock.now = real  # the overlap is over
+    await source()
+    assert source.last_plan is not None and not source.last_plan.reissue_serving
+    assert "held" in source.last_plan.reasons[-1]
+    assert _serving(env) == s0
+    assert await _handshake(tmp_path, _serving(env), _published_bundle(env))
+
+    # The lifecycle's reconcile publishes the two-CA bundle (its source call still holds,
+    # since it runs before the write); the next one reissues from the new CA.
+    await lifecycle.reconcile()
+    assert _serving(env) == s0
+    bundle1 = _published_bundle(env)
+    assert len(_subjects_keys(bundle1)) == 2
+    await lifecycle.reconcile()
+    assert source.last_plan is not None and source.last_plan.reissue_serving
+    s1 = _serving(env)
+    assert s1 != s0
+    assert await _handshake(tmp_path, s1, _published_bundle(env))
+    assert not await _handshake(tmp_path, s1, bundle0)
+
+
+async def test_first_install_and_broken_certificates_are_not_held(
+    fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
+) -> None:
+    env = fresh_localkube
+    clock = Clock(dt.datetime.now(dt.UTC))
+    source, lifecycle = _setup(env, api, clock)
+    await source()  # no webhook configuration yet: issued at once
+    assert source.last_plan is not None and source.last_plan.reissue_serving
+    await lifecycle.reconcile()
+    # The TLS Secret gets a certificate from a foreign CA: it is replaced although the
+    # published bundle is unchanged (the current certificate does not work anyway).
+    foreign = certs.issue_serving_cert(certs.generate_ca(), [HOST])
+    env.patch(TLS_PATH, [
+        {"op": "replace", "path": "/data/tls.crt",
+         "value": base64.b64encode(foreign.cert_pem).decode()},
+        {"op": "replace", "path": "/data/tls.key",
+         "value": base64.b64encode(foreign.key_pem).decode()}], "json")
+    assert not await _handshake(tmp_path, _serving(env), _published_bundle(env))
+    await source()
+    assert source.last_plan is not None and source.last_plan.reissue_serving
+    assert await _handshake(tmp_path, _serving(env), _published_bundle(env))
