@@ -6,9 +6,9 @@ a load generator in another process: ``wrk`` when available (``--install-wrk`` i
 Debian package when missing), else a Python aiohttp client with keep-alive. For each
 concurrency (10 and 50 connections) it measures ``POST /mutate`` with the recorded
 AdmissionReview ``admission-review-raw-a-plain-pod.json`` (a pod that gets gated) and
-``POST /bare`` (same process and stack, constant answer) in pairs of back-to-back runs, and
-prints a table with the median over the pairs of the mutate/bare ratio (single runs on this
-shared machine move by +-20%; a pair sees the same conditions).
+``POST /bare`` (same process and stack, constant answer) in rounds of back-to-back runs, and
+prints a table with the median over the rounds of the mutate/bare ratio (single runs on this
+shared machine move by +-20%; the runs of one round see the same conditions).
 /mutate decodes the review selectively with msgspec when it is installed (else orjson parses the
 whole body, ~10 us more per request): the header says which.
 
@@ -43,6 +43,7 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import ssl  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -302,13 +303,6 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
         print(f"  {name:<32} {min(runs):6.1f}")
 
 
-def _median(values: list[float]) -> float:
-    """The median of a non-empty list (the mean of the middle two for an even length)."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -406,9 +400,10 @@ def main() -> int:
             if endpoint != "bare":
                 pair_rps = sorted(e["rps"] / b["rps"] for b, e in zip(
                     runs["bare"], endpoint_runs, strict=True))
-                pair_cpu = sorted(b["cpu_us"] / e["cpu_us"] for b, e in zip(
-                    runs["bare"], endpoint_runs, strict=True) if e["cpu_us"])
-                ratios = (f"{_median(pair_rps):>10.2f}x {_median(pair_cpu):>8.2f}x  "
+                pair_cpu = [b["cpu_us"] / e["cpu_us"] for b, e in zip(
+                    runs["bare"], endpoint_runs, strict=True) if e["cpu_us"]]
+                rps_ratio, cpu_ratio = statistics.median(pair_rps), statistics.median(pair_cpu)
+                ratios = (f"{rps_ratio:>10.2f}x {cpu_ratio:>8.2f}x  "
                           f"rounds: req/s {[round(x, 2) for x in pair_rps]}")
             print(f"{conns:>5} {endpoint:<13} {r['rps']:>7.0f} {r['p50_ms']:>7.2f} "
                   f"{r['p99_ms']:>7.2f} {r['requests']:>8} {failed:>6} "

@@ -820,6 +820,8 @@ class ServingCertSecret:
         admission call fail until the bundle is published. Without a webhook configuration
         (first install) nothing is published to break, and a serving certificate that
         already fails is replaced at once."""
+        from cryptography.hazmat.primitives.serialization import Encoding
+
         if plan.new_ca:  # the successor's CA does not exist yet: the current one is broken
             return False
         signer = state.signing_ca()
@@ -829,12 +831,13 @@ class ServingCertSecret:
         published = await self._published_cas()
         if published is None:
             return False
-        trusted_now = any(_signed_by(serving.cert_pem, ca) for ca in published)
-        return trusted_now and _der(signer.cert_pem) not in {_der(ca) for ca in published}
+        trusted_now = any(_signed_by(serving.cert_pem, ca) for ca in published.values())
+        return trusted_now and signer.certificate.public_bytes(Encoding.DER) not in published
 
-    async def _published_cas(self) -> list[bytes] | None:
-        """PEM CAs present in the caBundle of every webhook of our MutatingWebhookConfiguration;
-        None when it does not exist or carries no caBundle (nothing published yet)."""
+    async def _published_cas(self) -> dict[bytes, bytes] | None:
+        """The CAs present in the caBundle of every webhook of our MutatingWebhookConfiguration,
+        DER -> PEM (DER compares certificates whatever their PEM wrapping); None when it does
+        not exist or carries no caBundle (nothing published yet)."""
         from cryptography import x509
         from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -855,7 +858,7 @@ class ServingCertSecret:
                 return None
             cas = {c.public_bytes(Encoding.DER): c.public_bytes(Encoding.PEM) for c in loaded}
             common = cas if common is None else {k: v for k, v in common.items() if k in cas}
-        return None if common is None else list(common.values())
+        return common
 
     @staticmethod
     def _wrong_names(state: CertState, plan: RotationPlan, dns_names: Sequence[str]) -> bool:
@@ -868,15 +871,6 @@ class ServingCertSecret:
         if signer is None or not _signed_by(state.serving.cert_pem, signer.cert_pem):
             return False
         return not set(dns_names) <= _dns_names(state.serving.cert_pem)
-
-
-def _der(pem: bytes) -> bytes:
-    """The DER encoding of a PEM certificate (compares certificates whatever their PEM
-    line wrapping)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import Encoding
-
-    return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
 
 
 def _union(*bundles: Sequence[bytes]) -> tuple[bytes, ...]:

@@ -409,33 +409,22 @@ def _validate_json(body: bytes) -> None:
         raise BadReview(f"body is not a JSON object: {exc}") from None
 
 
-_PATCH_CACHE: dict[tuple[bool, bool], str] = {}
+_PATCH_TAILS: dict[tuple[bool, bool], bytes] = {}
 
 
-def _encoded_patch(pod: Mapping[str, Any]) -> str:
-    """The base64 JSONPatch for ``pod``.
+def _patch_tail(pod: Mapping[str, Any]) -> bytes:
+    """``,"patchType":"JSONPatch","patch":"<base64 JSONPatch>"``: the response members that
+    gate ``pod``.
 
     :func:`webhook.patch.gate_patch` depends only on whether ``spec.schedulingGates`` is a
     list and ``metadata.labels`` a map (:func:`webhook.patch.patch_shape`), so there are four
     distinct patches: each is built and encoded once, then looked up by that shape.
     """
     key = patch_shape(pod)
-    encoded = _PATCH_CACHE.get(key)
-    if encoded is None:
-        encoded = _PATCH_CACHE[key] = base64.b64encode(orjson.dumps(gate_patch(pod))).decode()
-    return encoded
-
-
-_PATCH_TAILS: dict[tuple[bool, bool], bytes] = {}
-
-
-def _patch_tail(pod: Mapping[str, Any]) -> bytes:
-    """``,"patchType":"JSONPatch","patch":"<base64 JSONPatch>"``: the response members that
-    gate ``pod``, cached per patch shape like :func:`_encoded_patch`."""
-    key = patch_shape(pod)
     tail = _PATCH_TAILS.get(key)
     if tail is None:
-        members = orjson.dumps({"patchType": "JSONPatch", "patch": _encoded_patch(pod)})
+        patch = base64.b64encode(orjson.dumps(gate_patch(pod))).decode()
+        members = orjson.dumps({"patchType": "JSONPatch", "patch": patch})
         tail = _PATCH_TAILS[key] = b"," + members[1:-1]
     return tail
 

@@ -15,6 +15,7 @@ from tests.webhook.reference import RAW_CASES, raw_body, recorded_answer
 from webhook import app as app_module
 from webhook.app import INTERNAL_ERROR_WARNING, create_app
 from webhook.configsource import StaticConfigSource
+from webhook.patch import gate_patch
 
 
 def review(body: bytes | dict[str, Any]) -> dict[str, Any]:
@@ -253,7 +254,8 @@ def test_spliced_answer_is_the_bytes_of_the_answer_dict(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     tail = b""
     if gated:
-        response |= {"patchType": "JSONPatch", "patch": app_module._encoded_patch(pod)}
+        patch = base64.b64encode(app_module.orjson.dumps(gate_patch(pod))).decode()
+        response |= {"patchType": "JSONPatch", "patch": patch}
         tail = app_module._patch_tail(pod)
     expected = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
     answer = app_module._allowed(api_version, uid, tail)
