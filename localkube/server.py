@@ -917,12 +917,19 @@ class KubeServer:
                 etype = None
         if etype is None:
             return None
+        obj, cache_key = ev.obj, rt.api_version(version)
+        if etype == "DELETED" and ev.type == "MODIFIED" and ev.prev is not None:
+            # An object leaving the selector: the real cacher sends the previous content with
+            # the event's resourceVersion (reference/watch-pods-events.jsonl).
+            obj = {**ev.prev, "metadata": {**ev.prev.get("metadata", {}),
+                                           "resourceVersion": ev.obj["metadata"].get(
+                                               "resourceVersion")}}
+            cache_key += "#left"
         if as_table:
-            return self._event_line(etype, rt, version, ev.obj, True)
-        cache_key = rt.api_version(version)
+            return self._event_line(etype, rt, version, obj, True)
         data = ev.cache.get(cache_key)
         if data is None:
-            data = ev.cache[cache_key] = _dumps(self._output(rt, version, ev.obj))
+            data = ev.cache[cache_key] = _dumps(self._output(rt, version, obj))
         return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
     def _event_line(

@@ -30,6 +30,7 @@ from controller.config import (
 )
 from podplacement.demo import report, workloads
 from podplacement.demo.workloads import DemoRegistries, Expectation
+from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRIES = DemoRegistries("127.0.0.1:5000", "127.0.0.1:5443", "user", "pass")
@@ -640,17 +641,18 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
 @pytest.mark.slow
 @pytest.mark.realcluster
 def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
-    assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if not assets:
-        pytest.skip("KUBEBUILDER_ASSETS not set (needs etcd + kube-apiserver binaries)")
+    try:
+        assets = locate_assets()
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
     debs = _skip_unless_demo_can_run()
     marker = f"demo-test-{uuid.uuid4().hex}"
-    env = {**_demo_env(marker), "KUBEBUILDER_ASSETS": assets}
+    env = {**_demo_env(marker), "KUBEBUILDER_ASSETS": str(assets.directory)}
     proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=300, check=False)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     _assert_cleaned_up(marker, proc.stderr)
-    _check_demo_output(proc.stdout, scheduler=(Path(assets) / "kube-scheduler").exists())
+    _check_demo_output(proc.stdout, scheduler=assets.binary("kube-scheduler") is not None)
 
 
 @pytest.mark.slow

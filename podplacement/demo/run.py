@@ -65,9 +65,15 @@ from podplacement.demo.seed import (
     DemoRegistryPair,
     push_images,
     start_registries,
-    use_checkout_harness,
 )
 from podplacement.demo.workloads import Expectation
+from podplacement.sandbox.controlplane import (
+    Assets,
+    AssetsNotFound,
+    ControlPlaneError,
+    locate_assets,
+    start_control_plane,
+)
 
 log = logging.getLogger("podplacement.demo")
 
@@ -235,24 +241,19 @@ def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> A
     return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child)
 
 
-def start_real_cluster(work: Path, assets: Path) -> ApiServer:
-    """etcd + kube-apiserver (+ kube-scheduler when present) from ``assets``
-    (``$KUBEBUILDER_ASSETS``) via the test harness (``tests/harness/kube.py``).
+def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
+    """etcd + kube-apiserver + kube-scheduler + kube-controller-manager of ``assets``
+    (:mod:`podplacement.sandbox.controlplane`).
 
     Raises:
-        DemoError: the harness is missing or the control plane did not start.
+        DemoError: the control plane did not start.
     """
-    use_checkout_harness()
     try:
-        from tests.harness.kube import start_real_control_plane
-    except ImportError as exc:
-        raise DemoError(f"tests/harness/kube.py is not available: {exc}") from exc
-    try:
-        plane = start_real_control_plane(assets, work / "control-plane")
-    except RuntimeError as exc:
+        plane = start_control_plane(assets, work / "control-plane")
+    except ControlPlaneError as exc:
         raise DemoError(str(exc)) from exc
-    return ApiServer(Path(plane.env.kubeconfig), "real",
-                     scheduler=(assets / "kube-scheduler").exists(), stop=plane.stop)
+    return ApiServer(plane.kubeconfig, "real",
+                     scheduler="kube-scheduler" in plane.processes, stop=plane.stop)
 
 
 # --- waiting ----------------------------------------------------------------------------
@@ -781,7 +782,11 @@ def run_demo(options: DemoOptions) -> int:
             if options.kubeconfig is not None:
                 server = ApiServer(options.kubeconfig, "existing", scheduler=True)
             elif os.environ.get("KUBEBUILDER_ASSETS"):
-                server = start_real_cluster(work, Path(os.environ["KUBEBUILDER_ASSETS"]))
+                try:
+                    assets = locate_assets()
+                except AssetsNotFound as exc:
+                    raise DemoError(str(exc)) from exc
+                server = start_real_cluster(work, assets)
             else:
                 server = start_localkube(work, work / "logs")
             code = asyncio.run(scenario(options, pair, server, work, children))

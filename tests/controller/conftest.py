@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -18,16 +17,20 @@ import pytest
 from controller.app import Controller, ControllerOptions
 from controller.config import (
     API_VERSION,
+    ARCH_LABEL,
     CONFIG_NAME,
     CONFIG_PLURAL,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    OS_LABEL,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
+from controller.events import REPORTING_CONTROLLER, SOURCE_COMPONENT
 from controller.kube import ApiError, KubeAPI
 from imageinspect import Inspector, RegistriesConfig
-from tests.harness.kube import KubeEnv, start_localkube
+from podplacement.sandbox.controlplane import DEFAULT_NODES, AssetsNotFound
+from tests.harness.kube import KubeEnv, start_localkube, start_real
 from tests.harness.registry import Registry
 
 
@@ -69,35 +72,133 @@ def images(registry: Registry, basic_registry: Registry, make_pusher: Any) -> Im
     )
 
 
-@pytest.fixture(scope="module")
+#: The two backends every controller end-to-end module runs on: localkube, and the real
+#: control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.36.2 with fake
+#: Ready nodes of every architecture; skipped with the reason when no binaries are found).
+BACKENDS = ["localkube", pytest.param("real", marks=pytest.mark.realcluster)]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
 def ckube(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KubeEnv]:
-    """The cluster for controller tests: the real control plane when the ``kube`` fixture
-    selects it (``PODPLACEMENT_TEST_CLUSTER=real``), else a localkube of this module's own
-    (the controller watches cluster-wide; other modules' leftovers must not leak in)."""
-    if os.environ.get("PODPLACEMENT_TEST_CLUSTER") == "real" and os.environ.get(
-        "KUBEBUILDER_ASSETS"
-    ):
-        yield request.getfixturevalue("kube")
-        return
-    server, env = start_localkube(tmp_path_factory.mktemp("ctl-localkube"))
+    """The cluster for one controller test module, of its own (the controller watches
+    cluster-wide; other modules' leftovers must not leak in): localkube, or the real control
+    plane (:func:`tests.harness.kube.start_real`) with the module's ``FAKE_NODES`` (default:
+    ``DEFAULT_NODES``, Ready nodes of every architecture)."""
+    if request.param == "real":
+        try:
+            nodes = getattr(request.module, "FAKE_NODES", DEFAULT_NODES)
+            env = start_real(tmp_path_factory.mktemp("ctl-real"), nodes=nodes)
+        except AssetsNotFound as exc:
+            pytest.skip(str(exc))
+    else:
+        _server, env = start_localkube(tmp_path_factory.mktemp("ctl-localkube"))
     try:
         yield env
     finally:
-        env.close()
-        server.stop()
+        env.stop()
 
 
 @pytest.fixture
 def namespace(ckube: KubeEnv) -> Iterator[str]:
-    """A fresh namespace in ``ckube``, deleted afterwards."""
+    """A fresh namespace in ``ckube``, deleted afterwards. On the real control plane, before
+    the deletion, :func:`check_bindings` asserts that every pod podplacement ungated there
+    and kube-scheduler bound sits on a node its images can run (every test gets this check)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     ckube.ensure_namespace(name)
     try:
         yield name
+        if ckube.kind == "real":
+            check_bindings(ckube, name)
     finally:
         ckube.delete(f"/api/v1/namespaces/{name}")
+
+
+def _allowed(pod: dict[str, Any], key: str, decided: list[str]) -> set[str]:
+    """``decided`` plus the user's own explicit pins on ``key``: a ``nodeSelector`` value and
+    ``In`` lists of required terms outside ``decided`` (podplacement only writes lists inside
+    it, so a list reaching outside is the user's)."""
+    allowed = set(decided)
+    spec = pod["spec"]
+    if key in (spec.get("nodeSelector") or {}):
+        allowed.add(spec["nodeSelector"][key])
+    for term in required_terms(pod):
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == key and expr.get("operator") == "In":
+                allowed.update(expr.get("values") or [])
+    return allowed
+
+
+def _ours_only(pod: dict[str, Any]) -> bool:
+    keys = {ARCH_LABEL, OS_LABEL}
+    terms = required_terms(pod)
+    return bool(terms) and not pod["spec"].get("nodeSelector") and all(
+        not t.get("matchFields") and all(e.get("key") in keys for e in t.get("matchExpressions")
+                                         or []) for t in terms)
+
+
+def check_bindings(env: KubeEnv, ns: str, within: float = 15.0) -> int:
+    """Wait until each ungated pod of ``ns`` decided by podplacement is bound or reported
+    Unschedulable by kube-scheduler; assert every bound pod's node runs an allowed
+    architecture and OS. Returns the number of bound pods checked.
+
+    Raises: AssertionError on a pod bound to a node its images can't run, or on a pod with
+    only podplacement's requirements left unbound after ``within`` seconds."""
+    from controller.config import DECISION_ANNOTATION
+
+    deadline = time.monotonic() + within
+    nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
+             for n in env.get("/api/v1/nodes")["items"]}
+    checked = 0
+    while True:
+        pending = []
+        for pod in env.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+            ann = (pod["metadata"].get("annotations") or {}).get(DECISION_ANNOTATION)
+            if not ann or pod["spec"].get("schedulingGates") or pod["metadata"].get(
+                    "deletionTimestamp"):
+                continue
+            decision = json.loads(ann)
+            node = pod["spec"].get("nodeName")
+            name = pod["metadata"]["name"]
+            if node:
+                if node not in nodes:
+                    found = env.request("GET", f"/api/v1/nodes/{node}")
+                    assert found.status_code in (200, 404), found.text
+                    if found.status_code == 404:
+                        continue  # the test removed the node; checked before that if it must
+                    nodes[node] = found.json()["metadata"].get("labels") or {}
+                labels = nodes[node]
+                archs = decision.get("archs")
+                if archs:
+                    allowed = _allowed(pod, ARCH_LABEL, archs)
+                    assert labels.get(ARCH_LABEL) in allowed, (
+                        f"pod {ns}/{name} bound to {node} ({labels.get(ARCH_LABEL)}); "
+                        f"its images run on {archs}")
+                oses = decision.get("oses")
+                if oses:
+                    assert labels.get(OS_LABEL) in _allowed(pod, OS_LABEL, oses), (
+                        f"pod {ns}/{name} bound to {node} ({labels.get(OS_LABEL)}); "
+                        f"its images run on {oses}")
+                checked += 1
+                continue
+            conditions = {c.get("type"): c for c in pod.get("status", {}).get("conditions")
+                          or []}
+            unschedulable = conditions.get("PodScheduled", {}).get("reason") == "Unschedulable"
+            if decision.get("result") == "set" and _ours_only(pod):
+                assert not unschedulable, f"pod {ns}/{name} unschedulable: {conditions}"
+                pending.append(name)
+            elif not unschedulable:
+                pending.append(name)
+        if not pending:
+            return checked
+        if time.monotonic() > deadline:
+            strict = [
+                p["metadata"]["name"] for p in env.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+                if p["metadata"]["name"] in pending and _ours_only(p)]
+            assert not strict, f"pods {strict} of {ns} not bound within {within} s"
+            return checked
+        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -236,6 +337,7 @@ def required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def events_for(api: KubeAPI, ns: str, name: str) -> list[dict[str, Any]]:
+    """podplacement's Events about pod ``ns/name`` (kube-scheduler's are left out)."""
     found: list[dict[str, Any]] = []
     for path in (
         f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
@@ -247,7 +349,9 @@ async def events_for(api: KubeAPI, ns: str, name: str) -> list[dict[str, Any]]:
             continue
         for ev in items:
             ref = ev.get("regarding") or ev.get("involvedObject") or {}
-            if ref.get("name") == name and ev.get("metadata", {}).get("name") not in {
+            ours = ev.get("reportingController") == REPORTING_CONTROLLER or (
+                ev.get("source") or {}).get("component") == SOURCE_COMPONENT
+            if ours and ref.get("name") == name and ev.get("metadata", {}).get("name") not in {
                 f.get("metadata", {}).get("name") for f in found
             }:
                 found.append(ev)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from controller.kube import ApiError, KubeAPI
 from controller.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
 from tests.controller.conftest import (
@@ -81,8 +79,6 @@ async def test_cert_manager_mode_annotates_the_webhook_configuration_without_ca(
     """With ``cert_manager_certificate`` the controller needs no CA source: it writes the
     webhook configuration with cert-manager's inject-ca-from annotation and no caBundle
     (cert-manager's CA injector fills it), and it creates no certificate Secret."""
-    if ckube.server is None:
-        pytest.skip("creates the cluster-wide singleton config: localkube only")
     ref = f"{namespace}/podplacement-webhook"
     await api.request(
         "POST",

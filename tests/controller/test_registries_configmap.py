@@ -104,8 +104,6 @@ async def placement_config(api: KubeAPI, ckube: KubeEnv, namespace: str
                            ) -> AsyncIterator[dict[str, Any]]:
     """The singleton config naming ConfigMap ``registries`` in the test namespace (localkube
     only: it is cluster-wide); deleted afterwards."""
-    if ckube.server is None:
-        pytest.skip("creates the cluster-wide singleton config: localkube only")
     obj = await api.request("POST", CONFIGS, body={
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodPlacementConfig",
         "metadata": {"name": CONFIG_NAME},

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import certs
 from controller.config import CONFIG_FINALIZER
 from controller.kube import ApiError, KubeAPI
@@ -48,8 +46,6 @@ async def test_ordered_uninstall_with_pods_still_gated(
     start_controller: StartController,
     tmp_path: Path,
 ) -> None:
-    if ckube.server is None:
-        pytest.skip("deletes the cluster-wide singleton config: localkube only")
     ns = namespace
     (tmp_path / "ca.crt").write_bytes(certs.generate_ca().cert_pem)
     await api.request(

@@ -2,28 +2,32 @@
 
 :class:`KubeEnv` is what tests get from the ``kube`` / ``localkube`` / ``real_kube`` fixtures:
 the server URL, a kubeconfig file, and small synchronous helpers for raw JSON requests.
-:func:`start_real_control_plane` starts etcd + kube-apiserver (+ kube-scheduler when present)
-from ``$KUBEBUILDER_ASSETS`` (the envtest convention) on 127.0.0.1 with generated certificates
-and a static admin token.
+:func:`start_real` starts the real control plane of :mod:`podplacement.sandbox.controlplane`
+(found by itself: ``$KUBEBUILDER_ASSETS``, else ``../shared/k8s-bin`` plus Debian's etcd) with
+the project's CRDs and fake Ready nodes of every architecture.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
-import subprocess
+import ssl
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import httpx
 import yaml
 
-import certs
 from localkube import LocalKube
+from podplacement.sandbox.controlplane import (
+    DEFAULT_NODES,
+    ControlPlane,
+    FakeNode,
+    add_nodes,
+    locate_assets,
+    start_control_plane,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = sorted((REPO / "deploy" / "crds").glob("*.yaml")) + sorted(
@@ -56,6 +60,7 @@ class KubeEnv:
     server: LocalKube | None = None
     token: str | None = None
     ca_file: Path | None = None
+    plane: ControlPlane | None = None
     _client: httpx.Client | None = field(default=None, repr=False)
 
     @property
@@ -65,7 +70,8 @@ class KubeEnv:
             headers = {"Accept": "application/json"}
             if self.token:
                 headers["Authorization"] = f"Bearer {self.token}"
-            verify: Any = str(self.ca_file) if self.ca_file else True
+            verify: Any = (ssl.create_default_context(cafile=str(self.ca_file))
+                           if self.ca_file else True)
             self._client = httpx.Client(base_url=self.url, headers=headers, verify=verify,
                                         timeout=30.0)
         return self._client
@@ -75,6 +81,14 @@ class KubeEnv:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def stop(self) -> None:
+        """Close the client; stop the server (localkube or the real control plane)."""
+        self.close()
+        if self.server is not None:
+            self.server.stop()
+        if self.plane is not None:
+            self.plane.stop()
 
     def request(
         self,
@@ -133,15 +147,56 @@ class KubeEnv:
         return self.request("DELETE", path)
 
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-        """Create namespace ``name`` (with ``labels``) unless it exists; returns it."""
+        """Create namespace ``name`` (with ``labels``) unless it exists; returns it. On a
+        real control plane, also wait (at most 20 s) for its ``default`` ServiceAccount, which
+        the ServiceAccount admission plugin needs before any pod is created there (made by
+        kube-controller-manager; created here when no controller-manager runs).
+
+        Raises: httpx.HTTPStatusError on a refused write; RuntimeError when the
+        ServiceAccount does not appear."""
         body = {"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": name, "labels": labels or {}}}
         r = self.request("POST", "/api/v1/namespaces", json=body)
         if r.status_code == 409:
-            return self.get(f"/api/v1/namespaces/{name}")
-        r.raise_for_status()
-        out: dict[str, Any] = r.json()
+            out: dict[str, Any] = self.get(f"/api/v1/namespaces/{name}")
+        else:
+            r.raise_for_status()
+            out = r.json()
+        if self.kind == "real":
+            self.wait_default_service_account(name)
         return out
+
+    def wait_default_service_account(self, namespace: str, limit: float = 20.0) -> None:
+        """Wait for ``namespace``'s ``default`` ServiceAccount; create it when no
+        kube-controller-manager runs. Raises: RuntimeError after ``limit`` seconds."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts"
+        if self.plane is None or "kube-controller-manager" not in self.plane.processes:
+            r = self.request("POST", path, json={"apiVersion": "v1", "kind": "ServiceAccount",
+                                                 "metadata": {"name": "default"}})
+            if r.status_code not in (201, 409):
+                r.raise_for_status()
+        deadline = time.monotonic() + limit
+        while self.request("GET", f"{path}/default").status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no default ServiceAccount in {namespace} after {limit} s")
+            time.sleep(0.05)
+
+    def wait_crds_served(self, limit: float = 30.0) -> None:
+        """Wait until every CRD of the project answers a list (a new CRD takes a moment
+        on a real API server). Raises: RuntimeError after ``limit`` seconds."""
+        paths = []
+        for path in CRD_FILES:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    spec = doc["spec"]
+                    version = next(v["name"] for v in spec["versions"] if v.get("served"))
+                    paths.append(f"/apis/{spec['group']}/{version}/{spec['names']['plural']}")
+        deadline = time.monotonic() + limit
+        for p in paths:
+            while self.request("GET", p).status_code != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{p} not served after {limit} s")
+                time.sleep(0.1)
 
     def apply_crds(self, files: list[Path] | None = None) -> None:
         """Create the CRDs of ``files`` (default: the project's) unless they exist."""
@@ -166,115 +221,28 @@ def start_localkube(tmp: Path, **options: Any) -> tuple[LocalKube, KubeEnv]:
 # --- real control plane --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def real_env(plane: ControlPlane) -> KubeEnv:
+    """The :class:`KubeEnv` of a running real control plane (admin token)."""
+    return KubeEnv(url=plane.url, kubeconfig=plane.kubeconfig, kind="real", token=plane.token,
+                   ca_file=plane.ca_file, plane=plane)
 
 
-@dataclass
-class RealControlPlane:
-    """Processes of a real control plane started from ``KUBEBUILDER_ASSETS``."""
-
-    env: KubeEnv
-    processes: list[subprocess.Popen[bytes]]
-    workdir: Path
-    log: IO[bytes] | None = None
-
-    def stop(self) -> None:
-        """Terminate the processes (newest first) and wait for them."""
-        self.env.close()
-        for p in reversed(self.processes):
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-        for p in reversed(self.processes):
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        if self.log is not None:
-            self.log.close()
-
-
-def start_real_control_plane(assets: Path, workdir: Path) -> RealControlPlane:
-    """Start etcd, kube-apiserver and (if present) kube-scheduler on 127.0.0.1.
+def start_real(workdir: Path, *, nodes: Iterable[FakeNode] = DEFAULT_NODES,
+               **options: Any) -> KubeEnv:
+    """Locate the binaries (:func:`podplacement.sandbox.controlplane.locate_assets`), start
+    the control plane in ``workdir``, load the project's CRDs and add the fake Ready
+    ``nodes``. ``options`` go to ``start_control_plane``.
 
     Raises:
-        RuntimeError: a binary is missing or the API server does not become ready in 60 s.
+        AssetsNotFound: no binaries; ControlPlaneError: it did not start.
     """
-    etcd_bin, api_bin = assets / "etcd", assets / "kube-apiserver"
-    if not etcd_bin.exists() or not api_bin.exists():
-        raise RuntimeError(f"etcd/kube-apiserver not found in {assets}")
-    workdir.mkdir(parents=True, exist_ok=True)
-    ca = certs.generate_ca("localkube-test-ca")
-    serving = certs.issue_serving_cert(ca, ["localhost", "kubernetes"], ["127.0.0.1"])
-    sa_key = certs.new_private_key("rsa")
-    from cryptography.hazmat.primitives import serialization
-
-    (workdir / "ca.crt").write_bytes(ca.cert_pem)
-    (workdir / "serving.crt").write_bytes(serving.cert_pem)
-    (workdir / "serving.key").write_bytes(serving.key_pem)
-    (workdir / "sa.key").write_bytes(sa_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    (workdir / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    token = os.urandom(16).hex()
-    (workdir / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')
-    etcd_client, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    log = open(workdir / "control-plane.log", "wb")  # closed by RealControlPlane.stop
-    procs.append(subprocess.Popen([
-        str(etcd_bin), "--data-dir", str(workdir / "etcd"),
-        "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
-        "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
-        "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-        "--unsafe-no-fsync",
-    ], stdout=log, stderr=subprocess.STDOUT))
-    procs.append(subprocess.Popen([
-        str(api_bin), f"--secure-port={api_port}", "--bind-address=127.0.0.1",
-        f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-        f"--cert-dir={workdir}", f"--tls-cert-file={workdir / 'serving.crt'}",
-        f"--tls-private-key-file={workdir / 'serving.key'}",
-        f"--client-ca-file={workdir / 'ca.crt'}",
-        f"--token-auth-file={workdir / 'tokens.csv'}",
-        "--authorization-mode=RBAC",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={workdir / 'sa.pub'}",
-        f"--service-account-signing-key-file={workdir / 'sa.key'}",
-        "--service-cluster-ip-range=10.96.0.0/12", "--endpoint-reconciler-type=none",
-        "--allow-privileged=true",
-    ], stdout=log, stderr=subprocess.STDOUT))
-    url = f"https://127.0.0.1:{api_port}"
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "real", "cluster": {
-            "server": url, "certificate-authority": str(workdir / "ca.crt")}}],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": "real", "context": {"cluster": "real", "user": "admin"}}],
-        "current-context": "real",
-    }))
-    env = KubeEnv(url=url, kubeconfig=kubeconfig, kind="real", token=token,
-                  ca_file=workdir / "ca.crt")
-    plane = RealControlPlane(env, procs, workdir, log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if env.request("GET", "/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            plane.stop()
-            raise RuntimeError(f"kube-apiserver did not become ready; see {workdir}")
-        time.sleep(0.5)
-    sched = assets / "kube-scheduler"
-    if sched.exists() and shutil.which(str(sched)):
-        procs.append(subprocess.Popen([
-            str(sched), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
-            f"--secure-port={_free_port()}", "--leader-elect=false",
-        ], stdout=log, stderr=subprocess.STDOUT))
-    return plane
+    plane = start_control_plane(locate_assets(), workdir, **options)
+    try:
+        env = real_env(plane)
+        env.apply_crds()
+        env.wait_crds_served()
+        add_nodes(plane, nodes)
+    except BaseException:
+        plane.stop()
+        raise
+    return env

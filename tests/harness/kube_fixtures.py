@@ -1,12 +1,17 @@
-"""pytest fixtures for the Kubernetes API: localkube, or a real control plane
-(etcd + kube-apiserver from KUBEBUILDER_ASSETS).
+"""pytest fixtures for the Kubernetes API: localkube, or the real control plane.
 
 - ``localkube``: session-scoped localkube with the project's CRDs (``deploy/crds`` and the
   optional NRT CRD) loaded.
 - ``fresh_localkube``: a new localkube for one test (same CRDs).
-- ``real_kube``: session-scoped real control plane; skips without ``KUBEBUILDER_ASSETS``.
-- ``kube``: ``localkube``, or ``real_kube`` when ``PODPLACEMENT_TEST_CLUSTER=real`` and
-  ``KUBEBUILDER_ASSETS`` is set.
+- ``real_kube``: session-scoped real control plane (kube-apiserver, kube-scheduler and
+  kube-controller-manager v1.36.2 with etcd, found by
+  :func:`podplacement.sandbox.controlplane.locate_assets`: ``KUBEBUILDER_ASSETS``, else
+  ``../shared/k8s-bin`` plus Debian's etcd), CRDs loaded. Like envtest it runs no
+  kube-scheduler and has no nodes, so API tests see pods exactly as they wrote them (the
+  controller's end-to-end modules start their own, with a scheduler and nodes); the
+  controller-manager runs (each namespace's ``default`` ServiceAccount). Skips with the
+  reason when no binaries are found.
+- ``kube``: ``localkube``, or ``real_kube`` when ``PODPLACEMENT_TEST_CLUSTER=real``.
 - ``unique_namespace``: a fresh namespace (name) in ``kube``, deleted afterwards.
 """
 
@@ -19,54 +24,48 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.kube import KubeEnv, start_localkube, start_real_control_plane
+from podplacement.sandbox.controlplane import AssetsNotFound
+from tests.harness.kube import KubeEnv, start_localkube, start_real
 
 
 @pytest.fixture(scope="session")
 def localkube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     """A session-wide localkube (CRDs loaded); stopped at session end."""
-    server, env = start_localkube(tmp_path_factory.mktemp("localkube"))
+    _server, env = start_localkube(tmp_path_factory.mktemp("localkube"))
     try:
         yield env
     finally:
-        env.close()
-        server.stop()
+        env.stop()
 
 
 @pytest.fixture
 def fresh_localkube(tmp_path: Path) -> Iterator[KubeEnv]:
     """A localkube for this test only (CRDs loaded); stopped afterwards."""
-    server, env = start_localkube(tmp_path)
+    _server, env = start_localkube(tmp_path)
     try:
         yield env
     finally:
-        env.close()
-        server.stop()
+        env.stop()
 
 
 @pytest.fixture(scope="session")
 def real_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
-    """A real control plane from ``$KUBEBUILDER_ASSETS`` (skips when unset)."""
-    assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if not assets:
-        pytest.skip("KUBEBUILDER_ASSETS not set (needs etcd + kube-apiserver binaries)")
-    plane = start_real_control_plane(Path(assets), tmp_path_factory.mktemp("realkube"))
+    """The session's real control plane (skips when no binaries are found)."""
     try:
-        plane.env.apply_crds()
-        yield plane.env
+        env = start_real(tmp_path_factory.mktemp("realkube"), nodes=(), scheduler=False)
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
+    try:
+        yield env
     finally:
-        plane.stop()
+        env.stop()
 
 
 @pytest.fixture(scope="session")
 def kube(request: pytest.FixtureRequest) -> KubeEnv:
     """localkube, or the real control plane with ``PODPLACEMENT_TEST_CLUSTER=real``."""
-    if os.environ.get("PODPLACEMENT_TEST_CLUSTER") == "real" and os.environ.get(
-        "KUBEBUILDER_ASSETS"
-    ):
-        env: KubeEnv = request.getfixturevalue("real_kube")
-        return env
-    env = request.getfixturevalue("localkube")
+    name = "real_kube" if os.environ.get("PODPLACEMENT_TEST_CLUSTER") == "real" else "localkube"
+    env: KubeEnv = request.getfixturevalue(name)
     return env
 
 

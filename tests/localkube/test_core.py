@@ -361,7 +361,11 @@ def test_watch_replays_from_resource_version_with_selector_transitions(
                                            "timeoutSeconds": "1"})
     types = [e["type"] for e in events]
     assert types == ["ADDED", "MODIFIED", "DELETED", "ADDED", "MODIFIED", "DELETED"]
-    assert events[2]["object"]["metadata"]["labels"]["app"] == "other"
+    # leaving the selector: DELETED with the previous content, at the new resourceVersion
+    assert events[2]["object"]["metadata"]["labels"] == {"app": "watch", "step": "2"}
+    # deleting an unbound pod: MODIFIED (deletionTimestamp, grace 0), then DELETED (the real
+    # v1.36.2 server; reference/watch-pods-events.jsonl)
+    assert events[4]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
 

@@ -1,0 +1,510 @@
+"""A real Kubernetes control plane on 127.0.0.1, the envtest convention, found without setup.
+
+:func:`locate_assets` finds the binaries: ``$KUBEBUILDER_ASSETS`` when set (a directory with
+``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and
+``kube-controller-manager``, as controller-runtime's envtest expects); otherwise the
+xz-compressed v1.36.2 builds of ``../shared/k8s-bin`` (searched upwards from the working
+directory and from this package), decompressed once into a cache directory this module owns,
+checked against the SHA-256 sums listed in that directory's README and reused while they
+match, plus ``etcd`` from ``PATH`` or ``/usr/bin/etcd`` (Debian's ``etcd-server``).
+
+:func:`start_control_plane` starts etcd, kube-apiserver (RBAC, token auth, service-account
+tokens, optional audit log), kube-scheduler (client limits raised) and kube-controller-manager
+(``--controllers=*,-node-lifecycle-controller``: fake nodes are never marked unreachable) with
+generated certificates and a static ``system:masters`` token. :func:`add_nodes` creates fake
+nodes and makes them Ready and untainted, as a kubelet would, so the scheduler binds pods to
+them (no kubelet ever runs the pods: they stay ``Pending`` once bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import yaml
+
+import certs
+
+#: The version of the binaries in ``../shared/k8s-bin`` (its README).
+K8S_VERSION = "v1.36.2"
+#: The binaries stored xz-compressed in ``k8s-bin`` (``NAME.xz``).
+K8S_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+#: Where Debian's ``etcd-server`` installs etcd.
+DEBIAN_ETCD = Path("/usr/bin/etcd")
+
+_SUM_LINE = re.compile(r"^\s*([0-9a-f]{64})\s+(kube-[a-z-]+)\s*$", re.MULTILINE)
+
+
+class AssetsNotFound(Exception):
+    """No usable control-plane binaries; ``str(exc)`` is the one-line reason."""
+
+
+class ControlPlaneError(RuntimeError):
+    """A control-plane process did not start or become ready (message names the log)."""
+
+
+@dataclass(frozen=True)
+class Assets:
+    """A directory of the envtest convention.
+
+    Attributes:
+        directory: holds ``etcd`` and ``kube-apiserver``; ``kube-scheduler`` and
+            ``kube-controller-manager`` when present are started too.
+        source: where it came from: ``"KUBEBUILDER_ASSETS"`` or the ``k8s-bin`` directory.
+    """
+
+    directory: Path
+    source: str
+
+    def binary(self, name: str) -> Path | None:
+        """``directory/name`` when it exists and is executable, else None."""
+        path = self.directory / name
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _ancestors(start: Path) -> Iterator[Path]:
+    start = start.resolve()
+    yield start
+    yield from start.parents
+
+
+def find_k8s_bin(starts: Iterable[Path] | None = None) -> Path | None:
+    """The first ``shared/k8s-bin`` directory found beside ``starts`` or one of their
+    ancestors (default: the working directory and this package), or
+    ``$PODPLACEMENT_K8S_BIN`` when set. None when there is none."""
+    explicit = os.environ.get("PODPLACEMENT_K8S_BIN")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_dir() else None
+    for start in starts if starts is not None else (Path.cwd(), Path(__file__).parent):
+        for base in _ancestors(start):
+            candidate = base / "shared" / "k8s-bin"
+            if (candidate / "kube-apiserver.xz").is_file():
+                return candidate
+    return None
+
+
+def read_sums(k8s_bin: Path) -> dict[str, str]:
+    """``{binary name: sha256 hex}`` from the sums listed in ``k8s_bin/README.md``.
+
+    Raises:
+        AssetsNotFound: the README is missing or lists no sum for a binary of
+            :data:`K8S_BINARIES` that has an ``.xz`` file.
+    """
+    try:
+        text = (k8s_bin / "README.md").read_text()
+    except OSError as exc:
+        raise AssetsNotFound(f"cannot read the sums in {k8s_bin}/README.md: {exc}") from exc
+    sums = {name: digest for digest, name in _SUM_LINE.findall(text)}
+    for name in K8S_BINARIES:
+        if (k8s_bin / f"{name}.xz").is_file() and name not in sums:
+            raise AssetsNotFound(f"{k8s_bin}/README.md lists no SHA-256 sum for {name}")
+    return sums
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """``$PODPLACEMENT_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/podplacement``, plus
+    ``k8s-bin-<version>``."""
+    base = os.environ.get("PODPLACEMENT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "podplacement")
+    return Path(base) / f"k8s-bin-{K8S_VERSION}"
+
+
+def find_etcd() -> Path | None:
+    """``etcd`` on ``PATH``, else Debian's ``/usr/bin/etcd``, else None."""
+    found = shutil.which("etcd")
+    if found:
+        return Path(found)
+    return DEBIAN_ETCD if DEBIAN_ETCD.is_file() else None
+
+
+def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
+    """Decompress each ``NAME.xz`` of ``k8s_bin`` into ``cache/NAME`` unless a file there
+    already has the listed SHA-256; check every result against the sums. A lock file makes
+    concurrent callers (the demo and a test run) wait for one another.
+
+    Returns: ``cache``.
+
+    Raises:
+        AssetsNotFound: a sum is missing, a decompressed binary does not match its sum, or
+            the cache directory can't be written.
+    """
+    sums = read_sums(k8s_bin)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock: IO[bytes] = open(cache / ".lock", "wb")  # held until return
+    except OSError as exc:
+        raise AssetsNotFound(f"cannot write the binaries cache {cache}: {exc}") from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in K8S_BINARIES:
+            src = k8s_bin / f"{name}.xz"
+            if not src.is_file():
+                continue
+            target = cache / name
+            if target.is_file() and _sha256(target) == sums[name]:
+                continue
+            tmp = cache / f".{name}.partial"
+            try:
+                with lzma.open(src) as fin, tmp.open("wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            except (OSError, lzma.LZMAError) as exc:
+                tmp.unlink(missing_ok=True)
+                raise AssetsNotFound(f"cannot decompress {src}: {exc}") from exc
+            got = _sha256(tmp)
+            if got != sums[name]:
+                tmp.unlink(missing_ok=True)
+                raise AssetsNotFound(
+                    f"{src} decompresses to sha256 {got}, not the listed {sums[name]}")
+            tmp.chmod(0o755)
+            tmp.replace(target)
+    return cache
+
+
+def locate_assets(env: Mapping[str, str] | None = None,
+                  starts: Iterable[Path] | None = None) -> Assets:
+    """Find the control-plane binaries without setup (module docstring for the order).
+
+    Raises:
+        AssetsNotFound: none found; the message says what was looked for.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("KUBEBUILDER_ASSETS")
+    if explicit:
+        assets = Assets(Path(explicit), "KUBEBUILDER_ASSETS")
+        missing = [n for n in ("etcd", "kube-apiserver") if assets.binary(n) is None]
+        if missing:
+            raise AssetsNotFound(
+                f"KUBEBUILDER_ASSETS={explicit} has no executable {' or '.join(missing)}")
+        return assets
+    k8s_bin = find_k8s_bin(starts)
+    if k8s_bin is None:
+        raise AssetsNotFound(
+            "no control plane: KUBEBUILDER_ASSETS is unset and no ../shared/k8s-bin was found")
+    etcd = find_etcd()
+    if etcd is None:
+        raise AssetsNotFound(
+            "no etcd on PATH or at /usr/bin/etcd (Debian's etcd-server package)")
+    cache = unpack_k8s_bin(k8s_bin, default_cache_dir())
+    link = cache / "etcd"
+    if not (link.is_symlink() and link.resolve() == etcd.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(etcd)
+    return Assets(cache, str(k8s_bin))
+
+
+# --- starting it --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+#: Audit policy for request counting: every request at level Metadata (no bodies).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane.
+
+    Attributes:
+        url: ``https://127.0.0.1:PORT`` of kube-apiserver.
+        kubeconfig: admin kubeconfig (static token, group ``system:masters``).
+        token: that token; ``ca_file``: the CA that signed the serving certificate.
+        workdir: certificates, etcd data, ``control-plane.log``, the audit log.
+        processes: ``{"etcd": Popen, "kube-apiserver": ..., ...}`` in start order.
+        audit_log: the audit log file when enabled (JSON lines), else None.
+    """
+
+    url: str
+    kubeconfig: Path
+    token: str
+    ca_file: Path
+    workdir: Path
+    assets: Assets
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    audit_log: Path | None = None
+    _apiserver_args: list[str] = field(default_factory=list, repr=False)
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        """A new synchronous httpx client with the admin token (close it)."""
+        return httpx.Client(base_url=self.url, timeout=timeout,
+                            verify=ssl.create_default_context(cafile=str(self.ca_file)),
+                            headers={"Authorization": f"Bearer {self.token}",
+                                     "Accept": "application/json"})
+
+    def wait_ready(self, limit: float = 60.0) -> None:
+        """Poll ``/readyz`` until 200.
+
+        Raises:
+            ControlPlaneError: not ready within ``limit`` seconds, or a process exited.
+        """
+        deadline = time.monotonic() + limit
+        with self.client(timeout=2.0) as c:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if c.get("/readyz").status_code == 200:
+                        return
+                dead = [n for n, p in self.processes.items() if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    why = f"{', '.join(dead)} exited" if dead else f"not ready in {limit:.0f} s"
+                    raise ControlPlaneError(
+                        f"kube-apiserver: {why}; see {self.workdir / 'control-plane.log'}")
+                time.sleep(0.25)
+
+    def stop_process(self, name: str, timeout: float = 15.0) -> None:
+        """SIGTERM the process ``name`` (by its pid), then SIGKILL after ``timeout`` s."""
+        proc = self.processes.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def restart_apiserver(self, down_seconds: float = 0.0, ready_limit: float = 60.0) -> None:
+        """Stop kube-apiserver, keep it down ``down_seconds``, start it again on the same
+        port and wait for ``/readyz`` (for outage tests)."""
+        self.stop_process("kube-apiserver")
+        time.sleep(down_seconds)
+        self.processes["kube-apiserver"] = subprocess.Popen(
+            self._apiserver_args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.wait_ready(ready_limit)
+
+    def stop(self) -> None:
+        """Stop every process, newest first (by pid), and close the log."""
+        for name in reversed(list(self.processes)):
+            self.stop_process(name)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _write_pki(workdir: Path) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    ca = certs.generate_ca("podplacement-sandbox-ca")
+    serving = certs.issue_serving_cert(ca, ["localhost", "kubernetes"], ["127.0.0.1"])
+    sa_key = certs.new_private_key("rsa")
+    (workdir / "ca.crt").write_bytes(ca.cert_pem)
+    (workdir / "serving.crt").write_bytes(serving.cert_pem)
+    (workdir / "serving.key").write_bytes(serving.key_pem)
+    (workdir / "sa.key").write_bytes(sa_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (workdir / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    token = os.urandom(16).hex()
+    (workdir / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')
+    return token
+
+
+def write_kubeconfig(path: Path, url: str, ca_file: Path, token: str, user: str = "admin") -> Path:
+    """A kubeconfig for ``url`` with a bearer ``token``; returns ``path``."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": {
+            "server": url, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": user}}],
+        "current-context": "sandbox",
+    }))
+    return path
+
+
+def start_control_plane(
+    assets: Assets,
+    workdir: Path,
+    *,
+    scheduler: bool = True,
+    controller_manager: bool = True,
+    audit: bool = False,
+    apiserver_args: Sequence[str] = (),
+    ready_limit: float = 60.0,
+) -> ControlPlane:
+    """Start etcd, kube-apiserver and (when present and asked) kube-scheduler and
+    kube-controller-manager from ``assets`` on 127.0.0.1, all logging to
+    ``workdir/control-plane.log``.
+
+    The scheduler runs with ``--kube-api-qps=1000 --kube-api-burst=1000`` (its default 50/100
+    caps binding near 50 pods/s); the controller-manager with
+    ``--controllers=*,-node-lifecycle-controller`` (creates each namespace's ``default``
+    ServiceAccount, runs Deployments and garbage collection, never evicts from fake nodes).
+
+    Raises:
+        ControlPlaneError: kube-apiserver is not ready within ``ready_limit`` seconds (every
+            process started is stopped first).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    token = _write_pki(workdir)
+    etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
+    url = f"https://127.0.0.1:{api_port}"
+    kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, workdir / "ca.crt", token)
+    log = open(workdir / "control-plane.log", "ab")  # closed by stop()
+    plane = ControlPlane(url, kubeconfig, token, workdir / "ca.crt", workdir, assets, _log=log)
+    etcd = assets.binary("etcd")
+    api = assets.binary("kube-apiserver")
+    if etcd is None or api is None:
+        log.close()
+        raise ControlPlaneError(f"etcd or kube-apiserver missing in {assets.directory}")
+    plane.processes["etcd"] = subprocess.Popen([
+        str(etcd), "--data-dir", str(workdir / "etcd"), "--name", "sandbox",
+        "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+        "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+        "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+        "--initial-cluster", f"sandbox=http://127.0.0.1:{etcd_peer}",
+        "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30),
+    ], stdout=log, stderr=subprocess.STDOUT)
+    args = [
+        str(api), f"--secure-port={api_port}", "--bind-address=127.0.0.1",
+        f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+        f"--cert-dir={workdir}", f"--tls-cert-file={workdir / 'serving.crt'}",
+        f"--tls-private-key-file={workdir / 'serving.key'}",
+        f"--client-ca-file={workdir / 'ca.crt'}",
+        f"--token-auth-file={workdir / 'tokens.csv'}",
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={workdir / 'sa.pub'}",
+        f"--service-account-signing-key-file={workdir / 'sa.key'}",
+        "--service-cluster-ip-range=10.96.0.0/12", "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+    ]
+    if audit:
+        policy = workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        plane.audit_log = workdir / "audit.log"
+        args += [f"--audit-policy-file={policy}", f"--audit-log-path={plane.audit_log}",
+                 "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s",
+                 "--audit-log-maxsize=2000"]
+    args += list(apiserver_args)
+    plane._apiserver_args = args
+    plane.processes["kube-apiserver"] = subprocess.Popen(args, stdout=log,
+                                                         stderr=subprocess.STDOUT)
+    try:
+        plane.wait_ready(ready_limit)
+        sched = assets.binary("kube-scheduler") if scheduler else None
+        if sched is not None:
+            plane.processes["kube-scheduler"] = subprocess.Popen([
+                str(sched), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}", "--leader-elect=false",
+                "--kube-api-qps=1000", "--kube-api-burst=1000",
+            ], stdout=log, stderr=subprocess.STDOUT)
+        kcm = assets.binary("kube-controller-manager") if controller_manager else None
+        if kcm is not None:
+            plane.processes["kube-controller-manager"] = subprocess.Popen([
+                str(kcm), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}", "--leader-elect=false",
+                "--controllers=*,-node-lifecycle-controller",
+                f"--service-account-private-key-file={workdir / 'sa.key'}",
+                f"--root-ca-file={workdir / 'ca.crt'}",
+                "--kube-api-qps=1000", "--kube-api-burst=1000",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+            ], stdout=log, stderr=subprocess.STDOUT)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+# --- fake nodes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    """A node without a kubelet: labels as a kubelet would set them, a Ready status.
+
+    Attributes:
+        name: node name (also ``kubernetes.io/hostname``).
+        arch / os: ``kubernetes.io/arch`` / ``kubernetes.io/os`` label values.
+        cpu / memory / pods: capacity and allocatable (Kubernetes quantities).
+        labels: extra labels.
+    """
+
+    name: str
+    arch: str
+    os: str = "linux"
+    cpu: str = "16"
+    memory: str = "64Gi"
+    pods: str = "500"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        """The Node object to create."""
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": {
+            "kubernetes.io/arch": self.arch, "kubernetes.io/os": self.os,
+            "kubernetes.io/hostname": self.name, **self.labels}}}
+
+    def status(self) -> dict[str, Any]:
+        """The merge patch of ``/status`` a kubelet would write: Ready, capacity."""
+        res = {"cpu": self.cpu, "memory": self.memory, "pods": self.pods}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return {"status": {"capacity": res, "allocatable": res, "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "fake node (no kubelet)", "lastHeartbeatTime": now,
+            "lastTransitionTime": now}]}}
+
+
+#: The nodes the tests and the benchmark add: every architecture the product sees, and one
+#: windows node.
+DEFAULT_NODES = (
+    FakeNode("node-amd64-a", "amd64"), FakeNode("node-amd64-b", "amd64"),
+    FakeNode("node-arm64-a", "arm64"), FakeNode("node-arm64-b", "arm64"),
+    FakeNode("node-ppc64le", "ppc64le"), FakeNode("node-s390x", "s390x"),
+    FakeNode("node-windows", "amd64", os="windows"),
+)
+
+
+def add_nodes(plane: ControlPlane, nodes: Iterable[FakeNode] = DEFAULT_NODES) -> None:
+    """Create ``nodes`` (an existing one is updated), make each Ready and remove the
+    ``node.kubernetes.io/not-ready`` taint that the TaintNodesByCondition admission plugin
+    adds to a node created without a kubelet.
+
+    Raises:
+        httpx.HTTPStatusError: the API server refused a write.
+    """
+    merge = {"Content-Type": "application/merge-patch+json"}
+    with plane.client() as c:
+        for node in nodes:
+            r = c.post("/api/v1/nodes", json=node.manifest())
+            if r.status_code != 409:
+                r.raise_for_status()
+            path = f"/api/v1/nodes/{node.name}"
+            c.patch(f"{path}/status", json=node.status(), headers=merge).raise_for_status()
+            c.patch(path, json={"spec": {"taints": None}}, headers=merge).raise_for_status()
