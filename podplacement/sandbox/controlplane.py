@@ -315,7 +315,12 @@ class ControlPlane:
             self._log = None
 
 
-def _write_pki(workdir: Path) -> str:
+#: The users of the static tokens (all in ``system:masters``): the admin (tests, kubectl) and
+#: one per control-plane component, so audit events tell who made each request.
+COMPONENT_USERS = ("admin", "system:kube-scheduler", "system:kube-controller-manager")
+
+
+def _write_pki(workdir: Path) -> dict[str, str]:
     from cryptography.hazmat.primitives import serialization
 
     ca = certs.generate_ca("podplacement-sandbox-ca")
@@ -329,9 +334,10 @@ def _write_pki(workdir: Path) -> str:
         serialization.NoEncryption()))
     (workdir / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    token = os.urandom(16).hex()
-    (workdir / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')
-    return token
+    tokens = {user: os.urandom(16).hex() for user in COMPONENT_USERS}
+    (workdir / "tokens.csv").write_text("".join(
+        f'{tok},{user},{user}-uid,"system:masters"\n' for user, tok in tokens.items()))
+    return tokens
 
 
 def write_kubeconfig(path: Path, url: str, ca_file: Path, token: str, user: str = "admin") -> Path:
@@ -371,10 +377,15 @@ def start_control_plane(
             process started is stopped first).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    token = _write_pki(workdir)
+    tokens = _write_pki(workdir)
+    token = tokens["admin"]
     etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
     url = f"https://127.0.0.1:{api_port}"
     kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, workdir / "ca.crt", token)
+    component_kubeconfig = {
+        user: write_kubeconfig(workdir / f"{user.split(':')[-1]}.kubeconfig", url,
+                               workdir / "ca.crt", tokens[user], user=user)
+        for user in COMPONENT_USERS[1:]}
     log = open(workdir / "control-plane.log", "ab")  # closed by stop()
     plane = ControlPlane(url, kubeconfig, token, workdir / "ca.crt", workdir, assets, _log=log)
     etcd = assets.binary("etcd")
@@ -421,14 +432,17 @@ def start_control_plane(
         sched = assets.binary("kube-scheduler") if scheduler else None
         if sched is not None:
             plane.processes["kube-scheduler"] = subprocess.Popen([
-                str(sched), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+                str(sched), f"--kubeconfig={component_kubeconfig['system:kube-scheduler']}",
+                "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}", "--leader-elect=false",
                 "--kube-api-qps=1000", "--kube-api-burst=1000",
             ], stdout=log, stderr=subprocess.STDOUT)
         kcm = assets.binary("kube-controller-manager") if controller_manager else None
         if kcm is not None:
             plane.processes["kube-controller-manager"] = subprocess.Popen([
-                str(kcm), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+                str(kcm),
+                f"--kubeconfig={component_kubeconfig['system:kube-controller-manager']}",
+                "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}", "--leader-elect=false",
                 "--controllers=*,-node-lifecycle-controller",
                 f"--service-account-private-key-file={workdir / 'sa.key'}",

@@ -1,0 +1,332 @@
+"""Cluster benchmark on the real control plane: what users feel, as a ratio to bare.
+
+Each round starts a fresh real control plane (etcd, kube-apiserver with an audit log at level
+Metadata, kube-scheduler with client limits raised, kube-controller-manager; fake Ready nodes
+of every architecture), then creates ``--pods`` pods (default 2,000) with ``--clients``
+concurrent clients (default 16), each pod with one of three images in a local registry (an
+index amd64+arm64, a single amd64 and a single arm64 manifest). It runs ``bare`` (nothing
+installed) and ``product`` (``kubectl apply -k deploy/``, then the webhook and the controller
+as deploy/'s ServiceAccounts, see :mod:`podplacement.sandbox.product`), interleaved round by
+round, and prints for each:
+
+- pods bound per second (first create sent → last pod bound) and the ratio product/bare of
+  the same round;
+- p50/p99 from create sent to ungated (product) and to bound, seen on one pod watch;
+- API requests per pod by user and verb, from the audit log (every request received from the
+  first create until 2 s after the last pod was bound);
+- CPU seconds and peak RSS of every process (from ``/proc``).
+
+``--light`` creates pods one at a time (1 client) and prints the create latency and
+create-to-bound latency, and what the product adds to each.
+
+Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# bench/inspect.py would shadow the standard library's ``inspect``: put the project root
+# first on sys.path instead of this script's directory.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [_ROOT] + [p for p in sys.path
+                         if os.path.abspath(p or ".") != os.path.join(_ROOT, "bench")]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import ssl  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+
+from controller.config import SCHEDULING_GATE  # noqa: E402
+from podplacement.sandbox.controlplane import (  # noqa: E402
+    DEFAULT_NODES,
+    ControlPlane,
+    add_nodes,
+    locate_assets,
+    start_control_plane,
+)
+from podplacement.sandbox.product import Product, install_manifests, start_product  # noqa: E402
+from tests.harness.oci import Pusher  # noqa: E402
+from tests.harness.registry import Registry, start_registry  # noqa: E402
+
+REPO = Path(_ROOT)
+NAMESPACE = "bench"
+
+
+@dataclass
+class Run:
+    """Figures of one run."""
+
+    mode: str
+    pods: int
+    wall: float = 0.0
+    create_latency: list[float] = field(default_factory=list)
+    to_ungate: list[float] = field(default_factory=list)
+    to_bound: list[float] = field(default_factory=list)
+    requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    processes: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    @property
+    def bound_per_s(self) -> float:
+        return len(self.to_bound) / self.wall if self.wall else 0.0
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds user+system, peak RSS KiB) of a live process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        with open(f"/proc/{pid}/status") as f:
+            hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+    except OSError:
+        return 0.0, 0
+    return cpu, hwm
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` in ms (nearest rank); NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def push_images(registry: Registry) -> list[str]:
+    """The three images of the benchmark; returns their references."""
+    p = Pusher(registry)
+    try:
+        p.multiarch("bench/multi", "v1", ["linux/amd64", "linux/arm64"])
+        p.image("bench/amd", "v1", architecture="amd64")
+        p.image("bench/arm", "v1", architecture="arm64")
+    finally:
+        p.close()
+    return [f"{registry.host}/bench/{r}:v1" for r in ("multi", "amd", "arm")]
+
+
+def pod(i: int, image: str) -> dict[str, Any]:
+    """Pod ``p-i`` with one container of ``image``."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}",
+                                                            "labels": {"app": "bench"}},
+            "spec": {"containers": [{"name": "c", "image": image}],
+                     "terminationGracePeriodSeconds": 0}}
+
+
+async def create_and_watch(plane: ControlPlane, n: int, clients: int, images: list[str],
+                           run: Run, limit: float) -> None:
+    """Create ``n`` pods with ``clients`` concurrent clients while one watch records when
+    each is ungated and bound (bounded by ``limit`` seconds)."""
+    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+    headers = {"Authorization": f"Bearer {plane.token}", "Content-Type": "application/json"}
+    sent: dict[str, float] = {}
+    ungated: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, headers=headers,
+                                 timeout=60, limits=httpx.Limits(
+                                     max_connections=clients + 2)) as c:
+        base = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        rv = (await c.get(base)).json()["metadata"]["resourceVersion"]
+        done = asyncio.Event()
+
+        async def watch() -> None:
+            async with c.stream("GET", base, params={
+                    "watch": "1", "resourceVersion": rv, "timeoutSeconds": str(int(limit))},
+                    timeout=None) as r:
+                async for line in r.aiter_lines():
+                    if not line:
+                        continue
+                    obj = json.loads(line).get("object") or {}
+                    name = obj.get("metadata", {}).get("name")
+                    spec = obj.get("spec") or {}
+                    now = time.monotonic()
+                    gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+                    if name and SCHEDULING_GATE not in gates:
+                        ungated.setdefault(name, now)
+                    if name and spec.get("nodeName"):
+                        bound.setdefault(name, now)
+                        if len(bound) >= n:
+                            done.set()
+                            return
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0.2)
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(n):
+            queue.put_nowait(i)
+
+        async def client() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                name = f"p-{i}"
+                t0 = time.monotonic()
+                sent[name] = t0
+                r = await c.post(base, content=json.dumps(pod(i, images[i % len(images)])))
+                r.raise_for_status()
+                run.create_latency.append(time.monotonic() - t0)
+
+        start = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        try:
+            await asyncio.wait_for(done.wait(), limit)
+        except TimeoutError:
+            print(f"  ! {run.mode}: {len(bound)} of {n} bound within {limit:.0f} s",
+                  file=sys.stderr)
+        watcher.cancel()
+        run.wall = (max(bound.values()) - start) if bound else 0.0
+    run.to_bound = [bound[k] - sent[k] for k in bound if k in sent]
+    run.to_ungate = [ungated[k] - sent[k] for k in ungated if k in sent and
+                     ungated[k] > sent[k]]
+
+
+def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counter[
+        tuple[str, str]]:
+    """Requests by (user, verb) received in [since, until] (one per audit ID)."""
+    assert plane.audit_log is not None
+    seen: set[str] = set()
+    out: Counter[tuple[str, str]] = Counter()
+    for path in sorted(plane.audit_log.parent.glob(plane.audit_log.name + "*")):
+        with path.open() as f:
+            for line in f:
+                ev = json.loads(line)
+                if ev["auditID"] in seen:
+                    continue
+                t = datetime.fromisoformat(ev["requestReceivedTimestamp"])
+                if since <= t <= until:
+                    seen.add(ev["auditID"])
+                    out[(ev["user"]["username"], ev["verb"])] += 1
+    return out
+
+
+def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: list[str],
+            work: Path) -> Run:
+    """Start a fresh control plane (+ the product), run, collect, stop."""
+    assets = locate_assets()
+    plane = start_control_plane(assets, work / f"{mode}-plane", audit=True)
+    product: Product | None = None
+    run = Run(mode, args.pods)
+    try:
+        add_nodes(plane, DEFAULT_NODES)
+        with plane.client() as c:
+            c.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}})
+            deadline = time.monotonic() + 20
+            while c.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
+                        ).status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        if mode == "product":
+            install_manifests(plane, REPO / "deploy")
+            product = start_product(plane, work / "product", controller_options=[
+                "--insecure-registry", registry.host, *args.controller_option])
+        before = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
+        since = datetime.now().astimezone()
+        clients = 1 if args.light else args.clients
+        asyncio.run(create_and_watch(plane, args.pods, clients, images, run, args.limit))
+        time.sleep(2.0)  # writes that trail the last binding (Events) still count
+        until = datetime.now().astimezone()
+        after = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
+        run.processes = {name: (after[name][0] - before.get(name, (0.0, 0))[0], after[name][1])
+                         for name in after}
+        time.sleep(2.5)  # the audit backend flushes batches every second
+        run.requests = count_audit(plane, since, until)
+    finally:
+        if product is not None:
+            product.stop()
+        plane.stop()
+    return run
+
+
+def _processes(plane: ControlPlane, product: Product | None) -> dict[str, Any]:
+    procs: dict[str, Any] = dict(plane.processes)
+    if product is not None:
+        procs["webhook"] = product.webhook.popen
+        for i, p in enumerate(product.controllers):
+            procs[f"controller-{i}"] = p.popen
+    procs["bench (this process)"] = type("Self", (), {"pid": os.getpid()})()
+    return procs
+
+
+def report(bare: list[Run], product: list[Run], light: bool) -> None:
+    """Print the figures of every round and the medians."""
+    print(f"\n== {'light (1 client)' if light else 'throughput'}: {bare[0].pods} pods, "
+          f"{len(bare)} round(s)")
+    print(f"{'round':<6}{'mode':<9}{'bound/s':>9}{'ratio':>7}{'create p50':>12}"
+          f"{'p99':>8}{'→ungate p50':>13}{'p99':>8}{'→bound p50':>12}{'p99':>8}")
+    ratios = []
+    for i, (b, p) in enumerate(zip(bare, product, strict=True)):
+        ratio = p.bound_per_s / b.bound_per_s if b.bound_per_s else float("nan")
+        ratios.append(ratio)
+        for r, rat in ((b, ""), (p, f"{ratio:.2f}")):
+            print(f"{i + 1:<6}{r.mode:<9}{r.bound_per_s:>9.1f}{rat:>7}"
+                  f"{pct(r.create_latency, .5):>11.1f}ms{pct(r.create_latency, .99):>6.0f}ms"
+                  f"{pct(r.to_ungate, .5):>11.1f}ms{pct(r.to_ungate, .99):>6.0f}ms"
+                  f"{pct(r.to_bound, .5):>10.1f}ms{pct(r.to_bound, .99):>6.0f}ms")
+    print(f"median ratio product/bare (pods bound per second): {statistics.median(ratios):.2f}")
+    if light:
+        added_create = statistics.median(
+            pct(p.create_latency, .5) - pct(b.create_latency, .5)
+            for b, p in zip(bare, product, strict=True))
+        added_bound = statistics.median(
+            pct(p.to_bound, .5) - pct(b.to_bound, .5) for b, p in zip(bare, product, strict=True))
+        print(f"added by the product (median over rounds): create p50 {added_create:+.1f} ms, "
+              f"create→bound p50 {added_bound:+.1f} ms")
+    for label, runs in (("bare", bare), ("product", product)):
+        last = runs[-1]
+        print(f"\n{label}: API requests per pod by user and verb (last round)")
+        for (user, verb), count in sorted(last.requests.items(), key=lambda kv: -kv[1]):
+            if count / last.pods >= 0.005:
+                print(f"  {user:<68} {verb:<8}{count / last.pods:>8.3f}")
+        print(f"{label}: CPU seconds during the run and peak RSS (last round)")
+        for name, (cpu, rss) in last.processes.items():
+            print(f"  {name:<28}{cpu:>8.1f} s{rss / 1024:>9.0f} MiB")
+    extra = Counter[str]()
+    for (user, verb), count in product[-1].requests.items():
+        if user.startswith("system:serviceaccount:podplacement-system:"):
+            extra[f"{user.rsplit(':', 1)[1]} {verb}"] += count
+    print("\nrequests per pod made by podplacement (last round): " + (", ".join(
+        f"{k} {v / product[-1].pods:.3f}" for k, v in sorted(extra.items())) or "none"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse options, run the rounds, print."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--pods", type=int, default=2000, help="pods per run (default 2000)")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved bare/product rounds")
+    ap.add_argument("--light", action="store_true",
+                    help="1 client, pods created one at a time (default --pods 200)")
+    ap.add_argument("--limit", type=float, default=300.0,
+                    help="seconds to wait for every pod to be bound (default 300)")
+    ap.add_argument("--controller-option", action="append", default=[],
+                    help="extra option for podplacement controller (repeatable)")
+    args = ap.parse_args(argv)
+    if args.light and "--pods" not in (argv if argv is not None else sys.argv):
+        args.pods = 200
+    work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    registry = start_registry(work / "registry")
+    try:
+        images = push_images(registry)
+        bare: list[Run] = []
+        product: list[Run] = []
+        for i in range(args.rounds):
+            print(f"round {i + 1}: bare", file=sys.stderr)
+            bare.append(one_run("bare", args, registry, images, work / f"r{i}"))
+            print(f"round {i + 1}: product", file=sys.stderr)
+            product.append(one_run("product", args, registry, images, work / f"r{i}"))
+        report(bare, product, args.light)
+    finally:
+        registry.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
