@@ -264,7 +264,9 @@ async def test_binding_narrows_the_in_flight_hold_to_the_chosen_node(
     # The feed selects podplacement.io/numa=placed: it delivered "two" bound to its node and,
     # although "plain" was bound earlier (one watch stream, in order), never "plain".
     assert ("two", chosen, False) in seen
-    assert all(name == "two" for name, _, _ in seen), seen
+    assert not any(name == "plain" for name, _, _ in seen), seen
+    if ckube.kind == "localkube":  # on the real one, earlier tests' pods may bind meanwhile
+        assert all(name == "two" for name, _, _ in seen), seen
 
 
 async def test_deleting_an_unbound_placed_pod_releases_its_hold(
