@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from controller.config import ARCH_LABEL, HOSTNAME_LABEL, NO_SUPPORTED_PLATFORM_KEY, OS_LABEL
@@ -71,10 +72,31 @@ def term_has_key(term: Mapping[str, Any], key: str) -> bool:
     )
 
 
-def every_term_has_key(pod: Mapping[str, Any], key: str) -> bool:
-    """True when the pod has required terms and every one constrains ``key``."""
-    terms = required_terms(pod)
-    return bool(terms) and all(term_has_key(t, key) for t in terms)
+def allowed_values(term: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    """The values of label ``key`` that a NodeSelectorTerm admits when it restricts ``key``
+    with ``In``: the intersection of its ``In`` lists minus its ``NotIn`` lists (empty with
+    ``DoesNotExist``). ``None`` when the term has no ``In`` expression on ``key`` (it then
+    admits any value not excluded, including values no image supports).
+
+    Rule: Kubernetes NodeSelectorRequirement semantics (expressions of a term are ANDed).
+    """
+    allowed: frozenset[str] | None = None
+    excluded: set[str] = set()
+    absent = False
+    for e in term.get("matchExpressions") or []:
+        if not isinstance(e, Mapping) or e.get("key") != key:
+            continue
+        values = [str(v) for v in e.get("values") or []]
+        op = e.get("operator")
+        if op == "In":
+            allowed = frozenset(values) if allowed is None else allowed & frozenset(values)
+        elif op == "NotIn":
+            excluded.update(values)
+        elif op == "DoesNotExist":
+            absent = True
+    if allowed is None:
+        return None
+    return frozenset() if absent else allowed - excluded
 
 
 def has_preference_on(pod: Mapping[str, Any], key: str) -> bool:
@@ -82,13 +104,35 @@ def has_preference_on(pod: Mapping[str, Any], key: str) -> bool:
     return any(term_has_key(t.get("preference") or {}, key) for t in preferred_terms(pod))
 
 
+@dataclass(frozen=True, slots=True)
+class Restriction:
+    """What :meth:`AffinityPlan.restrict` did for one label ``key``.
+
+    Attributes:
+        key: the node label (``kubernetes.io/arch`` or ``kubernetes.io/os``).
+        supported: the values the images run on, sorted.
+        appended: how many terms got ``key In supported`` (a new term counts as one).
+        outside: values the user's ``In`` pins admit that the images do not support, sorted.
+        compatible: some required term can still admit a node with a supported value
+            (False: the pod's own terms only admit values no image runs on).
+    """
+
+    key: str
+    supported: tuple[str, ...]
+    appended: int
+    outside: tuple[str, ...]
+    compatible: bool
+
+
 class AffinityPlan:
     """Accumulates required expressions and preferred terms for one pod, then emits the
     JSON-patch ops that apply them while obeying KEP-3838 (appends only).
 
     ``require(expr, unless_key=K)`` ANDs ``expr`` into every existing required term that
-    has no expression on ``K`` (default: ``expr``'s own key); with no terms it goes into
-    one new term. An identical expression already in a term is not added twice.
+    does not restrict ``K`` with an ``In`` expression (default: ``expr``'s own key; ``""``:
+    every term); with no terms it goes into one new term. An identical expression already in
+    a term is not added twice. :meth:`restrict` does the same for a supported value set and
+    reports how the terms it left alone relate to that set.
     """
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -113,28 +157,52 @@ class AffinityPlan:
         )
         self._preferred: list[dict[str, Any]] = []
 
-    @property
-    def empty(self) -> bool:
-        """True when nothing would be written."""
-        return not any(self._added) and not self._preferred
-
     def require(self, expr: Mapping[str, Any], *, unless_key: str | None = None) -> int:
-        """AND ``expr`` into every required term not constraining ``unless_key``.
+        """AND ``expr`` into every required term that does not restrict ``unless_key`` with
+        ``In`` (a term with ``NotIn``/``Exists``/``DoesNotExist`` on it still gets ``expr``).
 
-        Returns the number of terms it was added to (0: every term already constrains
-        the key, the pod's own choice is kept).
+        Returns the number of terms it was added to (0: every term already restricts the
+        key with ``In``; the user's pins are kept).
         """
         skip = unless_key if unless_key is not None else str(expr.get("key"))
         count = 0
         for i, added in enumerate(self._added):
             term = self._terms[i] if not self._new_term else {}
-            if skip and (term_has_key(term, skip) or any(a.get("key") == skip for a in added)):
+            if skip and (
+                allowed_values(term, skip) is not None
+                or any(a.get("key") == skip and a.get("operator") == "In" for a in added)
+            ):
                 continue
             if any(e == expr for e in [*(term.get("matchExpressions") or []), *added]):
                 continue
             added.append(copy.deepcopy(dict(expr)))
             count += 1
         return count
+
+    def restrict(self, key: str, supported: Iterable[str]) -> Restriction:
+        """Make every required term admit only ``supported`` values of label ``key``, except
+        the terms where the user pinned ``key`` with ``In`` (the user's explicit choice).
+
+        A term without an ``In`` expression on ``key`` (none at all, or ``NotIn``,
+        ``Exists``, ``DoesNotExist``) gets ``key In [sorted supported]`` appended (KEP-3838:
+        a gated pod's terms may only be narrowed). A pinned term is left as written and
+        classified against ``supported``: inside it, overlapping it in part, or disjoint.
+
+        Returns: a :class:`Restriction` (what was appended, what the pins allow outside
+        ``supported``, whether any term can still admit a supported value).
+        """
+        wanted = sorted(set(supported))
+        appended = self.require(expression(key, "In", wanted))
+        outside: set[str] = set()
+        compatible = appended > 0
+        for term in self._terms if not self._new_term else ():
+            allowed = allowed_values(term, key)
+            if allowed is None:
+                continue
+            if allowed & set(wanted):
+                compatible = True
+            outside |= allowed - set(wanted)
+        return Restriction(key, tuple(wanted), appended, tuple(sorted(outside)), compatible)
 
     def prefer(self, weight: int, exprs: Sequence[Mapping[str, Any]]) -> None:
         """Append a PreferredSchedulingTerm (``weight`` clamped to 1..100, the API range)."""
@@ -208,16 +276,16 @@ class AffinityPlan:
 
 
 def require_architectures(pod: Mapping[str, Any], archs: Iterable[str]) -> list[Op]:
-    """Ops ANDing ``kubernetes.io/arch In [sorted archs]`` into every required term that has
-    no ``kubernetes.io/arch`` expression (KEP-3838 appends)."""
+    """Ops ANDing ``kubernetes.io/arch In [sorted archs]`` into every required term that does
+    not pin ``kubernetes.io/arch`` with ``In`` (KEP-3838 appends)."""
     plan = AffinityPlan(pod)
     plan.require(expression(ARCH_LABEL, "In", sorted(set(archs))))
     return plan.ops()
 
 
 def require_oses(pod: Mapping[str, Any], oses: Iterable[str]) -> list[Op]:
-    """Ops ANDing ``kubernetes.io/os In [sorted oses]`` into every term lacking an os
-    expression."""
+    """Ops ANDing ``kubernetes.io/os In [sorted oses]`` into every required term that does
+    not pin ``kubernetes.io/os`` with ``In``."""
     plan = AffinityPlan(pod)
     plan.require(expression(OS_LABEL, "In", sorted(set(oses))))
     return plan.ops()

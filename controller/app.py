@@ -422,8 +422,7 @@ class Controller:
         self.metrics.leader.set(0)
         await self.queue.shutdown()
         if self.lifecycle is not None:
-            graceful = self.elector is None or bool(getattr(self.elector, "shutting_down", True))
-            await self.lifecycle.stop(delete_webhook=graceful)
+            await self.lifecycle.stop()  # the webhook configuration stays (issue 13)
 
     def _make_lifecycle(self) -> Any:
         o = self.options

@@ -11,14 +11,20 @@ Rules (issue 5 items 3-9, issue 6 items 5-7):
 
 - Supported platforms = intersection over all images of (os, architecture)
   (:mod:`controller.platforms`).
-- Required ``kubernetes.io/arch In [sorted]`` ANDed into every term lacking an arch
-  expression; ``kubernetes.io/os In [...]`` likewise when the images are not all linux.
+- Never a node the images can't run on (issue 13; README "How it decides"): a required
+  term *pins* ``kubernetes.io/arch`` when it has an ``In`` expression on it. Every other
+  term (also one with ``NotIn``/``Exists``/``DoesNotExist`` on arch) gets
+  ``kubernetes.io/arch In [supported, sorted]`` appended (KEP-3838 allows appending); with
+  no terms, one new term. The same for ``kubernetes.io/os`` with the supported OSes. Pinned
+  terms are kept as written: inside the supported set silently; overlapping it in part with
+  the Warning ``PartiallyCompatibleAffinity`` (the user may rely on emulation); when no term
+  can admit a supported value, the Warning ``IncompatibleNodeAffinity``.
   Note: ``arch In A`` AND ``os In O`` can admit a pair outside the intersection (e.g.
   windows/arm64 from {linux/arm64, windows/amd64}); exact pairs would need new ORed terms,
   which KEP-3838 forbids on a gated pod with terms.
-- A ``nodeSelector`` pinning ``kubernetes.io/arch`` (or ``os``) is the user's choice: no
-  requirement on that key is added; a pin outside the supported set gives the Warning
-  ``IncompatibleNodeSelector``.
+- A ``nodeSelector`` pinning ``kubernetes.io/arch`` (or ``os``) is the user's explicit pin
+  (ANDed with every term): no requirement on that key is added; a pin outside the supported
+  set gives the Warning ``IncompatibleNodeSelector``.
 - Empty intersection: the requirement ``podplacement.io/no-supported-platform Exists`` and
   Warning ``NoSupportedPlatform``.
 - Supported architectures that no node has: Warning ``ArchitectureNotInCluster``.
@@ -43,6 +49,7 @@ from typing import Any, Protocol
 
 from controller.affinity import (
     AffinityPlan,
+    Restriction,
     arch_preferences,
     expression,
     hostname_requirement,
@@ -81,12 +88,19 @@ NO_SUPPORTED_PLATFORM_EVENT = "NoSupportedPlatform"
 IMAGE_INSPECTION_FAILED = "ImageInspectionFailed"
 ARCH_NOT_IN_CLUSTER = "ArchitectureNotInCluster"
 INCOMPATIBLE_NODE_SELECTOR = "IncompatibleNodeSelector"
+INCOMPATIBLE_NODE_AFFINITY = "IncompatibleNodeAffinity"
+PARTIALLY_COMPATIBLE_AFFINITY = "PartiallyCompatibleAffinity"
 WAITING_FOR_NUMA = "WaitingForNUMAResources"
 PLACEMENT_FALLBACK = "PlacementFallback"
 INVALID_PULL_SECRET = "InvalidPullSecret"
 
 NORMAL = "Normal"
 WARNING = "Warning"
+
+# Warnings that mean the pod cannot run where the user sent it (emitted before the others).
+_CANNOT_RUN = frozenset(
+    {NO_SUPPORTED_PLATFORM_EVENT, INCOMPATIBLE_NODE_SELECTOR, INCOMPATIBLE_NODE_AFFINITY}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +221,27 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
     return entry
 
 
+def _pin_warning(restriction: Restriction, noun: str) -> EventSpec | None:
+    """The Warning for the user's ``In`` pins on one label, or None when they are all inside
+    the supported set: ``IncompatibleNodeAffinity`` when no required term can admit a
+    supported value, else ``PartiallyCompatibleAffinity`` naming the values the pins admit
+    that no image runs on (the user may rely on emulation; issue 13)."""
+    key, supported = restriction.key, ", ".join(restriction.supported)
+    if not restriction.compatible:
+        return EventSpec(WARNING, INCOMPATIBLE_NODE_AFFINITY, _event_message(
+            f"no required nodeSelectorTerm admits a {key} the images support ({supported}); "
+            f"the terms allow only {', '.join(restriction.outside) or 'nothing'}; "
+            "the pod's affinity is kept as written"
+        ))
+    if restriction.outside:
+        return EventSpec(WARNING, PARTIALLY_COMPATIBLE_AFFINITY, _event_message(
+            f"required nodeSelectorTerms also admit {key} {', '.join(restriction.outside)}, "
+            f"where the images cannot run (supported {noun}: {supported}); "
+            "those terms are kept as written"
+        ))
+    return None
+
+
 def _short_error(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
@@ -322,24 +357,28 @@ def decide(
             )
         else:
             archs = platforms.architectures
+            record["oses"] = list(platforms.oses)
             pinned = node_selector.get(ARCH_LABEL)
-            os_pinned = node_selector.get(OS_LABEL)
             added = 0
-            if pinned is None:
-                added += plan.require(expression(ARCH_LABEL, "In", list(archs)))
-            elif pinned not in archs:
-                warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
-                    f"nodeSelector {ARCH_LABEL}={pinned} is not among the architectures "
-                    f"supported by every image ({', '.join(archs)}); the pod cannot run"
-                )))
-            if os_pinned is None:
-                if not platforms.all_linux:
-                    added += plan.require(expression(OS_LABEL, "In", list(platforms.oses)))
-            elif os_pinned not in platforms.oses:
-                warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
-                    f"nodeSelector {OS_LABEL}={os_pinned} is not among the operating "
-                    f"systems supported by every image ({', '.join(platforms.oses)})"
-                )))
+            for key, values, noun in (
+                (ARCH_LABEL, archs, "architectures"),
+                (OS_LABEL, platforms.oses, "operating systems"),
+            ):
+                pin = node_selector.get(key)
+                if pin is not None:
+                    # The user's explicit pin, ANDed with every term: kept as written.
+                    if str(pin) not in values:
+                        warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR,
+                            _event_message(
+                                f"nodeSelector {key}={pin} is not among the {noun} supported "
+                                f"by every image ({', '.join(values)}); the pod cannot run there"
+                            )))
+                    continue
+                restriction = plan.restrict(key, values)
+                added += restriction.appended
+                warning = _pin_warning(restriction, noun)
+                if warning is not None:
+                    warnings.append(warning)
             if pinned is None and config.preferred_platforms:
                 weights = {p.architecture: p.weight for p in config.preferred_platforms}
                 for term in arch_preferences(pod, archs, weights):
@@ -351,7 +390,7 @@ def decide(
                 reason = f"nodeSelector pins {ARCH_LABEL}={pinned}; affinity left as is"
             else:
                 outcome = NOT_SET
-                reason = "every required term already constrains the architecture"
+                reason = "every required term already pins the architecture and OS with In"
             if (
                 nodes is not None
                 and nodes.node_count
@@ -441,6 +480,8 @@ def decide(
         ungate=True,
     )
     if warnings:
+        # One Event per decision: the most serious first (the pod cannot run at all).
+        warnings.sort(key=lambda w: w.reason not in _CANNOT_RUN)
         events: tuple[EventSpec, ...] = (warnings[0],)
     else:
         events = (EventSpec(NORMAL, PLACEMENT_DECIDED, _event_message(

@@ -19,13 +19,11 @@ Rules:
   gated), then ``ungate_remaining(deadline_seconds)`` (the reconciler's callback: normal
   decisions within the deadline, plain ungate after it) releases every pod still gated, then
   the finalizer is removed and the API server deletes the config.
-* Graceful shutdown (:meth:`Lifecycle.stop`, called when the process stops while it is the
-  leader) deletes the webhook configuration too when ``delete_webhook_on_shutdown`` is true
-  (the default), so the configuration exists only while a controller runs. A standby replica
-  takes the lease at once (the leader releases it) and re-creates it; pods created in that gap
-  are not gated and are scheduled as if podplacement were not installed. A controller that
-  crashes leaves the configuration in place: failurePolicy Ignore keeps pod creation working
-  if the webhook is down too, and the next leader re-processes every pod still gated.
+* Shutdown (:meth:`Lifecycle.stop`, graceful or not) leaves the webhook configuration in
+  place: it belongs to the installed config, not to one controller process, and only the
+  ordered uninstall removes it (issue 13: deleting it on a rolling update let pods created
+  during the handover escape the gate). The next leader re-processes every pod still gated;
+  failurePolicy Ignore keeps pod creation working if the webhook is down too.
 
 Status conditions (metav1.Condition, ``observedGeneration`` on each and on ``status``):
 ``Available`` (webhook configuration in place), ``Progressing`` (a change or an uninstall is
@@ -208,7 +206,6 @@ class Lifecycle:
         uninstall_deadline_seconds: passed to ``ungate_remaining``.
         resync_seconds: period of the drift check in :meth:`run`.
         timeout_seconds: the webhook's call timeout.
-        delete_webhook_on_shutdown: :meth:`stop` deletes the webhook configuration.
 
     Raises:
         ValueError: inconsistent arguments.
@@ -227,7 +224,6 @@ class Lifecycle:
         uninstall_deadline_seconds: float = 60.0,
         resync_seconds: float = 10.0,
         timeout_seconds: int = 5,
-        delete_webhook_on_shutdown: bool = True,
         max_backoff: float = 30.0,
     ) -> None:
         if (service is None) == (url is None):
@@ -244,7 +240,6 @@ class Lifecycle:
         self.uninstall_deadline_seconds = uninstall_deadline_seconds
         self.resync_seconds = resync_seconds
         self.timeout_seconds = timeout_seconds
-        self.delete_webhook_on_shutdown = delete_webhook_on_shutdown
         self.max_backoff = max_backoff
         self.last_result: ReconcileResult | None = None
         self._wake = asyncio.Event()
@@ -288,11 +283,9 @@ class Lifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
 
-    async def stop(self, *, delete_webhook: bool | None = None) -> None:
-        """Stop :meth:`run`; delete the webhook configuration when ``delete_webhook`` (default:
-        ``delete_webhook_on_shutdown``) is true. Call it on graceful shutdown while leading;
-        do not delete when leadership was lost (the new leader owns the object). Errors of the
-        delete are logged, not raised."""
+    async def stop(self) -> None:
+        """Stop :meth:`run`. The webhook configuration stays: it exists while the config
+        does, whichever controller process leads (only the ordered uninstall deletes it)."""
         self._stopping = True
         self._wake.set()
         if self._task is not None:
@@ -300,11 +293,6 @@ class Lifecycle:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self.delete_webhook_on_shutdown if delete_webhook is None else delete_webhook:
-            try:
-                await self._delete_webhook()
-            except ApiError as exc:
-                log.warning("could not delete %s on shutdown: %s", WEBHOOK_CONFIGURATION_NAME, exc)
 
     async def reconcile(self) -> ReconcileResult:
         """One idempotent pass: read the config, converge the webhook configuration, the

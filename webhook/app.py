@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from controller.config import ARCH_LABEL, DEFAULT_NAMESPACE, METRICS_PREFIX
+from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.configsource import ConfigSource
 from webhook.gating import REASON_GATED, SKIP_REASONS, should_gate
 from webhook.patch import gate_patch, patch_shape
@@ -168,40 +168,6 @@ except ImportError:  # optional: without it every body takes the orjson path
 # Building and freeing those objects cost more than scanning the bytes once /mutate was
 # served (bench/webhook.py): allocations on a cache-cold heap. A field of another JSON type
 # than declared makes msgspec decline the body, and the orjson path answers it.
-class _Resources(TypedDict, total=False):
-    requests: Any
-    limits: Any
-
-
-class _Container(TypedDict, total=False):
-    resources: _Resources | None
-
-
-class _Expr(TypedDict, total=False):
-    key: Any
-
-
-class _Term(TypedDict, total=False):
-    matchExpressions: list[_Expr] | None
-
-
-class _Required(TypedDict, total=False):
-    nodeSelectorTerms: list[_Term] | None
-
-
-class _Preferred(TypedDict, total=False):
-    preference: _Term | None
-
-
-class _NodeAffinity(TypedDict, total=False):
-    requiredDuringSchedulingIgnoredDuringExecution: _Required | None
-    preferredDuringSchedulingIgnoredDuringExecution: list[_Preferred] | None
-
-
-class _Affinity(TypedDict, total=False):
-    nodeAffinity: _NodeAffinity | None
-
-
 class _Gate(TypedDict, total=False):
     name: Any
 
@@ -215,11 +181,6 @@ class _Labels(TypedDict, total=False):
     """No key kept: the patch only asks whether ``metadata.labels`` is an object."""
 
 
-# The arch pin is the only nodeSelector entry the rules read (mypy wants the literal name).
-_NodeSelector = TypedDict("_NodeSelector", {"kubernetes.io/arch": Any}, total=False)
-assert set(_NodeSelector.__annotations__) == {ARCH_LABEL}
-
-
 class _PodMeta(TypedDict, total=False):
     namespace: Any
     labels: _Labels | None
@@ -227,30 +188,15 @@ class _PodMeta(TypedDict, total=False):
 
 
 class _PodSpec(TypedDict, total=False):
-    """The spec fields of the gating rules that hold without NUMA placement."""
+    """The spec fields the gating rules read."""
 
     nodeName: Any
     schedulingGates: list[_Gate] | None
-    nodeSelector: _NodeSelector | None
-    affinity: _Affinity | None
-
-
-class _PodSpecWithResources(_PodSpec, total=False):
-    """Plus what the QoS class and extended-resource rules read (NUMA placement enabled)."""
-
-    resources: _Resources | None
-    containers: list[_Container] | None
-    initContainers: list[_Container] | None
 
 
 class _Pod(TypedDict, total=False):
     metadata: _PodMeta | None
     spec: _PodSpec | None
-
-
-class _PodWithResources(TypedDict, total=False):
-    metadata: _PodMeta | None
-    spec: _PodSpecWithResources | None
 
 
 class _GroupVersionKind(TypedDict, total=False):
@@ -267,39 +213,22 @@ class _Request(TypedDict, total=False):
     object: _Pod | None
 
 
-class _RequestWithResources(_Request, total=False):
-    object: _PodWithResources | None  # type: ignore[misc]
-
-
 class _Review(TypedDict, total=False):
     apiVersion: Any
     kind: Any
     request: _Request | None
 
 
-class _ReviewWithResources(TypedDict, total=False):
-    apiVersion: Any
-    kind: Any
-    request: _RequestWithResources | None
-
-
-#: ``(without resources, with resources)``: the second one when NUMA placement is enabled
-#: (the only rules that read container resources); None without msgspec.
-_REVIEW_DECODERS: tuple[Any, Any] | None = (
-    (msgspec.json.Decoder(_Review), msgspec.json.Decoder(_ReviewWithResources))
-    if msgspec is not None else None
-)
+#: None without msgspec.
+_REVIEW_DECODER: Any = msgspec.json.Decoder(_Review) if msgspec is not None else None
 _DECODE_ERRORS: tuple[type[Exception], ...] = (
     (msgspec.MsgspecError,) if msgspec is not None else ()
 )
 
 
-def _parse_review_fast(
-    body: bytes, *, resources: bool = True
-) -> tuple[str, Mapping[str, Any]] | None:
-    """``(apiVersion, request)`` decoded with msgspec into the subset of fields /mutate reads
-    (container resources only with ``resources``); None when msgspec is not installed or
-    declines the body (then orjson parses it whole).
+def _parse_review_fast(body: bytes) -> tuple[str, Mapping[str, Any]] | None:
+    """``(apiVersion, request)`` decoded with msgspec into the subset of fields /mutate reads;
+    None when msgspec is not installed or declines the body (then orjson parses it whole).
 
     Same answer as the orjson path: a body msgspec cannot decode (bad JSON anywhere, or a
     structural field of the wrong type, e.g. ``request.object`` not an object) is declined
@@ -313,24 +242,22 @@ def _parse_review_fast(
     Raises:
         BadReview: decoded, but a required field is missing or mistyped.
     """
-    if _REVIEW_DECODERS is None or not body.isascii():
+    if _REVIEW_DECODER is None or not body.isascii():
         return None
     try:
-        review = _REVIEW_DECODERS[resources].decode(body)
+        review = _REVIEW_DECODER.decode(body)
     except _DECODE_ERRORS:
         return None
     return _checked_review(review)
 
 
-def _parse_review(body: bytes, *, resources: bool = True) -> tuple[str, Mapping[str, Any]]:
+def _parse_review(body: bytes) -> tuple[str, Mapping[str, Any]]:
     """Return ``(apiVersion, request)`` of an AdmissionReview or raise :class:`BadReview`.
 
     Takes the selective decoder (:func:`_parse_review_fast`) when it can, else parses the
     whole body with orjson; both give the same answer (see :func:`_parse_review_fast`).
-    ``resources=False`` lets the selective decoder drop container resources: pass it only
-    when the gating rules will not read them (NUMA placement disabled).
     """
-    fast = _parse_review_fast(body, resources=resources)
+    fast = _parse_review_fast(body)
     if fast is not None:
         return fast
     try:
@@ -503,8 +430,7 @@ def create_app(
                 body = await request.body()
                 # Read once: the parse and the rules see the same config (no await between).
                 config = config_source.current
-                api_version, review_request = _parse_review(
-                    body, resources=config is not None and config.topology.enabled)
+                api_version, review_request = _parse_review(body)
             except BadReview as exc:
                 m.bad_request.value += 1
                 return _bad_request(str(exc))

@@ -184,7 +184,7 @@ def test_marker_and_os_requirements() -> None:
 def test_every_term_already_constrained_means_no_ops() -> None:
     pod = gated_pod(affinity=required([ARCH2], [WORKER, ARCH2]))
     assert require_architectures(pod, ["amd64"]) == []
-    assert AffinityPlan(pod).empty
+    assert AffinityPlan(pod).ops() == []
 
 
 _key = st.sampled_from(["a", "b", ARCH_LABEL, "c"])

@@ -186,7 +186,8 @@ async def _drive(ckube: KubeEnv, namespace: str, images: Images, port: int) -> s
             assert terms == [
                 {
                     "matchExpressions": [
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
                     ]
                 }
             ]

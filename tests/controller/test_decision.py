@@ -44,7 +44,8 @@ def test_single_arch_image_sets_affinity_and_ungates() -> None:
     dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
     assert dec.outcome == d.SET and dec.ungate
     new = _apply(pod, dec)
-    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"])]}]
+    assert terms_of(new) == [{"matchExpressions": [
+        expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
     assert "schedulingGates" not in new["spec"]
     assert new["metadata"]["labels"][GATE_LABEL] == "removed"
     assert new["metadata"]["labels"][AFFINITY_LABEL] == "set"
@@ -83,9 +84,10 @@ def test_compatible_node_selector_pin_keeps_affinity() -> None:
     pod = gated_pod(node_selector={ARCH_LABEL: "arm64"}, affinity=required([ZONE]))
     dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, CFG)
     new = _apply(pod, dec)
-    assert terms_of(new) == terms_of(pod)
-    assert dec.outcome == d.NOT_SET
-    assert new["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    # the arch pin is the user's; only the OS (not pinned) is narrowed
+    assert terms_of(new) == [{"matchExpressions": [
+        *terms_of(pod)[0]["matchExpressions"], expression(OS_LABEL, "In", ["linux"])]}]
+    assert dec.architectures == ("amd64", "arm64")
     assert dec.events[0].reason == d.PLACEMENT_DECIDED
 
 
@@ -246,7 +248,8 @@ def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
     assert done.ungate and done.events[0].reason == d.PLACEMENT_FALLBACK
     new = _apply(waiting, done)
     assert NUMA_LABEL not in new["metadata"]["labels"]
-    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}]
+    assert terms_of(new) == [{"matchExpressions": [
+        expression(ARCH_LABEL, "In", ["amd64"]), expression(OS_LABEL, "In", ["linux"])]}]
 
 
 def test_waiting_pod_that_gets_candidates_is_labelled_placed() -> None:

@@ -72,6 +72,7 @@ def test_affinity_is_exactly_what_would_be_injected() -> None:
     required = report["affinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert required == {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
         {"key": "kubernetes.io/hostname", "operator": "In", "values": ["big.example", "pi"]},
     ]}]}
     preferred = report["affinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -92,7 +93,8 @@ def test_user_terms_keep_their_expressions_and_get_ours_appended() -> None:
         "nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [
         {"key": "zone", "operator": "In", "values": ["a"]},
-        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]
     # topology disabled: no NUMA part, eligible nodes are feasible without a score
     assert report["numa"] is None
     assert {r["name"]: (r["feasible"], r["score"]) for r in report["nodes"]} == {

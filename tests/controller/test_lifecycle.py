@@ -135,7 +135,7 @@ async def test_drift_is_reverted_by_the_resync_loop(fresh_localkube: KubeEnv,
         await _until(lambda: len(env.get(WEBHOOK_PATH)["webhooks"]) == 1)
         assert env.get(WEBHOOK_PATH)["metadata"]["labels"]["team"] == "x"
     finally:
-        await lc.stop(delete_webhook=False)
+        await lc.stop()
     assert task.done()
     assert env.request("GET", WEBHOOK_PATH).status_code == 200
 
@@ -158,7 +158,7 @@ async def test_spec_change_is_applied_on_notify(fresh_localkube: KubeEnv, api: K
         await _until(applied)
         await _until(lambda: env.get(CONFIG_PATH)["status"]["observedGeneration"] == 2)
     finally:
-        await lc.stop(delete_webhook=False)
+        await lc.stop()
 
 
 async def test_inexpressible_selector_and_invalid_config_degrade(fresh_localkube: KubeEnv,
@@ -269,7 +269,7 @@ async def test_no_config_means_no_webhook(fresh_localkube: KubeEnv, api: KubeAPI
     assert env.request("GET", WEBHOOK_PATH).status_code == 404
 
 
-async def test_graceful_stop_deletes_the_webhook_lost_lease_keeps_it(
+async def test_stop_keeps_the_webhook_configuration_for_the_next_leader(
     fresh_localkube: KubeEnv, api: KubeAPI
 ) -> None:
     env = fresh_localkube
@@ -277,13 +277,15 @@ async def test_graceful_stop_deletes_the_webhook_lost_lease_keeps_it(
     lc = _lifecycle(api)
     lc.start()
     await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
-    await lc.stop(delete_webhook=False)  # lost leadership: the new leader owns it
-    assert env.request("GET", WEBHOOK_PATH).status_code == 200
+    uid = env.get(WEBHOOK_PATH)["metadata"]["uid"]
+    await lc.stop()
     lc2 = _lifecycle(api)
     lc2.start()
     await asyncio.sleep(0)
-    await lc2.stop()  # graceful shutdown (default)
-    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+    await lc2.stop()
+    # Neither stop removed it (issue 13: a rolling update must not open a gap), and it is
+    # the same object, never deleted and re-created.
+    assert env.get(WEBHOOK_PATH)["metadata"]["uid"] == uid
     # the config itself is untouched by a shutdown
     assert env.get(CONFIG_PATH)["metadata"]["finalizers"] == [CONFIG_FINALIZER]
 

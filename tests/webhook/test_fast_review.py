@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.config import ARCH_LABEL, PlacementConfig, PlatformWeight, TopologyConfig
+from controller.config import PlacementConfig, PlatformWeight, TopologyConfig
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import RAW_CASES, raw_body
 from webhook import app as app_module
@@ -56,15 +56,15 @@ class Answers:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, config: PlacementConfig) -> None:
         self.monkeypatch = monkeypatch
-        self.decoder = app_module._REVIEW_DECODERS
+        self.decoder = app_module._REVIEW_DECODER
         self.app = create_app(StaticConfigSource(config), own_namespace="podplacement-system")
         self.fast_taken = 0
 
     async def both(self, body: bytes) -> tuple[tuple[int, Any], tuple[int, Any]]:
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODERS", self.decoder)
+        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", self.decoder)
         self.fast_taken += fast_path_takes(body)
         fast = await asgi_post(self.app, body)
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODERS", None)
+        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", None)
         slow = await asgi_post(self.app, body)
         return fast, slow
 
@@ -209,58 +209,32 @@ def covered(path: tuple[str, ...], kept: tuple[set[tuple[str, ...]], set[tuple[s
     return path in objects or any(path[:n] in subtrees for n in range(1, len(path) + 1))
 
 
-def pinned(doc: dict[str, Any]) -> dict[str, Any]:
-    """A pod with its architecture pinned, so the rules go on to preferences and NUMA."""
-    pod = copy.deepcopy(doc)
-    pod["spec"]["nodeSelector"] = {ARCH_LABEL: "amd64"}
-    pod["spec"]["resources"] = {"requests": {"cpu": "1"}}
-    return pod
-
-
 @pytest.mark.parametrize(
-    ("configs", "pod_type"),
-    [
-        # NUMA placement on: the decoder that keeps container resources.
-        ([ALL_RULES, PlacementConfig(topology=TopologyConfig(enabled=True))],
-         app_module._PodWithResources),
-        # NUMA placement off: the lean decoder.
-        ([PREFERRED_ONLY, PlacementConfig()], app_module._Pod),
-    ],
+    "configs",
+    [[ALL_RULES, PlacementConfig(topology=TopologyConfig(enabled=True))],
+     [PREFERRED_ONLY, PlacementConfig()]],
     ids=["numa-on", "numa-off"],
 )
-def test_gating_and_patch_read_only_the_decoded_fields(
-    configs: list[PlacementConfig], pod_type: Any
-) -> None:
+def test_gating_and_patch_read_only_the_decoded_fields(configs: list[PlacementConfig]) -> None:
     """Guards the TypedDicts: a new rule that reads a pod field they drop would see it as
-    absent on the fast path; this fails first. /mutate picks the decoder by
-    ``spec.topology.enabled``, so each is checked under the configs it serves."""
-    kept = kept_paths(pod_type)
+    absent on the fast path; this fails first."""
+    kept = kept_paths(app_module._Pod)
     seen: set[tuple[str, ...]] = set()
     pods = [doc["request"]["object"] for doc in REVIEWS.values()]
-    for pod in [*pods, *(pinned(p) for p in pods)]:
+    for pod in pods:
         for config in configs:
             recording = wrap(copy.deepcopy(pod), (), seen)
             should_gate(recording, namespace="default", config=config,
                         own_namespace="podplacement-system")
             gate_patch(recording)
-    # The deep rules were reached (the NUMA ones only with NUMA placement on).
-    assert ("spec", "affinity", "nodeAffinity",
-            "preferredDuringSchedulingIgnoredDuringExecution") in seen
-    numa_on = any(c.topology.enabled for c in configs)
-    assert (("spec", "containers", "[]", "resources") in seen) is numa_on
+    # The deepest rule was reached: the gates were read item by item.
+    assert ("spec", "schedulingGates") in seen
     assert [p for p in sorted(seen) if not covered(p, kept)] == []
 
 
 def test_the_lean_decoder_drops_what_the_rules_do_not_read() -> None:
     body = raw_body("a-plain-pod")
-    _, lean = app_module._parse_review(body, resources=False)
-    _, full = app_module._parse_review(body, resources=True)
-    assert "containers" not in lean["object"]["spec"]
-    assert full["object"]["spec"]["containers"][0]["resources"]["limits"] == {
-        "cpu": "200m", "memory": "128Mi"}
-    # Only the keys of matchExpressions, and no label, are built.
-    terms = lean["object"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/zone"}]},
-                     {"matchExpressions": [{"key": "node-role.kubernetes.io/worker"}]}]
+    _, lean = app_module._parse_review(body)
+    spec = lean["object"]["spec"]
+    assert "containers" not in spec and "affinity" not in spec
     assert lean["object"]["metadata"]["labels"] == {}
