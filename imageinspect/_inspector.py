@@ -5,9 +5,11 @@ Flow for one lookup: parse and normalise the reference; ask registries.conf wher
 to each source with the kubelet's rules; then, through the cache (key: reference + credential
 identities, single-flight), fetch the manifest with all manifest Accept types. An index/list
 gives the platforms directly (one request); a single manifest needs its config blob (two).
-Authentication is learned per registry host (Basic, or Bearer with a token cached per
-(registry, realm, service, scope, credential identity) until it expires). Requests go through a
-per-registry semaphore and are retried on 429/502/503/504 and connection errors with
+Authentication is learned per (registry host, repository) from the registry's 401 challenge
+(Basic, or Bearer with a token cached per (registry, realm, service, scope, credential identity)
+until it expires); a new repository first tries the challenge that last worked on its host, and
+a remembered challenge that fails is replaced by one fresh challenge and one retry. Requests go
+through a per-registry semaphore and are retried on 429/502/503/504 and connection errors with
 exponential backoff, jitter and ``Retry-After``.
 """
 
@@ -44,8 +46,10 @@ from imageinspect._errors import (
     RateLimited,
     RegistryError,
     ServerError,
+    Timeout,
     TooLarge,
     Unauthorized,
+    UnsafeAddress,
 )
 from imageinspect._manifest import (
     MANIFEST_ACCEPT,
@@ -158,6 +162,11 @@ def _raise_for_status(
     raise RegistryError(f"{what}: unexpected HTTP status{detail}", **kw)
 
 
+def _same_challenge(a: Challenge, b: Challenge) -> bool:
+    """Same scheme, realm and service (``scope``/``error`` vary per request)."""
+    return (a.scheme, a.realm, a.service) == (b.scheme, b.realm, b.service)
+
+
 def _origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme, parts.netloc.lower()
@@ -217,7 +226,12 @@ class Inspector:
         self._ssl: dict[tuple[str, bool], ssl.SSLContext] = {}
         self._schemes: dict[str, str] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
-        self._challenges: dict[str, Challenge] = {}
+        #: Challenges per (registry host, repository scope), the registry's latest word, LRU.
+        self._challenges: dict[tuple[str, str], Challenge] = {}
+        self._max_challenges = max(1, max_entries)
+        #: Per host, the last challenge that got a non-401 answer: the first guess for a
+        #: repository not challenged yet (a wrong guess costs one re-challenge).
+        self._host_challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str, str, str, str], tuple[str, float]] = {}
         self._stats = InspectorStats()
         #: The backoff sleep (tests replace it to observe delays without waiting).
@@ -440,24 +454,13 @@ class Inspector:
         base = await self._base_url(host, src.insecure)
         url = f"{base}/v2/{sref.path}{subpath}"
         scope = pull_scope(sref.path)
-        headers = {"Accept": accept}
-        auth = await self._auth_header(host, src.insecure, scope, cred, what, reference)
-        if auth:
-            headers["Authorization"] = auth
         try:
-            return await self._request_inner(
-                src,
-                cred,
-                method,
-                url,
-                headers,
-                auth,
-                scope,
-                max_body,
-                follow_redirects,
-                what,
-                reference,
+            resp, headers = await self._authorized(
+                src, cred, method, url, accept, scope, max_body, what, reference
             )
+            if follow_redirects:
+                resp = await self._follow_redirects(resp, url, headers, max_body, what)
+            return resp
         except TooLarge as exc:
             raise TooLarge(
                 f"{what} is larger than the {max_body // (1024 * 1024)} MiB limit ({exc.message})",
@@ -466,38 +469,110 @@ class Inspector:
                 status=exc.status,
             ) from None
 
-    async def _request_inner(
+    async def _authorized(
         self,
         src: PullSource,
         cred: Credential | None,
         method: str,
         url: str,
-        headers: dict[str, str],
-        auth: str | None,
+        accept: str,
         scope: str,
         max_body: int,
-        follow_redirects: bool,
         what: str,
         reference: str,
-    ) -> Response:
+    ) -> tuple[Response, dict[str, str]]:
+        """Send one registry request with the ``Authorization`` its challenge calls for.
+
+        Challenges are remembered per (registry host, repository scope). The first attempt uses
+        the challenge this repository last gave, else the last one that worked for another
+        repository on the host (real registries use one realm per host, so a new repository
+        usually needs no extra 401 round trip), else none. When a remembered challenge fails
+        (the token server refuses or cannot be reached, or the registry still answers 401),
+        the registry is challenged afresh once (the 401 it just sent, or the same request sent
+        without ``Authorization``) and the request retried once with that challenge. A failure
+        with a challenge the registry gave during this call is final, as is a Basic challenge
+        that rejects the credentials or a fresh challenge identical to the failed one.
+
+        Returns:
+            ``(response, headers sent)``; a final 401 is returned for the caller to report.
+
+        Raises:
+            Unauthorized, Denied, UnsafeAddress, ConnectionFailed, Timeout, ...: the token
+            request failed with a challenge that is not stale.
+        """
         host = src.reference.api_host
-        resp = await self._send(host, method, url, headers, max_body, src.insecure)
-        if resp.status == 401:
-            challenges = parse_challenges(resp.www_authenticate)
-            if challenges and challenges[0].scheme in ("bearer", "basic"):
-                challenge = challenges[0]
-                known = self._challenges.get(host)
-                self._challenges[host] = challenge
-                if auth and known == challenge and challenge.scheme == "basic":
-                    return resp  # our Basic credentials were rejected
-                if auth and challenge.scheme == "bearer":
-                    self._drop_token(host, challenge, scope, cred)
-                new_auth = await self._auth_header(host, src.insecure, scope, cred, what, reference)
-                if new_auth and new_auth != auth:
-                    headers["Authorization"] = new_auth
-                    resp = await self._send(host, method, url, headers, max_body, src.insecure)
+        key = (host, scope)
+        plain = {"Accept": accept}
+        challenge = self._challenges.get(key) or self._host_challenges.get(host)
+        fresh = False  # True once `challenge` came from the registry during this call
+        while True:
+            headers = dict(plain)
+            auth: str | None = None
+            if challenge is not None:
+                failure: RegistryError | None = None
+                try:
+                    auth = await self._authorization(
+                        host, src.insecure, challenge, scope, cred, what, reference
+                    )
+                except RegistryError as exc:
+                    if fresh:
+                        raise
+                    failure = exc
+                if failure is not None:
+                    # The remembered challenge may be stale: ask the registry again, once.
+                    fresh = True
+                    probe = await self._send(host, method, url, plain, max_body, src.insecure)
+                    if probe.status != 401:
+                        return probe, plain
+                    new = self._learn(key, probe)
+                    if new is None or _same_challenge(new, challenge):
+                        raise failure
+                    log.info(
+                        "registry %s changed its %s challenge for %s; retrying", host, new.scheme,
+                        scope,
+                    )
+                    challenge = new
+                    continue
+            if auth:
+                headers["Authorization"] = auth
+            resp = await self._send(host, method, url, headers, max_body, src.insecure)
+            if resp.status != 401:
+                if auth and challenge is not None:
+                    self._remember(key, challenge)
+                    self._host_challenges[host] = challenge
+                return resp, headers
+            if auth and challenge is not None and challenge.scheme == "bearer":
+                self._drop_token(host, challenge, scope, cred)
+            new = self._learn(key, resp)
+            if fresh or new is None:
+                return resp, headers
+            if new.scheme == "basic" and (
+                cred is None or (auth and challenge is not None and _same_challenge(new, challenge))
+            ):
+                return resp, headers  # nothing to send, or our Basic credentials were rejected
+            challenge, fresh = new, True
+
+    def _learn(self, key: tuple[str, str], resp: Response) -> Challenge | None:
+        """Remember and return the first usable (Bearer, then Basic) challenge of a 401."""
+        if resp.status != 401:
+            return None
+        for challenge in parse_challenges(resp.www_authenticate):
+            if challenge.scheme in ("bearer", "basic"):
+                self._remember(key, challenge)
+                return challenge
+        return None
+
+    def _remember(self, key: tuple[str, str], challenge: Challenge) -> None:
+        self._challenges.pop(key, None)
+        self._challenges[key] = challenge
+        while len(self._challenges) > self._max_challenges:
+            self._challenges.pop(next(iter(self._challenges)))
+
+    async def _follow_redirects(
+        self, resp: Response, url: str, headers: dict[str, str], max_body: int, what: str
+    ) -> Response:
         hops = 0
-        while follow_redirects and resp.status in _REDIRECT_STATUSES:
+        while resp.status in _REDIRECT_STATUSES:
             location = resp.headers.get("location")
             hops += 1
             if not location or hops > _MAX_REDIRECTS:
@@ -521,18 +596,28 @@ class Inspector:
     ) -> None:
         self._tokens.pop(self._token_key(host, challenge, scope, cred), None)
 
-    async def _auth_header(
+    async def _authorization(
         self,
         host: str,
         insecure: bool,
+        challenge: Challenge,
         scope: str,
         cred: Credential | None,
         what: str,
         reference: str,
     ) -> str | None:
-        challenge = self._challenges.get(host)
-        if challenge is None:
-            return None
+        """The ``Authorization`` value answering ``challenge`` (None: send none).
+
+        Basic: the credential's username/password. Bearer: a token for ``scope`` from the
+        challenge's realm, cached per (host, realm, service, scope, credential identity) until
+        ``expires_in`` minus a margin.
+
+        Raises:
+            Unauthorized: no or malformed realm, the token server answered 401 or a bad body.
+            Denied: the token server answered 403.
+            UnsafeAddress, ConnectionFailed, Timeout: the realm cannot be reached safely (the
+                message names the token server; ``registry`` is the registry that sent it).
+        """
         if challenge.scheme == "basic":
             return basic_header(cred) if cred is not None else None
         key = self._token_key(host, challenge, scope, cred)
@@ -544,18 +629,33 @@ class Inspector:
             raise Unauthorized(
                 f"{what}: bearer challenge without a realm", registry=host, reference=reference
             )
+        realm = urlsplit(challenge.realm)
+        if realm.scheme not in ("http", "https") or not realm.hostname:
+            raise Unauthorized(
+                f"{what}: bearer challenge realm {challenge.realm[:200]!r} is not an http(s) URL",
+                registry=host,
+                reference=reference,
+            )
         treq = token_request(challenge, scope, cred)
-        realm_host = urlsplit(challenge.realm).netloc
+        realm_host = realm.netloc
         self._stats.token_requests += 1
-        resp = await self._send(
-            realm_host,
-            treq.method,
-            treq.url,
-            treq.headers,
-            1024 * 1024,
-            insecure and urlsplit(challenge.realm).netloc == host,
-            body=treq.body,
-        )
+        try:
+            resp = await self._send(
+                realm_host,
+                treq.method,
+                treq.url,
+                treq.headers,
+                1024 * 1024,
+                insecure and realm_host == host,
+                body=treq.body,
+            )
+        except (UnsafeAddress, ConnectionFailed, Timeout) as exc:
+            raise type(exc)(
+                f"{what}: token server {realm_host} from the registry's challenge: {exc.message}",
+                registry=host,
+                reference=reference,
+                status=exc.status,
+            ) from None
         if resp.status in (401, 403):
             who = "anonymous access" if cred is None else "the credentials"
             err = Unauthorized if resp.status == 401 else Denied
@@ -668,4 +768,4 @@ class Inspector:
 
     @staticmethod
     def _backoff(attempt: int) -> float:
-        return min(_BACKOFF_CAP, _BACKOFF_BASE * (2**attempt)) * random.uniform(0.5, 1.0)
+        return min(_BACKOFF_CAP, _BACKOFF_BASE * 2.0**attempt) * random.uniform(0.5, 1.0)

@@ -6,10 +6,11 @@ and the issue's >= 800/s rule), so the one implementation here is aiohttp; swapp
 means writing another :class:`Transport`.
 
 The transport also enforces the address guard: every host is resolved through a resolver that
-refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254)
-unless allowed, so a registry name (or a redirect) cannot point the controller at a metadata
-service. The check happens on the addresses actually connected to, so DNS rebinding between
-check and connect is not possible. It never logs request headers (they carry credentials).
+refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, and
+IPv6 forms embedding a 169.254.0.0/16 address: see :func:`is_forbidden_address`) unless
+allowed, so a registry name (or a redirect) cannot point the controller at a metadata service.
+The check happens on the addresses actually connected to, so DNS rebinding between check and
+connect is not possible. It never logs request headers (they carry credentials).
 """
 
 from __future__ import annotations
@@ -33,17 +34,90 @@ _FORBIDDEN_NETWORKS = (
     ipaddress.ip_network("fe80::/10"),
     ipaddress.ip_network("fd00:ec2::254/128"),
 )
+_LINK_LOCAL_V4 = ipaddress.IPv4Network("169.254.0.0/16")
+#: RFC 6052 §2.1 well-known NAT64 prefix (only /96 is allowed: IPv4 in bits 96-127).
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+#: RFC 8215 local-use NAT64 prefix; the operator picks a /48../96 inside it (RFC 6052 §2.2).
+_NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+#: RFC 4291 §2.5.5.1 IPv4-compatible addresses (deprecated, but still routed by some stacks).
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+#: RFC 2765 §2.1 IPv4-translated addresses ``::ffff:0:a.b.c.d`` (SIIT).
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_V4_MASK = 0xFFFFFFFF
+
+
+def _rfc6052_candidates(value: int) -> tuple[int, ...]:
+    """The IPv4 addresses (as ints) an address inside 64:ff9b:1::/48 may embed, one per prefix
+    length the operator may have chosen (/48, /56, /64, /96; RFC 6052 §2.2: bits 64-71, the
+    ``u`` octet, are skipped). The prefix length is not visible in the address, so all count."""
+
+    def bits(start: int, length: int) -> int:
+        return (value >> (128 - start - length)) & ((1 << length) - 1)
+
+    return (
+        (bits(48, 16) << 16) | bits(72, 16),  # /48
+        (bits(56, 8) << 24) | bits(72, 24),  # /56
+        bits(72, 32),  # /64
+        value & _V4_MASK,  # /96
+    )
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """Every IPv4 address ``ip`` carries in a form that routes to (or is treated as) it."""
+    value = int(ip)
+    found: list[int] = []
+    if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d, RFC 4291 §2.5.5.2
+        found.append(int(ip.ipv4_mapped))
+    if ip in _NAT64_WELL_KNOWN:  # 64:ff9b::a.b.c.d, RFC 6052 §2.1
+        found.append(value & _V4_MASK)
+    if ip in _NAT64_LOCAL_USE:  # 64:ff9b:1::/48, RFC 8215 + RFC 6052 §2.2
+        found.extend(_rfc6052_candidates(value))
+    if ip in _IPV4_TRANSLATED:  # ::ffff:0:a.b.c.d, RFC 2765 §2.1
+        found.append(value & _V4_MASK)
+    if ip in _IPV4_COMPATIBLE and value > 1:  # ::a.b.c.d, RFC 4291 §2.5.5.1 (not :: or ::1)
+        found.append(value & _V4_MASK)
+    if ip.sixtofour is not None:  # 2002:aabb:ccdd::/48, RFC 3056 §2
+        found.append(int(ip.sixtofour))
+    if ip.teredo is not None:  # 2001::/32, RFC 4380 §4: (server, client)
+        found.extend(int(v4) for v4 in ip.teredo)
+    return tuple(ipaddress.IPv4Address(v) for v in found)
 
 
 def is_forbidden_address(address: str) -> bool:
-    """True for link-local / cloud metadata addresses (IPv4-mapped IPv6 included)."""
+    """Whether ``address`` is a link-local or cloud metadata address the guard refuses.
+
+    Args:
+        address: an IP literal as resolved or written in a URL host (``169.254.169.254``,
+            ``fe80::1%eth0``; an IPv6 zone index is ignored). Anything that is not an IP
+            literal (a host name, garbage) is not an address and yields False: host names are
+            checked on the addresses they resolve to.
+
+    Returns:
+        True when the address is in 169.254.0.0/16, fe80::/10 or is fd00:ec2::254, or when it
+        is an IPv6 form that embeds an IPv4 address in 169.254.0.0/16:
+
+        * IPv4-mapped ``::ffff:a.b.c.d`` and IPv4-compatible ``::a.b.c.d`` (``::/96`` except
+          ``::`` and ``::1``), RFC 4291 §2.5.5; IPv4-translated ``::ffff:0:a.b.c.d``,
+          RFC 2765 §2.1;
+        * NAT64 ``64:ff9b::a.b.c.d`` (RFC 6052 §2.1, last 32 bits) and the local-use prefix
+          ``64:ff9b:1::/48`` (RFC 8215), where the IPv4 position depends on the prefix length
+          the operator chose (RFC 6052 §2.2), so every possible position (/48, /56, /64, /96)
+          is checked;
+        * 6to4 ``2002:aabb:ccdd::/48``, the IPv4 in bits 16-47 (RFC 3056 §2);
+        * Teredo ``2001::/32``, its server and (de-obfuscated) client IPv4 (RFC 4380 §4).
+
+        An embedded IPv4 follows the IPv4 rule: ``::ffff:10.0.0.1`` and ``64:ff9b::808:808``
+        (8.8.8.8) are allowed like 10.0.0.1 and 8.8.8.8. Pure, no I/O, never raises.
+    """
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in _FORBIDDEN_NETWORKS)
+    if any(ip in net for net in _FORBIDDEN_NETWORKS):
+        return True
+    if isinstance(ip, ipaddress.IPv6Address):
+        return any(v4 in _LINK_LOCAL_V4 for v4 in _embedded_ipv4(ip))
+    return False
 
 
 class _UnsafeAddressOSError(OSError):

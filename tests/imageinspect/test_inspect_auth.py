@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from imageinspect import Credential, Platform, Unauthorized
+from tests.harness.faults import FaultProxy, SeenRequest
 from tests.harness.oci import Pusher
 from tests.harness.registry import Registry
 from tests.imageinspect.conftest import InspectorFactory, trust
@@ -214,3 +215,219 @@ async def test_identity_token_uses_the_oauth2_refresh_grant(
     assert posts[0].params["refresh_token"] == ["refresh-token-value"]
     assert posts[0].params["scope"] == ["repository:auth/app:pull"]
     assert "authorization" not in posts[0].headers
+
+
+# -- challenges per repository, and one re-challenge when a remembered one fails ---------------
+
+
+def _bearer(realm: str, service: str, repo: str) -> dict[str, str]:
+    """A registry 401 challenge header pointing at ``realm``."""
+    return {
+        "WWW-Authenticate": (
+            f'Bearer realm="{realm}",service="{service}",scope="repository:{repo}:pull"'
+        )
+    }
+
+
+def _manifest_gets(proxy: FaultProxy) -> list[SeenRequest]:
+    """The manifest GETs the proxy saw, oldest first."""
+    return [r for r in proxy.seen if r.method == "GET" and "/manifests/" in r.path]
+
+
+async def test_a_forbidden_realm_for_one_repository_does_not_poison_the_host(
+    token_registry: Registry,
+    token_images: None,
+    fault_proxy: object,
+    make_inspector: InspectorFactory,
+) -> None:
+    from imageinspect import UnsafeAddress
+    from tests.imageinspect.conftest import insecure
+
+    ts = token_registry.token_server
+    assert ts is not None
+    proxy = fault_proxy(token_registry)  # type: ignore[operator]
+    # The registry's challenge for auth/app (only) sends clients to the metadata service.
+    proxy.add_rule(
+        path_regex="^/v2/auth/app/",
+        status=401,
+        headers=_bearer("https://169.254.169.254/token", ts.service, "auth/app"),
+        times=0,
+    )
+    insp = await make_inspector(
+        registries=insecure(proxy.host), ca_bundles=trust(token_registry), negative_ttl=0
+    )
+    creds = [_cred(token_registry, pattern=proxy.host)]
+    tokens_before = len(ts.token_requests())
+    with pytest.raises(UnsafeAddress) as bad:
+        await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    message = str(bad.value)
+    assert "token server 169.254.169.254" in message and "\n" not in message
+    assert bad.value.registry == proxy.host
+    assert len(ts.token_requests()) == tokens_before  # nothing reached a token server
+    # Another repository on the same host, same Inspector: its own challenge is used.
+    info = await insp.inspect(f"{proxy.host}/auth/other:v1", creds)
+    assert info.platforms == (Platform("linux", "arm64"),)
+    # auth/app still fails, and asks the registry once more instead of trusting its memory.
+    proxy.reset_requests()
+    with pytest.raises(UnsafeAddress):
+        await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    assert len(_manifest_gets(proxy)) == 1  # one re-challenge, no loop
+    # Once the registry is fixed, the stale challenge is replaced by one re-challenge.
+    proxy.clear_rules()
+    proxy.reset_requests()
+    info = await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    assert [str(p) for p in info.platforms] == ["linux/amd64", "linux/ppc64le"]
+    gets = _manifest_gets(proxy)
+    assert [(g.status, "authorization" in g.headers) for g in gets] == [
+        (401, False),  # the re-challenge, without credentials
+        (200, True),  # the retry with the fresh challenge's token
+    ]
+
+
+async def test_a_bad_realm_learned_after_a_good_one_stays_with_its_repository(
+    token_registry: Registry,
+    token_images: None,
+    fault_proxy: object,
+    make_inspector: InspectorFactory,
+) -> None:
+    from imageinspect import UnsafeAddress
+    from tests.imageinspect.conftest import insecure
+
+    ts = token_registry.token_server
+    assert ts is not None
+    proxy = fault_proxy(token_registry)  # type: ignore[operator]
+    insp = await make_inspector(
+        registries=insecure(proxy.host), ca_bundles=trust(token_registry), negative_ttl=0
+    )
+    creds = [_cred(token_registry, pattern=proxy.host)]
+    assert (await insp.inspect(f"{proxy.host}/auth/other:v1", creds)).platforms
+    proxy.add_rule(
+        path_regex="^/v2/auth/app/",
+        status=401,
+        headers=_bearer("https://169.254.169.254/token", ts.service, "auth/app"),
+        times=0,
+    )
+    with pytest.raises(UnsafeAddress):
+        await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    # auth/other keeps its working challenge and token: no token request, no 401.
+    tokens_before = len(ts.token_requests())
+    proxy.reset_requests()
+    info = await insp.inspect(f"{proxy.host}/auth/other:v1", creds, pull_always=True)
+    assert info.platforms == (Platform("linux", "arm64"),)
+    assert len(ts.token_requests()) == tokens_before
+    assert [r.status for r in proxy.seen] == [200]  # the one HEAD revalidation
+
+
+async def test_a_stale_challenge_whose_realm_moved_is_recovered_by_one_rechallenge(
+    token_registry: Registry,
+    token_images: None,
+    fault_proxy: object,
+    make_inspector: InspectorFactory,
+) -> None:
+    from tests.imageinspect.conftest import insecure
+
+    ts = token_registry.token_server
+    assert ts is not None
+    proxy = fault_proxy(token_registry)  # type: ignore[operator]
+    # The first challenge names an old realm: a proxy in front of the real token server.
+    old_realm = fault_proxy(ts.url, ca_pem=token_registry.ca_pem)  # type: ignore[operator]
+    proxy.add_rule(
+        path_regex="^/v2/auth/app/manifests/",
+        status=401,
+        headers=_bearer(f"{old_realm.url}/token", ts.service, "auth/app"),
+        times=1,
+    )
+    now = [1000.0]
+    insp = await make_inspector(
+        registries=insecure(proxy.host), ca_bundles=trust(token_registry), clock=lambda: now[0]
+    )
+    creds = [_cred(token_registry, pattern=proxy.host)]
+    await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    assert old_realm.count("GET", "^/token$") == 1
+    # The old realm goes away and the cached token expires; the registry now names its real
+    # realm (the token server itself).
+    old_realm.stop()
+    now[0] += 3600
+    tokens_before = len(ts.token_requests())
+    proxy.reset_requests()
+    info = await insp.inspect(f"{proxy.host}/auth/app:single", creds)
+    assert info.platforms == (Platform("linux", "s390x"),)
+    gets = _manifest_gets(proxy)
+    assert [(g.status, "authorization" in g.headers) for g in gets] == [
+        (401, False),
+        (200, True),
+    ]
+    assert len(ts.token_requests()) - tokens_before == 1
+    # The fresh challenge is remembered: the next lookup needs neither a 401 nor a token.
+    proxy.reset_requests()
+    await insp.inspect(f"{proxy.host}/auth/app:v1", creds, pull_always=True)
+    assert [r.status for r in proxy.seen] == [200]
+    assert len(ts.token_requests()) - tokens_before == 1
+
+
+async def test_a_token_rejected_under_a_changed_realm_is_fetched_from_the_new_realm(
+    token_registry: Registry,
+    token_images: None,
+    fault_proxy: object,
+    make_inspector: InspectorFactory,
+) -> None:
+    from tests.imageinspect.conftest import insecure
+
+    ts = token_registry.token_server
+    assert ts is not None
+    proxy = fault_proxy(token_registry)  # type: ignore[operator]
+    new_realm = fault_proxy(ts.url, ca_pem=token_registry.ca_pem)  # type: ignore[operator]
+    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(token_registry))
+    creds = [_cred(token_registry, pattern=proxy.host)]
+    await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    # The registry rejects the cached token once and names another realm.
+    proxy.add_rule(
+        path_regex="/manifests/",
+        status=401,
+        headers=_bearer(f"{new_realm.url}/token", ts.service, "auth/app"),
+        times=1,
+    )
+    proxy.reset_requests()
+    info = await insp.inspect(f"{proxy.host}/auth/app:single", creds)
+    assert info.platforms == (Platform("linux", "s390x"),)
+    assert new_realm.count("GET", "^/token$") == 1
+    assert [g.status for g in _manifest_gets(proxy)] == [401, 200]
+
+
+async def test_a_registry_that_keeps_refusing_is_rechallenged_only_once(
+    token_registry: Registry,
+    token_images: None,
+    fault_proxy: object,
+    make_inspector: InspectorFactory,
+) -> None:
+    from tests.imageinspect.conftest import insecure
+
+    ts = token_registry.token_server
+    assert ts is not None
+    proxy = fault_proxy(token_registry)  # type: ignore[operator]
+    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(token_registry))
+    creds = [_cred(token_registry, pattern=proxy.host)]
+    await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
+    # Every manifest request is now refused with the registry's (valid) challenge.
+    proxy.add_rule(
+        path_regex="/manifests/",
+        status=401,
+        headers=_bearer(ts.realm, ts.service, "auth/app"),
+        times=0,
+    )
+    tokens_before = len(ts.token_requests())
+    proxy.reset_requests()
+    with pytest.raises(Unauthorized) as info:
+        await insp.inspect(f"{proxy.host}/auth/app:single", creds)
+    assert info.value.status == 401
+    # With the credentials: the cached token (401), then one fresh token and one retry (401).
+    # Anonymous (tried last): the token server refuses, one re-challenge (401), done.
+    assert [("authorization" in g.headers) for g in _manifest_gets(proxy)] == [
+        True,
+        True,
+        False,
+    ]
+    assert [r.username for r in ts.token_requests()[tokens_before:]] == [
+        token_registry.username,
+        None,
+    ]
