@@ -7,13 +7,16 @@ answers in the request's ``apiVersion`` (``admission.k8s.io/v1`` or ``v1beta1``)
 request's ``uid``, ``allowed: true`` and, for a gated pod, a base64 JSONPatch
 (:func:`webhook.patch.gate_patch`). It never denies: a body that is not an AdmissionReview gets
 HTTP 400 (the API server then applies failurePolicy), an unexpected error while deciding gets
-``allowed: true`` without a patch plus a ``warnings`` entry and an error count. Other resources,
+``allowed: true`` without a patch plus a ``warnings`` entry and an error count. A body over
+``max_body_bytes`` gets HTTP 413 and one not received within ``body_timeout`` seconds HTTP
+408 (:func:`read_body`; the other read limits are in :mod:`webhook.limits`). Other resources,
 subresources and operations are allowed unchanged. Dry-run requests get the same patch (the
 webhook has no side effects: ``sideEffects: None``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
@@ -30,10 +33,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
+from starlette.requests import ClientDisconnect
 
 from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.configsource import ConfigSource
 from webhook.gating import REASON_GATED, SKIP_REASONS, should_gate
+from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
 from webhook.patch import gate_patch, patch_shape
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,10 @@ OUTCOME_ERROR = "error"
 
 #: ``reason`` for requests that are not a pod CREATE.
 REASON_NOT_POD_CREATE = "not_pod_create"
+#: ``reason`` of ``bad_request``: a body over the limit (HTTP 413).
+REASON_BODY_TOO_LARGE = "body_too_large"
+#: ``reason`` of ``bad_request``: a body not received in time (HTTP 408).
+REASON_BODY_TIMEOUT = "body_timeout"
 
 INTERNAL_ERROR_WARNING = "podplacement webhook: internal error, pod admitted without gating"
 
@@ -62,6 +71,28 @@ _LATENCY_BUCKETS = (
 
 class BadReview(ValueError):
     """The body is not a usable AdmissionReview (answered with HTTP 400)."""
+
+
+class BodyRefused(Exception):
+    """The body was not read whole: too large or too slow. ``status`` is the HTTP status of
+    the answer (4xx: the webhook never answers 5xx), ``reason`` the metrics label."""
+
+    status = 400
+    reason = ""
+
+
+class BodyTooLarge(BodyRefused):
+    """The body is over the limit (declared in ``Content-Length`` or counted): HTTP 413."""
+
+    status = 413
+    reason = REASON_BODY_TOO_LARGE
+
+
+class BodyTimeout(BodyRefused):
+    """The body was not received whole within the body timeout: HTTP 408."""
+
+    status = 408
+    reason = REASON_BODY_TIMEOUT
 
 
 class _Count:
@@ -81,7 +112,10 @@ class WebhookMetrics:
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
-    * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``.
+    * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;
+    * ``connections_refused_total``, ``header_timeouts_total``: connections aborted by the
+      server's cap on open connections and header timeout (:mod:`webhook.limits`; the server
+      counts into :attr:`connection_stats`).
 
     The values are plain Python ints and floats updated by the request handler and turned
     into metric families only when ``/metrics`` is scraped (a prometheus_client Counter or
@@ -99,6 +133,10 @@ class WebhookMetrics:
         self._by_reason[REASON_GATED] = self._child(OUTCOME_GATED, REASON_GATED)
         self.ignored = self._child(OUTCOME_IGNORED, REASON_NOT_POD_CREATE)
         self.bad_request = self._child(OUTCOME_BAD_REQUEST, "")
+        self.body_too_large = self._child(OUTCOME_BAD_REQUEST, REASON_BODY_TOO_LARGE)
+        self.body_timeout = self._child(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
+        #: Filled by the server's protocol (pass it as ``ConnectionLimits(stats=...)``).
+        self.connection_stats = ConnectionStats()
         self.error = self._child(OUTCOME_ERROR, "")
         self.gated = _Count()
         self.errors = _Count()
@@ -137,6 +175,12 @@ class WebhookMetrics:
                                   value=self.gated.value)
         yield CounterMetricFamily(f"{p}errors", "Internal errors (pod admitted unchanged).",
                                   value=self.errors.value)
+        yield CounterMetricFamily(
+            f"{p}connections_refused", "Connections aborted: the open-connection cap was reached.",
+            value=self.connection_stats.refused)
+        yield CounterMetricFamily(
+            f"{p}header_timeouts", "Connections aborted: request headers not received in time.",
+            value=self.connection_stats.header_timeouts)
         cumulative = 0
         buckets: list[tuple[str, float]] = []
         for bound, in_bucket in zip((*self.latency_bounds, math.inf), self.latency_counts,
@@ -381,6 +425,131 @@ def _bad_request(message: str) -> Response:
     return Response(orjson.dumps({"error": message}), status_code=400, media_type=_JSON)
 
 
+def _refused(exc: BodyRefused) -> Response:
+    """The 413/408 answer; ``Connection: close``, since the rest of the body is not read."""
+    return Response(orjson.dumps({"error": str(exc)}), status_code=exc.status,
+                    media_type=_JSON, headers={"connection": "close"})
+
+
+class BodyDeadlines:
+    """Deadlines of the body reads in progress, enforced by one timer per ``tick`` seconds
+    while any read is pending, instead of one timer per request.
+
+    ``asyncio.timeout`` schedules and cancels a timer for every body (about 6 us per request
+    under uvloop, measured; a few percent of the served cost of ``/mutate``, which is spent
+    even when the body is already buffered, as it is for nearly every API server request).
+    Here a read costs a dict entry; the sweep cancels the task of a read past its deadline
+    and :func:`read_body` turns that cancellation into :class:`BodyTimeout`. A deadline fires
+    between ``time_limit`` and ``time_limit + tick`` seconds after the read began. One
+    instance per app; it works on whichever event loop is running.
+    """
+
+    def __init__(self, tick: float = 0.1) -> None:
+        self.tick = tick
+        #: task -> loop time of its deadline
+        self._pending: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, task: asyncio.Task[Any], seconds: float) -> None:
+        """Start the deadline of ``task``'s read: ``seconds`` from now."""
+        loop = asyncio.get_running_loop()
+        self._pending[task] = loop.time() + seconds
+        if self._timer is None or self._timer_loop is not loop:
+            self._timer_loop = loop
+            self._timer = loop.call_later(self.tick, self._sweep)
+
+    def discard(self, task: asyncio.Task[Any]) -> None:
+        """The read ended (any way): forget its deadline."""
+        self._pending.pop(task, None)
+        self._expired.discard(task)
+
+    def expired(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the sweep cancelled ``task`` (its cancellation is ours to absorb)."""
+        return task in self._expired
+
+    def _sweep(self) -> None:
+        loop = self._timer_loop
+        assert loop is not None
+        now = loop.time()
+        for task, deadline in list(self._pending.items()):
+            if deadline <= now:
+                del self._pending[task]
+                self._expired.add(task)
+                task.cancel()
+        self._timer = loop.call_later(self.tick, self._sweep) if self._pending else None
+
+
+async def read_body(request: Request, *, max_bytes: int, time_limit: float,
+                    deadlines: BodyDeadlines | None = None) -> bytes:
+    """The request body, read whole as bytes, within ``max_bytes`` bytes and ``time_limit``
+    seconds.
+
+    A ``Content-Length`` over ``max_bytes`` is refused before anything is read; otherwise
+    (also for a chunked body, which declares no length) the bytes are counted as they arrive
+    and reading stops at the first chunk that crosses the limit. The time limit runs from the
+    first read to the last body byte; it is enforced here because the app is where the body
+    is read and uvicorn has no body timeout of its own: with ``deadlines`` (the app's, see
+    :class:`BodyDeadlines`: cheaper, up to one tick late), else with ``asyncio.timeout``.
+
+    Raises:
+        BodyTooLarge: declared or received length over ``max_bytes``.
+        BodyTimeout: the body did not arrive whole within ``time_limit`` seconds.
+        BadReview: a ``Content-Length`` that is not a decimal number (httptools refuses those
+            first; kept for other servers).
+        starlette.requests.ClientDisconnect: the client went away mid-body.
+    """
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            if not value.isdigit():
+                raise BadReview(f"Content-Length {value[:40]!r} is not a number")
+            if int(value) > max_bytes:
+                raise BodyTooLarge(
+                    f"body of {int(value)} bytes is over the limit of {max_bytes} bytes")
+            break
+    task = asyncio.current_task() if deadlines is not None else None
+    if deadlines is None or task is None:
+        try:
+            async with asyncio.timeout(time_limit):
+                return await _receive_body(request, max_bytes)
+        except TimeoutError:
+            raise BodyTimeout(f"body not received whole within {time_limit:g} s") from None
+    cancelling = task.cancelling()
+    deadlines.add(task, time_limit)
+    try:
+        return await _receive_body(request, max_bytes)
+    except asyncio.CancelledError:
+        # A cancellation requested while this task waits in receive() is delivered there,
+        # so the sweep's can only surface here, never after the read returned. Absorb only
+        # the sweep's (as asyncio.timeout does): another one (shutdown) propagates.
+        if not deadlines.expired(task) or task.uncancel() > cancelling:
+            raise
+        raise BodyTimeout(f"body not received whole within {time_limit:g} s") from None
+    finally:
+        deadlines.discard(task)
+
+
+async def _receive_body(request: Request, max_bytes: int) -> bytes:
+    receive = request.receive
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise BodyTooLarge(f"body is over the limit of {max_bytes} bytes")
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def create_app(
     config_source: ConfigSource,
     *,
@@ -388,6 +557,8 @@ def create_app(
     certs_ready: Callable[[], bool] = lambda: True,
     metrics: WebhookMetrics | None = None,
     bare_endpoint: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> FastAPI:
     """Build the webhook app.
 
@@ -401,11 +572,21 @@ def create_app(
         bare_endpoint: also serve the benchmark's baselines on the same stack: ``POST /bare``
             (reads the body, constant answer) and ``POST /bare-validate`` (also checks that
             the body is JSON, building nothing: the least /mutate has to do).
+        max_body_bytes: bodies over this many bytes get HTTP 413 (:func:`read_body`).
+        body_timeout: seconds to receive a body whole, else HTTP 408 (:func:`read_body`).
+
+    Raises:
+        ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
 
     Routes: ``POST /mutate``, ``GET /healthz``, ``GET /readyz`` (503 until the config was read
     once and certificates are loaded), ``GET /metrics`` (Prometheus text format).
     """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
+    if not body_timeout > 0:
+        raise ValueError(f"body_timeout must be > 0 seconds, got {body_timeout}")
     m = metrics or WebhookMetrics()
+    deadlines = BodyDeadlines()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -427,13 +608,20 @@ def create_app(
         started = perf_counter()
         try:
             try:
-                body = await request.body()
+                body = await read_body(request, max_bytes=max_body_bytes,
+                                       time_limit=body_timeout, deadlines=deadlines)
                 # Read once: the parse and the rules see the same config (no await between).
                 config = config_source.current
                 api_version, review_request = _parse_review(body)
             except BadReview as exc:
                 m.bad_request.value += 1
                 return _bad_request(str(exc))
+            except BodyTooLarge as exc:
+                m.body_too_large.value += 1
+                return _refused(exc)
+            except BodyTimeout as exc:
+                m.body_timeout.value += 1
+                return _refused(exc)
             except Exception as exc:  # e.g. the client went away mid-body
                 m.bad_request.value += 1
                 return _bad_request(f"could not read the request: {type(exc).__name__}")
@@ -491,7 +679,11 @@ def create_app(
 
         @app.post("/bare")
         async def bare(request: Request) -> Response:
-            await request.body()
+            try:
+                await read_body(request, max_bytes=max_body_bytes, time_limit=body_timeout,
+                                deadlines=deadlines)
+            except BodyRefused as exc:
+                return _refused(exc)
             return Response(bare_body, media_type=_JSON)
 
         @app.post("/bare-validate")
@@ -499,9 +691,13 @@ def create_app(
             # The floor of /mutate: check that the body is JSON (as /mutate must, to answer a
             # malformed one with 400), build nothing, answer the constant.
             try:
-                _validate_json(await request.body())
+                _validate_json(await read_body(request, max_bytes=max_body_bytes,
+                                               time_limit=body_timeout,
+                                               deadlines=deadlines))
             except BadReview as exc:
                 return _bad_request(str(exc))
+            except BodyRefused as exc:
+                return _refused(exc)
             return Response(bare_body, media_type=_JSON)
 
     return app

@@ -2,8 +2,10 @@
 
 The serving chain is read from ``--cert-dir`` (``tls.crt``, ``tls.key``; the layout of a
 mounted ``kubernetes.io/tls`` Secret and of ``podplacement certs generate``) and reloaded when
-it changes. The PodPlacementConfig comes from the API server (list + watch, via
-``--kubeconfig`` or the in-cluster ServiceAccount) or, with ``--config-file``, from a file.
+it changes. Request limits (``--max-body-bytes``, ``--body-timeout``, ``--header-timeout``,
+``--max-connections``) are described in :mod:`webhook.limits`. The PodPlacementConfig comes
+from the API server (list + watch, via ``--kubeconfig`` or the in-cluster ServiceAccount) or,
+with ``--config-file``, from a file.
 """
 
 from __future__ import annotations
@@ -15,8 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from controller.config import DEFAULT_NAMESPACE
+from webhook.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+)
 
 log = logging.getLogger(__name__)
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (else argparse exits with status 2 and a message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite float > 0, in seconds (else exit status 2 and a message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -34,18 +64,32 @@ def register(subparsers: Any) -> None:
                    help="read the PodPlacementConfig from this YAML file instead of the API")
     p.add_argument("--reload-interval", type=float, default=2.0,
                    help="seconds between certificate file checks")
+    p.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="refuse request bodies over this many bytes with HTTP 413 "
+                        f"(default {DEFAULT_MAX_BODY_BYTES}: 6 MiB)")
+    p.add_argument("--body-timeout", type=_positive_float, default=DEFAULT_BODY_TIMEOUT,
+                   help="seconds to receive a request body whole, else HTTP 408 "
+                        f"(default {DEFAULT_BODY_TIMEOUT:g})")
+    p.add_argument("--header-timeout", type=_positive_float, default=DEFAULT_HEADER_TIMEOUT,
+                   help="seconds from a connection or a request's first byte to its "
+                        "complete headers, else the connection is closed "
+                        f"(default {DEFAULT_HEADER_TIMEOUT:g})")
+    p.add_argument("--max-connections", type=_positive_int, default=DEFAULT_MAX_CONNECTIONS,
+                   help="open connections beyond which new ones are closed unanswered "
+                        f"(default {DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--bare-endpoint", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from webhook.app import create_app
+    from webhook.app import WebhookMetrics, create_app
     from webhook.configsource import (
         ApiConnection,
         ConfigSource,
         StaticConfigSource,
         WatchingConfigSource,
     )
+    from webhook.limits import ConnectionLimits
     from webhook.server import WebhookServer
 
     source: ConfigSource
@@ -55,11 +99,15 @@ async def _serve(args: argparse.Namespace) -> int:
         source = WatchingConfigSource(ApiConnection.from_kubeconfig(args.kubeconfig))
     cert_dir = Path(args.cert_dir)
     holder: dict[str, WebhookServer] = {}
+    metrics = WebhookMetrics()
     app = create_app(
         source,
         own_namespace=args.namespace,
         certs_ready=lambda: "server" in holder and holder["server"].certs_loaded,
+        metrics=metrics,
         bare_endpoint=args.bare_endpoint,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
     )
     server = WebhookServer(
         app,
@@ -68,6 +116,9 @@ async def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         reload_interval=args.reload_interval,
+        limits=ConnectionLimits(header_timeout=args.header_timeout,
+                                max_connections=args.max_connections,
+                                stats=metrics.connection_stats),
     )
     holder["server"] = server
     log.info("webhook listening", extra={"host": args.host, "port": server.port})

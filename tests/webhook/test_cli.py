@@ -88,13 +88,62 @@ def test_webhook_without_certificates_exits_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--port", "--cert-dir", "--kubeconfig", "--namespace",
-                                  "--config-file", "--host"])
+                                  "--config-file", "--host", "--max-body-bytes",
+                                  "--body-timeout", "--header-timeout", "--max-connections"])
 def test_webhook_help_lists_the_flags(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     from podplacement import cli
 
     with pytest.raises(SystemExit):
         cli.main(["webhook", "--help"])
     assert flag in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--max-body-bytes", "0"], ["--max-body-bytes", "1.5"],
+                                  ["--body-timeout", "0"], ["--header-timeout", "nan"],
+                                  ["--header-timeout", "inf"], ["--max-connections", "-1"]])
+def test_webhook_refuses_unusable_limits(args: list[str],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from podplacement import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["webhook", *args])
+    assert exit_.value.code == 2
+    assert args[0] in capsys.readouterr().err
+
+
+def test_webhook_process_applies_the_limit_flags(cert_dir: Path, tmp_path: Path) -> None:
+    """``--max-body-bytes`` and ``--header-timeout`` reach the served app and protocol."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"apiVersion": API_VERSION, "kind": CONFIG_KIND,
+                                      "metadata": {"name": CONFIG_NAME}, "spec": {}}))
+    port = free_port()
+    proc = start("--port", str(port), "--cert-dir", str(cert_dir), "--config-file", str(config),
+                 "--max-body-bytes", "1000", "--body-timeout", "2", "--header-timeout", "1",
+                 "--max-connections", "50")
+    ctx = ssl.create_default_context(cadata=load_bundle(cert_dir).decode())
+    url = f"https://127.0.0.1:{port}"
+    try:
+        with httpx.Client(verify=ctx, timeout=5) as client:
+            wait_ready(client, url, proc)
+            resp = client.post(f"{url}/mutate", content=raw_body("a-plain-pod"))
+            assert resp.status_code == 413
+            assert "over the limit of 1000 bytes" in resp.json()["error"]
+            with socket.create_connection(("127.0.0.1", port)) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.settimeout(10)
+                started = time.monotonic()
+                tls.sendall(b"POST /mutate HTTP/1.1\r\n")  # and no more
+                try:
+                    assert tls.recv(1) == b""  # closed without an answer
+                except (ConnectionError, ssl.SSLError):
+                    pass
+                assert time.monotonic() - started < 8
+            metrics = client.get(f"{url}/metrics").text
+            assert ('podplacement_webhook_requests_total{outcome="bad_request",'
+                    'reason="body_too_large"} 1.0') in metrics
+            assert "podplacement_webhook_header_timeouts_total 1.0" in metrics
+    finally:
+        stop(proc)
 
 
 def test_webhook_process_reads_the_config_from_the_api(
