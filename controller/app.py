@@ -51,7 +51,14 @@ from controller.config import (
 )
 from controller.decision import plain_ungate
 from controller.events import EventSink
-from controller.kube import ApiError, Informer, KubeAPI, object_key
+from controller.kube import (
+    ApiError,
+    Informer,
+    KubeAPI,
+    next_backoff,
+    object_key,
+    retry_delay,
+)
 from controller.metrics import HealthServer, Metrics
 from controller.podpatch import has_gate
 from controller.queue import WorkQueue
@@ -576,8 +583,8 @@ class Controller:
                 log.info("binding watch: %s", exc)
                 if isinstance(exc, ApiError) and exc.gone:
                     rv = ""
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
+                await asyncio.sleep(retry_delay(backoff, exc))
+                backoff = next_backoff(backoff, exc, 30.0)
 
     # --- uninstall -----------------------------------------------------------------------
     async def ungate_remaining(self, deadline_seconds: float) -> int:

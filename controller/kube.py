@@ -438,6 +438,36 @@ def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
 EventHandler = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]
 
 
+#: Longest wait between retries while the API server is unreachable or answers 429/5xx:
+#: once it is back (``/readyz`` 200), watches resume within this (+ jitter), issue 13.
+UNAVAILABLE_RETRY_SECONDS = 1.0
+_UNAVAILABLE = frozenset({0, 429, 500, 502, 503, 504})
+
+
+def unavailable(exc: BaseException | None) -> bool:
+    """True when ``exc`` says the API server is down or overloaded: a transport failure
+    (``ApiError`` status 0), 429 or 502/503/504/500."""
+    return isinstance(exc, ApiError) and exc.status in _UNAVAILABLE
+
+
+def next_backoff(backoff: float, exc: BaseException | None, limit: float) -> float:
+    """The backoff after a failure: doubled up to ``limit`` seconds, but no higher than
+    :data:`UNAVAILABLE_RETRY_SECONDS` while the server is unavailable, so the first other
+    error after an outage (a 403 while the restarted server's authorizer warms up) does not
+    inherit a long wait."""
+    grown = min(limit, backoff * 2)
+    return min(grown, UNAVAILABLE_RETRY_SECONDS) if unavailable(exc) else grown
+
+
+def retry_delay(backoff: float, exc: BaseException | None) -> float:
+    """The jittered wait after a failure: ``backoff * [0.5, 1.5)`` seconds, at most
+    :data:`UNAVAILABLE_RETRY_SECONDS` when ``exc`` says the API server is down or
+    overloaded (a transport failure, 429 or 5xx), so a watch resumes quickly after an
+    outage; other errors (403, 404, 422, ...) keep the full backoff."""
+    delay = backoff * (0.5 + random.random())
+    return min(delay, UNAVAILABLE_RETRY_SECONDS) if unavailable(exc) else delay
+
+
 class Informer:
     """List+watch reflector with a local cache (client-go's Reflector + Store, trimmed).
 
@@ -450,7 +480,9 @@ class Informer:
     and the informer keeps retrying with backoff until it appears).
 
     Backoff: ``min_backoff`` doubling up to ``max_backoff`` seconds, with jitter, reset
-    after a successful list or a watch that delivered events.
+    after a successful list or a watch that delivered events or stayed open; while the API
+    server is unreachable or answers 429/5xx the wait is at most
+    :data:`UNAVAILABLE_RETRY_SECONDS` (:func:`retry_delay`).
     """
 
     def __init__(
@@ -566,6 +598,7 @@ class Informer:
         while not self._stopping:
             listing = need_list
             gone = False
+            failure: BaseException | None = None
             try:
                 if need_list:
                     await self.relist()
@@ -591,8 +624,8 @@ class Informer:
                         break
                     got_events = True
                     self._apply(event)
-                if got_events:
-                    backoff = self._min_backoff
+                if got_events or time.monotonic() - watch_started >= 1.0:
+                    backoff = self._min_backoff  # the watch worked: start over
                 if got_events or gone or time.monotonic() - watch_started >= 1.0:
                     continue
                 # A watch that ends at once without events: back off instead of spinning.
@@ -617,11 +650,12 @@ class Informer:
                     # failed list, list again.
                     log.warning("informer %s: %s", self.name, exc)
                     need_list = need_list or listing
+                    failure = exc
             except Exception:
                 log.exception("informer %s: unexpected error", self.name)
                 need_list = True
-            delay = backoff * (0.5 + random.random())
-            backoff = min(self._max_backoff, backoff * 2)
+            delay = retry_delay(backoff, failure)
+            backoff = next_backoff(backoff, failure, self._max_backoff)
             await asyncio.sleep(delay)
 
 

@@ -21,8 +21,7 @@ a racing candidate gets 409; a follower takes over when the record has not chang
 * ``on_stopped_leading`` runs exactly once per leadership term, however it ended; the
   ``on_started_leading`` task is cancelled when the term ends (the library does that only on
   a clean loss). The callback can read :attr:`LeaderElector.shutting_down` to tell a
-  graceful stop (delete what only a running controller should own) from a lost lease (leave
-  it to the new leader).
+  graceful stop from a lost lease.
 
 No double processing: a leader that cannot renew steps down after ``renew_deadline``, which
 must be shorter than ``lease_duration`` (checked), before any follower may take over.

@@ -38,6 +38,23 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler writing to whatever ``sys.stderr`` is when a record is emitted (as
+    :data:`logging.lastResort` does), so a replaced or closed stderr (an embedding program,
+    a test runner's capture) never breaks logging."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
     """Configure the root logger.
 
@@ -51,7 +68,7 @@ def setup_logging(level: str = "info", fmt: str = "json") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
     elif fmt == "text":

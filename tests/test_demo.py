@@ -554,21 +554,21 @@ def _check_demo_output(out: str, *, scheduler: bool) -> None:
     table_text = out.split("\n\n", 1)[0]
     assert table_text.splitlines()[0].split() == list(report.HEADERS)
     table = parse_table(table_text)
-    all_archs = "arch In [amd64,arm64,ppc64le,s390x]"
+    all_archs = "arch In [amd64,arm64,ppc64le,s390x] & os In [linux]"
     prefer = "prefer(amd64:50,arm64:30)"
     expected = {
         "multi-arch": {"IMAGES": "demo/busybox:multi", "PLATFORMS": "amd64,arm64,ppc64le,s390x",
                        "AFFINITY": f"{all_archs}; {prefer}", "NUMA": "-",
                        "EVENTS": "PlacementDecided"},
-        "single-arch": {"PLATFORMS": "s390x", "AFFINITY": "arch In [s390x]",
+        "single-arch": {"PLATFORMS": "s390x", "AFFINITY": "arch In [s390x] & os In [linux]",
                         "EVENTS": "PlacementDecided"},
         "mixed-init": {"IMAGES": "init:demo/busybox:list, demo/busybox:multi",
-                       "PLATFORMS": "amd64,arm64", "AFFINITY": f"arch In [amd64,arm64]; {prefer}"},
+                       "PLATFORMS": "amd64,arm64", "AFFINITY": f"arch In [amd64,arm64] & os In [linux]; {prefer}"},
         "no-common-platform": {
             "PLATFORMS": "none (busybox:s390x=s390x | winonly:1=windows/amd64)",
             "AFFINITY": "no-supported-platform Exists", "EVENTS": "NoSupportedPlatform"},
         "private-image": {"IMAGES": "private/busybox:1", "PLATFORMS": "amd64,arm64",
-                          "AFFINITY": f"arch In [amd64,arm64]; {prefer}"},
+                          "AFFINITY": f"arch In [amd64,arm64] & os In [linux]; {prefer}"},
         "numa-fits-one": {
             "AFFINITY": f"{all_archs} & hostname In [demo-amd64-b]; {prefer}",
             "NUMA": "demo-amd64-b", "EVENTS": "PlacementDecided"},

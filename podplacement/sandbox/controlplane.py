@@ -28,6 +28,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -256,6 +257,10 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     audit_log: Path | None = None
     _apiserver_args: list[str] = field(default_factory=list, repr=False)
+    _component_args: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _supervisor: threading.Thread | None = field(default=None, repr=False)
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
@@ -297,17 +302,58 @@ class ControlPlane:
             proc.kill()
             proc.wait(5)
 
-    def restart_apiserver(self, down_seconds: float = 0.0, ready_limit: float = 60.0) -> None:
+    def restart_apiserver(self, down_seconds: float = 0.0, ready_limit: float = 60.0,
+                          restart_components: bool = True) -> None:
         """Stop kube-apiserver, keep it down ``down_seconds``, start it again on the same
-        port and wait for ``/readyz`` (for outage tests)."""
+        port and wait for ``/readyz`` (for outage tests). With ``restart_components``,
+        kube-scheduler and kube-controller-manager are then restarted too: their client-go
+        reflectors otherwise resume after up to 30 s of backoff (the namespaces of the next
+        tests would wait that long for their ``default`` ServiceAccount); what is tested is
+        podplacement's recovery, not theirs."""
         self.stop_process("kube-apiserver")
         time.sleep(down_seconds)
         self.processes["kube-apiserver"] = subprocess.Popen(
             self._apiserver_args, stdout=self._log, stderr=subprocess.STDOUT)
         self.wait_ready(ready_limit)
+        if restart_components:
+            with self._lock:
+                for name in self._component_args:
+                    self.stop_process(name)
+                self.revive()
+
+    def supervise(self, every: float = 0.5) -> None:
+        """Revive exited components every ``every`` seconds in a daemon thread until
+        :meth:`stop` (kube-controller-manager may exit well after an API server outage)."""
+        def loop() -> None:
+            while not self._stopping.wait(every):
+                with self._lock:
+                    if not self._stopping.is_set():
+                        self.revive()
+
+        if self._supervisor is None:
+            self._supervisor = threading.Thread(target=loop, name="control-plane supervisor",
+                                                daemon=True)
+            self._supervisor.start()
+
+    def revive(self) -> list[str]:
+        """Start again each kube-scheduler / kube-controller-manager that exited, with its
+        original arguments, as the kubelet restarts a static pod (both exit when the API
+        server stays away too long: "finished without leader elect"). Returns their names."""
+        revived = []
+        for name, args in self._component_args.items():
+            proc = self.processes.get(name)
+            if proc is not None and proc.poll() is not None:
+                self.processes[name] = subprocess.Popen(args, stdout=self._log,
+                                                        stderr=subprocess.STDOUT)
+                revived.append(name)
+        return revived
 
     def stop(self) -> None:
         """Stop every process, newest first (by pid), and close the log."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(10)
+            self._supervisor = None
         for name in reversed(list(self.processes)):
             self.stop_process(name)
         if self._log is not None:
@@ -431,15 +477,15 @@ def start_control_plane(
         plane.wait_ready(ready_limit)
         sched = assets.binary("kube-scheduler") if scheduler else None
         if sched is not None:
-            plane.processes["kube-scheduler"] = subprocess.Popen([
+            plane._component_args["kube-scheduler"] = [
                 str(sched), f"--kubeconfig={component_kubeconfig['system:kube-scheduler']}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}", "--leader-elect=false",
                 "--kube-api-qps=1000", "--kube-api-burst=1000",
-            ], stdout=log, stderr=subprocess.STDOUT)
+            ]
         kcm = assets.binary("kube-controller-manager") if controller_manager else None
         if kcm is not None:
-            plane.processes["kube-controller-manager"] = subprocess.Popen([
+            plane._component_args["kube-controller-manager"] = [
                 str(kcm),
                 f"--kubeconfig={component_kubeconfig['system:kube-controller-manager']}",
                 "--bind-address=127.0.0.1",
@@ -450,7 +496,11 @@ def start_control_plane(
                 "--kube-api-qps=1000", "--kube-api-burst=1000",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
-            ], stdout=log, stderr=subprocess.STDOUT)
+            ]
+        for name, component in plane._component_args.items():
+            plane.processes[name] = subprocess.Popen(component, stdout=log,
+                                                     stderr=subprocess.STDOUT)
+        plane.supervise()
     except BaseException:
         plane.stop()
         raise

@@ -35,7 +35,7 @@ NAMESPACE = "podplacement-system"
 WEBHOOK_SA = "podplacement-webhook"
 CONTROLLER_SA = "podplacement-controller"
 
-_FORBIDDEN = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+_FORBIDDEN = re.compile(r"forbidden", re.IGNORECASE)  # ApiError text: "403 Forbidden: ..."
 
 
 class InstallError(RuntimeError):
@@ -250,15 +250,21 @@ def start_product(
 
 
 def wait_webhook_registered(product: Product, limit: float = 60.0) -> dict[str, Any]:
-    """Wait for the MutatingWebhookConfiguration with a caBundle on every webhook; returns it.
+    """Wait until the MutatingWebhookConfiguration calls *this* product's webhook (its URL,
+    with a caBundle; one left by an earlier install points elsewhere until the new leader
+    updates it) and a dry-run pod in ``default`` comes back gated (the webhook has the
+    config and the API server trusts its certificate); returns the configuration.
 
     Raises:
         InstallError: every controller exited, or ``limit`` seconds passed.
     """
-    from controller.config import WEBHOOK_CONFIGURATION_NAME
+    from controller.config import SCHEDULING_GATE, WEBHOOK_CONFIGURATION_NAME
 
     path = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             + WEBHOOK_CONFIGURATION_NAME)
+    url = f"https://127.0.0.1:{product.webhook_port}/mutate"
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "probe-"},
+             "spec": {"containers": [{"name": "c", "image": "probe.invalid/probe:1"}]}}
     deadline = time.monotonic() + limit
     with product.plane.client() as c:
         while True:
@@ -266,11 +272,20 @@ def wait_webhook_registered(product: Product, limit: float = 60.0) -> dict[str, 
             if r.status_code == 200:
                 mwc: dict[str, Any] = r.json()
                 hooks = mwc.get("webhooks") or []
-                if hooks and all((h.get("clientConfig") or {}).get("caBundle") for h in hooks):
-                    return mwc
+                ours = hooks and all((h.get("clientConfig") or {}).get("url") == url
+                                     and (h.get("clientConfig") or {}).get("caBundle")
+                                     for h in hooks)
+                if ours:
+                    created = c.post("/api/v1/namespaces/default/pods",
+                                     params={"dryRun": "All"}, json=probe)
+                    gates = (created.json().get("spec") or {}).get("schedulingGates") or [] \
+                        if created.status_code == 201 else []
+                    if any(g.get("name") == SCHEDULING_GATE for g in gates):
+                        return mwc
             if not any(p.alive() for p in product.controllers) or time.monotonic() > deadline:
                 logs = "\n".join(p.log()[-2000:] for p in product.controllers)
-                raise InstallError(f"no {WEBHOOK_CONFIGURATION_NAME} with a caBundle:\n{logs}")
+                raise InstallError(
+                    f"{WEBHOOK_CONFIGURATION_NAME} does not gate through {url}:\n{logs}")
             time.sleep(0.2)
 
 

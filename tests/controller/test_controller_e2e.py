@@ -44,6 +44,9 @@ def _arch(*archs: str) -> dict[str, Any]:
     return expression(ARCH_LABEL, "In", list(archs))
 
 
+LINUX = expression(OS_LABEL, "In", ["linux"])
+
+
 async def test_single_arch_image_gets_affinity_labels_annotation_and_event(
     api: KubeAPI, namespace: str, images: Images, start_controller: StartController
 ) -> None:
@@ -52,7 +55,7 @@ async def test_single_arch_image_gets_affinity_labels_annotation_and_event(
     await create_pod(api, ns, gated_pod("single", [images.arm]))
     pod = await wait_ungated(api, ns, "single")
     assert "schedulingGates" not in pod["spec"]
-    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
     assert pod["metadata"]["labels"][GATE_LABEL] == "removed"
     assert pod["metadata"]["labels"][AFFINITY_LABEL] == "set"
     record = decision_of(pod)
@@ -70,7 +73,7 @@ async def test_multi_arch_containers_and_init_containers_intersect(
     await start_controller()
     await create_pod(api, ns, gated_pod("multi", [images.multi], init_images=[images.amd_arm]))
     pod = await wait_ungated(api, ns, "multi")
-    assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64")]}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64"), LINUX]}]
     assert [i["image"] for i in decision_of(pod)["images"]] == [images.amd_arm, images.multi]
 
 
@@ -110,9 +113,9 @@ async def test_existing_terms_get_arch_anded_and_arch_terms_stay(
     pod = await wait_ungated(api, ns, "terms")
     arch = _arch("amd64", "arm64", "s390x")
     terms = required_terms(pod)
-    assert terms[0] == {"matchExpressions": [ZONE, arch]}
-    assert terms[1] == {"matchExpressions": [WORKER, own]}
-    assert terms[2]["matchExpressions"] == [arch]
+    assert terms[0] == {"matchExpressions": [ZONE, arch, LINUX]}
+    assert terms[1] == {"matchExpressions": [WORKER, own, LINUX]}  # the user's arch pin stays
+    assert terms[2]["matchExpressions"] == [arch, LINUX]
     assert terms[2]["matchFields"][0]["values"] == ["n1"]
 
 
@@ -126,8 +129,7 @@ async def test_node_selector_pin_keeps_affinity_and_bad_pin_warns(
         api, ns, gated_pod("badpin", [images.arm], node_selector={ARCH_LABEL: "amd64"})
     )
     pod = await wait_ungated(api, ns, "pin")
-    assert required_terms(pod) == []
-    assert pod["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    assert required_terms(pod) == [{"matchExpressions": [LINUX]}]  # the arch pin is the user's
     await wait_ungated(api, ns, "badpin")
     events = await eventually(lambda: events_for(api, ns, "badpin"))
     assert events[0]["reason"] == "IncompatibleNodeSelector"
@@ -155,7 +157,7 @@ async def test_other_gate_is_kept(
     )
     pod = await wait_ungated(api, ns, "two")
     assert pod["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
-    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
 
 
 async def test_private_image_needs_the_secret_in_the_pods_namespace(
@@ -178,7 +180,7 @@ async def test_private_image_needs_the_secret_in_the_pods_namespace(
         await start_controller()
         await create_pod(api, ns, gated_pod("priv", [images.private], pull_secrets=["regcred"]))
         pod = await wait_ungated(api, ns, "priv")
-        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le"), LINUX]}]
         # Same image, same secret name, namespace without the secret: the cached result of
         # the first pod must not be reused; inspection fails, retries, then falls back.
         await create_pod(api, other, gated_pod("priv", [images.private], pull_secrets=["regcred"]))
@@ -236,7 +238,7 @@ async def test_injected_conflicts_are_retried_with_a_fresh_read(
     )
     await create_pod(api, ns, gated_pod("conflict", [images.arm]))
     pod = await wait_ungated(api, ns, "conflict")
-    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64")]}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
     assert ctl.metrics.conflicts._value.get() == 3
     assert api.resource_counters[("get", "pods", 200)] >= 3
 
@@ -301,7 +303,7 @@ async def test_restart_mid_batch_loses_nothing(
     for n in names:
         pod = await wait_ungated(api, ns, n)
         assert decision_of(pod)["archs"] == ["amd64", "arm64"]
-        assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64")]}]
+        assert required_terms(pod) == [{"matchExpressions": [_arch("amd64", "arm64"), LINUX]}]
 
 
 async def test_weights_and_user_preference_from_the_config(
@@ -393,7 +395,7 @@ async def test_ungate_remaining_decides_within_the_deadline_else_plain_ungate(
     assert await ctl.ungate_remaining(0.5) == 2
     ok = await get_pod(api, ns, "ok")
     assert "schedulingGates" not in ok["spec"]
-    assert required_terms(ok) == [{"matchExpressions": [_arch("arm64")]}]
+    assert required_terms(ok) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
     stuck = await get_pod(api, ns, "stuck")
     assert "schedulingGates" not in stuck["spec"] and required_terms(stuck) == []
     assert decision_of(stuck)["reason"] == "podplacement is being uninstalled"
@@ -455,7 +457,7 @@ async def test_global_pull_secret_from_the_config(
         await create_pod(api, ns, gated_pod("g", [images.private]))
         pod = await wait_ungated(api, ns, "g")
         assert decision_of(pod)["result"] == "set"
-        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+        assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le"), LINUX]}]
     finally:
         await api.request("DELETE", f"{path}/cluster")
         ckube.delete(f"/api/v1/namespaces/{holder}")
@@ -488,7 +490,7 @@ async def test_malformed_pull_secret_is_skipped_with_a_warning(
         api, ns, gated_pod("mixed", [images.private], pull_secrets=["broken", "regcred"])
     )
     pod = await wait_ungated(api, ns, "mixed")
-    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le")]}]
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le"), LINUX]}]
     assert decision_of(pod)["result"] == "set"
 
     async def warned() -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ def _arch(*archs: str) -> dict[str, Any]:
     return {"key": "kubernetes.io/arch", "operator": "In", "values": list(archs)}
 
 
+LINUX = {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+
+
 async def test_own_inspector_trusts_ca_files_and_insecure_registries(
     api: KubeAPI,
     namespace: str,
@@ -57,8 +60,8 @@ async def test_own_inspector_trusts_ca_files_and_insecure_registries(
     tls_pod = await wait_ungated(api, ns, "tls")
     plain_pod = await wait_ungated(api, ns, "plain")
     assert decision_of(tls_pod)["result"] == "set", decision_of(tls_pod)
-    assert required_terms(tls_pod) == [{"matchExpressions": [_arch("s390x")]}]
-    assert required_terms(plain_pod) == [{"matchExpressions": [_arch("ppc64le")]}]
+    assert required_terms(tls_pod) == [{"matchExpressions": [_arch("s390x"), LINUX]}]
+    assert required_terms(plain_pod) == [{"matchExpressions": [_arch("ppc64le"), LINUX]}]
 
 
 async def _get(api: KubeAPI, path: str) -> dict[str, Any] | None:

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from controller.kube import ApiError, Informer, KubeAPI, request_resource, request_verb
+from controller.kube import (
+    UNAVAILABLE_RETRY_SECONDS,
+    ApiError,
+    Informer,
+    KubeAPI,
+    next_backoff,
+    request_resource,
+    request_verb,
+    retry_delay,
+)
 from localkube import LocalKube
 from tests.controller.conftest import eventually
 from tests.harness.kube import KubeEnv, start_localkube
@@ -246,3 +255,16 @@ async def _gone(inf: Informer, key: str) -> bool:
 
 async def _rv_at_least(inf: Informer, rv: int) -> bool:
     return int(inf.resource_version or 0) >= rv
+
+
+@pytest.mark.parametrize(("status", "capped"), [(0, True), (429, True), (503, True),
+                                                (500, True), (403, False), (422, False)])
+def test_retry_delay_is_short_while_the_server_is_down(status: int, capped: bool) -> None:
+    exc = ApiError(status, "x", "y")
+    delays = [retry_delay(30.0, exc) for _ in range(200)]
+    assert all(d <= UNAVAILABLE_RETRY_SECONDS for d in delays) is capped
+    assert all(15.0 <= d < 45.0 for d in delays) is not capped
+    assert 0.5 <= retry_delay(1.0, None) < 1.5
+    # the backoff does not grow past the short wait during an outage, so the 403s of a
+    # restarted server's warming authorizer start from it
+    assert (next_backoff(0.8, exc, 30.0) <= UNAVAILABLE_RETRY_SECONDS) is capped

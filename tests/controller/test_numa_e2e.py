@@ -158,7 +158,8 @@ async def test_candidates_become_hostname_affinity(
     pod = await wait_ungated(api, ns, "fits")
     host = expression(HOSTNAME_LABEL, "In", ["host-numa-b"])
     assert required_terms(pod) == [
-        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64", "arm64"]), host]}
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64", "arm64"]),
+                              expression("kubernetes.io/os", "In", ["linux"]), host]}
     ]
     assert decision_of(pod)["numa"]["candidates"] == ["numa-b"]
 

@@ -99,8 +99,9 @@ async def test_real_apiserver_accepts_the_one_write(
         pod = await wait_ungated(real_api, ns, "terms", within=30)
         arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}
         terms = required_terms(pod)
-        assert terms[0] == {"matchExpressions": [ZONE, arch]}
-        assert terms[1]["matchExpressions"] == [arch]
+        linux = {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+        assert terms[0] == {"matchExpressions": [ZONE, arch, linux]}
+        assert terms[1]["matchExpressions"] == [arch, linux]
         assert pod["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
         none = await wait_ungated(real_api, ns, "none", within=30)
         assert decision_of(none)["result"] == "no-supported-platform"

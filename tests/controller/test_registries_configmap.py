@@ -41,6 +41,9 @@ def _arch(*archs: str) -> dict[str, Any]:
     return {"key": "kubernetes.io/arch", "operator": "In", "values": list(archs)}
 
 
+LINUX = {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+
+
 def _insecure_registry(host: str) -> str:
     return f'[[registry]]\nlocation = "{host}"\ninsecure = true\n'
 
@@ -145,7 +148,7 @@ async def test_registries_from_the_config_map_make_images_inspectable_and_change
     await create_pod(api, ns, gated_pod("before", [f"{host}/cmreg/plain:v1"]))
     before = await wait_ungated(api, ns, "before", within=60)
     assert decision_of(before)["result"] != "set", decision_of(before)
-    assert required_terms(before) != [{"matchExpressions": [_arch("ppc64le")]}]
+    assert required_terms(before) != [{"matchExpressions": [_arch("ppc64le"), LINUX]}]
 
     # 2. created: the registry is insecure through the ConfigMap only
     rv = await _put_config_map(api, ns, _insecure_registry(host))
@@ -154,14 +157,14 @@ async def test_registries_from_the_config_map_make_images_inspectable_and_change
     await create_pod(api, ns, gated_pod("plain", [f"{host}/cmreg/plain:v1"]))
     plain = await wait_ungated(api, ns, "plain")
     assert decision_of(plain)["result"] == "set", decision_of(plain)
-    assert required_terms(plain) == [{"matchExpressions": [_arch("ppc64le")]}]
+    assert required_terms(plain) == [{"matchExpressions": [_arch("ppc64le"), LINUX]}]
 
     # 3. changed: a mirror for a prefix that resolves nowhere else
     rv = await _put_config_map(api, ns, _insecure_registry(host) + _mirror(host))
     await _loaded(ctl, rv)
     await create_pod(api, ns, gated_pod("mirrored", [f"{MIRRORED}/mirrored:v1"]))
     mirrored = await wait_ungated(api, ns, "mirrored")
-    assert required_terms(mirrored) == [{"matchExpressions": [_arch("s390x")]}]
+    assert required_terms(mirrored) == [{"matchExpressions": [_arch("s390x"), LINUX]}]
 
     # 4. broken (invalid TOML, then no key): logged, the previous rules stay in use
     good = ctl.registries_config_map
@@ -172,7 +175,7 @@ async def test_registries_from_the_config_map_make_images_inspectable_and_change
     pod = gated_pod(unique("afterbreak"), [f"{MIRRORED}/afterbreak:v1"])
     await create_pod(api, ns, pod)
     after = await wait_ungated(api, ns, pod["metadata"]["name"])
-    assert required_terms(after) == [{"matchExpressions": [_arch("arm64")]}]
+    assert required_terms(after) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
 
 
 async def test_removing_the_reference_brings_back_the_file_and_the_inspector_follows(

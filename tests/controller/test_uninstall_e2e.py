@@ -84,7 +84,8 @@ async def test_ordered_uninstall_with_pods_still_gated(
             assert required_terms(pod) == [
                 {
                     "matchExpressions": [
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
                     ]
                 }
             ]

@@ -1,0 +1,433 @@
+"""The fault matrix on the real control plane (kube-apiserver, kube-scheduler,
+kube-controller-manager v1.36.2, audit log at level Metadata), with podplacement installed
+from deploy/ and its webhook and controller running as processes with deploy/'s
+ServiceAccount tokens (:mod:`podplacement.sandbox.product`). Each test starts its own webhook
+and controller(s) and stops them.
+
+Every test ends with :func:`tests.controller.conftest.check_bindings`: no pod podplacement
+decided is bound to a node its images can't run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller.config import (
+    DECISION_ANNOTATION,
+    SCHEDULING_GATE,
+    WEBHOOK_CONFIGURATION_NAME,
+)
+from podplacement.sandbox.controlplane import AssetsNotFound
+from podplacement.sandbox.product import (
+    NAMESPACE,
+    Product,
+    install_manifests,
+    start_product,
+)
+from tests.controller.conftest import check_bindings
+from tests.harness.kube import KubeEnv, start_real
+from tests.harness.registry import Registry
+
+pytestmark = pytest.mark.realcluster
+
+REPO = Path(__file__).resolve().parents[1]
+MWC_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+            + WEBHOOK_CONFIGURATION_NAME)
+CONTROLLER_USER = "system:serviceaccount:podplacement-system:podplacement-controller"
+LEASE_SECONDS = 5.0  # start_product's --lease-duration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    try:
+        env = start_real(tmp_path_factory.mktemp("faults"), audit=True)
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
+    try:
+        assert env.plane is not None
+        install_manifests(env.plane, REPO / "deploy")
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture(scope="module")
+def image(registry: Registry, make_pusher: Any) -> str:
+    make_pusher(registry).multiarch("faults/multi", "v1", ["linux/amd64", "linux/arm64"])
+    return f"{registry.host}/faults/multi:v1"
+
+
+@pytest.fixture
+def product_factory(cluster: KubeEnv, registry: Registry,
+                    tmp_path: Path) -> Iterator[Any]:
+    started: list[Product] = []
+    rbac_checked: list[bool] = []
+
+    def start(check_rbac: bool = True, controller_options: tuple[str, ...] = (),
+              **kwargs: Any) -> Product:
+        rbac_checked.append(check_rbac)
+        assert cluster.plane is not None
+        prod = start_product(cluster.plane, tmp_path / f"product-{len(started)}",
+                             controller_options=["--insecure-registry", registry.host,
+                                                 *controller_options],
+                             **kwargs)
+        started.append(prod)
+        return prod
+
+    yield start
+    for prod in started:
+        prod.stop()
+    for prod, check in zip(started, rbac_checked, strict=True):
+        if check:
+            assert prod.forbidden() == [], "RBAC denials in the product's logs"
+
+
+@pytest.fixture
+def ns(cluster: KubeEnv) -> Iterator[str]:
+    name = f"f-{uuid.uuid4().hex[:8]}"
+    cluster.ensure_namespace(name)
+    try:
+        yield name
+        check_bindings(cluster, name)
+    finally:
+        cluster.delete(f"/api/v1/namespaces/{name}")
+
+
+def _pod(name: str, image: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": image}],
+                     "terminationGracePeriodSeconds": 0}}
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates")
+               or [])
+
+
+def _create_many(cluster: KubeEnv, ns: str, image: str, names: list[str],
+                 clients: int = 16) -> list[dict[str, Any]]:
+    def one(name: str) -> dict[str, Any]:
+        return cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(name, image))
+
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(one, names))
+
+
+def _still_gated(cluster: KubeEnv, ns: str) -> list[str]:
+    return [p["metadata"]["name"] for p in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+            if _gated(p)]
+
+
+def _wait(check: Any, within: float, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"not within {within} s; last: {last!r}")
+
+
+def _audit(cluster: KubeEnv, flush: float = 2.5) -> list[dict[str, Any]]:
+    """Every audit event so far, one per audit ID (stage ResponseComplete preferred)."""
+    assert cluster.plane is not None and cluster.plane.audit_log is not None
+    time.sleep(flush)  # batch backend: flushed every second
+    events: dict[str, dict[str, Any]] = {}
+    log = cluster.plane.audit_log
+    for path in sorted(log.parent.glob(log.name + "*")):
+        for line in path.read_text().splitlines():
+            ev = json.loads(line)
+            if ev.get("stage") == "ResponseComplete" or ev["auditID"] not in events:
+                events[ev["auditID"]] = ev
+    return list(events.values())
+
+
+def _pod_patches(cluster: KubeEnv, ns: str, *, ok_only: bool = True) -> dict[str, int]:
+    """PATCHes of pods in ``ns`` made by the controller's ServiceAccount, by pod name
+    (``ok_only``: those the API server answered with 2xx)."""
+    out: dict[str, int] = {}
+    for ev in _audit(cluster):
+        ref = ev.get("objectRef") or {}
+        code = int((ev.get("responseStatus") or {}).get("code") or 0)
+        if (ev["user"]["username"] == CONTROLLER_USER and ev["verb"] == "patch"
+                and ref.get("resource") == "pods" and ref.get("namespace") == ns
+                and not ref.get("subresource") and (200 <= code < 300 or not ok_only)):
+            out[ref["name"]] = out.get(ref["name"], 0) + 1
+    return out
+
+
+def _leader_at(proc_log: str) -> bool:
+    return "became the leader" in proc_log
+
+
+def test_controller_sigkilled_during_300_creates_then_restarted(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """0 pods gated 5 s after the new leader is elected; exactly 1 PATCH per pod."""
+    product: Product = product_factory()
+    names = [f"k-{i}" for i in range(300)]
+    killed = threading.Event()
+
+    def killer() -> None:
+        _wait(lambda: len(cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]) >= 100, 60,
+              every=0.02)
+        product.controllers[0].stop(signal.SIGKILL)
+        killed.set()
+
+    t = threading.Thread(target=killer)
+    t.start()
+    created = _create_many(cluster, ns, image, names)
+    t.join(60)
+    assert killed.is_set()
+    assert all(_gated(p) for p in created), "every pod is gated at creation"
+    new = product.start_controller("after-kill")
+    _wait(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
+    elected = time.monotonic()
+    _wait(lambda: not _still_gated(cluster, ns), 5.0)
+    assert time.monotonic() - elected <= 5.0
+    patches = _pod_patches(cluster, ns)
+    assert set(patches) == set(names)
+    assert set(patches.values()) == {1}, {k: v for k, v in patches.items() if v != 1}
+    # Attempts: a PATCH cut off by the SIGKILL may be sent again by the new leader, at most
+    # one per worker in flight at the kill.
+    attempts = sum(_pod_patches(cluster, ns, ok_only=False).values())
+    assert attempts - len(names) <= 32, attempts
+
+
+def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    product: Product = product_factory(controllers=2)
+    _create_many(cluster, ns, image, [f"a-{i}" for i in range(100)])
+    _wait(lambda: not _still_gated(cluster, ns), 30)
+    logs = [c.log() for c in product.controllers]
+    leaders = [i for i, log in enumerate(logs) if _leader_at(log)]
+    assert len(leaders) == 1, logs
+    assert all(": set (" not in logs[i] for i in range(2) if i not in leaders)
+    patches = _pod_patches(cluster, ns)
+    assert len(patches) == 100 and set(patches.values()) == {1}
+    # the leader dies without a word; the standby takes over within the lease duration
+    leader, standby = product.controllers[leaders[0]], product.controllers[1 - leaders[0]]
+    leader.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    _wait(lambda: _leader_at(standby.log()), LEASE_SECONDS * 3)
+    takeover = time.monotonic() - killed
+    assert takeover <= LEASE_SECONDS + 2.5, takeover  # + the standby's retry period
+    _create_many(cluster, ns, image, [f"b-{i}" for i in range(20)])
+    _wait(lambda: not _still_gated(cluster, ns), 30)
+
+
+def test_graceful_rolling_restart_lets_no_pod_escape_the_gate(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """A controller rolling update (surge one new, stop the old gracefully) while pods are
+    created continuously: every pod created during the handover carries the gate."""
+    product: Product = product_factory()
+    results: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def creator() -> None:
+        i = 0
+        while not stop.is_set() and i < 2000:
+            results.append(cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                                          _pod(f"r-{i}", image)))
+            i += 1
+            time.sleep(0.01)
+
+    t = threading.Thread(target=creator)
+    t.start()
+    try:
+        time.sleep(0.5)
+        new = product.start_controller("rolled-in")
+        time.sleep(0.5)
+        product.controllers[0].stop(signal.SIGTERM)  # graceful: releases the lease
+        _wait(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        t.join(30)
+    escaped = [p["metadata"]["name"] for p in results if not _gated(p)]
+    assert results and escaped == [], f"{len(escaped)} of {len(results)} escaped the gate"
+    assert cluster.request("GET", MWC_PATH).status_code == 200
+    _wait(lambda: not _still_gated(cluster, ns), 30)
+
+
+def test_webhook_killed_or_stopped_fails_open_without_the_admission_policy(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """Without the MutatingAdmissionPolicy the webhook's failurePolicy Ignore lets pods in
+    ungated and unplaced (README, "When the webhook is down"): killed → at once; stopped
+    (SIGSTOP) → after the webhook timeout."""
+    product: Product = product_factory()
+    mwc = cluster.get(MWC_PATH)
+    assert {h["failurePolicy"] for h in mwc["webhooks"]} == {"Ignore"}
+    timeout = max(h.get("timeoutSeconds", 10) for h in mwc["webhooks"])
+    product.webhook.popen.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("stopped", image))
+        waited = time.monotonic() - t0
+    finally:
+        product.webhook.popen.send_signal(signal.SIGCONT)
+    assert not _gated(pod) and waited >= timeout - 0.5, waited
+    product.webhook.stop(signal.SIGKILL)
+    t0 = time.monotonic()
+    pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("killed", image))
+    assert not _gated(pod) and time.monotonic() - t0 < timeout
+    assert DECISION_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize("outage", [5.0, 25.0])
+def test_apiserver_outage_then_new_pods_placed_within_2s_of_readyz(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str, outage: float
+) -> None:
+    # 403s while the restarted server's authorizer warms up are expected: not checked
+    product_factory(check_rbac=False)
+    assert cluster.plane is not None
+    cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("before", image))
+    _wait(lambda: not _still_gated(cluster, ns), 20)
+    cluster.close()
+    cluster.plane.restart_apiserver(down_seconds=outage)  # returns once /readyz is 200
+    ready = time.monotonic()
+    name = "after"
+    for attempt in range(20):  # the first requests may still meet a starting server
+        try:
+            pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(name, image))
+            break
+        except httpx.HTTPError:
+            cluster.close()
+            time.sleep(0.1)
+            name = f"after-{attempt}"
+    assert _gated(pod)
+    _wait(lambda: not _still_gated(cluster, ns), 10, every=0.05)
+    placed = time.monotonic() - ready
+    print(f"outage {outage:.0f} s: new pod placed {placed:.2f} s after /readyz")
+    assert placed <= 2.0, f"placed {placed:.1f} s after /readyz"
+    # kube-scheduler's own watches reconnect with client-go's backoff: give it time to bind
+    check_bindings(cluster, ns, within=60)
+
+
+def _black_hole() -> tuple[str, Any]:
+    """A registry address that accepts TCP connections and never answers; ``(host:port,
+    stop)``."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(srv.accept()[0])
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+
+    def close() -> None:
+        stop.set()
+        t.join(5)
+        for conn in [*held, srv]:
+            conn.close()
+
+    return f"127.0.0.1:{srv.getsockname()[1]}", close
+
+
+def test_registry_down_missing_tag_and_black_hole_end_ungated_with_a_fallback_warning(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """Each pod ends ungated, result ``fallback``, with the Warnings ImageInspectionFailed
+    then PlacementFallback. The config is shortened (maxRetries 1, registryTimeoutSeconds 2)
+    to keep CI fast; the README states the bound with the defaults."""
+    cfg = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+    hole, close = _black_hole()
+    cluster.patch(cfg, {"spec": {"imageInspection": {"maxRetries": 1,
+                                                     "registryTimeoutSeconds": 2}}})
+    try:
+        product_factory(controller_options=("--insecure-registry", hole))
+        started = time.monotonic()
+        missing = image.rsplit(":", 1)[0] + ":no-such-tag"
+        refs = {"down": "127.0.0.1:9/faults/down:v1", "missing": missing,
+                "hole": f"{hole}/faults/hole:v1"}
+        for name, ref in refs.items():
+            cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(name, ref))
+        _wait(lambda: not _still_gated(cluster, ns), 60, every=0.2)
+        took = time.monotonic() - started
+        for name in refs:
+            pod = cluster.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+            assert decision["result"] == "fallback", (name, decision)
+            assert "error" in decision["images"][0], (name, decision)
+        events = cluster.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+        for name in refs:
+            reasons = {e["reason"] for e in events if e["regarding"]["name"] == name}
+            assert {"ImageInspectionFailed", "PlacementFallback"} <= reasons, (name, reasons)
+        print(f"registry faults: 3 pods ungated with a fallback in {took:.1f} s "
+              "(maxRetries 1, registryTimeoutSeconds 2)")
+    finally:
+        close()
+        cluster.patch(cfg, {"spec": {"imageInspection": None}})
+
+
+def test_ordered_uninstall_with_50_pods_gated(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """Deleting the PodPlacementConfig with 50 pods gated (the controller stopped meanwhile):
+    the webhook configuration is deleted before the config goes away, every pod ends
+    ungated with one successful PATCH, and a pod created once the webhook configuration is
+    gone is not gated."""
+    product: Product = product_factory()
+    cfg = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+    product.controllers[0].popen.send_signal(signal.SIGSTOP)  # pods pile up gated
+    try:
+        _create_many(cluster, ns, image, [f"u-{i}" for i in range(50)])
+        assert len(_still_gated(cluster, ns)) == 50
+        config = cluster.get(cfg)
+        cluster.delete(cfg)
+    finally:
+        product.controllers[0].popen.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+    try:
+        _wait(lambda: cluster.request("GET", cfg).status_code == 404, 60)
+        gone = time.monotonic() - resumed
+        assert cluster.request("GET", MWC_PATH).status_code == 404
+        assert _still_gated(cluster, ns) == []
+        late = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("late", image))
+        assert not _gated(late)
+        events = _audit(cluster)
+        mwc_deleted = sorted(e["requestReceivedTimestamp"] for e in events
+                             if e["verb"] == "delete" and (e.get("objectRef") or {}).get(
+                                 "resource") == "mutatingwebhookconfigurations"
+                             and (e.get("responseStatus") or {}).get("code") == 200)
+        finalizer_removed = sorted(
+            e["requestReceivedTimestamp"] for e in events
+            if e["verb"] in ("update", "patch") and e["user"]["username"] == CONTROLLER_USER
+            and (e.get("objectRef") or {}).get("resource") == "podplacementconfigs")
+        assert mwc_deleted and finalizer_removed
+        assert mwc_deleted[0] <= finalizer_removed[-1], "the webhook configuration goes first"
+        patches = _pod_patches(cluster, ns)
+        assert len(patches) == 50 and set(patches.values()) == {1}, patches
+        print(f"ordered uninstall: 50 gated pods released, config gone {gone:.1f} s after "
+              "the controller resumed")
+    finally:
+        # reinstall for the other tests: the config again, and a fresh product registers the
+        # webhook configuration
+        meta = {k: v for k, v in config["metadata"].items() if k in ("name", "labels")}
+        cluster.create("/apis/podplacement.io/v1beta1/podplacementconfigs",
+                       {**config, "metadata": meta, "status": {}})
+        assert cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}").status_code == 200
