@@ -60,7 +60,7 @@ from controller.kube import (
     retry_delay,
 )
 from controller.metrics import HealthServer, Metrics
-from controller.podpatch import has_gate
+from controller.podspec import has_gate
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, pod_key, split_key
 

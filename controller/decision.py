@@ -71,7 +71,8 @@ from controller.config import (
     PlacementConfig,
 )
 from controller.platforms import ImageLike, NodeInventory, PlatformSet, supported_platforms
-from controller.podpatch import build_pod_patch, has_gate
+from controller.podpatch import build_pod_patch
+from controller.podspec import has_gate
 
 # Outcomes
 SET = "set"

@@ -19,10 +19,11 @@ from typing import Any
 
 import yaml
 
-from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE, PlacementConfig
+from controller.config import SCHEDULING_GATE, PlacementConfig
 from controller.decision import Decision, decide, unique_images
 from controller.numa import NumaDecision, decide_numa
 from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
+from controller.podspec import has_gate, node_ineligibility, unescape_pointer
 
 OUTPUTS = ("table", "json", "yaml")
 
@@ -49,25 +50,16 @@ def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[s
 def _ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
                    platforms: PlatformSet | None) -> str | None:
     """Why the architecture decision (or the pod's nodeSelector) excludes ``node``."""
-    labels = _labels(node)
-    for key, value in node_selector.items():
-        if labels.get(key) != value:
-            return f"nodeSelector {key}={value} does not match ({labels.get(key) or 'unset'})"
-    if platforms is None or not platforms.image_count:
-        return None
-    pair = (str(labels.get(OS_LABEL) or "linux"), str(labels.get(ARCH_LABEL) or ""))
-    if pair in set(platforms.pairs):
-        return None
-    supported = ", ".join(platforms.strings()) or "none"
-    return f"platform {pair[0]}/{pair[1] or 'unknown'} is not supported by every image " \
-           f"(supported: {supported})"
+    pairs = set(platforms.pairs) if platforms is not None and platforms.image_count else None
+    return node_ineligibility(node, node_selector, pairs)
+
 
 
 def _gated(pod: Mapping[str, Any]) -> dict[str, Any]:
     gated: dict[str, Any] = copy.deepcopy(dict(pod))
     spec = gated.setdefault("spec", {})
     gates = spec.setdefault("schedulingGates", [])
-    if not any(isinstance(g, Mapping) and g.get("name") == SCHEDULING_GATE for g in gates):
+    if not has_gate(gated):
         gates.append({"name": SCHEDULING_GATE})
     meta = gated.setdefault("metadata", {})
     meta.setdefault("resourceVersion", "0")
@@ -75,9 +67,10 @@ def _gated(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pointer(path: str) -> list[str]:
-    if not path.startswith("/"):
+    tokens = unescape_pointer(path)
+    if not tokens:  # "" (the whole document) is no target for these ops
         raise ValueError(f"bad JSON pointer {path!r}")
-    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+    return tokens
 
 
 def apply_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:

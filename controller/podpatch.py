@@ -16,27 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.config import SCHEDULING_GATE
+from controller.podspec import escape_token, gate_index
+
+__all__ = ["Op", "build_pod_patch", "map_ops"]
 
 Op = dict[str, Any]
-
-
-def escape(token: str) -> str:
-    """Escape a JSON-pointer reference token (RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``)."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def gate_index(pod: Mapping[str, Any], gate: str = SCHEDULING_GATE) -> int | None:
-    """Index of ``gate`` in ``spec.schedulingGates``, or None when absent."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    for i, g in enumerate(gates):
-        if isinstance(g, Mapping) and g.get("name") == gate:
-            return i
-    return None
-
-
-def has_gate(pod: Mapping[str, Any], gate: str = SCHEDULING_GATE) -> bool:
-    """True when the pod still carries ``gate``."""
-    return gate_index(pod, gate) is not None
 
 
 def map_ops(
@@ -55,10 +39,11 @@ def map_ops(
         return ops
     for key, value in set_values.items():
         if current.get(key) != value:
-            ops.append({"op": "add", "path": f"/metadata/{field}/{escape(key)}", "value": value})
+            ops.append({"op": "add", "path": f"/metadata/{field}/{escape_token(key)}",
+                        "value": value})
     for key in remove_keys:
         if key in current and key not in set_values:
-            ops.append({"op": "remove", "path": f"/metadata/{field}/{escape(key)}"})
+            ops.append({"op": "remove", "path": f"/metadata/{field}/{escape_token(key)}"})
     return ops
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from controller.config import PlacementConfig
 from controller.decision import (
     RETRY,
     SKIP,
@@ -37,7 +37,7 @@ from controller.events import EventSink
 from controller.kube import ApiError, Informer, KubeAPI
 from controller.metrics import Metrics
 from controller.platforms import node_inventory, supported_platforms
-from controller.podpatch import has_gate
+from controller.podspec import has_gate, node_eligible
 
 log = logging.getLogger(__name__)
 
@@ -231,17 +231,12 @@ class Reconciler:
         platforms = supported_platforms(list(images.values()))
         if platforms.empty and platforms.image_count:
             return None
-        pairs = set(platforms.pairs)
+        # no pairs here means nothing was inspected (no common platform returned above)
+        pairs = set(platforms.pairs) or None
         node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
 
         def eligible(node: Mapping[str, Any]) -> bool:
-            labels = (node.get("metadata") or {}).get("labels") or {}
-            for k, v in node_selector.items():
-                if labels.get(k) != v:
-                    return False
-            if not pairs:
-                return True
-            return (labels.get(OS_LABEL) or "linux", labels.get(ARCH_LABEL)) in pairs
+            return node_eligible(node, node_selector, pairs)
 
         nrts = dict(self.nrts.cache) if self.nrts is not None else {}
         return decide_numa(pod, list(self.nodes.cache.values()), nrts, config.topology,

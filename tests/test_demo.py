@@ -563,7 +563,8 @@ def _check_demo_output(out: str, *, scheduler: bool) -> None:
         "single-arch": {"PLATFORMS": "s390x", "AFFINITY": "arch In [s390x] & os In [linux]",
                         "EVENTS": "PlacementDecided"},
         "mixed-init": {"IMAGES": "init:demo/busybox:list, demo/busybox:multi",
-                       "PLATFORMS": "amd64,arm64", "AFFINITY": f"arch In [amd64,arm64] & os In [linux]; {prefer}"},
+                       "PLATFORMS": "amd64,arm64",
+                       "AFFINITY": f"arch In [amd64,arm64] & os In [linux]; {prefer}"},
         "no-common-platform": {
             "PLATFORMS": "none (busybox:s390x=s390x | winonly:1=windows/amd64)",
             "AFFINITY": "no-supported-platform Exists", "EVENTS": "NoSupportedPlatform"},

@@ -6,7 +6,8 @@ on, and only the images tell (issue 13). Every
 "no" carries a short snake_case reason that the webhook uses as a metrics label. The input is
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
-No I/O, and no import from the controller except :mod:`controller.config`.
+No I/O, and no import from the controller except :mod:`controller.config` and the pure
+:mod:`controller.podspec` (which holds the gate-presence rule, shared with the controller).
 """
 
 from __future__ import annotations
@@ -15,7 +16,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import SCHEDULING_GATE, SYSTEM_NAMESPACES, PlacementConfig
+from controller.config import SYSTEM_NAMESPACES, PlacementConfig
+from controller.podspec import has_gate
+
+__all__ = [
+    "GATED",
+    "REASON_ALREADY_GATED",
+    "REASON_DAEMONSET",
+    "REASON_GATED",
+    "REASON_NODE_NAME_SET",
+    "REASON_NO_CONFIG",
+    "REASON_OWN_NAMESPACE",
+    "REASON_SYSTEM_NAMESPACE",
+    "SKIP_REASONS",
+    "GateDecision",
+    "is_daemonset_pod",
+    "should_gate",
+]
 
 #: Skip reasons (metrics label values), in the order the rules are checked.
 REASON_NO_CONFIG = "no_config"
@@ -107,7 +124,7 @@ def should_gate(
         return _SKIPPED[REASON_NODE_NAME_SET]
     if _owned_by_daemonset(_map(pod.get("metadata"))):
         return _SKIPPED[REASON_DAEMONSET]
-    if _has_gate(spec):
+    if has_gate(pod):
         return _SKIPPED[REASON_ALREADY_GATED]
     return GATED
 
@@ -128,14 +145,3 @@ def _owned_by_daemonset(metadata: Mapping[str, Any]) -> bool:
             return True
     return False
 
-
-def has_gate(pod: Mapping[str, Any]) -> bool:
-    """True when ``spec.schedulingGates`` already lists podplacement's gate."""
-    return _has_gate(_map(pod.get("spec")))
-
-
-def _has_gate(spec: Mapping[str, Any]) -> bool:
-    for gate in _list(spec.get("schedulingGates")):
-        if _map(gate).get("name") == SCHEDULING_GATE:
-            return True
-    return False

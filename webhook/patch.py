@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+from controller.podspec import escape_token
 
-
-def escape_pointer_token(token: str) -> str:
-    """Escape one JSON Pointer reference token (RFC 6901): ``~`` → ``~0``, ``/`` → ``~1``."""
-    return token.replace("~", "~0").replace("/", "~1")
+__all__ = ["gate_patch", "patch_shape"]
 
 
 def patch_shape(pod: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -55,7 +53,7 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
         ops.append({"op": "add", "path": "/spec/schedulingGates",
                     "value": [{"name": SCHEDULING_GATE}]})
     if has_labels:
-        ops.append({"op": "add", "path": "/metadata/labels/" + escape_pointer_token(GATE_LABEL),
+        ops.append({"op": "add", "path": "/metadata/labels/" + escape_token(GATE_LABEL),
                     "value": GATE_LABEL_GATED})
     else:
         ops.append({"op": "add", "path": "/metadata/labels",

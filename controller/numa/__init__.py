@@ -13,16 +13,7 @@ from controller.numa._decide import NO_TOPOLOGY, NodeVerdict, NumaDecision, deci
 from controller.numa._fingerprint import pod_fingerprint, pod_hash
 from controller.numa._fit import align, fit_container_scope, fit_pod_scope
 from controller.numa._inflight import InFlight
-from controller.numa._pod import (
-    BEST_EFFORT,
-    BURSTABLE,
-    GUARANTEED,
-    ContainerRequests,
-    effective_requests,
-    iter_containers,
-    qos_class,
-)
-from controller.numa._quantity import QuantityError, format_quantity, parse_quantity
+from controller.numa._quantity import format_quantity
 from controller.numa._score import STRATEGIES
 from controller.numa._topology import (
     Topology,
@@ -30,6 +21,17 @@ from controller.numa._topology import (
     Zone,
     parse_topology,
     topology_policy,
+)
+from controller.podspec import (
+    BEST_EFFORT,
+    BURSTABLE,
+    GUARANTEED,
+    ContainerRequests,
+    QuantityError,
+    effective_requests,
+    iter_containers,
+    parse_quantity,
+    qos_class,
 )
 
 __all__ = [

@@ -30,15 +30,7 @@ from controller.numa._fit import (
     prepare,
 )
 from controller.numa._inflight import InFlight
-from controller.numa._pod import (
-    BEST_EFFORT,
-    GUARANTEED,
-    effective_requests,
-    iter_containers,
-    qos_class,
-    requests_non_native,
-)
-from controller.numa._quantity import QuantityError
+from controller.numa._quantity import is_native
 from controller.numa._score import (
     BALANCED_ALLOCATION,
     LEAST_ALLOCATED,
@@ -62,6 +54,14 @@ from controller.numa._topology import (
     Topology,
     TopologyCache,
     values_of,
+)
+from controller.podspec import (
+    BEST_EFFORT,
+    GUARANTEED,
+    QuantityError,
+    effective_requests,
+    iter_containers,
+    qos_class,
 )
 
 try:
@@ -306,8 +306,10 @@ class _Shape:
 def _prepare(pod: Mapping[str, Any], config: TopologyConfig, cache: TopologyCache) -> _Shape:
     qos = qos_class(pod)
     guaranteed = qos == GUARANTEED
-    exempt = qos == BEST_EFFORT and not requests_non_native(pod)
     containers = list(iter_containers(pod))
+    # IncludeNonNative: a BestEffort pod asking for an extended resource is still judged
+    exempt = qos == BEST_EFFORT and not any(
+        not is_native(name) for c in containers for name in c.requests)
     effective = effective_requests(pod)
     plans = tuple(
         ContainerPlan(f"container {c.name}" if c.kind == "app" else f"init container {c.name}",

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from controller.numa._fit import ContainerPlan, Request
-from controller.numa._quantity import ALWAYS_ALLOCATABLE, CPU, QuantityError
+from controller.numa._quantity import ALWAYS_ALLOCATABLE
 from controller.numa._score import MAX_SCORE, ScoreItems
 from controller.numa._topology import (
     NO_TOPOLOGY,
@@ -33,6 +33,7 @@ from controller.numa._topology import (
     Topology,
     TopologyCache,
 )
+from controller.podspec import CPU, QuantityError
 
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]

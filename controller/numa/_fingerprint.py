@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 
 import xxhash
 
-from controller.numa._pod import GUARANTEED, ContainerRequests
-from controller.numa._quantity import CPU, MEMORY, is_hugepages, is_native
+from controller.numa._quantity import is_hugepages, is_native
+from controller.podspec import CPU, GUARANTEED, MEMORY, ContainerRequests
 
 PREFIX = "pfp0"
 VERSION = "v001"

@@ -33,9 +33,15 @@ from controller.numa._fingerprint import (
     pod_fingerprint,
     pod_is_exclusive,
 )
-from controller.numa._pod import ContainerRequests, iter_containers, qos_class
-from controller.numa._quantity import CPU, QuantityError, parse_quantity
 from controller.numa._topology import Topology, parse_topology
+from controller.podspec import (
+    CPU,
+    ContainerRequests,
+    QuantityError,
+    iter_containers,
+    parse_quantity,
+    qos_class,
+)
 
 _TERMINAL = ("Succeeded", "Failed")
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.numa._fit import columns_of
-from controller.numa._quantity import ALWAYS_ALLOCATABLE, parse_quantity, score_value
+from controller.numa._quantity import ALWAYS_ALLOCATABLE, score_value
 from controller.numa._score import score_columns_of
+from controller.podspec import parse_quantity
 
 POLICY_NONE = "none"
 POLICY_BEST_EFFORT = "best-effort"

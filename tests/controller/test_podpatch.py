@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from controller.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
-from controller.podpatch import build_pod_patch, escape, gate_index
+from controller.podpatch import build_pod_patch
+from controller.podspec import escape_token, gate_index
 from tests.controller._pods import apply, gated_pod
 
 
 def test_escape_json_pointer_tokens() -> None:
-    assert escape("podplacement.io/node-affinity") == "podplacement.io~1node-affinity"
-    assert escape("a~b/c") == "a~0b~1c"
+    assert escape_token("podplacement.io/node-affinity") == "podplacement.io~1node-affinity"
+    assert escape_token("a~b/c") == "a~0b~1c"
 
 
 def test_patch_starts_with_rv_test_and_ends_removing_only_our_gate() -> None:

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from controller.config import GATE_LABEL, SCHEDULING_GATE
+from controller.podspec import escape_token
 from tests.webhook.reference import apply_add_ops, raw_body, recorded_answer, stored_pod
-from webhook.patch import escape_pointer_token, gate_patch
+from webhook.patch import gate_patch
 
 
 @pytest.mark.parametrize("case", ["a-plain-pod", "a-no-labels", "b-deployment-pod"])
@@ -47,4 +48,4 @@ def test_null_gates_and_labels_are_created() -> None:
 @pytest.mark.parametrize(("token", "escaped"),
                          [("a/b", "a~1b"), ("a~b", "a~0b"), ("~/", "~0~1"), ("plain", "plain")])
 def test_json_pointer_escaping(token: str, escaped: str) -> None:
-    assert escape_pointer_token(token) == escaped
+    assert escape_token(token) == escaped

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.numa._fit import ContainerPlan, fit_container_scope, fit_pod_scope, prepare
-from controller.numa._pod import GUARANTEED, effective_requests, iter_containers, qos_class
+from controller.podspec import GUARANTEED, effective_requests, iter_containers, qos_class
 from tests.controller.numa._build import ctr, judge, node, nrt, pod
 
 ALLOC = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "example.com/nic"})
