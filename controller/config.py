@@ -39,6 +39,11 @@ EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
 NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
 WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
+#: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
+ADMISSION_POLICY_NAME = "podplacement-gate"
+#: ``spec.admission.mechanism``: the policy when the API server serves it, or the webhook only.
+ADMISSION_AUTO = "Auto"
+ADMISSION_WEBHOOK = "Webhook"
 FIELD_MANAGER = "podplacement"
 
 #: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
@@ -158,6 +163,7 @@ class PlacementConfig:
     fallback_architecture: str | None = None
     image_inspection: ImageInspectionConfig = field(default_factory=ImageInspectionConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    admission_mechanism: str = ADMISSION_AUTO
     generation: int = 0
 
     @classmethod
@@ -205,6 +211,10 @@ class PlacementConfig:
             unsatisfiable=str(topo.get("unsatisfiable", "Wait")),
         )
         selector = spec.get("namespaceSelector")
+        mechanism = _mapping(spec, "admission", "spec").get("mechanism", ADMISSION_AUTO)
+        if mechanism not in (ADMISSION_AUTO, ADMISSION_WEBHOOK):
+            raise ConfigError("spec.admission.mechanism",
+                              f"must be {ADMISSION_AUTO} or {ADMISSION_WEBHOOK}, got {mechanism!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -212,6 +222,7 @@ class PlacementConfig:
             fallback_architecture=spec.get("fallbackArchitecture") or None,
             image_inspection=inspection,
             topology=topology,
+            admission_mechanism=str(mechanism),
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 

@@ -54,7 +54,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from controller import admissionpolicy
 from controller.config import (
+    ADMISSION_AUTO,
+    ADMISSION_POLICY_NAME,
     CONFIG_FINALIZER,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -68,6 +71,7 @@ from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester
 from controller.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     ServiceRef,
+    WebhookNamespaceSelection,
     desired_webhook_configuration,
     webhook_drifted,
     webhook_namespace_selection,
@@ -81,6 +85,11 @@ log = logging.getLogger(__name__)
 CONFIG_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
 WEBHOOK_COLLECTION_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 WEBHOOK_PATH = f"{WEBHOOK_COLLECTION_PATH}/{WEBHOOK_CONFIGURATION_NAME}"
+ADMISSION_DISCOVERY_PATH = f"/apis/{admissionpolicy.GROUP_VERSION}"
+POLICY_COLLECTION_PATH = f"{ADMISSION_DISCOVERY_PATH}/{admissionpolicy.POLICY_RESOURCE}"
+POLICY_PATH = f"{POLICY_COLLECTION_PATH}/{ADMISSION_POLICY_NAME}"
+BINDING_COLLECTION_PATH = f"{ADMISSION_DISCOVERY_PATH}/{admissionpolicy.BINDING_RESOURCE}"
+BINDING_PATH = f"{BINDING_COLLECTION_PATH}/{ADMISSION_POLICY_NAME}"
 
 COND_AVAILABLE = "Available"
 COND_PROGRESSING = "Progressing"
@@ -98,6 +107,14 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", WEBHOOK_COLLECTION_PATH),
     ("PUT", WEBHOOK_PATH),
     ("DELETE", WEBHOOK_PATH),
+    ("GET", POLICY_PATH),
+    ("POST", POLICY_COLLECTION_PATH),
+    ("PUT", POLICY_PATH),
+    ("DELETE", POLICY_PATH),
+    ("GET", BINDING_PATH),
+    ("POST", BINDING_COLLECTION_PATH),
+    ("PUT", BINDING_PATH),
+    ("DELETE", BINDING_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
     ("POST", "/api/v1/namespaces/{namespace}/secrets"),
     ("PUT", "/api/v1/namespaces/{namespace}/secrets/{name}"),
@@ -246,6 +263,9 @@ class Lifecycle:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._uninstall_failures = 0
+        self._policy_api = False
+        #: whether the policy may exist (None: not known yet): no DELETE per resync
+        self._policy_present: bool | None = None
 
     # --- public API ---------------------------------------------------------------------
     def notify(self) -> None:
@@ -304,6 +324,7 @@ class Lifecycle:
         """
         config = await self._get_config()
         if config is None:
+            await self._delete_policy()
             deleted = await self._delete_webhook()
             return ReconcileResult("absent", "deleted" if deleted else "absent")
         meta = config.get("metadata") or {}
@@ -339,6 +360,7 @@ class Lifecycle:
                 cert_manager_certificate=self.cert_manager_certificate,
             )
             action = await self._apply_webhook(desired)
+            policy, policy_problem = await self._apply_policy(config, selection)
         except Exception as exc:
             reason = "WebhookConfigurationFailed"
             if not isinstance(exc, ApiError):
@@ -354,13 +376,18 @@ class Lifecycle:
                     ],
                 )
             raise
+        if policy_problem:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True", "AdmissionPolicyFailed",
+                                          policy_problem[:1000]))
+        mechanism = (
+            f"pods are gated by MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} (in the API "
+            f"server) and MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"
+            if policy else
+            f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
+            "(the admission policy is not in force)"
+        )
         wanted = [
-            ConditionSpec(
-                COND_AVAILABLE,
-                "True",
-                "AsExpected",
-                f"MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} is in place",
-            ),
+            ConditionSpec(COND_AVAILABLE, "True", "AsExpected", mechanism),
             ConditionSpec(COND_PROGRESSING, "False", "AsExpected"),
             degraded[0]
             if degraded
@@ -525,6 +552,7 @@ class Lifecycle:
     async def _uninstall(self, config: dict[str, Any]) -> ReconcileResult:
         finalizers = (config.get("metadata") or {}).get("finalizers") or []
         if CONFIG_FINALIZER not in finalizers:
+            await self._delete_policy()
             deleted = await self._delete_webhook()
             return ReconcileResult("deleting", "deleted" if deleted else "absent")
         with contextlib.suppress(ApiError):
@@ -540,7 +568,8 @@ class Lifecycle:
                                   "ordered uninstall in progress"),
                 ],
             )
-        # 1. no new pod gets gated from here on
+        # 1. no new pod gets gated from here on: the in-server policy, then the webhook
+        await self._delete_policy()
         deleted = await self._delete_webhook()
         # 2. release every pod still gated
         ungated = 0
@@ -575,6 +604,93 @@ class Lifecycle:
             if exc.status == 404:
                 return None
             raise
+
+    # --- the admission policy -------------------------------------------------------------
+    async def _policy_served(self) -> bool:
+        """True when the API server serves ``mutatingadmissionpolicies`` in
+        ``admissionregistration.k8s.io/v1`` (discovery; once True, remembered)."""
+        if self._policy_api:
+            return True
+        try:
+            doc = await self.api.request("GET", ADMISSION_DISCOVERY_PATH)
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                return False
+            raise
+        names = {r.get("name") for r in (doc or {}).get("resources") or []
+                 if isinstance(r, Mapping)}
+        self._policy_api = {admissionpolicy.POLICY_RESOURCE,
+                            admissionpolicy.BINDING_RESOURCE} <= names
+        return self._policy_api
+
+    async def _apply_policy(self, config: Mapping[str, Any],
+                            selection: WebhookNamespaceSelection) -> tuple[bool, str]:
+        """Converge the MutatingAdmissionPolicy and its binding (issue 14): present when
+        ``spec.admission.mechanism`` is ``Auto`` and the API server serves the API, absent
+        otherwise. Returns ``(in force, problem)``; an API error is reported as the problem
+        (the webhook keeps gating) rather than raised."""
+        mechanism = (((config.get("spec") or {}).get("admission") or {}).get("mechanism")
+                     or ADMISSION_AUTO)
+        try:
+            if not await self._policy_served():
+                return False, ""
+            if mechanism != ADMISSION_AUTO:
+                await self._delete_policy()
+                return False, ""
+            await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
+                                     admissionpolicy.desired_policy(config))
+            self._policy_present = True
+            await self._apply_object(BINDING_COLLECTION_PATH, BINDING_PATH,
+                                     admissionpolicy.desired_binding(config, selection))
+        except ApiError as exc:
+            log.warning("admission policy %s: %s", ADMISSION_POLICY_NAME, exc)
+            return False, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}"
+        return True, ""
+
+    async def _apply_object(self, collection: str, path: str, desired: dict[str, Any]) -> str:
+        """Create ``desired`` or replace its spec when it drifted; the action taken."""
+        live = await self._get_or_none(path)
+        if live is None:
+            try:
+                await self.api.request("POST", collection, body=desired)
+                log.info("created %s %s", desired["kind"], ADMISSION_POLICY_NAME)
+                return "created"
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                live = await self._get_or_none(path)
+                if live is None:
+                    raise
+        if not admissionpolicy.policy_drifted(live, desired):
+            return "unchanged"
+        meta = dict(live.get("metadata") or {})
+        meta.pop("managedFields", None)
+        await self.api.request("PUT", path, body={**desired, "metadata": {
+            **meta, **{k: v for k, v in desired["metadata"].items() if k != "name"}}})
+        log.info("reverted drift of %s %s", desired["kind"], ADMISSION_POLICY_NAME)
+        return "updated"
+
+    async def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.request("GET", path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _delete_policy(self) -> None:
+        """Delete the binding, then the policy, unless they are known to be absent (absent
+        ones, or an API server without them, are fine)."""
+        if self._policy_present is False:
+            return
+        for path in (BINDING_PATH, POLICY_PATH):
+            try:
+                await self.api.request("DELETE", path)
+                log.info("deleted %s", path)
+            except ApiError as exc:
+                if exc.status not in (404, 405):
+                    raise
+        self._policy_present = False
 
     async def _delete_webhook(self) -> bool:
         try:

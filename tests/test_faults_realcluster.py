@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from controller.config import (
+    ADMISSION_POLICY_NAME,
     DECISION_ANNOTATION,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
@@ -78,13 +79,13 @@ def product_factory(cluster: KubeEnv, registry: Registry,
 
     def start(check_rbac: bool = True, controller_options: tuple[str, ...] = (),
               **kwargs: Any) -> Product:
-        rbac_checked.append(check_rbac)
         assert cluster.plane is not None
         prod = start_product(cluster.plane, tmp_path / f"product-{len(started)}",
                              controller_options=["--insecure-registry", registry.host,
                                                  *controller_options],
                              **kwargs)
         started.append(prod)
+        rbac_checked.append(check_rbac)
         return prod
 
     yield start
@@ -198,7 +199,8 @@ def test_controller_sigkilled_during_300_creates_then_restarted(
     _wait(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
     elected = time.monotonic()
     _wait(lambda: not _still_gated(cluster, ns), 5.0)
-    assert time.monotonic() - elected <= 5.0
+    cleared = time.monotonic() - elected
+    assert cleared <= 5.0
     patches = _pod_patches(cluster, ns)
     assert set(patches) == set(names)
     assert set(patches.values()) == {1}, {k: v for k, v in patches.items() if v != 1}
@@ -206,6 +208,8 @@ def test_controller_sigkilled_during_300_creates_then_restarted(
     # one per worker in flight at the kill.
     attempts = sum(_pod_patches(cluster, ns, ok_only=False).values())
     assert attempts - len(names) <= 32, attempts
+    print(f"SIGKILL during 300 creates: 0 gated {cleared:.2f} s after the new leader; "
+          f"1 successful PATCH per pod, {attempts} PATCH requests")
 
 
 def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
@@ -227,6 +231,8 @@ def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
     _wait(lambda: _leader_at(standby.log()), LEASE_SECONDS * 3)
     takeover = time.monotonic() - killed
     assert takeover <= LEASE_SECONDS + 2.5, takeover  # + the standby's retry period
+    print(f"two controllers: 1 leader, 1 PATCH per pod; takeover {takeover:.1f} s after "
+          f"SIGKILL (lease {LEASE_SECONDS:.0f} s)")
     _create_many(cluster, ns, image, [f"b-{i}" for i in range(20)])
     _wait(lambda: not _still_gated(cluster, ns), 30)
 
@@ -262,33 +268,97 @@ def test_graceful_rolling_restart_lets_no_pod_escape_the_gate(
         t.join(30)
     escaped = [p["metadata"]["name"] for p in results if not _gated(p)]
     assert results and escaped == [], f"{len(escaped)} of {len(results)} escaped the gate"
+    print(f"graceful rolling restart: {len(results)} pods created, 0 escaped the gate")
     assert cluster.request("GET", MWC_PATH).status_code == 200
     _wait(lambda: not _still_gated(cluster, ns), 30)
 
 
-def test_webhook_killed_or_stopped_fails_open_without_the_admission_policy(
+POLICY_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/"
+               + ADMISSION_POLICY_NAME)
+BINDING_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings/"
+                + ADMISSION_POLICY_NAME)
+CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+
+
+def _policy_gates(cluster: KubeEnv, ns: str) -> bool:
+    """A dry-run pod comes back gated (the policy is in force in the API server)."""
+    r = cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"},
+                        json=_pod("probe", "probe.invalid/x:1"))
+    return r.status_code == 201 and _gated(r.json())
+
+
+def test_webhook_killed_or_stopped_no_pod_escapes_with_the_admission_policy(
     cluster: KubeEnv, product_factory: Any, ns: str, image: str
 ) -> None:
-    """Without the MutatingAdmissionPolicy the webhook's failurePolicy Ignore lets pods in
-    ungated and unplaced (README, "When the webhook is down"): killed → at once; stopped
-    (SIGSTOP) → after the webhook timeout."""
+    """With the MutatingAdmissionPolicy in force (mechanism Auto, the default, on v1.36) the
+    gate is added inside the API server: a stopped or killed webhook lets no pod through
+    ungated, and the controller places them all."""
     product: Product = product_factory()
-    mwc = cluster.get(MWC_PATH)
-    assert {h["failurePolicy"] for h in mwc["webhooks"]} == {"Ignore"}
-    timeout = max(h.get("timeoutSeconds", 10) for h in mwc["webhooks"])
+    _wait(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
     product.webhook.popen.send_signal(signal.SIGSTOP)
     try:
+        _wait(lambda: _policy_gates(cluster, ns), 30)
         t0 = time.monotonic()
-        pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("stopped", image))
+        stopped = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("stopped", image))
         waited = time.monotonic() - t0
     finally:
         product.webhook.popen.send_signal(signal.SIGCONT)
-    assert not _gated(pod) and waited >= timeout - 0.5, waited
+    assert _gated(stopped)
     product.webhook.stop(signal.SIGKILL)
-    t0 = time.monotonic()
-    pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("killed", image))
-    assert not _gated(pod) and time.monotonic() - t0 < timeout
-    assert DECISION_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+    created = _create_many(cluster, ns, image, [f"k-{i}" for i in range(30)])
+    escaped = [p["metadata"]["name"] for p in created if not _gated(p)]
+    assert escaped == []
+    _wait(lambda: not _still_gated(cluster, ns), 30)
+    for pod in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+        decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+        assert decision["result"] == "set", decision
+    print(f"admission policy: webhook SIGSTOP create took {waited:.1f} s, gated; webhook "
+          "killed: 30 of 30 pods gated and placed by the controller")
+
+
+def test_webhook_down_fails_open_with_mechanism_webhook(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """``spec.admission.mechanism: Webhook`` (or an API server without the v1 policy API):
+    the policy is removed and the webhook's failurePolicy Ignore lets pods in ungated and
+    unplaced when it is down (README "Under faults"): killed → at once; stopped (SIGSTOP) →
+    after the webhook timeout."""
+    product: Product = product_factory()
+    cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": "Webhook"}}})
+    try:
+        _wait(lambda: cluster.request("GET", POLICY_PATH).status_code == 404, 30)
+        _wait(lambda: not _policy_gates_without_webhook(cluster, ns, product), 30)
+        mwc = cluster.get(MWC_PATH)
+        assert {h["failurePolicy"] for h in mwc["webhooks"]} == {"Ignore"}
+        timeout = max(h.get("timeoutSeconds", 10) for h in mwc["webhooks"])
+        product.webhook.popen.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("stopped", image))
+            waited = time.monotonic() - t0
+        finally:
+            product.webhook.popen.send_signal(signal.SIGCONT)
+        assert not _gated(pod) and waited >= timeout - 0.5, waited
+        product.webhook.stop(signal.SIGKILL)
+        t0 = time.monotonic()
+        pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("killed", image))
+        killed_wait = time.monotonic() - t0
+        assert not _gated(pod) and killed_wait < timeout
+        assert DECISION_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+        print(f"mechanism Webhook: webhook SIGSTOP: create waited {waited:.1f} s (timeout "
+              f"{timeout} s), ungated; SIGKILL: {killed_wait:.2f} s, ungated (fail open)")
+    finally:
+        cluster.patch(CONFIG_PATH, {"spec": {"admission": None}})
+        _wait(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
+
+
+def _policy_gates_without_webhook(cluster: KubeEnv, ns: str, product: Product) -> bool:
+    """Whether a dry-run pod is gated while the webhook is stopped: only the policy can."""
+    product.webhook.popen.send_signal(signal.SIGSTOP)
+    try:
+        return _policy_gates(cluster, ns)
+    finally:
+        product.webhook.popen.send_signal(signal.SIGCONT)
 
 
 @pytest.mark.parametrize("outage", [5.0, 25.0])

@@ -23,6 +23,7 @@ import yaml
 
 from controller import app, leader, lifecycle
 from controller.config import (
+    ADMISSION_POLICY_NAME,
     CONFIG_NAME,
     DEFAULT_NAMESPACE,
     WEBHOOK_CONFIGURATION_NAME,
@@ -88,6 +89,13 @@ BASE_PERMISSIONS = (
             "create")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingwebhookconfigurations",
             "get update delete", _WH)
+    | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "create")
+    | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies",
+            "get update delete", ADMISSION_POLICY_NAME)
+    | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
+            "create")
+    | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
+            "get update delete", ADMISSION_POLICY_NAME)
     | _rows(_C, NS, "coordination.k8s.io", "leases", "create")
     | _rows(_C, NS, "coordination.k8s.io", "leases", "get update", leader.DEFAULT_LEASE_NAME)
     | _rows(_C, NS, "", "secrets", "create")
@@ -600,6 +608,7 @@ def _sample() -> dict[str, Any]:
 
 
 FULL_SPEC: dict[str, Any] = {
+    "admission": {"mechanism": "Webhook"},
     "logVerbosity": "Trace",
     "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In",
                                                 "values": ["a", "b"]}]},
@@ -646,12 +655,14 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
     assert (t.enabled, t.scoring_strategy, t.max_candidate_nodes, t.nodes_without_topology,
             t.max_wait_seconds, t.unsatisfiable) == (True, "LeastNUMANodes", 100, "Deny",
                                                      86400, "Ungate")
+    assert cfg.admission_mechanism == "Webhook"
     # and the schema declares no spec field beyond these
     crd_spec = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(crd_spec["properties"]) == set(FULL_SPEC)
 
 
 BAD_SPECS = [
+    ("admission mechanism", ("admission", "mechanism"), "Policy"),
     ("name", None, None),
     ("weight 0", ("plugins", "nodeAffinityScoring", "platforms", 0, "weight"), 0),
     ("weight 101", ("plugins", "nodeAffinityScoring", "platforms", 0, "weight"), 101),
