@@ -69,12 +69,15 @@ GATE_MUTATION = (
 )
 
 
-def _owner(config_obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    meta = (config_obj or {}).get("metadata") or {}
-    if not meta.get("uid"):
-        return []
-    return [{"apiVersion": API_VERSION, "kind": CONFIG_KIND, "name": meta.get("name"),
-             "uid": meta["uid"]}]
+def _metadata(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Our name and label, and the config as owner when it has a uid."""
+    meta: dict[str, Any] = {"name": ADMISSION_POLICY_NAME,
+                            "labels": {"app.kubernetes.io/name": "podplacement"}}
+    owner = (config_obj or {}).get("metadata") or {}
+    if owner.get("uid"):
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": CONFIG_KIND,
+                                    "name": owner.get("name"), "uid": owner["uid"]}]
+    return meta
 
 
 def desired_policy(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -89,15 +92,10 @@ def desired_policy(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
         ``matchConditions`` :data:`MATCH_CONDITIONS`, one ApplyConfiguration mutation
         :data:`GATE_MUTATION`, ``reinvocationPolicy: Never``, ``failurePolicy: Ignore``.
     """
-    meta: dict[str, Any] = {"name": ADMISSION_POLICY_NAME,
-                            "labels": {"app.kubernetes.io/name": "podplacement"}}
-    owners = _owner(config_obj)
-    if owners:
-        meta["ownerReferences"] = owners
     return {
         "apiVersion": GROUP_VERSION,
         "kind": POLICY_KIND,
-        "metadata": meta,
+        "metadata": _metadata(config_obj),
         "spec": {
             "failurePolicy": "Ignore",
             "reinvocationPolicy": "Never",
@@ -118,15 +116,10 @@ def desired_binding(config_obj: Mapping[str, Any] | None,
     """The MutatingAdmissionPolicyBinding ``podplacement-gate``: the policy applies in the
     namespaces the webhook is called for (``selection``, from
     :func:`controller.webhookconfig.webhook_namespace_selection`)."""
-    meta: dict[str, Any] = {"name": ADMISSION_POLICY_NAME,
-                            "labels": {"app.kubernetes.io/name": "podplacement"}}
-    owners = _owner(config_obj)
-    if owners:
-        meta["ownerReferences"] = owners
     return {
         "apiVersion": GROUP_VERSION,
         "kind": BINDING_KIND,
-        "metadata": meta,
+        "metadata": _metadata(config_obj),
         "spec": {
             "policyName": ADMISSION_POLICY_NAME,
             "matchResources": {"namespaceSelector": dict(selection.selector),

@@ -590,20 +590,10 @@ class Lifecycle:
 
     # --- small I/O helpers ------------------------------------------------------------------
     async def _get_config(self) -> dict[str, Any] | None:
-        try:
-            return await self.api.request("GET", CONFIG_PATH)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._get_or_none(CONFIG_PATH)
 
     async def _get_webhook(self) -> dict[str, Any] | None:
-        try:
-            return await self.api.request("GET", WEBHOOK_PATH)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._get_or_none(WEBHOOK_PATH)
 
     # --- the admission policy -------------------------------------------------------------
     async def _policy_served(self) -> bool:

@@ -16,7 +16,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +30,6 @@ from controller.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.sandbox.controlplane import AssetsNotFound
 from podplacement.sandbox.product import (
     NAMESPACE,
     Product,
@@ -39,12 +37,12 @@ from podplacement.sandbox.product import (
     start_product,
 )
 from tests.controller.conftest import check_bindings
-from tests.harness.kube import KubeEnv, start_real
+from tests.harness.kube import KubeEnv
+from tests.harness.realcluster import REPO, checked_namespace, real_cluster
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
 
-REPO = Path(__file__).resolve().parents[1]
 MWC_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             + WEBHOOK_CONFIGURATION_NAME)
 CONTROLLER_USER = "system:serviceaccount:podplacement-system:podplacement-controller"
@@ -53,16 +51,14 @@ LEASE_SECONDS = 5.0  # start_product's --lease-duration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
-    try:
-        env = start_real(tmp_path_factory.mktemp("faults"), audit=True)
-    except AssetsNotFound as exc:
-        pytest.skip(str(exc))
+    plane = real_cluster(tmp_path_factory, "faults", audit=True)
+    env = next(plane)
     try:
         assert env.plane is not None
         install_manifests(env.plane, REPO / "deploy")
         yield env
     finally:
-        env.stop()
+        plane.close()
 
 
 @pytest.fixture(scope="module")
@@ -98,13 +94,7 @@ def product_factory(cluster: KubeEnv, registry: Registry,
 
 @pytest.fixture
 def ns(cluster: KubeEnv) -> Iterator[str]:
-    name = f"f-{uuid.uuid4().hex[:8]}"
-    cluster.ensure_namespace(name)
-    try:
-        yield name
-        check_bindings(cluster, name)
-    finally:
-        cluster.delete(f"/api/v1/namespaces/{name}")
+    yield from checked_namespace(cluster, "f")
 
 
 def _pod(name: str, image: str) -> dict[str, Any]:

@@ -15,9 +15,7 @@ kube-controller-manager v1.36.2), as a platform engineer installs it:
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,29 +26,21 @@ from controller.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.sandbox.controlplane import AssetsNotFound
 from podplacement.sandbox.product import Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
-from tests.harness.kube import KubeEnv, start_real
+from tests.harness.kube import KubeEnv
+from tests.harness.realcluster import REPO, checked_namespace, real_cluster
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
 
-REPO = Path(__file__).resolve().parents[1]
 MWC_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             + WEBHOOK_CONFIGURATION_NAME)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
-    try:
-        env = start_real(tmp_path_factory.mktemp("installed"))
-    except AssetsNotFound as exc:
-        pytest.skip(str(exc))
-    try:
-        yield env
-    finally:
-        env.stop()
+    yield from real_cluster(tmp_path_factory, "installed")
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +60,7 @@ def product(cluster: KubeEnv, registry: Registry,
 
 @pytest.fixture
 def ns(cluster: KubeEnv) -> Iterator[str]:
-    name = f"i-{uuid.uuid4().hex[:8]}"
-    cluster.ensure_namespace(name)
-    try:
-        yield name
-        check_bindings(cluster, name)
-    finally:
-        cluster.delete(f"/api/v1/namespaces/{name}")
+    yield from checked_namespace(cluster, "i")
 
 
 def _wait(check: Any, within: float = 60.0, every: float = 0.25) -> Any:

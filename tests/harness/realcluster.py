@@ -1,0 +1,44 @@
+"""Shared pieces of the tests that run the installed product on the real control plane
+(``tests/test_installed_realcluster.py``, ``tests/test_faults_realcluster.py``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podplacement.sandbox.controlplane import AssetsNotFound
+from tests.harness.kube import KubeEnv, start_real
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def real_cluster(tmp_path_factory: pytest.TempPathFactory, name: str,
+                 **options: Any) -> Iterator[KubeEnv]:
+    """A real control plane for one test module (``options`` go to ``start_real``);
+    skips the module when the binaries are not found."""
+    try:
+        env = start_real(tmp_path_factory.mktemp(name), **options)
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+def checked_namespace(cluster: KubeEnv, prefix: str) -> Iterator[str]:
+    """A fresh namespace; afterwards every pod podplacement decided must be bound to a node
+    its images can run on (:func:`tests.controller.conftest.check_bindings`)."""
+    from tests.controller.conftest import check_bindings
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.ensure_namespace(name)
+    try:
+        yield name
+        check_bindings(cluster, name)
+    finally:
+        cluster.delete(f"/api/v1/namespaces/{name}")
