@@ -16,11 +16,11 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.config import DEFAULT_NAMESPACE
+from imageinspect.cli import add_registry_arguments, parse_ca_files
+from podplacement.cli import non_negative_float, one_line, positive_int
 
 if TYPE_CHECKING:
     from controller.app import ControllerOptions
@@ -43,20 +43,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "or in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE,
-                   help="the controller's own namespace (lease, secrets, webhook Service)")
-    p.add_argument("--workers", type=int, default=32, help="concurrent pod reconciles")
-    p.add_argument("--rate", type=float, default=500.0,
-                   help="pods started per second across workers (0: unlimited)")
+                   help="the controller's own namespace (lease, secrets, webhook Service; "
+                        "default: %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=32,
+                   help="concurrent pod reconciles, >= 1 (default: %(default)s)")
+    p.add_argument("--rate", type=non_negative_float, default=500.0,
+                   help="pods started per second across workers, 0 for unlimited "
+                        "(default: %(default)s)")
     p.add_argument("--metrics-port", type=int, default=8080,
-                   help="port of /metrics, /healthz, /readyz (-1: no server)")
+                   help="port of /metrics, /healthz, /readyz, -1 for no server "
+                        "(default: %(default)s)")
     p.add_argument("--metrics-address", default="0.0.0.0",
-                   help="address of the metrics server")
+                   help="address of the metrics server (default: %(default)s)")
     p.add_argument("--no-events", action="store_true", help="do not emit Kubernetes Events")
-    p.add_argument("--registries-conf", help="containers-registries.conf(5) v2 TOML file")
-    p.add_argument("--insecure-registry", action="append", default=[], metavar="HOST",
-                   help="allow plain HTTP / unverified TLS for HOST[:PORT]; repeatable")
-    p.add_argument("--ca-file", action="append", default=[], metavar="HOST=FILE",
-                   help="trust the PEM CA bundle FILE for registry HOST[:PORT]; repeatable")
+    add_registry_arguments(p, pull_secret=False)
     hook = p.add_mutually_exclusive_group()
     hook.add_argument("--webhook-url", help="manage the MutatingWebhookConfiguration with "
                       "this URL (https://...)")
@@ -72,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-leader-election", action="store_true",
                    help="act as the leader at once (single replica)")
     p.add_argument("--identity", help="leader election identity (default: hostname + random)")
-    p.add_argument("--lease-duration", type=int, default=15, help="seconds")
+    p.add_argument("--lease-duration", type=positive_int, default=15, metavar="SECONDS",
+                   help="leader election lease duration in seconds; the leader renews "
+                        "within 2/3 of it (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -91,19 +93,6 @@ def _certificate_ref(text: str | None) -> str | None:
     if not sep or not _DNS_LABEL.fullmatch(ns) or not _DNS_SUBDOMAIN.fullmatch(name):
         raise ValueError(f"--cert-manager-certificate wants NAMESPACE/NAME, got {text!r}")
     return text
-
-
-def _ca_bundles(items: Sequence[str]) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for item in items:
-        host, sep, file = item.partition("=")
-        if not sep or not host or not file:
-            raise ValueError(f"--ca-file wants HOST=FILE, got {item!r}")
-        pem = Path(file).read_bytes()
-        if b"-----BEGIN CERTIFICATE-----" not in pem:
-            raise ValueError(f"--ca-file {item!r}: {file} holds no PEM certificate")
-        out[host] = out.get(host, b"") + pem
-    return out
 
 
 def options_from_args(args: argparse.Namespace) -> ControllerOptions:
@@ -131,7 +120,7 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         events=not args.no_events,
         registries_conf=args.registries_conf,
-        ca_bundles=_ca_bundles(args.ca_file),
+        ca_bundles=parse_ca_files(args.ca_file),
         insecure_registries=tuple(h.strip() for h in args.insecure_registry if h.strip()),
         webhook_url=args.webhook_url,
         webhook_service=args.webhook_service,
@@ -152,7 +141,7 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
     except (OSError, ValueError) as exc:
-        print(f"podplacement controller: {exc}", file=sys.stderr)
+        print(f"podplacement controller: {one_line(exc)}", file=sys.stderr)
         return 2
     try:
         api = await KubeAPI.from_kubeconfig(args.kubeconfig, context=args.context)

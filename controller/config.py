@@ -39,6 +39,8 @@ EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
 NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
 WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
+#: The controller's leader-election Lease (in its own namespace); the webhook watches it.
+LEASE_NAME = "podplacement-controller"
 #: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
 ADMISSION_POLICY_NAME = "podplacement-gate"
 #: ``spec.admission.mechanism``: the policy when the API server serves it, or the webhook only.

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from controller.config import SCHEDULING_GATE, PlacementConfig
-from controller.decision import Decision, decide, unique_images
+from controller.decision import FALLBACK, Decision, decide, unique_images
 from controller.numa import NumaDecision, decide_numa
 from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
 from controller.podspec import has_gate, node_ineligibility, unescape_pointer
@@ -129,7 +129,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "architectures": [...], "outcome": str, "reason": str, "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
         "affinity": {nodeAffinity as injected}}``. Image-inspection failures are decided
-        as after the last retry (the controller's fallback).
+        as after the last retry (the controller's fallback); the reason then says that
+        explain inspected once and how often the controller would retry first.
     Raises:
         ValueError: unknown scoring strategy; QuantityError: invalid pod quantities.
     """
@@ -183,11 +184,30 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "platforms": platforms.strings() if platforms is not None else [],
         "architectures": list(decision.architectures),
         "outcome": decision.outcome,
-        "reason": decision.reason,
+        "reason": _reason(decision, [i for i in images if not _inspected(results[i])],
+                          config.image_inspection.max_retries),
         "numa": numa_info,
         "nodes": rows,
         "affinity": affinity,
     }
+
+
+def _inspected(result: ImageLike | BaseException | None) -> bool:
+    return result is not None and not isinstance(result, BaseException)
+
+
+def _reason(decision: Decision, failed: Sequence[str], max_retries: int) -> str:
+    """The decision's reason, except for a fallback: the controller's sentence counts its
+    attempts ("failed after 6 attempts"), but explain inspected each image once, so say
+    that and what the controller would do instead."""
+    if decision.outcome != FALLBACK or not failed:
+        return decision.reason
+    then = decision.reason.partition("); ")[2] or decision.reason
+    retry = (f"the controller would retry {max_retries} more "
+             f"time{'s' if max_retries != 1 else ''}, then fall back" if max_retries > 0
+             else "the controller would fall back at once (maxRetries 0)")
+    return (f"image inspection failed ({', '.join(failed)}; explain inspected once, {retry}): "
+            f"{then}")
 
 
 def render_json(report: Mapping[str, Any]) -> str:

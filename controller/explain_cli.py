@@ -1,35 +1,55 @@
 """The ``podplacement explain`` subcommand: read a pod, the nodes and their NRTs, inspect the
 images (or assume their platforms) and print the dry-run report of :mod:`controller.explain`.
 
-Inputs are files as ``kubectl get ... -o yaml`` prints them (a ``List``, a single object or
-multi-document YAML), or a live cluster through ``--kubeconfig`` (Nodes and
+The pod is a manifest file (``-``: stdin) or ``pod/NAME`` read from the cluster. Nodes and
+NRTs are files as ``kubectl get ... -o yaml`` prints them (``--nodes``/``--nrt``: a ``List``,
+a single object or multi-document YAML), or come from a live cluster (Nodes and
 ``topology.node.k8s.io/v1alpha2`` NodeResourceTopologies; a missing NRT CRD means no NRTs).
+The cluster is found as ``podplacement controller`` finds it: ``--kubeconfig`` (and
+``--context``), else ``$KUBECONFIG`` / ``~/.kube/config`` when present, else in-cluster; with
+none of these and no ``--nodes`` explain refuses (exit 2) rather than decide on no nodes.
+
+With a cluster the credentials are the controller's own
+(:meth:`controller.reconciler.Reconciler.credentials`: the pod's ``imagePullSecrets`` from
+its namespace, then the config's global pull secret). Like the controller, explain does not
+read service accounts: the ServiceAccount admission plugin copies the service account's
+``imagePullSecrets`` into a pod that names none when it is created, so ``pod/NAME`` carries
+them, while a manifest not created yet is taken as written. ``--pull-secret`` files are added
+to those; the registry flags are those of ``podplacement inspect``
+(:func:`imageinspect.cli.add_registry_arguments`).
+
 Without ``--config`` the defaults apply, with NUMA placement enabled when any NRT was read.
-Exit status: 0 report printed, 2 bad input.
+Each image is inspected once; a failure is decided as the controller decides it after its
+last retry. Exit status: 0 report printed, 1 the cluster could not be read, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import dataclasses
+import logging
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from controller.config import (
-    NRT_GROUP,
-    NRT_PLURAL,
-    NRT_VERSION,
-    ConfigError,
-    PlacementConfig,
-)
+from controller.config import ConfigError, PlacementConfig
 from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
+from controller.kube import ApiError, Informer, KubeAPI, _default_kubeconfig
 from controller.numa import STRATEGIES, QuantityError
+from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
+from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
+
+log = logging.getLogger(__name__)
+
+#: Namespace file of the in-cluster service account.
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 class InputError(Exception):
@@ -57,13 +77,17 @@ def load_objects(path: str) -> list[dict[str, Any]]:
     they are; empty documents are skipped.
 
     Raises:
-        InputError: unreadable file or not YAML.
+        InputError: unreadable file or not YAML (one line, with line and column).
     """
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         docs = list(yaml.safe_load_all(text))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a text file ({exc.reason})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: {yaml_error_line(exc)}") from None
     out: list[dict[str, Any]] = []
     for doc in docs:
         if doc is None:
@@ -92,64 +116,171 @@ def _by_name(objs: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {str((o.get("metadata") or {}).get("name", "")): o for o in objs}
 
 
-def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Nodes and NRTs from the cluster ``kubeconfig`` points at (raw JSON, quantities as
-    sent). Raises InputError when the cluster cannot be read."""
-    import json
+#: ``kind/NAME`` prefixes that name a pod in the cluster (as kubectl accepts them).
+POD_PREFIXES = ("pod/", "pods/", "po/")
 
-    from kubernetes import client, config  # imported here: only this path needs it
-    from kubernetes.client.rest import ApiException
+
+def pod_reference(text: str) -> str | None:
+    """The pod name of ``pod/NAME`` (also ``pods/``, ``po/``), else None (a file path)."""
+    for prefix in POD_PREFIXES:
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return None
+
+
+class ClusterError(Exception):
+    """The cluster could not be read (runtime failure: exit status 1)."""
+
+
+def _api_error(what: str, exc: ApiError) -> ClusterError:
+    if exc.status == 0:
+        return ClusterError(f"{what}: cannot reach the API server: {one_line(exc.message)}")
+    return ClusterError(f"{what}: {exc.status} {exc.reason}: {one_line(exc.message)}")
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context (``--context`` or the current one), or of
+    the in-cluster service account; None when it names none."""
+    if kubeconfig is None:
+        try:
+            return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or None
+        except OSError:
+            return None
+    from kubernetes import config as kconfig
 
     try:
-        api_client = config.new_client_from_config(config_file=kubeconfig)
+        contexts, active = kconfig.list_kube_config_contexts(config_file=kubeconfig)
+    except Exception:  # the loader raises several unrelated types; connecting reports it
+        return None
+    chosen = next((c for c in contexts or [] if c.get("name") == context), None) \
+        if context else active
+    ns = ((chosen or {}).get("context") or {}).get("namespace")
+    return str(ns) if ns else None
+
+
+def find_kubeconfig(kubeconfig: str | None, pod_ref: str | None = None) -> str | None:
+    """The kubeconfig file ``podplacement controller`` would use: ``kubeconfig``, else
+    ``$KUBECONFIG`` or ``~/.kube/config`` when present; None means in-cluster. ``pod_ref``
+    (``pod/NAME``) only words the error.
+
+    Raises:
+        InputError: the file named does not exist, or there is no configuration at all (not
+            in a cluster either); the message says what was tried.
+    """
+    from kubernetes.aio import config as kconfig
+
+    path = kubeconfig or _default_kubeconfig(kconfig.KUBE_CONFIG_DEFAULT_LOCATION)
+    if path is not None and not Path(path).is_file():
+        source = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+        raise InputError(f"{source} {path}: no such file")
+    if path is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        tried = "no --kubeconfig, $KUBECONFIG or ~/.kube/config, not in a cluster"
+        if pod_ref:
+            raise InputError(f"{pod_ref} is read from a cluster, but none was found ({tried})")
+        raise InputError(f"no nodes to decide on: give --nodes NODES.yaml (and --nrt), or a "
+                         f"cluster with --kubeconfig (none found: {tried})")
+    return path
+
+
+async def connect(path: str | None, context: str | None) -> KubeAPI:
+    """Connect with the kubeconfig file ``path`` (None: in-cluster; see
+    :func:`find_kubeconfig`) and ``context``.
+
+    Raises:
+        InputError: the configuration is unusable.
+    """
+    try:
+        return await KubeAPI.from_kubeconfig(path, context=context,
+                                             user_agent="podplacement-explain")
     except Exception as exc:  # the loader raises several unrelated types
-        raise InputError(f"--kubeconfig {kubeconfig}: {exc}") from exc
-    core: Any = client.CoreV1Api(api_client)
-    custom: Any = client.CustomObjectsApi(api_client)
-    with api_client:
-        try:
-            raw = core.list_node(_preload_content=False)
-            nodes = json.loads(raw.data).get("items") or []
-        except ApiException as exc:
-            raise InputError(f"listing nodes: {exc.status} {exc.reason}") from exc
-        except Exception as exc:
-            raise InputError(f"listing nodes: {exc}") from exc
-        try:
-            raw = custom.list_cluster_custom_object(
-                NRT_GROUP, NRT_VERSION, NRT_PLURAL, _preload_content=False)
-            nrts = json.loads(raw.data).get("items") or []
-        except ApiException as exc:
-            if exc.status != 404:
-                raise InputError(f"listing NRTs: {exc.status} {exc.reason}") from exc
-            nrts = []  # the NodeResourceTopology CRD is not installed
+        raise InputError(f"kubeconfig {path or '(in-cluster)'}: {one_line(exc)}") from None
+
+
+async def read_cluster_objects(api: KubeAPI
+                               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Nodes and NRTs of the cluster (raw JSON; a missing NRT CRD means no NRTs).
+
+    Raises:
+        ClusterError: the cluster cannot be read.
+    """
+    from controller.app import NODES_PATH, NRTS_PATH
+
+    try:
+        nodes, _ = await api.list_all(NODES_PATH)
+    except ApiError as exc:
+        raise _api_error("listing nodes", exc) from None
+    try:
+        nrts, _ = await api.list_all(NRTS_PATH)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise _api_error("listing NodeResourceTopologies", exc) from None
+        nrts = []  # the NodeResourceTopology CRD is not installed
     return nodes, nrts
 
 
-async def _inspect(images: Sequence[str], insecure: Sequence[str] = ()) -> dict[str, Any]:
-    from imageinspect import Inspector, RegistriesConfig
+async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
+    try:
+        return await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as exc:
+        if exc.not_found:
+            raise ClusterError(f"pod {namespace}/{name} not found") from None
+        raise _api_error(f"reading pod {namespace}/{name}", exc) from None
 
-    registries = RegistriesConfig()
-    for host in insecure:
-        registries = registries.with_insecure(host)
-    async with Inspector(registries=registries) as inspector:
-        async def one(image: str) -> Any:
+
+async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
+                              config: PlacementConfig) -> list[Any]:
+    """The credentials the controller would use for ``pod``: the very same
+    :meth:`controller.reconciler.Reconciler.credentials` (its ``imagePullSecrets`` from its
+    namespace, then the config's global pull secret). A failed read is logged and gives no
+    credentials, as in the controller."""
+    from controller.app import PODS_PATH
+    from controller.events import EventSink
+    from controller.metrics import Metrics
+    from controller.reconciler import Reconciler
+
+    reconciler = Reconciler(api, Informer(api, PODS_PATH), None, lambda: (config, None),
+                            EventSink(api, enabled=False), Metrics())
+    try:
+        return await reconciler.credentials(pod, config)
+    except ApiError as exc:
+        log.warning("reading pull secrets failed, inspecting anonymously: %s", exc)
+        return []
+
+
+async def inspect_images(pod: Mapping[str, Any], settings: RegistrySettings,
+                         credentials: Sequence[Any], request_timeout: float) -> dict[str, Any]:
+    """Inspect every distinct image of ``pod`` once (``imagePullPolicy: Always`` honoured
+    like the controller) → ImageInfo or the exception."""
+    from imageinspect import Inspector
+
+    images = unique_images(pod)
+    async with Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
+                         timeout=request_timeout) as inspector:
+        async def one(image: str, pull_always: bool) -> Any:
             try:
-                return await inspector.inspect(image)
+                return await inspector.inspect(image, credentials, pull_always=pull_always)
             except Exception as exc:  # reported per image, like the controller does
                 return exc
-        results = await asyncio.gather(*(one(i) for i in images))
+        results = await asyncio.gather(*(one(i, pa) for i, pa in images.items()))
     return dict(zip(images, results, strict=True))
 
 
-def _config(args: argparse.Namespace, have_nrts: bool) -> PlacementConfig:
-    if args.config:
-        objs = load_objects(args.config)
-        if not objs:
-            raise InputError(f"{args.config}: no PodPlacementConfig")
-        try:
-            cfg = PlacementConfig.from_object(objs[0])
-        except ConfigError as exc:
-            raise InputError(f"{args.config}: {exc}") from exc
+def _load_config(args: argparse.Namespace) -> PlacementConfig | None:
+    if not args.config:
+        return None
+    objs = load_objects(args.config)
+    if not objs:
+        raise InputError(f"{args.config}: no PodPlacementConfig")
+    try:
+        return PlacementConfig.from_object(objs[0])
+    except ConfigError as exc:
+        raise InputError(f"{args.config}: {one_line(exc)}") from None
+
+
+def _config(args: argparse.Namespace, loaded: PlacementConfig | None,
+            have_nrts: bool) -> PlacementConfig:
+    if loaded is not None:
+        cfg = loaded
     else:
         cfg = PlacementConfig()
         cfg = dataclasses.replace(
@@ -160,35 +291,127 @@ def _config(args: argparse.Namespace, have_nrts: bool) -> PlacementConfig:
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
-    """Execute ``podplacement explain``; prints the report to stdout, errors to stderr."""
+def _file_pod(path: str) -> dict[str, Any]:
+    pods = [o for o in load_objects(path) if o.get("kind", "Pod") == "Pod"]
+    if not pods:
+        raise InputError(f"{path}: no Pod found")
+    return pods[0]
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """Everything explain needs, read and checked before the cluster or a registry is
+    contacted (so argument errors come first)."""
+
+    pod: dict[str, Any] | None
+    pod_name: str | None
+    cluster: bool
+    kubeconfig: str | None
+    config: PlacementConfig | None
+    assumed: tuple[_Platform, ...] | None
+    settings: RegistrySettings | None
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """Check the arguments and read the files. Raises InputError."""
+    name = pod_reference(args.pod)
+    if name is not None and not is_dns_subdomain(name):
+        raise InputError(f"{args.pod}: {name!r} is not a valid pod name")
+    if args.namespace is not None and not is_dns_label(args.namespace):
+        raise InputError(f"--namespace: {args.namespace!r} is not a valid namespace name")
+    files = bool(args.nodes or args.nrt)
+    if files and (args.kubeconfig or args.context or name is not None):
+        what = "--kubeconfig/--context" if (args.kubeconfig or args.context) else args.pod
+        raise InputError(f"{what} reads the cluster: do not combine it with --nodes/--nrt")
+    if args.nrt and not args.nodes:
+        raise InputError("--nrt needs --nodes")
+    assumed = parse_platforms(args.assume_platforms) if args.assume_platforms else None
     try:
-        pods = [o for o in load_objects(args.pod) if o.get("kind", "Pod") == "Pod"]
-        if not pods:
-            raise InputError(f"{args.pod}: no Pod found")
-        pod = pods[0]
-        if args.kubeconfig:
-            if args.nodes or args.nrt:
-                raise InputError("use --kubeconfig or --nodes/--nrt, not both")
-            nodes, nrt_list = read_cluster(args.kubeconfig)
-        else:
-            nodes = load_objects(args.nodes) if args.nodes else []
-            nrt_list = load_objects(args.nrt) if args.nrt else []
-        nrts = _by_name(nrt_list)
-        config = _config(args, bool(nrts))
-        images = list(unique_images(pod))
-        if args.assume_platforms:
-            assumed = parse_platforms(args.assume_platforms)
-            results: dict[str, Any] = {i: _AssumedImage(i, "", assumed) for i in images}
-        else:
-            results = asyncio.run(_inspect(images, args.insecure_registry or ()))
-        report = explain(pod, nodes, nrts, results, config)
-    except InputError as exc:
-        print(f"podplacement explain: {exc}", file=sys.stderr)
+        settings = None if assumed else registry_settings(args)
+    except (OSError, ValueError) as exc:
+        raise InputError(one_line(exc)) from None
+    config = _load_config(args)
+    pod = None
+    if name is None:
+        pod = _file_pod(args.pod)
+        _check_pod(args.pod, pod)
+    kubeconfig = None if files else find_kubeconfig(args.kubeconfig,
+                                                    args.pod if name is not None else None)
+    return _Inputs(pod, name, not files, kubeconfig, config, assumed, settings)
+
+
+def _check_pod(where: str, pod: Mapping[str, Any]) -> None:
+    if not isinstance(pod.get("spec"), Mapping) or not unique_images(pod):
+        raise InputError(f"{where}: the pod has no container images "
+                         "(spec.containers[].image)")
+
+
+async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
+    """Read what is missing from the cluster, inspect the images, run the decision."""
+    credentials: list[Any] = list(inputs.settings.credentials) if inputs.settings else []
+    if not inputs.cluster:
+        assert inputs.pod is not None
+        pod = inputs.pod
+        nodes = load_objects(args.nodes)
+        nrt_list = load_objects(args.nrt) if args.nrt else []
+        config = _config(args, inputs.config, bool(nrt_list))
+    else:
+        path = inputs.kubeconfig
+        async with await connect(path, args.context) as api:
+            if inputs.pod is None:
+                assert inputs.pod_name is not None
+                namespace = args.namespace or _context_namespace(path, args.context) or "default"
+                pod = await _read_pod(api, namespace, inputs.pod_name)
+                _check_pod(args.pod, pod)
+            else:
+                pod = _namespaced(inputs.pod, args.namespace,
+                                  lambda: _context_namespace(path, args.context))
+            nodes, nrt_list = await read_cluster_objects(api)
+            config = _config(args, inputs.config, bool(nrt_list))
+            if inputs.assumed is None:
+                credentials = await cluster_credentials(api, pod, config) + credentials
+    if inputs.assumed is not None:
+        results: dict[str, Any] = {i: _AssumedImage(i, "", inputs.assumed)
+                                   for i in unique_images(pod)}
+    else:
+        assert inputs.settings is not None
+        results = await inspect_images(pod, inputs.settings, credentials,
+                                       config.image_inspection.registry_timeout_seconds)
+    return explain(pod, _nodes_only(nodes), _by_name(nrt_list), results, config)
+
+
+def _nodes_only(objs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objs if o.get("kind", "Node") == "Node"]
+
+
+def _namespaced(pod: dict[str, Any], namespace: str | None,
+                default: Callable[[], str | None]) -> dict[str, Any]:
+    """A file pod in the namespace it would be created in: its own, else ``--namespace``,
+    else the context's, else ``default``. Raises InputError when ``--namespace`` differs
+    from the pod's own (as kubectl does)."""
+    own = (pod.get("metadata") or {}).get("namespace")
+    if own:
+        if namespace and namespace != own:
+            raise InputError(f"the pod's namespace {own!r} does not match --namespace "
+                             f"{namespace!r}")
+        return pod
+    out = copy.deepcopy(pod)
+    out.setdefault("metadata", {})["namespace"] = namespace or default() or "default"
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``podplacement explain``; prints the report to stdout, errors to stderr as one
+    line. Returns 0 (report printed), 1 (the cluster could not be read) or 2 (bad input)."""
+    try:
+        inputs = _inputs(args)
+        report = asyncio.run(_explain(args, inputs))
+    except (InputError, QuantityError, ValueError) as exc:
+        print(f"podplacement explain: {one_line(exc)}", file=sys.stderr)
         return 2
-    except (QuantityError, ValueError) as exc:
-        print(f"podplacement explain: {exc}", file=sys.stderr)
-        return 2
+    except ClusterError as exc:
+        print(f"podplacement explain: {one_line(exc)}", file=sys.stderr)
+        return 1
     sys.stdout.write(render(report, args.output))
     return 0
 
@@ -200,19 +423,36 @@ def register(subparsers: Any) -> None:
         help="dry-run the placement decision for a pod",
         description="Show where a pod would be placed and why: images and platforms, the "
                     "architecture decision, a verdict and NUMA score per node, and the "
-                    "nodeAffinity that would be injected.",
+                    "nodeAffinity that would be injected. Nodes and NRTs come from --nodes/"
+                    "--nrt files or from a cluster (--kubeconfig, else $KUBECONFIG, "
+                    "~/.kube/config or in-cluster, like 'podplacement controller'). With a "
+                    "cluster the pod's imagePullSecrets are read from its namespace as the "
+                    "controller reads them. Exit code 0 report printed, 1 the cluster could "
+                    "not be read, 2 unusable input.",
     )
-    parser.add_argument("pod", metavar="POD.yaml", help="the pod manifest ('-' for stdin)")
-    parser.add_argument("--kubeconfig", help="read Nodes and NRTs from this cluster")
-    parser.add_argument("--nodes", metavar="NODES.yaml", help="kubectl get nodes -o yaml")
+    parser.add_argument("pod", metavar="POD",
+                        help="the pod: a manifest file ('-' for stdin), or pod/NAME to read "
+                             "it from the cluster")
+    parser.add_argument("--kubeconfig",
+                        help="read the pod (pod/NAME), its pull secrets, Nodes and NRTs from "
+                             "this cluster (default without --nodes: $KUBECONFIG, "
+                             "~/.kube/config or in-cluster)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("-n", "--namespace",
+                        help="namespace of the pod (default: the pod's own, else the "
+                             "context's, else default)")
+    parser.add_argument("--nodes", metavar="NODES.yaml",
+                        help="kubectl get nodes -o yaml (instead of a cluster)")
     parser.add_argument("--nrt", metavar="NRTS.yaml",
-                        help="kubectl get noderesourcetopologies -o yaml")
-    parser.add_argument("--config", metavar="CONFIG.yaml", help="a PodPlacementConfig")
+                        help="kubectl get noderesourcetopologies -o yaml (with --nodes)")
+    parser.add_argument("--config", metavar="CONFIG.yaml",
+                        help="a PodPlacementConfig (default: the defaults, NUMA placement on "
+                             "when any NRT was read)")
     parser.add_argument("--assume-platforms", metavar="OS/ARCH,...",
                         help="skip the registry: every image supports these platforms")
-    parser.add_argument("--insecure-registry", metavar="HOST[:PORT]", action="append",
-                        help="reach this registry over plain HTTP (repeatable)")
+    add_registry_arguments(parser)
     parser.add_argument("--scoring-strategy", choices=STRATEGIES,
                         help="override spec.topology.scoringStrategy")
-    parser.add_argument("--output", "-o", choices=OUTPUTS, default="table")
+    parser.add_argument("--output", "-o", choices=OUTPUTS, default="table",
+                        help="report format: %(choices)s (default: %(default)s)")
     parser.set_defaults(func=run)

@@ -45,11 +45,12 @@ from kubernetes.aio.leaderelection.leaderelection import LeaderElection
 from kubernetes.aio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.aio.leaderelection.resourcelock.baselock import BaseLock
 
+from controller.config import LEASE_NAME
 from controller.kube import ApiError, KubeRequester
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_NAME = "podplacement-controller"
+DEFAULT_LEASE_NAME = LEASE_NAME
 LEASE_COLLECTION_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE_PATH = LEASE_COLLECTION_PATH + "/{name}"
 #: Requests the election sends (for the RBAC check in tests/deploy): get, create, update.

@@ -8,15 +8,20 @@ Example::
 ``--pull-secret`` takes a Kubernetes Secret (JSON or YAML, ``kubernetes.io/dockerconfigjson``
 or ``kubernetes.io/dockercfg``) or a docker ``config.json``. Exit code 0 when every image was
 inspected, 1 when any failed (each failure is printed with its registry, reference and status),
-2 for unusable arguments or files.
+2 for unusable arguments or files (an image reference that does not parse included).
+
+The registry flags (:func:`add_registry_arguments`, read by :func:`registry_settings`) are
+shared with ``podplacement explain`` and ``podplacement controller``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +32,39 @@ from imageinspect._credentials import (
     credentials_from_docker_config,
     credentials_from_pull_secrets,
 )
-from imageinspect._errors import RegistryError
+from imageinspect._errors import InvalidReference, RegistryError
 from imageinspect._inspector import Inspector
 from imageinspect._manifest import ImageInfo
+from imageinspect._reference import parse_reference
 from imageinspect._registries import RegistriesConfig
+from podplacement.cli import one_line, positive_float, yaml_error_line
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``inspect`` subcommand to the ``podplacement`` parser (see podplacement.cli)."""
-    p = subparsers.add_parser(
-        "inspect",
-        help="show the platforms of container images",
-        description="Fetch image manifests and print each image's digest, media type and "
-        "platforms (os/architecture/variant).",
-    )
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image references")
-    p.add_argument("--json", action="store_true", help="print one JSON array")
-    p.add_argument(
-        "--pull-secret",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="Kubernetes pull Secret (JSON/YAML) or docker config.json; repeatable",
-    )
-    p.add_argument("--registries-conf", metavar="FILE", help="containers-registries.conf v2 file")
+@dataclasses.dataclass(frozen=True)
+class RegistrySettings:
+    """What the registry flags amount to: the registry rules, extra CA bundles by
+    ``host[:port]`` and the credentials of the ``--pull-secret`` files."""
+
+    registries: RegistriesConfig
+    ca_bundles: dict[str, bytes]
+    credentials: list[Credential]
+
+
+def add_registry_arguments(p: argparse.ArgumentParser, *, pull_secret: bool = True) -> None:
+    """Add the registry flags shared by ``inspect``, ``explain`` and ``controller``:
+    ``--pull-secret`` (unless ``pull_secret`` is false), ``--registries-conf``,
+    ``--insecure-registry`` and ``--ca-file`` (see :func:`registry_settings`)."""
+    if pull_secret:
+        p.add_argument(
+            "--pull-secret",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="Kubernetes pull Secret (JSON/YAML, or a List of them) or docker "
+            "config.json; repeatable",
+        )
+    p.add_argument("--registries-conf", metavar="FILE",
+                   help="containers-registries.conf(5) v2 TOML file (mirrors, insecure, blocked)")
     p.add_argument(
         "--insecure-registry",
         action="append",
@@ -65,20 +79,89 @@ def register(subparsers: Any) -> None:
         metavar="HOST=FILE",
         help="trust the PEM CA bundle FILE for registry HOST[:PORT]; repeatable",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (10)")
+
+
+def parse_ca_files(items: Sequence[str]) -> dict[str, bytes]:
+    """``--ca-file HOST[:PORT]=FILE`` values → PEM bundle per host (files for one host are
+    concatenated).
+
+    Raises:
+        ValueError: not ``HOST=FILE``, or the file holds no PEM certificate.
+        OSError: a file cannot be read.
+    """
+    out: dict[str, bytes] = {}
+    for item in items:
+        host, sep, file = item.partition("=")
+        if not sep or not host or not file:
+            raise ValueError(f"--ca-file wants HOST=FILE, got {item!r}")
+        pem = Path(file).read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in pem:
+            raise ValueError(f"--ca-file {item!r}: {file} holds no PEM certificate")
+        out[host] = out.get(host, b"") + pem
+    return out
+
+
+def registry_settings(args: argparse.Namespace) -> RegistrySettings:
+    """Read the flags of :func:`add_registry_arguments` (files included).
+
+    Raises:
+        ValueError: an unusable value or file content (message names the flag or file).
+        OSError: a file cannot be read.
+    """
+    credentials = [c for f in getattr(args, "pull_secret", None) or []
+                   for c in load_credentials(f)]
+    registries = (
+        RegistriesConfig.load(args.registries_conf) if args.registries_conf
+        else RegistriesConfig()
+    )
+    for host in args.insecure_registry or []:
+        if host.strip():
+            registries = registries.with_insecure(host.strip())
+    return RegistrySettings(registries, parse_ca_files(args.ca_file or []), credentials)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``inspect`` subcommand to the ``podplacement`` parser (see podplacement.cli)."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="show the platforms of container images",
+        description="Fetch image manifests and print each image's digest, media type and "
+        "platforms (os/architecture/variant). Exit code 0 when every image was inspected, "
+        "1 when one failed, 2 for an unusable argument (an invalid image reference too).",
+    )
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image references")
+    p.add_argument("--json", action="store_true", help="print one JSON array")
+    add_registry_arguments(p)
+    p.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="seconds per registry request, > 0 (default: %(default)s)")
     p.set_defaults(func=run)
 
 
-def _load_credentials(path: str) -> list[Credential]:
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+def load_credentials(path: str) -> list[Credential]:
+    """Credentials in a ``--pull-secret`` file: a pull Secret, a ``List`` of them or a docker
+    ``config.json`` (JSON or YAML).
+
+    Raises:
+        ValueError: not YAML/JSON, not an object, or an undecodable secret.
+        OSError: the file cannot be read.
+    """
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: {yaml_error_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text file ({exc.reason})") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a JSON/YAML object")
-    items = doc.get("items") if doc.get("kind") == "List" else None
-    if isinstance(items, list):
-        return credentials_from_pull_secrets([i for i in items if isinstance(i, dict)])
-    if doc.get("kind") == "Secret" or ("type" in doc and "data" in doc):
-        return credentials_from_pull_secrets([doc])
-    return credentials_from_docker_config(doc)
+    try:
+        items = doc.get("items") if doc.get("kind") == "List" else None
+        if isinstance(items, list):
+            return credentials_from_pull_secrets([i for i in items if isinstance(i, dict)])
+        if doc.get("kind") == "Secret" or ("type" in doc and "data" in doc):
+            return credentials_from_pull_secrets([doc])
+        return credentials_from_docker_config(doc)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: {one_line(exc)}") from None
 
 
 def _describe(info: ImageInfo) -> dict[str, Any]:
@@ -108,24 +191,19 @@ async def _inspect_all(
 def run(args: argparse.Namespace) -> int:
     """Run ``podplacement inspect``; returns 0, 1 (an image failed) or 2 (bad arguments)."""
     try:
-        credentials = [c for f in args.pull_secret for c in _load_credentials(f)]
-        registries = (
-            RegistriesConfig.load(args.registries_conf)
-            if args.registries_conf
-            else RegistriesConfig()
-        )
-        for host in args.insecure_registry:
-            registries = registries.with_insecure(host)
-        ca_bundles: dict[str, bytes] = {}
-        for item in args.ca_file:
-            host, sep, file = item.partition("=")
-            if not sep or not host or not file:
-                raise ValueError(f"--ca-file wants HOST=FILE, got {item!r}")
-            ca_bundles[host] = Path(file).read_bytes()
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"podplacement inspect: {exc}", file=sys.stderr)
+        for image in args.images:
+            parse_reference(image)
+        settings = registry_settings(args)
+    except InvalidReference as exc:
+        print(f"podplacement inspect: invalid image reference: {one_line(exc)}",
+              file=sys.stderr)
         return 2
-    inspector = Inspector(registries=registries, ca_bundles=ca_bundles, timeout=args.timeout)
+    except (OSError, ValueError) as exc:
+        print(f"podplacement inspect: {one_line(exc)}", file=sys.stderr)
+        return 2
+    credentials = settings.credentials
+    inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
+                          timeout=args.timeout)
     results = asyncio.run(_inspect_all(list(args.images), inspector, credentials))
     failed = False
     out: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from controller.config import (
     ADMISSION_POLICY_NAME,
     DECISION_ANNOTATION,
+    GATE_LABEL,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
@@ -349,6 +351,45 @@ def _policy_gates_without_webhook(cluster: KubeEnv, ns: str, product: Product) -
         return _policy_gates(cluster, ns)
     finally:
         product.webhook.popen.send_signal(signal.SIGCONT)
+
+
+def test_controller_stopped_pods_are_released_after_the_threshold_then_held_again(
+    cluster: KubeEnv, product_factory: Any, ns: str, image: str
+) -> None:
+    """With the gate inside the API server, a stopped controller must not hold every new pod:
+    once its Lease has not been renewed for the threshold (5 s here, 60 s by default), the
+    webhook releases pods at admission (decision ``controller-unavailable``, a warning);
+    when the controller is back, pods are gated and placed again."""
+    product: Product = product_factory(webhook_options=("--controller-unavailable-after", "5"))
+    _wait(lambda: _policy_gates(cluster, ns), 30)
+    controller = product.controllers[0]
+    controller.popen.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        held = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("held", image))
+        assert _gated(held)  # within the threshold: held for the controller
+
+        def released() -> dict[str, Any] | None:
+            pod = cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                                 _pod(f"r-{uuid.uuid4().hex[:6]}", image))
+            return None if _gated(pod) else pod
+
+        pod = _wait(released, 30, every=0.5)
+        after = time.monotonic() - stopped
+        decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+        assert decision["result"] == "controller-unavailable"
+        assert pod["metadata"]["labels"][GATE_LABEL] == "removed"
+    finally:
+        controller.popen.send_signal(signal.SIGCONT)
+
+    def gated_again() -> bool:
+        return _gated(cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                                     _pod(f"b-{uuid.uuid4().hex[:6]}", image)))
+
+    _wait(gated_again, 30, every=0.5)
+    _wait(lambda: not _still_gated(cluster, ns), 30)
+    print(f"controller stopped: pods released at admission {after:.1f} s later "
+          "(threshold 5 s), gated again once it renewed its Lease")
 
 
 @pytest.mark.parametrize("outage", [5.0, 25.0])

@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import orjson
 from fastapi import FastAPI, Request
@@ -37,9 +37,9 @@ from starlette.requests import ClientDisconnect
 
 from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.configsource import ConfigSource
-from webhook.gating import REASON_GATED, SKIP_REASONS, should_gate
+from webhook.gating import REASON_ALREADY_GATED, REASON_GATED, SKIP_REASONS, should_gate
 from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
-from webhook.patch import gate_patch, patch_shape
+from webhook.patch import gate_patch, patch_shape, release_patch
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,10 @@ OUTCOME_SKIPPED = "skipped"
 OUTCOME_IGNORED = "ignored"
 OUTCOME_BAD_REQUEST = "bad_request"
 OUTCOME_ERROR = "error"
+#: A pod gated by the admission policy, released at admission because no controller runs.
+OUTCOME_RELEASED = "released"
+#: Reason of ``released`` and of a pod not gated for the same cause (issue 14 item 4).
+REASON_CONTROLLER_UNAVAILABLE = "controller_unavailable"
 
 #: ``reason`` for requests that are not a pod CREATE.
 REASON_NOT_POD_CREATE = "not_pod_create"
@@ -138,6 +142,7 @@ class WebhookMetrics:
         #: Filled by the server's protocol (pass it as ``ConnectionLimits(stats=...)``).
         self.connection_stats = ConnectionStats()
         self.error = self._child(OUTCOME_ERROR, "")
+        self.released = self._child(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
         self.gated = _Count()
         self.errors = _Count()
         #: Histogram state: per-bucket (non-cumulative) counts, the last one for +Inf.
@@ -228,6 +233,7 @@ class _Labels(TypedDict, total=False):
 class _PodMeta(TypedDict, total=False):
     namespace: Any
     labels: _Labels | None
+    annotations: _Labels | None
     ownerReferences: list[_OwnerRef] | None
 
 
@@ -416,6 +422,32 @@ def _allowed(api_version: str, uid: str, tail: bytes = b"") -> Response:
     return Response(body, media_type=_JSON)
 
 
+def _release(api_version: str, uid: str, pod: Mapping[str, Any], would_gate: bool,
+             m: WebhookMetrics, silent_for: float) -> Response:
+    """The answer while no controller runs: not gated, or released from the policy's gate,
+    with a warning kubectl prints."""
+    reason = (f"no podplacement controller has renewed its Lease for {silent_for:.0f} s; "
+              "the pod is admitted without placement")
+    warning = f"podplacement: {reason}"
+    if would_gate:
+        m.decided(REASON_CONTROLLER_UNAVAILABLE)
+        return _review_response(api_version, {"uid": uid, "allowed": True,
+                                              "warnings": [warning]})
+    m.released.value += 1
+    patch = base64.b64encode(orjson.dumps(release_patch(pod, reason))).decode()
+    return _review_response(api_version, {"uid": uid, "allowed": True, "warnings": [warning],
+                                          "patchType": "JSONPatch", "patch": patch})
+
+
+class ControllerLeaseLike(Protocol):
+    """What :func:`create_app` needs of :class:`webhook.leasewatch.ControllerLease`."""
+
+    def available(self) -> bool: ...
+    def seconds_since_renewal(self) -> float: ...
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
 def _review_response(api_version: str, response: dict[str, Any]) -> Response:
     body = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
     return Response(orjson.dumps(body), media_type=_JSON)
@@ -559,6 +591,7 @@ def create_app(
     bare_endpoint: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    controller_lease: ControllerLeaseLike | None = None,
 ) -> FastAPI:
     """Build the webhook app.
 
@@ -574,6 +607,12 @@ def create_app(
             the body is JSON, building nothing: the least /mutate has to do).
         max_body_bytes: bodies over this many bytes get HTTP 413 (:func:`read_body`).
         body_timeout: seconds to receive a body whole, else HTTP 408 (:func:`read_body`).
+        controller_lease: tells whether a controller runs
+            (:class:`webhook.leasewatch.ControllerLease`; started and stopped with the app).
+            While it says no, pods are not held: a pod the admission policy gated is released
+            at admission (outcome ``released``, decision ``controller-unavailable``, a
+            ``warnings`` entry), and no pod gets the gate (skip reason
+            ``controller_unavailable``). None: always hold (no escape).
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
@@ -591,9 +630,13 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await config_source.start()
+        if controller_lease is not None:
+            await controller_lease.start()
         try:
             yield
         finally:
+            if controller_lease is not None:
+                await controller_lease.stop()
             await config_source.stop()
 
     app = FastAPI(title="podplacement webhook", docs_url=None, redoc_url=None,
@@ -633,6 +676,11 @@ def create_app(
                 pod, namespace = _pod_and_namespace(review_request)
                 decision = should_gate(pod, namespace=namespace, config=config,
                                        own_namespace=own_namespace)
+                if (controller_lease is not None and config is not None
+                        and (decision.gate or decision.reason == REASON_ALREADY_GATED)
+                        and not controller_lease.available()):
+                    return _release(api_version, uid, pod, decision.gate, m,
+                                    controller_lease.seconds_since_renewal())
                 m.decided(decision.reason)
                 if not decision.gate:
                     return _allowed(api_version, uid)

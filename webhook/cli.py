@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.config import DEFAULT_NAMESPACE
+from podplacement.cli import one_line, positive_float, positive_int
 from webhook.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -27,56 +28,53 @@ from webhook.limits import (
 log = logging.getLogger(__name__)
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an int >= 1 (else argparse exits with status 2 and a message)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    """argparse type: a finite float > 0, in seconds (else exit status 2 and a message)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
-    return value
-
-
 def register(subparsers: Any) -> None:
     """Add the ``webhook`` subcommand to the top-level parser's subparsers."""
-    p = subparsers.add_parser("webhook", help="serve the pod-gating admission webhook (TLS)")
-    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=9443, help="listen port (default 9443)")
-    p.add_argument("--cert-dir", default="/etc/podplacement/webhook-certs",
-                   help="directory with tls.crt and tls.key (reloaded on change)")
+    p = subparsers.add_parser(
+        "webhook",
+        help="serve the pod-gating admission webhook (TLS)",
+        description="Serve the mutating admission webhook that adds podplacement's "
+                    "scheduling gate to new pods (POST /mutate), with /healthz, /readyz and "
+                    "/metrics, over TLS 1.2+ from --cert-dir/tls.crt and tls.key (reloaded "
+                    "when they change). The PodPlacementConfig is watched through the API "
+                    "(--kubeconfig, else $KUBECONFIG, ~/.kube/config or in-cluster) or read "
+                    "from --config-file. Runs until SIGTERM/SIGINT (exit code 0); exit code "
+                    "1 when it cannot start (certificates, kubeconfig, config file, address), "
+                    "2 for an unusable argument.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=9443, help="listen port (default: %(default)s)")
+    p.add_argument("--cert-dir", default="/etc/podplacement/webhook-certs", metavar="DIR",
+                   help="directory with tls.crt and tls.key, reloaded on change "
+                        "(default: %(default)s)")
     p.add_argument("--kubeconfig", default=None,
                    help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE,
-                   help="the controller's own namespace (its pods are never gated)")
+                   help="the controller's own namespace, whose pods are never gated "
+                        "(default: %(default)s)")
     p.add_argument("--config-file", default=None,
                    help="read the PodPlacementConfig from this YAML file instead of the API")
-    p.add_argument("--reload-interval", type=float, default=2.0,
-                   help="seconds between certificate file checks")
-    p.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES,
+    p.add_argument("--reload-interval", type=positive_float, default=2.0, metavar="SECONDS",
+                   help="seconds between certificate file checks (default: %(default)s)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES,
                    help="refuse request bodies over this many bytes with HTTP 413 "
                         f"(default {DEFAULT_MAX_BODY_BYTES}: 6 MiB)")
-    p.add_argument("--body-timeout", type=_positive_float, default=DEFAULT_BODY_TIMEOUT,
+    p.add_argument("--body-timeout", type=positive_float, default=DEFAULT_BODY_TIMEOUT,
                    help="seconds to receive a request body whole, else HTTP 408 "
                         f"(default {DEFAULT_BODY_TIMEOUT:g})")
-    p.add_argument("--header-timeout", type=_positive_float, default=DEFAULT_HEADER_TIMEOUT,
+    p.add_argument("--header-timeout", type=positive_float, default=DEFAULT_HEADER_TIMEOUT,
                    help="seconds from a connection or a request's first byte to its "
                         "complete headers, else the connection is closed "
                         f"(default {DEFAULT_HEADER_TIMEOUT:g})")
-    p.add_argument("--max-connections", type=_positive_int, default=DEFAULT_MAX_CONNECTIONS,
+    p.add_argument("--max-connections", type=positive_int, default=DEFAULT_MAX_CONNECTIONS,
                    help="open connections beyond which new ones are closed unanswered "
                         f"(default {DEFAULT_MAX_CONNECTIONS})")
+    p.add_argument("--controller-unavailable-after", type=positive_float, default=60.0,
+                   metavar="SECONDS",
+                   help="when no renewal of the controller's leader Lease was seen for this "
+                        "long, pods are not held at the gate: those the admission policy "
+                        "gated are released at admission, with a warning (default: "
+                        "%(default)s; not with --config-file)")
     p.add_argument("--bare-endpoint", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -89,14 +87,19 @@ async def _serve(args: argparse.Namespace) -> int:
         StaticConfigSource,
         WatchingConfigSource,
     )
+    from webhook.leasewatch import ControllerLease
     from webhook.limits import ConnectionLimits
     from webhook.server import WebhookServer
 
     source: ConfigSource
+    lease: ControllerLease | None = None
     if args.config_file:
         source = StaticConfigSource.from_file(args.config_file)
     else:
-        source = WatchingConfigSource(ApiConnection.from_kubeconfig(args.kubeconfig))
+        connection = ApiConnection.from_kubeconfig(args.kubeconfig)
+        source = WatchingConfigSource(connection)
+        lease = ControllerLease(connection, args.namespace,
+                                threshold=args.controller_unavailable_after)
     cert_dir = Path(args.cert_dir)
     holder: dict[str, WebhookServer] = {}
     metrics = WebhookMetrics()
@@ -108,6 +111,7 @@ async def _serve(args: argparse.Namespace) -> int:
         bare_endpoint=args.bare_endpoint,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
+        controller_lease=lease,
     )
     server = WebhookServer(
         app,
@@ -121,7 +125,9 @@ async def _serve(args: argparse.Namespace) -> int:
                                 stats=metrics.connection_stats),
     )
     holder["server"] = server
-    log.info("webhook listening", extra={"host": args.host, "port": server.port})
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    log.info("webhook listening on https://%s:%d", host, server.port,
+             extra={"host": args.host, "port": server.port})
     # Every admission parses a pod into hundreds of short-lived objects, so young-generation
     # collections run often; freezing the start-up heap (FastAPI, pydantic, the kubernetes
     # package) keeps the older-generation passes from rescanning it each time.
@@ -135,8 +141,31 @@ def run(args: argparse.Namespace) -> int:
     """Run the webhook until SIGINT/SIGTERM; returns the exit code (1 on start-up errors)."""
     import uvloop
 
+    problem = _cert_problem(Path(args.cert_dir))
+    if problem is not None:
+        log.error("webhook failed to start: %s", problem)
+        return 1
     try:
         return uvloop.run(_serve(args))
     except Exception as exc:  # start-up: certificates, kubeconfig, config file
-        log.error("webhook failed to start: %s", exc)
+        log.error("webhook failed to start: %s", _describe(exc))
         return 1
+
+
+def _cert_problem(cert_dir: Path) -> str | None:
+    """Why ``cert_dir`` cannot serve (missing directory or files, named), else None."""
+    if not cert_dir.is_dir():
+        what = "is not a directory" if cert_dir.exists() else "does not exist"
+        return f"--cert-dir {cert_dir} {what} (create it with 'podplacement certs generate " \
+               f"--out {cert_dir}')"
+    missing = [name for name in ("tls.crt", "tls.key") if not (cert_dir / name).is_file()]
+    if missing:
+        return f"--cert-dir {cert_dir} has no {' or '.join(missing)}"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a start-up error; an OSError names its file when it has one."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return one_line(exc) or type(exc).__name__

@@ -204,40 +204,47 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (410): relist."""
 
 
-class WatchingConfigSource:
-    """Lists and watches the PodPlacementConfig ``cluster`` and caches the parsed config.
+class NamedObjectWatch:
+    """Lists and watches one named object (``fieldSelector=metadata.name=NAME`` on the
+    collection ``list_path``) and hands every state to :meth:`_apply` (the object, or None
+    while it does not exist). Subclasses keep what they need of it.
 
     Args:
         connection: API server address and credentials.
+        list_path: the collection, e.g. ``/apis/podplacement.io/v1beta1/podplacementconfigs``
+            or ``/apis/coordination.k8s.io/v1/namespaces/NS/leases``.
+        name: the object's name.
         backoff_initial / backoff_max: seconds between retries after a failure (doubling,
             with jitter, capped).
         watch_timeout: ``timeoutSeconds`` asked of each watch call (the server closes it then
-            and the source resumes from the last resourceVersion).
+            and the watch resumes from the last resourceVersion).
     """
 
     def __init__(
         self,
         connection: ApiConnection,
+        list_path: str,
+        name: str,
         *,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         watch_timeout: int = 300,
     ) -> None:
         self._conn = connection
+        self._list_path = list_path
+        self._name = name
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._watch_timeout = watch_timeout
-        self._config: PlacementConfig | None = None
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         #: Number of list calls made (observability and tests).
         self.lists = 0
 
-    @property
-    def current(self) -> PlacementConfig | None:
-        """The cached config (None while the object does not exist)."""
-        return self._config
+    def _apply(self, obj: Mapping[str, Any] | None) -> None:
+        """Take the object's new state (None: it does not exist)."""
+        raise NotImplementedError
 
     @property
     def synced(self) -> bool:
@@ -254,7 +261,7 @@ class WatchingConfigSource:
         """Start the list/watch loop in a background task."""
         if self._task is None:
             self._session = aiohttp.ClientSession()
-            self._task = asyncio.create_task(self._run(), name="podplacementconfig-watch")
+            self._task = asyncio.create_task(self._run(), name=f"watch {self._name}")
 
     async def stop(self) -> None:
         """Cancel the loop and close the HTTP session."""
@@ -266,13 +273,6 @@ class WatchingConfigSource:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    def _apply(self, obj: Mapping[str, Any] | None) -> None:
-        try:
-            self._config = parse_config_object(obj)
-        except ConfigError as exc:
-            # Keep the last good config: CRD validation should make this unreachable.
-            log.warning("ignoring unusable PodPlacementConfig: %s", exc)
 
     async def _run(self) -> None:
         delay = self._backoff_initial
@@ -287,22 +287,22 @@ class WatchingConfigSource:
             except asyncio.CancelledError:
                 raise
             except _Gone:
-                log.info("PodPlacementConfig watch expired (410); relisting")
+                log.info("%s watch expired (410); relisting", self._name)
             except Exception as exc:
-                log.warning("PodPlacementConfig list/watch failed: %r; retrying in %.1fs",
+                log.warning("%s list/watch failed: %r; retrying in %.1fs", self._name,
                             exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))
                 delay = min(delay * 2, self._backoff_max)
 
     async def _list(self) -> str | None:
         assert self._session is not None
-        selector = quote(f"metadata.name={CONFIG_NAME}", safe="")
-        url = f"{self._conn.server}{CONFIG_LIST_PATH}?fieldSelector={selector}"
+        selector = quote(f"metadata.name={self._name}", safe="")
+        url = f"{self._conn.server}{self._list_path}?fieldSelector={selector}"
         self.lists += 1
         async with self._session.get(url, ssl=self._conn.ssl_context,
                                      headers=self._conn.request_headers()) as resp:
             if resp.status == 404:
-                self._config = None
+                self._apply(None)
                 self._synced.set()
                 return None
             resp.raise_for_status()
@@ -320,10 +320,10 @@ class WatchingConfigSource:
             aiohttp.ClientError / OSError: transport failure (caller backs off).
         """
         assert self._session is not None
-        selector = quote(f"metadata.name={CONFIG_NAME}", safe="")
+        selector = quote(f"metadata.name={self._name}", safe="")
         while True:
             url = (
-                f"{self._conn.server}{CONFIG_LIST_PATH}?watch=true&allowWatchBookmarks=true"
+                f"{self._conn.server}{self._list_path}?watch=true&allowWatchBookmarks=true"
                 f"&fieldSelector={selector}&resourceVersion={quote(rv, safe='')}"
                 f"&timeoutSeconds={self._watch_timeout}"
             )
@@ -351,8 +351,41 @@ class WatchingConfigSource:
                     if kind in ("ADDED", "MODIFIED"):
                         self._apply(obj)
                     elif kind == "DELETED":
-                        self._config = None
+                        self._apply(None)
             elapsed = asyncio.get_running_loop().time() - started
             if not events and elapsed < min(1.0, self._watch_timeout / 2):
                 # A server that closes watches at once must not make this loop spin.
                 raise RuntimeError("watch closed immediately")
+
+
+class WatchingConfigSource(NamedObjectWatch):
+    """Lists and watches the PodPlacementConfig ``cluster`` and caches the parsed config
+    (:class:`NamedObjectWatch` with ``CONFIG_LIST_PATH`` and ``CONFIG_NAME``)."""
+
+    def __init__(
+        self,
+        connection: ApiConnection,
+        *,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        watch_timeout: int = 300,
+    ) -> None:
+        super().__init__(connection, CONFIG_LIST_PATH, CONFIG_NAME,
+                         backoff_initial=backoff_initial, backoff_max=backoff_max,
+                         watch_timeout=watch_timeout)
+        self._config: PlacementConfig | None = None
+
+    @property
+    def current(self) -> PlacementConfig | None:
+        """The cached config (None while the object does not exist)."""
+        return self._config
+
+    def _apply(self, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            self._config = None
+            return
+        try:
+            self._config = parse_config_object(obj)
+        except ConfigError as exc:
+            # Keep the last good config: CRD validation should make this unreachable.
+            log.warning("ignoring unusable PodPlacementConfig: %s", exc)

@@ -9,13 +9,23 @@ server then rejects the pod with a 500 even under failurePolicy Ignore (recorded
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
-from controller.podspec import escape_token
+from controller.config import (
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
+    SCHEDULING_GATE,
+)
+from controller.podspec import escape_token, gate_index
 
-__all__ = ["gate_patch", "patch_shape"]
+__all__ = ["CONTROLLER_UNAVAILABLE", "gate_patch", "patch_shape", "release_patch"]
+
+#: The decision result written when the webhook releases a pod because no controller runs.
+CONTROLLER_UNAVAILABLE = "controller-unavailable"
 
 
 def patch_shape(pod: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -58,4 +68,35 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     else:
         ops.append({"op": "add", "path": "/metadata/labels",
                     "value": {GATE_LABEL: GATE_LABEL_GATED}})
+    return ops
+
+
+def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
+    """The JSONPatch ops that release ``pod`` from our gate at admission (no controller is
+    running; issue 14 item 4): remove our entry of ``spec.schedulingGates`` (other gates
+    stay), set the label ``podplacement.io/scheduling-gate=removed`` and the decision
+    annotation ``{"result": "controller-unavailable", "reason": reason}``; ``[]`` when the
+    pod does not carry our gate. Missing label or annotation maps are created whole."""
+    index = gate_index(pod)
+    if index is None:
+        return []
+    ops: list[dict[str, Any]] = [{"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if _is_map(metadata) else None
+    annotations = metadata.get("annotations") if _is_map(metadata) else None
+    if _is_map(labels):
+        ops.append({"op": "add", "path": "/metadata/labels/" + escape_token(GATE_LABEL),
+                    "value": GATE_LABEL_REMOVED})
+    else:
+        ops.append({"op": "add", "path": "/metadata/labels",
+                    "value": {GATE_LABEL: GATE_LABEL_REMOVED}})
+    decision = json.dumps({"result": CONTROLLER_UNAVAILABLE, "reason": reason},
+                          separators=(",", ":"))
+    if _is_map(annotations):
+        ops.append({"op": "add",
+                    "path": "/metadata/annotations/" + escape_token(DECISION_ANNOTATION),
+                    "value": decision})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {DECISION_ANNOTATION: decision}})
     return ops

@@ -198,6 +198,7 @@ def start_product(
     workdir: Path,
     *,
     controller_options: Sequence[str] = (),
+    webhook_options: Sequence[str] = (),
     controllers: int = 1,
     admin: bool = False,
     ready_limit: float = 60.0,
@@ -208,7 +209,8 @@ def start_product(
     the MutatingWebhookConfiguration with a caBundle.
 
     ``controller_options`` are added to ``podplacement controller`` (e.g.
-    ``--insecure-registry HOST``, ``--ca-file HOST=FILE``).
+    ``--insecure-registry HOST``, ``--ca-file HOST=FILE``), ``webhook_options`` to
+    ``podplacement webhook`` (e.g. ``--controller-unavailable-after 5``).
 
     Raises:
         InstallError: a process exited or was not ready within ``ready_limit`` seconds.
@@ -232,7 +234,8 @@ def start_product(
     port = free_port()
     webhook = start_process("webhook", [
         "webhook", "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
-        "--kubeconfig", str(kubeconfigs["webhook"]), "--namespace", NAMESPACE], workdir)
+        "--kubeconfig", str(kubeconfigs["webhook"]), "--namespace", NAMESPACE,
+        *webhook_options], workdir)
     controller_args = [
         "controller", "--kubeconfig", str(kubeconfigs["controller"]), "--namespace", NAMESPACE,
         "--webhook-url", f"https://127.0.0.1:{port}/mutate", "--cert-dir", str(cert_dir),

@@ -102,6 +102,7 @@ BASE_PERMISSIONS = (
     | _rows(_C, NS, "", "secrets", "update", lifecycle.CA_SECRET_NAME)
     | _rows(_C, NS, "", "secrets", "update", lifecycle.TLS_SECRET_NAME)
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
+    | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
 )
 # cert-manager writes the certificate Secret: the controller keeps no Secret write rights.
 OVERLAY_PERMISSIONS = {r for r in BASE_PERMISSIONS if not (r[1] == NS and r[3] == "secrets")}

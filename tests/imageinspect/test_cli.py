@@ -125,3 +125,59 @@ def test_secrets_never_reach_the_logs(
     assert (
         base64.b64encode(f"{basic_registry.username}:hunter2-wrong".encode()).decode() not in text
     )
+
+
+# --- issue 15: unusable arguments are one line on stderr, exit code 2 -------------------------
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``podplacement ARGV`` in-process → (exit code, stdout, stderr); argparse exits too."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    """The single stderr line of a refused command (no traceback, no usage dump)."""
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("image", ["UPPER/Case::bad", "", "nginx:bad tag", "a//b"])
+def test_an_unparsable_reference_is_an_argument_error(
+        image: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # 127.0.0.1:1 would refuse connections: the reference must be refused before any request
+    code, out, err = run_cli(["inspect", "--json", "nginx", image], capsys)
+    assert code == 2 and out == ""
+    assert one_line(err).startswith("podplacement inspect: invalid image reference: ")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "ten"])
+def test_timeout_must_be_a_finite_positive_number(value: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["inspect", "--timeout", value, "nginx"], capsys)
+    assert code == 2
+    assert "--timeout" in one_line(err)
+
+
+def test_pull_secret_with_a_yaml_syntax_error_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "secret.yaml"
+    bad.write_text("kind: Secret\ndata: {a: [1,\n  b: 2\n")
+    code, _, err = run_cli(["inspect", "--pull-secret", str(bad), "nginx"], capsys)
+    assert code == 2
+    line = one_line(err)
+    assert f"{bad}: YAML syntax error at line" in line and "column" in line
+
+
+def test_ca_file_without_a_pem_certificate_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    notpem = tmp_path / "ca.pem"
+    notpem.write_text("hello")
+    code, _, err = run_cli(["inspect", "--ca-file", f"reg.example={notpem}", "nginx"], capsys)
+    assert code == 2
+    assert "holds no PEM certificate" in one_line(err)

@@ -172,3 +172,48 @@ def test_webhook_process_reads_the_config_from_the_api(
             assert "patch" in answer["response"]
     finally:
         stop(proc)
+
+
+# --- issue 15 ---------------------------------------------------------------------------------
+
+def test_webhook_help_has_a_description_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from podplacement import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["webhook", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Serve the mutating admission webhook" in text
+    assert "(default: 9443)" in text and "(default: 2.0)" in text
+    assert "(default: /etc/podplacement/webhook-certs)" in text
+
+
+@pytest.mark.parametrize("what", ["missing", "empty"])
+def test_webhook_names_the_missing_certificate_path(what: str, tmp_path: Path) -> None:
+    cert_dir = tmp_path / "missing"
+    if what == "empty":
+        cert_dir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "podplacement", "--log-format", "text", "webhook", "--port",
+         str(free_port()), "--cert-dir", str(cert_dir), "--config-file", "/dev/null"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "[Errno" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "failed to start" in lines[0] and str(cert_dir) in lines[0]
+    assert ("does not exist" if what == "missing" else "has no tls.crt or tls.key") in lines[0]
+
+
+def test_webhook_logs_the_address_it_listens_on(cert_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"apiVersion": API_VERSION, "kind": CONFIG_KIND,
+                                      "metadata": {"name": CONFIG_NAME}, "spec": {}}))
+    port = free_port()
+    proc = start("--port", str(port), "--cert-dir", str(cert_dir), "--config-file", str(config))
+    ctx = ssl.create_default_context(cadata=load_bundle(cert_dir).decode())
+    try:
+        with httpx.Client(verify=ctx, timeout=5) as client:
+            wait_ready(client, f"https://127.0.0.1:{port}", proc)
+    finally:
+        out = stop(proc)
+    assert f"webhook listening on https://127.0.0.1:{port}" in out

@@ -1,0 +1,109 @@
+"""No cluster-wide stall when no controller runs (issue 14 item 4): the webhook watches the
+controller's Lease and, once it has not been renewed for the threshold, releases pods the
+admission policy gated and gates no new ones."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from controller.config import (
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    SCHEDULING_GATE,
+    PlacementConfig,
+)
+from localkube.patch import apply_patch
+from tests.webhook.asgi import asgi_post
+from tests.webhook.reference import raw_body
+from webhook.app import create_app
+from webhook.configsource import ApiConnection, StaticConfigSource
+from webhook.leasewatch import ControllerLease, lease_record
+from webhook.patch import release_patch
+
+
+def _apply(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return apply_patch("application/json-patch+json", obj, json.dumps(ops).encode(),
+                       strategic=False)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lease(clock: FakeClock, threshold: float = 60.0) -> ControllerLease:
+    conn = ApiConnection("https://127.0.0.1:1", False, {})
+    return ControllerLease(conn, "podplacement-system", threshold=threshold, clock=clock)
+
+
+def _lease_obj(renew: str, holder: str = "c-1") -> dict[str, Any]:
+    return {"spec": {"holderIdentity": holder, "renewTime": renew, "leaseTransitions": 1}}
+
+
+def test_availability_follows_observed_renewals_not_the_lease_timestamps() -> None:
+    clock = FakeClock()
+    lease = _lease(clock)
+    assert lease.available()  # the webhook just started
+    clock.now += 61
+    assert not lease.available()  # no Lease at all for a minute
+    lease._apply(_lease_obj("2000-01-01T00:00:00.000000Z"))  # any timestamp: a change
+    assert lease.available()
+    clock.now += 30
+    lease._apply(_lease_obj("2000-01-01T00:00:00.000000Z"))  # same record: not a renewal
+    clock.now += 31
+    assert not lease.available() and lease.seconds_since_renewal() == 61
+    lease._apply(_lease_obj("2000-01-01T00:00:02.000000Z"))
+    assert lease.available()
+    # a released Lease (no holder) is no running controller
+    assert lease_record({"spec": {"holderIdentity": ""}}) is None
+
+
+def _gated_pod() -> dict[str, Any]:
+    review = json.loads(raw_body("a-plain-pod"))
+    pod = review["request"]["object"]
+    pod["spec"]["schedulingGates"] = [{"name": "other"}, {"name": SCHEDULING_GATE}]
+    pod["metadata"].setdefault("labels", {})[GATE_LABEL] = "gated"
+    return review
+
+
+def test_release_patch_removes_only_our_gate_and_records_why() -> None:
+    pod = _gated_pod()["request"]["object"]
+    new = _apply(pod, release_patch(pod, "no controller"))
+    assert new["spec"]["schedulingGates"] == [{"name": "other"}]
+    assert new["metadata"]["labels"][GATE_LABEL] == "removed"
+    decision = json.loads(new["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision == {"result": "controller-unavailable", "reason": "no controller"}
+    del pod["spec"]["schedulingGates"]
+    assert release_patch(pod, "x") == []
+
+
+async def test_app_releases_policy_gated_pods_only_while_no_controller_runs() -> None:
+    clock = FakeClock()
+    lease = _lease(clock, threshold=10)
+    lease._apply(_lease_obj("t1"))
+    app = create_app(StaticConfigSource(PlacementConfig()), controller_lease=lease)
+    review = _gated_pod()
+    body = json.dumps(review).encode()
+    status, answer = await asgi_post(app, body)
+    assert status == 200 and "patch" not in answer["response"]  # held: already gated
+    clock.now += 11
+    status, answer = await asgi_post(app, body)
+    response = answer["response"]
+    assert status == 200 and response["allowed"] is True
+    assert "no podplacement controller" in response["warnings"][0]
+    ops = json.loads(base64.b64decode(response["patch"]))
+    new = _apply(review["request"]["object"], ops)
+    assert [g["name"] for g in new["spec"]["schedulingGates"]] == ["other"]
+    # a pod the policy did not gate is not gated by the webhook either
+    plain = json.loads(raw_body("a-plain-pod"))
+    status, answer = await asgi_post(app, json.dumps(plain).encode())
+    assert "patch" not in answer["response"] and answer["response"]["warnings"]
+    # the Lease is renewed: normal gating again
+    lease._apply(_lease_obj("t2"))
+    status, answer = await asgi_post(app, json.dumps(plain).encode())
+    assert "patch" in answer["response"] and "warnings" not in answer["response"]

@@ -1,0 +1,88 @@
+"""Is a controller running? The webhook's view of the controller's leader Lease.
+
+With the gate added inside the API server (the MutatingAdmissionPolicy ``podplacement-gate``),
+a controller that is down or crash-looping would hold every new pod of the cluster gated.
+:class:`ControllerLease` watches the Lease ``podplacement-controller`` in podplacement's own
+namespace (:class:`webhook.configsource.NamedObjectWatch`) and notes, on the webhook's own
+monotonic clock, when its record last changed: a leader renews it every few seconds. As in
+client-go's leader election, the Lease's own timestamps are not compared with this clock
+(clocks of different hosts may disagree); only the time a change was *observed* counts.
+
+:meth:`ControllerLease.available` is False once no change was observed for longer than
+``threshold`` seconds (default 60; a missing Lease counts from the webhook's start). The
+webhook then stops holding new pods (issue 14 item 4): it removes the gate at admission, with
+the decision ``"result": "controller-unavailable"`` and a warning. Normal gating resumes as
+soon as the Lease is renewed again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controller.config import LEASE_NAME
+from webhook.configsource import ApiConnection, NamedObjectWatch
+
+#: How long the Lease may go unrenewed before the webhook stops holding pods (seconds).
+DEFAULT_UNAVAILABLE_AFTER = 60.0
+
+
+def lease_list_path(namespace: str) -> str:
+    """The Lease collection of ``namespace`` (coordination.k8s.io/v1)."""
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+class ControllerLease(NamedObjectWatch):
+    """Watches the controller's leader Lease and tells whether a controller is running.
+
+    Args:
+        connection: API server address and credentials (the webhook's ServiceAccount needs
+            get/list/watch on ``leases`` in ``namespace``).
+        namespace: podplacement's own namespace.
+        threshold: seconds without an observed renewal after which :meth:`available` is
+            False (> 0).
+        clock: monotonic seconds (tests pass a fake).
+
+    Raises:
+        ValueError: ``threshold`` is not positive.
+    """
+
+    def __init__(self, connection: ApiConnection, namespace: str, *,
+                 threshold: float = DEFAULT_UNAVAILABLE_AFTER, name: str = LEASE_NAME,
+                 clock: Callable[[], float] = time.monotonic, watch_timeout: int = 300) -> None:
+        if not threshold > 0:
+            raise ValueError(f"threshold must be positive, got {threshold!r}")
+        super().__init__(connection, lease_list_path(namespace), name,
+                         backoff_max=5.0, watch_timeout=watch_timeout)
+        self.threshold = threshold
+        self._clock = clock
+        self._record: tuple[Any, ...] | None = None
+        self._observed = clock()
+
+    def _apply(self, obj: Mapping[str, Any] | None) -> None:
+        record = lease_record(obj)
+        if record != self._record:
+            self._record = record
+            if record is not None:
+                self._observed = self._clock()
+
+    def available(self) -> bool:
+        """True while a renewal of the Lease was observed within ``threshold`` seconds
+        (or less than ``threshold`` seconds have passed since the webhook started)."""
+        return self._clock() - self._observed <= self.threshold
+
+    def seconds_since_renewal(self) -> float:
+        """Seconds since the last observed change of the Lease record (or the start)."""
+        return self._clock() - self._observed
+
+
+def lease_record(obj: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """The fields of a Lease whose change means "renewed": ``(holderIdentity, renewTime,
+    acquireTime, leaseTransitions)``; None for no Lease or a Lease without a holder (a
+    released Lease is not a running controller)."""
+    spec = (obj or {}).get("spec") or {}
+    if not isinstance(spec, Mapping) or not spec.get("holderIdentity"):
+        return None
+    return (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("acquireTime"),
+            spec.get("leaseTransitions"))
