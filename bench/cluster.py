@@ -34,6 +34,7 @@ sys.path[:] = [_ROOT] + [p for p in sys.path
                          if os.path.abspath(p or ".") != os.path.join(_ROOT, "bench")]
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import ssl  # noqa: E402
@@ -216,7 +217,10 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
     product: Product | None = None
     run = Run(mode, args.pods)
     try:
-        add_nodes(plane, DEFAULT_NODES)
+        # Room for every pod on the nodes of each architecture: the limit measured is the
+        # control plane's, never the nodes' pod capacity (500 by default).
+        room = str(max(500, args.pods))
+        add_nodes(plane, [dataclasses.replace(n, pods=room) for n in DEFAULT_NODES])
         with plane.client() as c:
             c.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}})
             deadline = time.monotonic() + 20

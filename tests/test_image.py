@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,16 +120,30 @@ def built(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Itera
 
 
 @pytest.fixture(scope="module")
-def host_rootfs(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The host architecture's root filesystem, its layers extracted in order."""
-    root = tmp_path_factory.mktemp("rootfs") / "rootfs"
+def host_rootfs(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The host architecture's root filesystem, its layers extracted in order, bind-mounted
+    read-only (as deploy/ runs it: readOnlyRootFilesystem) when this machine allows mounts."""
+    base = tmp_path_factory.mktemp("rootfs")
+    root, ro = base / "rootfs", base / "ro"
     root.mkdir()
+    ro.mkdir()
     for layer in built.layer_paths(HOST_ARCH or "amd64"):
         subprocess.run(
             ["tar", "--numeric-owner", "-xzf", str(layer), "-C", str(root)], check=True,
             capture_output=True,
         )
-    return root
+    bind = subprocess.run(["mount", "--bind", str(root), str(ro)], capture_output=True,
+                          check=False)
+    if bind.returncode != 0:
+        warnings.warn(f"no read-only bind mount here: {bind.stderr!r}", stacklevel=1)
+        yield root
+        return
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True,
+                       capture_output=True)
+        yield ro
+    finally:
+        subprocess.run(["umount", str(ro)], check=False, capture_output=True)
 
 
 def _elf_machine(head: bytes) -> int:
