@@ -34,8 +34,8 @@ sys.path[:] = [_ROOT] + [p for p in sys.path
                          if os.path.abspath(p or ".") != os.path.join(_ROOT, "bench")]
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import asyncio  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import ssl  # noqa: E402
 import statistics  # noqa: E402
@@ -57,9 +57,9 @@ from podplacement.sandbox.controlplane import (  # noqa: E402
     locate_assets,
     start_control_plane,
 )
+from podplacement.sandbox.oci import Pusher  # noqa: E402
 from podplacement.sandbox.product import Product, install_manifests, start_product  # noqa: E402
-from tests.harness.oci import Pusher  # noqa: E402
-from tests.harness.registry import Registry, start_registry  # noqa: E402
+from podplacement.sandbox.registry import Registry, start_registry  # noqa: E402
 
 REPO = Path(_ROOT)
 NAMESPACE = "bench"
@@ -141,24 +141,36 @@ async def create_and_watch(plane: ControlPlane, n: int, clients: int, images: li
         done = asyncio.Event()
 
         async def watch() -> None:
-            async with c.stream("GET", base, params={
-                    "watch": "1", "resourceVersion": rv, "timeoutSeconds": str(int(limit))},
-                    timeout=None) as r:
-                async for line in r.aiter_lines():
-                    if not line:
-                        continue
-                    obj = json.loads(line).get("object") or {}
-                    name = obj.get("metadata", {}).get("name")
-                    spec = obj.get("spec") or {}
-                    now = time.monotonic()
-                    gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-                    if name and SCHEDULING_GATE not in gates:
-                        ungated.setdefault(name, now)
-                    if name and spec.get("nodeName"):
-                        bound.setdefault(name, now)
-                        if len(bound) >= n:
-                            done.set()
-                            return
+            # Resumed from the last resourceVersion when the stream ends or breaks (the
+            # client is busy creating pods meanwhile; a lost stream must not lose bindings).
+            last_rv = rv
+            while not done.is_set():
+                try:
+                    async with c.stream("GET", base, params={
+                            "watch": "1", "resourceVersion": last_rv,
+                            "allowWatchBookmarks": "true",
+                            "timeoutSeconds": str(int(limit))}, timeout=None) as r:
+                        async for line in r.aiter_lines():
+                            if not line:
+                                continue
+                            obj = json.loads(line).get("object") or {}
+                            meta = obj.get("metadata") or {}
+                            last_rv = meta.get("resourceVersion") or last_rv
+                            name = meta.get("name")
+                            spec = obj.get("spec") or {}
+                            now = time.monotonic()
+                            gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+                            if name and SCHEDULING_GATE not in gates:
+                                ungated.setdefault(name, now)
+                            if name and spec.get("nodeName"):
+                                bound.setdefault(name, now)
+                                if len(bound) >= n:
+                                    done.set()
+                                    return
+                except (httpx.HTTPError, json.JSONDecodeError) as exc:
+                    print(f"  (pod watch: {type(exc).__name__}: {exc}; resuming)",
+                          file=sys.stderr)
+                    await asyncio.sleep(0.1)
 
         watcher = asyncio.create_task(watch())
         await asyncio.sleep(0.2)

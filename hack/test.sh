@@ -13,5 +13,6 @@ PY=.venv/bin/python
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; $PY -m ruff check .
 echo "== mypy"; $PY -m mypy
+echo "== import contracts (DESIGN.md layering)"; .venv/bin/lint-imports
 echo "== pytest"
 exec $PY -m pytest -q "$@"

@@ -1,9 +1,9 @@
 """Start the demo's two registries and push the real busybox images into them.
 
 Two Debian ``docker-registry`` (CNCF distribution 2.8) processes on 127.0.0.1, started with
-the test harness (:mod:`tests.harness.registry`; the demo runs from a checkout): plain HTTP for
-the public images, TLS with our own CA + htpasswd basic auth for the private one. Images are
-pushed with :class:`tests.harness.oci.Pusher`; every layer holds the genuine busybox binary of
+:mod:`podplacement.sandbox.registry`: plain HTTP for the public images, TLS with our own CA +
+htpasswd basic auth for the private one. Images are pushed with
+:class:`podplacement.sandbox.oci.Pusher`; every layer holds the genuine busybox binary of
 its architecture (:mod:`podplacement.demo.images`), and media types follow the OCI image-spec
 (index, manifest) and Docker image manifest v2 schema 2 (manifest list, manifest).
 
@@ -20,7 +20,6 @@ Tags (names from :mod:`podplacement.demo.workloads`):
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,37 +27,17 @@ from typing import Any
 
 from podplacement.demo.images import BusyboxBinary
 from podplacement.demo.workloads import LIST, MULTI, PRIVATE, S390X, WINONLY, DemoRegistries
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def use_checkout_harness() -> None:
-    """Make ``tests.harness`` importable: the demo runs from a checkout, and the harness is
-    not installed with the package."""
-    if str(_REPO_ROOT) not in sys.path and (_REPO_ROOT / "tests" / "harness").is_dir():
-        sys.path.insert(0, str(_REPO_ROOT))
-
-
-def _import_harness() -> Any:
-    """Import the registry harness modules from the checkout.
-
-    Raises:
-        ImportError: not running from a checkout.
-    """
-    use_checkout_harness()
-    import tests.harness.oci as oci
-    import tests.harness.registry as registry
-
-    return registry, oci
+from podplacement.sandbox.oci import Pushed, Pusher, parse_platform
+from podplacement.sandbox.registry import Registry, start_registry
 
 
 @dataclass
 class DemoRegistryPair:
     """The two running registries: ``public`` (HTTP) and ``private`` (HTTPS + basic auth),
-    each a :class:`tests.harness.registry.Registry`. :meth:`stop` stops both."""
+    each a :class:`podplacement.sandbox.registry.Registry`. :meth:`stop` stops both."""
 
-    public: Any
-    private: Any
+    public: Registry
+    private: Registry
 
     @property
     def names(self) -> DemoRegistries:
@@ -87,12 +66,12 @@ def start_registries(work: Path) -> DemoRegistryPair:
     ``registry-private``); stops the first if the second fails.
 
     Raises:
-        tests.harness.registry.RegistryStartError: a registry did not start.
+        podplacement.sandbox.registry.RegistryStartError: a registry did not start.
+        ImportError: the ``bcrypt`` package (for the private registry's htpasswd) is missing.
     """
-    registry, _ = _import_harness()
-    public = registry.start_registry(work / "registry-public")
+    public = start_registry(work / "registry-public")
     try:
-        private = registry.start_registry(work / "registry-private", tls=True, auth="basic")
+        private = start_registry(work / "registry-private", tls=True, auth="basic")
     except BaseException:
         public.stop()
         raise
@@ -119,14 +98,13 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
             :func:`podplacement.demo.images.load_busybox_debs` (needs the four architectures).
     Raises:
         KeyError: an architecture is missing from ``busybox``.
-        tests.harness.oci.PushError: the registry refused a push.
+        podplacement.sandbox.oci.PushError: the registry refused a push.
     """
-    _, oci = _import_harness()
     digests: dict[str, str] = {}
-    with oci.Pusher(pair.public) as pusher:
+    with Pusher(pair.public) as pusher:
         repo, tag = _split(MULTI)
-        children: list[tuple[Any, dict[str, Any]]] = []
-        attestations: list[tuple[Any, dict[str, Any]]] = []
+        children: list[tuple[Pushed, dict[str, Any]]] = []
+        attestations: list[tuple[Pushed, dict[str, Any]]] = []
         for arch in ("amd64", "arm64", "ppc64le", "s390x"):
             b = busybox[arch]
             image = pusher.image(repo, None, architecture=arch, variant=b.variant, fmt="oci",
@@ -150,12 +128,12 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
                                       layers=[busybox["s390x"].layer]).digest
 
         repo, tag = _split(WINONLY)
-        windows = oci.parse_platform("windows/amd64")
+        windows = parse_platform("windows/amd64")
         image = pusher.image(repo, None, os="windows", architecture="amd64", fmt="oci",
                              os_version=windows.get("os.version"))
         digests[WINONLY] = pusher.index(repo, tag, [(image, windows)], fmt="oci").digest
 
-    with oci.Pusher(pair.private) as pusher:
+    with Pusher(pair.private) as pusher:
         repo, tag = _split(PRIVATE)
         entries = []
         for arch in ("amd64", "arm64"):

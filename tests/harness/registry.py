@@ -1,125 +1,43 @@
-"""A real OCI registry for tests: Debian's ``docker-registry`` (CNCF distribution v2.8) started
-as a child process on 127.0.0.1 with filesystem storage in a temp dir, in four variants: plain
-HTTP, TLS with our own CA, htpasswd basic auth (TLS) and bearer-token auth (TLS, tokens from
-:mod:`tests.harness.tokenserver`). Configuration keys follow distribution's configuration
-reference (``version: 0.1``, ``storage``, ``http``, ``auth.htpasswd``, ``auth.token``)."""
+"""The real OCI registry for tests: :mod:`podplacement.sandbox.registry` (moved there so the
+demo does not import ``tests``) re-exported, with :func:`start_registry` wrapped to supply the
+bearer-token issuer of :mod:`tests.harness.tokenserver` for the ``token`` variant (the issuer
+needs PyJWT, a test-only dependency, so it stays here)."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import ssl
-import subprocess
-import time
-from dataclasses import dataclass, field
+import functools
 from pathlib import Path
-from typing import IO, Any
 
-import bcrypt
-import httpx
-import yaml
+from podplacement.sandbox import registry as _sandbox
+from podplacement.sandbox.registry import (
+    AUTH_MODES,
+    DEFAULT_PASSWORD,
+    DEFAULT_USERNAME,
+    READY_TIMEOUT_S,
+    REGISTRY_BINARY,
+    Registry,
+    RegistryStartError,
+    TokenIssuer,
+    TokenIssuerFactory,
+    free_port,
+    ssl_context,
+)
+from tests.harness.tokenserver import start_token_server
 
-import certs
-from tests.harness.tokenserver import TokenServer, start_token_server
-
-REGISTRY_BINARY = "/usr/bin/docker-registry"
-AUTH_MODES = ("none", "basic", "token")
-DEFAULT_USERNAME = "tester"
-DEFAULT_PASSWORD = "s3cret-pass"
-READY_TIMEOUT_S = 20.0
-
-
-class RegistryStartError(RuntimeError):
-    """The registry process exited or did not answer ``GET /v2/`` in time; the message holds the
-    tail of its log file."""
-
-
-def free_port() -> int:
-    """Return a TCP port that was free on 127.0.0.1 a moment ago (bind to port 0 and release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext | bool:
-    """An ``httpx`` ``verify=`` value: a client context trusting only ``ca_pem``, or ``True``
-    (system trust) when ``ca_pem`` is None."""
-    if ca_pem is None:
-        return True
-    ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    return ctx
-
-
-@dataclass
-class Registry:
-    """A running registry.
-
-    Attributes:
-        host: the image-reference domain, ``"127.0.0.1:PORT"``.
-        url: base URL, ``"http://127.0.0.1:PORT"`` or ``"https://127.0.0.1:PORT"``.
-        ca_pem: PEM of the CA that signed the serving cert (None for plain HTTP).
-        username, password: credentials for the ``basic``/``token`` variants (None otherwise).
-        auth: ``"none"``, ``"basic"`` or ``"token"``.
-        token_server: the token issuer for ``auth == "token"``.
-        root: the temp dir holding config, storage, htpasswd and ``registry.log``.
-        owned: whether ``stop()`` stops the process and token server (False for views).
-    """
-
-    host: str
-    url: str
-    ca_pem: bytes | None
-    username: str | None
-    password: str | None
-    auth: str
-    token_server: TokenServer | None
-    root: Path = field(default_factory=Path)
-    owned: bool = field(default=True, repr=False)
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def log_path(self) -> Path:
-        """Where the registry process writes its log (for debugging failures)."""
-        return self.root / "registry.log"
-
-    def verify(self) -> ssl.SSLContext | bool:
-        """An ``httpx`` ``verify=`` value trusting this registry's CA."""
-        return ssl_context(self.ca_pem)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the registry log."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Stop the registry process (SIGTERM, then SIGKILL after 5 s) and its token server.
-        Idempotent; a no-op for views that do not own the process (``owned`` False, e.g.
-        :meth:`tests.harness.faults.FaultProxy.as_registry`)."""
-        if not self.owned:
-            return
-        proc, self._process = self._process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self.token_server is not None:
-            self.token_server.stop()
-
-
-def _write_htpasswd(path: Path, username: str, password: str) -> None:
-    # distribution's htpasswd reader accepts bcrypt only; Go's bcrypt takes the $2y$ and $2b$
-    # prefixes alike.
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
-    path.write_text(f"{username}:{hashed}\n")
+__all__ = [
+    "AUTH_MODES",
+    "DEFAULT_PASSWORD",
+    "DEFAULT_USERNAME",
+    "READY_TIMEOUT_S",
+    "REGISTRY_BINARY",
+    "Registry",
+    "RegistryStartError",
+    "TokenIssuer",
+    "TokenIssuerFactory",
+    "free_port",
+    "ssl_context",
+    "start_registry",
+]
 
 
 def start_registry(
@@ -135,134 +53,34 @@ def start_registry(
     token_server_tls: bool | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
 ) -> Registry:
-    """Start ``docker-registry serve`` on a free 127.0.0.1 port and wait until ``GET /v2/``
-    answers (200, or 401 for the auth variants).
+    """:func:`podplacement.sandbox.registry.start_registry` with, for ``auth="token"``, a
+    :class:`tests.harness.tokenserver.TokenServer` as issuer (``Registry.token_server``).
 
     Args:
-        tmp: an empty directory for config, storage and logs (kept after stop).
-        tls: serve HTTPS with a fresh CA and a cert for ``localhost`` / ``127.0.0.1``.
-        auth: ``"none"``, ``"basic"`` (htpasswd, bcrypt) or ``"token"`` (bearer JWT, RS256
-            with an ``x5c`` chain to ``rootcertbundle``; Docker registry token authentication).
-        username, password: the one account for ``basic`` / ``token``.
-        token_expires_in, token_field, token_anonymous_pull: passed to the token server
-            (see :func:`tests.harness.tokenserver.start_token_server`).
-        token_server_tls: serve the token realm over HTTPS (same CA); defaults to ``tls``.
-        ready_timeout: seconds to wait for readiness.
-
-    Returns:
-        the running :class:`Registry`; call ``stop()`` when done.
+        token_expires_in, token_field, token_anonymous_pull: passed to
+            :func:`tests.harness.tokenserver.start_token_server` (``expires_in``,
+            ``token_field``, ``anonymous_pull``).
+        the others: as :func:`podplacement.sandbox.registry.start_registry`.
 
     Raises:
-        ValueError: unknown ``auth``.
+        ValueError: unknown ``auth`` or ``token_field``.
         RegistryStartError: the process died or never became ready.
     """
-    if auth not in AUTH_MODES:
-        raise ValueError(f"auth must be one of {AUTH_MODES}, not {auth!r}")
-    if not Path(REGISTRY_BINARY).exists() and shutil.which("docker-registry") is None:
-        raise RegistryStartError(f"{REGISTRY_BINARY} is not installed")
-    tmp.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    host = f"127.0.0.1:{port}"
-    scheme = "https" if tls else "http"
-    config: dict[str, Any] = {
-        "version": 0.1,
-        "log": {"level": "info", "formatter": "text", "accesslog": {"disabled": False}},
-        "storage": {
-            "filesystem": {"rootdirectory": str(tmp / "storage")},
-            "delete": {"enabled": True},
-            "maintenance": {"uploadpurging": {"enabled": False}},
-        },
-        "http": {"addr": host, "secret": "podplacement-test-secret"},
-    }
-    ca_pem: bytes | None = None
-    serving: certs.KeyPair | None = None
-    if tls:
-        ca = certs.generate_ca("podplacement-test-registry-ca")
-        serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
-        (tmp / "tls.crt").write_bytes(serving.cert_pem)
-        (tmp / "tls.key").write_bytes(serving.key_pem)
-        (tmp / "ca.crt").write_bytes(ca.cert_pem)
-        config["http"]["tls"] = {
-            "certificate": str(tmp / "tls.crt"),
-            "key": str(tmp / "tls.key"),
-        }
-        ca_pem = ca.cert_pem
-    token_server: TokenServer | None = None
-    if auth == "basic":
-        _write_htpasswd(tmp / "htpasswd", username, password)
-        config["auth"] = {"htpasswd": {"realm": "podplacement-test", "path": str(tmp / "htpasswd")}}
-    elif auth == "token":
-        use_tls = tls if token_server_tls is None else token_server_tls
-        if use_tls and serving is None:
-            ca = certs.generate_ca("podplacement-test-token-ca")
-            serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
-            ca_pem = ca.cert_pem
-        token_server = start_token_server(
-            users={username: password},
-            service=f"registry-{port}",
+    issuer: TokenIssuerFactory | None = None
+    if auth == "token":
+        issuer = functools.partial(
+            start_token_server,
             expires_in=token_expires_in,
             token_field=token_field,
             anonymous_pull=token_anonymous_pull,
-            serving=serving if use_tls else None,
         )
-        (tmp / "token-root.crt").write_bytes(token_server.root_cert_pem)
-        config["auth"] = {
-            "token": {
-                "realm": token_server.realm,
-                "service": token_server.service,
-                "issuer": token_server.issuer,
-                "rootcertbundle": str(tmp / "token-root.crt"),
-            }
-        }
-    config_path = tmp / "config.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    log = (tmp / "registry.log").open("ab")
-    proc = subprocess.Popen(
-        [REGISTRY_BINARY, "serve", str(config_path)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp,
-    )
-    registry = Registry(
-        host=host,
-        url=f"{scheme}://{host}",
-        ca_pem=ca_pem,
-        username=username if auth != "none" else None,
-        password=password if auth != "none" else None,
+    return _sandbox.start_registry(
+        tmp,
+        tls=tls,
         auth=auth,
-        token_server=token_server,
-        root=tmp,
-        _process=proc,
-        _log=log,
-    )
-    try:
-        _wait_ready(registry, proc, ready_timeout)
-    except BaseException:
-        registry.stop()
-        raise
-    return registry
-
-
-def _wait_ready(registry: Registry, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    expected = 200 if registry.auth == "none" else 401
-    last_error = "no attempt"
-    with httpx.Client(verify=registry.verify(), timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RegistryStartError(
-                    f"docker-registry exited with {proc.returncode}:\n{registry.log_tail()}"
-                )
-            try:
-                resp = client.get(f"{registry.url}/v2/")
-            except httpx.TransportError as exc:
-                last_error = repr(exc)
-            else:
-                if resp.status_code == expected:
-                    return
-                last_error = f"GET /v2/ answered {resp.status_code}"
-            time.sleep(0.05)
-    raise RegistryStartError(
-        f"docker-registry not ready after {timeout} s ({last_error}):\n{registry.log_tail()}"
+        username=username,
+        password=password,
+        token_issuer=issuer,
+        token_server_tls=token_server_tls,
+        ready_timeout=ready_timeout,
     )
