@@ -15,4 +15,7 @@ echo "== ruff"; $PY -m ruff check .
 echo "== mypy"; $PY -m mypy
 echo "== import contracts (DESIGN.md layering)"; .venv/bin/lint-imports
 echo "== pytest"
-exec $PY -m pytest -q "$@"
+# Two workers, one test module each at a time (--dist loadfile: a module's fixtures, e.g. its
+# real control plane, stay in one process); most end-to-end time is spent waiting on real
+# servers, so two workers halve the wall time on 2 cores. PYTEST_WORKERS=0 runs in-process.
+exec $PY -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
