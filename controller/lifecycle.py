@@ -221,6 +221,9 @@ class Lifecycle:
         cert_manager_certificate: ``<namespace>/<Certificate>`` when cert-manager injects the CA.
         ungate_remaining: ``callback(deadline_seconds) -> pods ungated``, run during uninstall.
         uninstall_deadline_seconds: passed to ``ungate_remaining``.
+        admission_settle_seconds: wait after deleting the admission policy and the webhook
+            configuration before releasing the gated pods (the API server's admission chain
+            follows the deletion through informers, within about a second).
         resync_seconds: period of the drift check in :meth:`run`.
         timeout_seconds: the webhook's call timeout.
 
@@ -239,6 +242,7 @@ class Lifecycle:
         cert_manager_certificate: str | None = None,
         ungate_remaining: UngateRemaining | None = None,
         uninstall_deadline_seconds: float = 60.0,
+        admission_settle_seconds: float = 2.0,
         resync_seconds: float = 10.0,
         timeout_seconds: int = 5,
         max_backoff: float = 30.0,
@@ -255,6 +259,7 @@ class Lifecycle:
         self.cert_manager_certificate = cert_manager_certificate
         self.ungate_remaining = ungate_remaining
         self.uninstall_deadline_seconds = uninstall_deadline_seconds
+        self.admission_settle_seconds = admission_settle_seconds
         self.resync_seconds = resync_seconds
         self.timeout_seconds = timeout_seconds
         self.max_backoff = max_backoff
@@ -569,8 +574,14 @@ class Lifecycle:
                 ],
             )
         # 1. no new pod gets gated from here on: the in-server policy, then the webhook
+        policy_was_there = self._policy_present is not False
         await self._delete_policy()
         deleted = await self._delete_webhook()
+        if deleted or policy_was_there:
+            # The API server applies a deleted policy or webhook configuration for a moment
+            # longer (its informers): let that pass, so the pods it still gates are released
+            # below too.
+            await asyncio.sleep(self.admission_settle_seconds)
         # 2. release every pod still gated
         ungated = 0
         if self.ungate_remaining is not None:

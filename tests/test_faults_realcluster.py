@@ -164,12 +164,13 @@ def _pod_patches(cluster: KubeEnv, ns: str, *, ok_only: bool = True,
     return out
 
 
-def _patches_of(cluster: KubeEnv, ns: str, names: list[str]) -> dict[str, int]:
+def _patches_of(cluster: KubeEnv, ns: str, names: list[str],
+                ok_only: bool = True) -> dict[str, int]:
     """:func:`_pod_patches` once the (batched) audit log holds a PATCH of every pod named,
     within 30 s (then as it is)."""
     deadline = time.monotonic() + 30
     while True:
-        patches = _pod_patches(cluster, ns, flush=0.5)
+        patches = _pod_patches(cluster, ns, ok_only=ok_only, flush=0.5)
         if patches.keys() >= set(names) or time.monotonic() > deadline:
             return patches
 
@@ -204,15 +205,18 @@ def test_controller_sigkilled_during_300_creates_then_restarted(
     _wait(lambda: not _still_gated(cluster, ns), 5.0)
     cleared = time.monotonic() - elected
     assert cleared <= 5.0
-    patches = _patches_of(cluster, ns, names)
-    assert set(patches) == set(names)
-    assert set(patches.values()) == {1}, {k: v for k, v in patches.items() if v != 1}
-    # Attempts: a PATCH cut off by the SIGKILL may be sent again by the new leader, at most
-    # one per worker in flight at the kill.
-    attempts = sum(_pod_patches(cluster, ns, ok_only=False).values())
-    assert attempts - len(names) <= 32, attempts
+    # Every pod was ungated by one PATCH. A PATCH in flight at the SIGKILL may have been
+    # applied although the API server logs it as 504 (its client is gone), or not applied
+    # and sent again by the new leader: at most one extra per worker in flight at the kill.
+    attempts = _patches_of(cluster, ns, names, ok_only=False)
+    assert set(attempts) == set(names)
+    ok = _pod_patches(cluster, ns, flush=0)
+    assert all(ok.get(name, 0) <= 1 for name in names), ok
+    repeated = {name: n for name, n in attempts.items() if n > 1}
+    assert len(repeated) <= 32 and all(n == 2 for n in repeated.values()), repeated
     print(f"SIGKILL during 300 creates: 0 gated {cleared:.2f} s after the new leader; "
-          f"1 successful PATCH per pod, {attempts} PATCH requests")
+          f"{sum(attempts.values())} PATCH requests for 300 pods ({len(repeated)} sent "
+          "twice: cut off by the kill)")
 
 
 def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
@@ -519,6 +523,9 @@ def test_ordered_uninstall_with_50_pods_gated(
         gone = time.monotonic() - resumed
         assert cluster.request("GET", MWC_PATH).status_code == 404
         assert _still_gated(cluster, ns) == []
+        # The API server drops the deleted policy from its admission chain within a moment
+        # (its informer); pods gated meanwhile are placed by the controller with the defaults.
+        _wait(lambda: not _policy_gates(cluster, ns), 30, every=0.2)
         late = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("late", image))
         assert not _gated(late)
         events = _audit(cluster)
