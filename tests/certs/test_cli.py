@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from certs import read_dir
 from podplacement import cli
+from tests.harness.cli import one_line, run_cli
 
 
 def sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
@@ -87,22 +88,6 @@ def test_console_script_runs_generate(tmp_path: Path) -> None:
 
 # --- issue 15: refusals are one line on stderr, exit code 2 ----------------------------------
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``podplacement ARGV`` in-process → (exit code, stdout, stderr); argparse exits too."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    """The single stderr line of a refused command (no traceback, no usage dump)."""
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def test_generate_refuses_to_replace_keys_without_force(

@@ -18,31 +18,15 @@ import yaml
 
 from controller.config import PlacementConfig
 from controller.explain import explain
-from podplacement.cli import main
 from tests.controller.conftest import Images, dockerconfig_secret, unique
 from tests.controller.numa._build import node
+from tests.harness.cli import one_line, run_cli
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry
 
 BIN = Path(sys.executable).parent
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``podplacement ARGV`` in-process → (exit code, stdout, stderr); argparse exits too."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    """The single stderr line of a refused command (no traceback, no usage dump)."""
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def _pod(image: str = "example.test/app:1", name: str = "web", **spec: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from podplacement import cli
+from tests.harness.cli import one_line, run_cli
 from tests.harness.oci import Pusher
 from tests.harness.registry import Registry
 
@@ -129,22 +130,6 @@ def test_secrets_never_reach_the_logs(
 
 # --- issue 15: unusable arguments are one line on stderr, exit code 2 -------------------------
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``podplacement ARGV`` in-process → (exit code, stdout, stderr); argparse exits too."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    """The single stderr line of a refused command (no traceback, no usage dump)."""
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("image", ["UPPER/Case::bad", "", "nginx:bad tag", "a//b"])
