@@ -244,10 +244,8 @@ class Controller:
 
     @staticmethod
     def _make_inflight() -> Any:
-        try:
-            from controller.numa import InFlight
-        except ImportError:
-            return None
+        from controller.numa import InFlight
+
         return InFlight()
 
     def _inspector_stats(self) -> Any:
@@ -680,10 +678,8 @@ def _forget_topology(obj: Mapping[str, Any]) -> None:
     name = str((obj.get("metadata") or {}).get("name") or "")
     if not name:
         return
-    try:
-        from controller.numa._decide import _CACHE
-    except ImportError:
-        return
+    from controller.numa._decide import _CACHE
+
     _CACHE.forget(name)
 
 

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, Protocol, TypedDict
 
+import msgspec
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -200,15 +201,11 @@ class WebhookMetrics:
 # --- selective decoding ----------------------------------------------------------------------
 # orjson builds Python objects for the whole 5 KB review (managedFields, volumes, userInfo, ...)
 # although /mutate reads a handful of fields: that was ~80% of what /mutate cost over the bare
-# endpoint (bench/webhook.py). msgspec, when installed, decodes into the TypedDicts below: it
+# endpoint (bench/webhook.py). msgspec decodes into the TypedDicts below: it
 # checks the JSON syntax of the parts it skips without building objects for them and returns
 # plain dicts holding only the listed keys (~6 us instead of ~16 us for the recorded review),
 # so the pure gating code takes them unchanged. Every field webhook.gating and webhook.patch
 # read must be listed here (tests/webhook/test_fast_review.py checks it with recording dicts).
-try:
-    import msgspec  # type: ignore[import-not-found, unused-ignore]
-except ImportError:  # optional: without it every body takes the orjson path
-    msgspec = None  # type: ignore[assignment]
 
 
 # Every TypedDict keeps only the keys the rules read, and the subtrees below the rules' paths
@@ -269,16 +266,14 @@ class _Review(TypedDict, total=False):
     request: _Request | None
 
 
-#: None without msgspec.
-_REVIEW_DECODER: Any = msgspec.json.Decoder(_Review) if msgspec is not None else None
-_DECODE_ERRORS: tuple[type[Exception], ...] = (
-    (msgspec.MsgspecError,) if msgspec is not None else ()
-)
+#: The selective decoder (tests set it to None to compare with the whole-body path).
+_REVIEW_DECODER: Any = msgspec.json.Decoder(_Review)
+_DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.MsgspecError,)
 
 
 def _parse_review_fast(body: bytes) -> tuple[str, Mapping[str, Any]] | None:
     """``(apiVersion, request)`` decoded with msgspec into the subset of fields /mutate reads;
-    None when msgspec is not installed or declines the body (then orjson parses it whole).
+    None when msgspec declines the body (then orjson parses it whole).
 
     Same answer as the orjson path: a body msgspec cannot decode (bad JSON anywhere, or a
     structural field of the wrong type, e.g. ``request.object`` not an object) is declined

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from controller.config import HOSTNAME_LABEL, TopologyConfig
+from controller.numa import _fast
 from controller.numa._fit import (
     Columns,
     ContainerPlan,
@@ -63,13 +66,6 @@ from controller.podspec import (
     iter_containers,
     qos_class,
 )
-
-try:
-    import numpy as np
-
-    from controller.numa import _fast
-except ImportError:  # pragma: no cover - numpy is installed with the project
-    _fast = None  # type: ignore[assignment]
 
 NODES_WITHOUT_TOPOLOGY_DENY = "Deny"
 _DENY_REASON = "no NodeResourceTopology (nodesWithoutTopology=Deny)"
@@ -453,7 +449,6 @@ def _reference(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
 
 
 def _in_range(amounts: Mapping[str, int]) -> bool:
-    assert _fast is not None
     return all(0 <= amount <= _fast.LIMIT for amount in amounts.values())
 
 
@@ -464,7 +459,6 @@ def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
                  cache: TopologyCache) -> NumaDecision | None:
     """The decision over numpy arrays; None when the inputs are not for arrays (amounts out
     of int64 range, node names that are not unique non-empty strings)."""
-    assert _fast is not None
     f = _fast
     if not all(_in_range(amounts) for amounts in (shape.effective, *shape.score_inputs)):
         return None
@@ -627,7 +621,7 @@ def decide_numa(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     cache.trim()
     shape = _prepare(pod, config, cache)
     held_by_node = inflight.reservations() if inflight is not None else {}
-    if not reference and _fast is not None:
+    if not reference:
         decision = _fast_decide(shape, nodes, nrts, config, node_eligible, held_by_node, cache)
         if decision is not None:
             return decision
