@@ -20,8 +20,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import math
-from bisect import bisect_left
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, Protocol, TypedDict
@@ -30,10 +28,9 @@ import msgspec
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
-from prometheus_client.utils import floatToGoString
 from starlette.requests import ClientDisconnect
 
 from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
@@ -100,19 +97,9 @@ class BodyTimeout(BodyRefused):
     reason = REASON_BODY_TIMEOUT
 
 
-class _Count:
-    """One counter value; a plain attribute increment on the hot path (the app runs on one
-    event loop, so no lock is needed)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
 class WebhookMetrics:
-    """Prometheus metrics of one app, in their own registry (several apps per process in
-    tests). Names start with ``podplacement_webhook_``:
+    """Prometheus metrics of one app (prometheus_client), in their own registry (several apps
+    per process in tests). Names start with ``podplacement_webhook_``:
 
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
     * ``gated_pods_total``: pods the webhook gated;
@@ -120,82 +107,66 @@ class WebhookMetrics:
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;
     * ``connections_refused_total``, ``header_timeouts_total``: connections aborted by the
       server's cap on open connections and header timeout (:mod:`webhook.limits`; the server
-      counts into :attr:`connection_stats`).
+      counts into :attr:`connection_stats`, read at scrape time).
 
-    The values are plain Python ints and floats updated by the request handler and turned
-    into metric families only when ``/metrics`` is scraped (a prometheus_client Counter or
-    Histogram takes a lock and a method call per update: a measurable share of what /mutate
-    costs over the bare endpoint, bench/webhook.py). Handlers and scrapes run on the same
-    event loop, so a scrape always sees a consistent snapshot.
+    The labelled children used per request are resolved once here, so the handler pays one
+    ``inc()`` (prometheus_client's lock included) per count.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self._prefix = f"{METRICS_PREFIX}webhook_"
-        #: ``(outcome, reason)`` -> count.
-        self._requests: dict[tuple[str, str], _Count] = {}
-        self._by_reason = {r: self._child(OUTCOME_SKIPPED, r) for r in SKIP_REASONS}
-        self._by_reason[REASON_GATED] = self._child(OUTCOME_GATED, REASON_GATED)
-        self.ignored = self._child(OUTCOME_IGNORED, REASON_NOT_POD_CREATE)
-        self.bad_request = self._child(OUTCOME_BAD_REQUEST, "")
-        self.body_too_large = self._child(OUTCOME_BAD_REQUEST, REASON_BODY_TOO_LARGE)
-        self.body_timeout = self._child(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
+        p = f"{METRICS_PREFIX}webhook_"
+        self._requests = Counter(f"{p}requests", "AdmissionReview requests by outcome and "
+                                 "skip reason.", ("outcome", "reason"), registry=self.registry)
+        self._by_reason = {r: self._requests.labels(OUTCOME_SKIPPED, r) for r in SKIP_REASONS}
+        self._by_reason[REASON_GATED] = self._requests.labels(OUTCOME_GATED, REASON_GATED)
+        self.ignored = self._requests.labels(OUTCOME_IGNORED, REASON_NOT_POD_CREATE)
+        self.bad_request = self._requests.labels(OUTCOME_BAD_REQUEST, "")
+        self.body_too_large = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TOO_LARGE)
+        self.body_timeout = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
+        self.error = self._requests.labels(OUTCOME_ERROR, "")
+        self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
+        self.gated = Counter(f"{p}gated_pods", "Pods the webhook gated.",
+                             registry=self.registry)
+        self.errors = Counter(f"{p}errors", "Internal errors (pod admitted unchanged).",
+                              registry=self.registry)
+        self.latency = Histogram(f"{p}request_duration_seconds",
+                                 "Time spent handling /mutate, in seconds.",
+                                 buckets=_LATENCY_BUCKETS, registry=self.registry)
         #: Filled by the server's protocol (pass it as ``ConnectionLimits(stats=...)``).
         self.connection_stats = ConnectionStats()
-        self.error = self._child(OUTCOME_ERROR, "")
-        self.released = self._child(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
-        self.gated = _Count()
-        self.errors = _Count()
-        #: Histogram state: per-bucket (non-cumulative) counts, the last one for +Inf.
-        self.latency_bounds = _LATENCY_BUCKETS
-        self.latency_counts = [0] * (len(_LATENCY_BUCKETS) + 1)
-        self.latency_sum = 0.0
-        self.registry.register(self)
-
-    def _child(self, outcome: str, reason: str) -> _Count:
-        return self._requests.setdefault((outcome, reason), _Count())
+        self.registry.register(_ConnectionCollector(p, self.connection_stats))
 
     def decided(self, reason: str) -> None:
         """Count one pod decision (``gated`` or a skip reason)."""
         child = self._by_reason.get(reason)
         if child is None:
-            child = self._by_reason[reason] = self._child(OUTCOME_SKIPPED, reason)
-        child.value += 1
+            child = self._by_reason[reason] = self._requests.labels(OUTCOME_SKIPPED, reason)
+        child.inc()
 
     def observe_latency(self, seconds: float) -> None:
-        """Record one /mutate duration in seconds (bucket ``le`` semantics: a value equal to
-        a bound falls in that bound's bucket)."""
-        self.latency_counts[bisect_left(self.latency_bounds, seconds)] += 1
-        self.latency_sum += seconds
+        """Record one /mutate duration in seconds."""
+        self.latency.observe(seconds)
+
+
+class _ConnectionCollector:
+    """The server's connection counters (:class:`webhook.limits.ConnectionStats`), read at
+    scrape time: the protocol counts them as plain ints on the event loop."""
+
+    def __init__(self, prefix: str, stats: ConnectionStats) -> None:
+        self._prefix = prefix
+        self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        """The metric families at scrape time (prometheus_client custom collector)."""
-        p = self._prefix
-        requests = CounterMetricFamily(
-            f"{p}requests", "AdmissionReview requests by outcome and skip reason.",
-            labels=("outcome", "reason"))
-        for (outcome, reason), count in self._requests.items():
-            requests.add_metric((outcome, reason), count.value)
-        yield requests
-        yield CounterMetricFamily(f"{p}gated_pods", "Pods the webhook gated.",
-                                  value=self.gated.value)
-        yield CounterMetricFamily(f"{p}errors", "Internal errors (pod admitted unchanged).",
-                                  value=self.errors.value)
+        """Two counter families (prometheus_client custom collector)."""
         yield CounterMetricFamily(
-            f"{p}connections_refused", "Connections aborted: the open-connection cap was reached.",
-            value=self.connection_stats.refused)
+            f"{self._prefix}connections_refused",
+            "Connections aborted: the open-connection cap was reached.",
+            value=self._stats.refused)
         yield CounterMetricFamily(
-            f"{p}header_timeouts", "Connections aborted: request headers not received in time.",
-            value=self.connection_stats.header_timeouts)
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, in_bucket in zip((*self.latency_bounds, math.inf), self.latency_counts,
-                                    strict=True):
-            cumulative += in_bucket
-            buckets.append((floatToGoString(bound), cumulative))
-        yield HistogramMetricFamily(
-            f"{p}request_duration_seconds", "Time spent handling /mutate, in seconds.",
-            buckets=buckets, sum_value=self.latency_sum)
+            f"{self._prefix}header_timeouts",
+            "Connections aborted: request headers not received in time.",
+            value=self._stats.header_timeouts)
 
 
 # --- selective decoding ----------------------------------------------------------------------
@@ -428,7 +399,7 @@ def _release(api_version: str, uid: str, pod: Mapping[str, Any], would_gate: boo
         m.decided(REASON_CONTROLLER_UNAVAILABLE)
         return _review_response(api_version, {"uid": uid, "allowed": True,
                                               "warnings": [warning]})
-    m.released.value += 1
+    m.released.inc()
     patch = base64.b64encode(orjson.dumps(release_patch(pod, reason))).decode()
     return _review_response(api_version, {"uid": uid, "allowed": True, "warnings": [warning],
                                           "patchType": "JSONPatch", "patch": patch})
@@ -652,21 +623,21 @@ def create_app(
                 config = config_source.current
                 api_version, review_request = _parse_review(body)
             except BadReview as exc:
-                m.bad_request.value += 1
+                m.bad_request.inc()
                 return _bad_request(str(exc))
             except BodyTooLarge as exc:
-                m.body_too_large.value += 1
+                m.body_too_large.inc()
                 return _refused(exc)
             except BodyTimeout as exc:
-                m.body_timeout.value += 1
+                m.body_timeout.inc()
                 return _refused(exc)
             except Exception as exc:  # e.g. the client went away mid-body
-                m.bad_request.value += 1
+                m.bad_request.inc()
                 return _bad_request(f"could not read the request: {type(exc).__name__}")
             uid = review_request["uid"]
             try:
                 if not _is_pod_create(review_request):
-                    m.ignored.value += 1
+                    m.ignored.inc()
                     return _allowed(api_version, uid)
                 pod, namespace = _pod_and_namespace(review_request)
                 decision = should_gate(pod, namespace=namespace, config=config,
@@ -679,16 +650,16 @@ def create_app(
                 m.decided(decision.reason)
                 if not decision.gate:
                     return _allowed(api_version, uid)
-                m.gated.value += 1
+                m.gated.inc()
                 return _allowed(api_version, uid, _patch_tail(pod))
             except BadReview as exc:
-                m.bad_request.value += 1
+                m.bad_request.inc()
                 return _bad_request(str(exc))
             except Exception:
                 log.exception("admission failed; allowing the pod unchanged",
                               extra={"uid": uid})
-                m.errors.value += 1
-                m.error.value += 1
+                m.errors.inc()
+                m.error.inc()
                 return _review_response(
                     api_version,
                     {"uid": uid, "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]},
