@@ -199,7 +199,8 @@ def test_deployments_are_ha_hardened_and_probed(rendered: list[dict[str, Any]]) 
             for t in terms
         )
         for c in _containers(dep):
-            assert re.fullmatch(r"podplacement:[\w.-]+", c["image"]), c["image"]
+            image = c["image"]  # pinned by tag; an overlay may put it in a registry
+            assert re.fullmatch(r"(?:[\w.-]+(?::\d+)?/)*podplacement:[\w.-]+", image), image
             assert c["command"] == ["podplacement"]
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
             assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
