@@ -42,6 +42,7 @@ Rules (issue 5 items 3-9, issue 6 items 5-7):
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -74,14 +75,34 @@ from controller.platforms import ImageLike, NodeInventory, PlatformSet, supporte
 from controller.podpatch import build_pod_patch
 from controller.podspec import has_gate
 
-# Outcomes
-SET = "set"
-NOT_SET = "not-set"
-FALLBACK = "fallback"
-NO_SUPPORTED_PLATFORM = "no-supported-platform"
-WAIT_NUMA = "wait-numa"
-RETRY = "retry"
-SKIP = "skip"
+
+class Outcome(enum.StrEnum):
+    """The outcome of a :class:`Decision`.
+
+    A :class:`enum.StrEnum`: every member *is* its string value, so the ``result`` of the
+    ``podplacement.io/decision`` annotation (``json.dumps``), the ``outcome`` label of
+    ``podplacement_pods_processed_total`` and log lines read exactly as the plain strings
+    did. Where a plain ``str`` is required (``yaml.safe_dump`` refuses ``str`` subclasses),
+    use ``str(outcome)`` or ``outcome.value``.
+    """
+
+    SET = "set"
+    NOT_SET = "not-set"
+    FALLBACK = "fallback"
+    NO_SUPPORTED_PLATFORM = "no-supported-platform"
+    WAIT_NUMA = "wait-numa"
+    RETRY = "retry"
+    SKIP = "skip"
+
+
+# The module-level names existing imports use (aliases of the members).
+SET = Outcome.SET
+NOT_SET = Outcome.NOT_SET
+FALLBACK = Outcome.FALLBACK
+NO_SUPPORTED_PLATFORM = Outcome.NO_SUPPORTED_PLATFORM
+WAIT_NUMA = Outcome.WAIT_NUMA
+RETRY = Outcome.RETRY
+SKIP = Outcome.SKIP
 
 # Event reasons
 PLACEMENT_DECIDED = "PlacementDecided"
@@ -156,9 +177,10 @@ class Decision:
     """The decision for one pod.
 
     Attributes:
-        outcome: ``set``, ``not-set``, ``fallback``, ``no-supported-platform``,
-            ``wait-numa`` (patch keeps the gate), ``retry`` (no patch; inspect again after
-            backoff) or ``skip`` (pod not ours to handle: no patch).
+        outcome: an :class:`Outcome`: ``set``, ``not-set``, ``fallback``,
+            ``no-supported-platform``, ``wait-numa`` (patch keeps the gate), ``retry`` (no
+            patch; inspect again after backoff) or ``skip`` (pod not ours to handle: no
+            patch).
         reason: one sentence for logs and the annotation.
         patch: the JSON-patch ops (empty for ``retry``/``skip``).
         ungate: True when the patch removes our gate.
@@ -169,7 +191,7 @@ class Decision:
         architectures: the architectures required (empty: none).
     """
 
-    outcome: str
+    outcome: Outcome
     reason: str
     patch: tuple[dict[str, Any], ...] = ()
     ungate: bool = False
@@ -317,7 +339,7 @@ def decide(
     warnings: list[EventSpec] = []
     platforms: PlatformSet | None = None
     archs: tuple[str, ...] = ()
-    outcome = SET
+    outcome: Outcome = SET
     reason = ""
 
     if errors:

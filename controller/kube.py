@@ -38,6 +38,13 @@ APPLY_PATCH = "application/apply-patch+yaml"
 class ApiError(Exception):
     """A non-2xx answer from the API server, or a transport failure (``status`` 0).
 
+    The base of a small family, as kopf's ``errors`` module has: :func:`api_error` picks
+    :class:`NotFound`, :class:`Conflict`, :class:`Invalid`, :class:`Gone` or
+    :class:`Unavailable` from the status (and, for 422, the body), so callers may write
+    ``except NotFound:``. Statuses outside those (400, 401, 403, 405, ...) stay a plain
+    ``ApiError``. The :attr:`not_found`, :attr:`conflict` and :attr:`gone` properties keep
+    working on every instance and agree with the subclasses.
+
     Attributes:
         status: the HTTP status code (0 when no response arrived).
         reason: the Status ``reason`` (``NotFound``, ``Conflict``, ``Invalid``, ...) or the
@@ -65,12 +72,82 @@ class ApiError(Exception):
         ``reference/optimistic-concurrency.json``)."""
         if self.status == 409:
             return True
-        return self.status == 422 and not ((self.body or {}).get("details") or {}).get("causes")
+        return self.status == 422 and not _causes(self.body)
 
     @property
     def gone(self) -> bool:
         """True for 410 (resourceVersion too old)."""
         return self.status == 410
+
+
+class NotFound(ApiError):
+    """404: the object (or the resource) does not exist.
+
+    Kubernetes API conventions, Status reason ``NotFound``; RFC 9110 section 15.5.5.
+    """
+
+
+class Conflict(ApiError):
+    """A write that lost a race: 409, or the 422 without ``details.causes`` that a failed
+    JSON-patch ``test`` operation gets (exactly :attr:`ApiError.conflict`).
+
+    Kubernetes API conventions, Status reason ``Conflict`` (an update with a stale
+    ``resourceVersion``); RFC 9110 section 15.5.10 (409); RFC 6902 section 5 (a failed
+    ``test`` is an error; the API server answers it with 422 and no causes).
+    """
+
+
+class Invalid(ApiError):
+    """422 with ``details.causes``: the object failed validation (a field error list).
+
+    Kubernetes API conventions, Status reason ``Invalid``; RFC 9110 section 15.5.21 (422).
+    """
+
+
+class Gone(ApiError):
+    """410: the requested ``resourceVersion`` is too old (a list or watch must relist).
+
+    Kubernetes API conventions, Status reason ``Gone`` (``Expired`` for a continue token);
+    RFC 9110 section 15.5.11.
+    """
+
+
+class Unavailable(ApiError):
+    """The API server is down or overloaded: a transport failure (``status`` 0, no answer),
+    429 Too Many Requests or a 5xx (500, 502, 503, 504) — what :func:`unavailable` tests.
+
+    RFC 9110 section 15.6 (5xx), RFC 6585 section 4 (429); Kubernetes API conventions,
+    Status reasons ``TooManyRequests``, ``InternalError``, ``ServiceUnavailable``,
+    ``Timeout``.
+    """
+
+
+def _causes(body: Mapping[str, Any] | None) -> bool:
+    return bool(((body or {}).get("details") or {}).get("causes"))
+
+
+def api_error(
+    status: int, reason: str, message: str, body: dict[str, Any] | None = None
+) -> ApiError:
+    """The :class:`ApiError` subclass for an HTTP answer (or a transport failure, ``status``
+    0): 404 :class:`NotFound`, 409 :class:`Conflict`, 422 :class:`Invalid` when the Status
+    lists ``details.causes`` else :class:`Conflict` (a failed JSON-patch ``test``), 410
+    :class:`Gone`, 0/429/500/502/503/504 :class:`Unavailable`; any other status the base
+    :class:`ApiError`. Rules: Kubernetes API conventions (Status reasons) and RFC 9110."""
+    cls: type[ApiError]
+    if status == 404:
+        cls = NotFound
+    elif status == 409:
+        cls = Conflict
+    elif status == 422:
+        cls = Invalid if _causes(body) else Conflict
+    elif status == 410:
+        cls = Gone
+    elif status in _UNAVAILABLE:
+        cls = Unavailable
+    else:
+        cls = ApiError
+    return cls(status, reason, message, body)
 
 
 def request_verb(method: str, path: str, params: Mapping[str, str] | None = None) -> str:
@@ -284,7 +361,9 @@ class KubeAPI:
 
         Raises:
             ApiError: any non-2xx answer (``status``/``reason``/``message`` from the Status
-                body) or a transport error/timeout (``status`` 0, reason ``Transport``).
+                body) or a transport error/timeout (``status`` 0, reason ``Transport``), as
+                the subclass :func:`api_error` picks (:class:`NotFound`, :class:`Conflict`,
+                :class:`Invalid`, :class:`Gone`, :class:`Unavailable`).
         """
         if content_type is None and body is not None:
             if method.upper() == "PATCH":
@@ -317,7 +396,7 @@ class KubeAPI:
                 reason = resp.reason or ""
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._count(method, path, params, 0, started)
-            raise ApiError(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
+            raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
         self._count(method, path, params, status, started)
         decoded: Any = None
         if raw:
@@ -383,7 +462,7 @@ class KubeAPI:
                 if buf.strip():
                     yield orjson.loads(buf)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
+            raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
 
     async def list_all(
         self, path: str, *, params: Mapping[str, str] | None = None, page_size: int = 500
@@ -428,11 +507,11 @@ def _default_kubeconfig(default_location: str) -> str | None:
 
 def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
     if isinstance(decoded, dict) and decoded.get("kind") == "Status":
-        return ApiError(
+        return api_error(
             status, str(decoded.get("reason") or reason), str(decoded.get("message") or ""), decoded
         )
     text = raw.decode("utf-8", "replace")[:2000]
-    return ApiError(status, reason, text, decoded if isinstance(decoded, dict) else None)
+    return api_error(status, reason, text, decoded if isinstance(decoded, dict) else None)
 
 
 EventHandler = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]

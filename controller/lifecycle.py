@@ -67,7 +67,7 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
-from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester
+from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester, NotFound, api_error
 from controller.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     ServiceRef,
@@ -504,7 +504,7 @@ class Lifecycle:
                 if fresh is None:
                     raise
                 config = fresh
-        raise ApiError(409, "Conflict", "could not add the finalizer after 3 attempts")
+        raise api_error(409, "Conflict", "could not add the finalizer after 3 attempts")
 
     async def _remove_finalizer(self, config: dict[str, Any]) -> bool:
         for _ in range(3):
@@ -521,16 +521,16 @@ class Lifecycle:
             try:
                 await self.api.request("PATCH", CONFIG_PATH, body=ops, content_type=JSON_PATCH)
                 return True
+            except NotFound:
+                return False
             except ApiError as exc:
-                if exc.status == 404:
-                    return False
                 if exc.status not in (409, 422):
                     raise
                 fresh = await self._get_config()
                 if fresh is None:
                     return False
                 config = fresh
-        raise ApiError(409, "Conflict", "could not remove the finalizer after 3 attempts")
+        raise api_error(409, "Conflict", "could not remove the finalizer after 3 attempts")
 
     async def _write_status(
         self, config: Mapping[str, Any], wanted: Sequence[ConditionSpec]
@@ -674,10 +674,8 @@ class Lifecycle:
     async def _get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
             return await self.api.request("GET", path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def _delete_policy(self) -> None:
         """Delete the binding, then the policy, unless they are known to be absent (absent
@@ -696,10 +694,8 @@ class Lifecycle:
     async def _delete_webhook(self) -> bool:
         try:
             await self.api.request("DELETE", WEBHOOK_PATH)
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         log.info("deleted MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
         return True
 
@@ -839,10 +835,8 @@ class ServingCertSecret:
     async def _get(self, name: str) -> dict[str, Any] | None:
         try:
             return await self.api.request("GET", self._path(name))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def _write(self, existing: Mapping[str, Any] | None, desired: dict[str, Any]) -> bool:
         """Create ``desired`` or replace ``existing`` (resourceVersion precondition, foreign
@@ -948,10 +942,8 @@ class ServingCertSecret:
 
         try:
             live = await self.api.request("GET", WEBHOOK_PATH)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         common: dict[bytes, bytes] | None = None
         for hook in live.get("webhooks") or []:
             raw = ((hook or {}).get("clientConfig") or {}).get("caBundle")

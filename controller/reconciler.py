@@ -34,7 +34,7 @@ from controller.decision import (
     unique_images,
 )
 from controller.events import EventSink
-from controller.kube import ApiError, Informer, KubeAPI
+from controller.kube import ApiError, Conflict, Informer, KubeAPI, NotFound, api_error
 from controller.metrics import Metrics
 from controller.platforms import node_inventory, supported_platforms
 from controller.podspec import has_gate, node_eligible
@@ -294,18 +294,18 @@ class Reconciler:
                 return self._requeue_after(decision, config)
             try:
                 written = await self._patch(ns, name, list(decision.patch))
-            except ApiError as exc:
-                if exc.not_found:
+            except NotFound:
+                self.forget(uid)
+                return None
+            except Conflict:
+                self.metrics.conflicts.inc()
+                fresh = await self._reread(ns, name, uid)
+                if fresh is None:
                     self.forget(uid)
                     return None
-                if exc.conflict:
-                    self.metrics.conflicts.inc()
-                    fresh = await self._reread(ns, name, uid)
-                    if fresh is None:
-                        self.forget(uid)
-                        return None
-                    pod = fresh
-                    continue
+                pod = fresh
+                continue
+            except ApiError as exc:
                 if exc.status == 422 and decision.ungate:
                     # The server refused our affinity (odd spec): never leave the pod gated.
                     log.warning("pod %s/%s: patch rejected (%s); plain ungate", ns, name,
@@ -317,8 +317,8 @@ class Reconciler:
                     raise
             self._after(written or pod, decision, config, attempt=attempt)
             return self._requeue_after(decision, config)
-        raise ApiError(409, "Conflict", f"pod {ns}/{name}: still stale after "
-                       f"{self.max_conflict_retries + 1} attempts")
+        raise api_error(409, "Conflict", f"pod {ns}/{name}: still stale after "
+                        f"{self.max_conflict_retries + 1} attempts")
 
     def _decide(self, pod: Mapping[str, Any], images: Mapping[str, Any],
                 config: PlacementConfig, config_error: str | None, failures: int) -> Decision:
@@ -349,10 +349,8 @@ class Reconciler:
     async def _reread(self, ns: str, name: str, uid: str) -> dict[str, Any] | None:
         try:
             fresh = await self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
+        except NotFound:
+            return None
         if (fresh.get("metadata") or {}).get("uid") != uid or not has_gate(fresh):
             return None
         return fresh

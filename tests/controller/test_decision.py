@@ -303,3 +303,30 @@ def test_decision_never_raises_on_odd_specs() -> None:
     }
     dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
     assert dec.ungate and dec.outcome == d.SET
+
+
+def test_outcomes_serialise_as_the_plain_strings() -> None:
+    """``Outcome`` is a StrEnum: the annotation JSON, metric labels and log text are
+    byte-identical to what the plain strings gave."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    assert [o.value for o in d.Outcome] == [
+        "set", "not-set", "fallback", "no-supported-platform", "wait-numa", "retry", "skip"]
+    assert d.SET is d.Outcome.SET and d.NOT_SET is d.Outcome.NOT_SET
+    for outcome in d.Outcome:
+        assert json.dumps(outcome) == json.dumps(outcome.value)
+        # logging formats with %s
+        assert str(outcome) == f"{outcome}" == "%s" % outcome == outcome.value  # noqa: UP031
+        assert type(str(outcome)) is str
+    pod = gated_pod()
+    dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
+    assert isinstance(dec.outcome, d.Outcome) and dec.outcome == "set"
+    record = json.loads(dec.annotation)
+    assert record["result"] == "set" and '"result":"set"' in dec.annotation
+    assert json.dumps(record, separators=(",", ":")) == dec.annotation  # plain str round trip
+    ungate = d.plain_ungate(pod, "why")
+    assert ungate.annotation == '{"result":"not-set","reason":"why"}'
+    registry = CollectorRegistry()
+    counter = Counter("processed", "x", ["outcome"], registry=registry)
+    counter.labels(dec.outcome).inc()
+    assert b'processed_total{outcome="set"} 1.0' in generate_latest(registry)
