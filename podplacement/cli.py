@@ -70,23 +70,22 @@ def positive_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (else argparse exits with status 2 and a message)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
-    return value
+    return _finite(text, zero_allowed=False)
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0."""
+    return _finite(text, zero_allowed=True)
+
+
+def _finite(text: str, *, zero_allowed: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text}")
+    if not (math.isfinite(value) and (value >= 0 if zero_allowed else value > 0)):
+        bound = ">= 0" if zero_allowed else "> 0"
+        raise argparse.ArgumentTypeError(f"must be {bound} and finite, got {text}")
     return value
 
 
