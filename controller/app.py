@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +42,8 @@ from controller.config import (
     NUMA_LABEL,
     NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
-    REGISTRIES_CONF_KEY,
     VERSION,
     ConfigError,
-    ObjectRef,
     PlacementConfig,
 )
 from controller.decision import plain_ungate
@@ -63,9 +60,15 @@ from controller.metrics import HealthServer, Metrics
 from controller.podspec import has_gate
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, pod_key, split_key
+from controller.registriessource import (
+    CONFIGMAP_PATH,
+    LoadedRegistries,
+    RegistriesConfigMap,
+    registries_from,
+)
 
 if TYPE_CHECKING:
-    from imageinspect import RegistriesConfig
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,6 @@ NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
 #: The ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
-CONFIGMAP_PATH = "/api/v1/namespaces/{namespace}/configmaps/{name}"
 
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
@@ -202,11 +204,8 @@ class Controller:
         self._inspector = inspector
         self._own_inspector = inspector is None
         self._inspector_key: tuple[float, float, str | None] | None = None
-        #: The registry rules last read from the ConfigMap of
-        #: ``spec.imageInspection.registriesConfigMapRef`` (None: not named, or never read).
-        self.registries_config_map: LoadedRegistries | None = None
-        #: Why the last read of that ConfigMap failed (None after a good read).
-        self.registries_error: str | None = None
+        #: The ConfigMap of ``spec.imageInspection.registriesConfigMapRef`` as last read.
+        self._registries = RegistriesConfigMap()
         self._registries_changed = asyncio.Event()
         self._registries_ready = asyncio.Event()
         self._registries_task: asyncio.Task[None] | None = None
@@ -282,52 +281,20 @@ class Controller:
         return self._inspector
 
     async def refresh_registries(self) -> None:
-        """Read the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef`` once
-        (GET ``/api/v1/namespaces/{ns}/configmaps/{name}``, key ``registries.conf``, a
-        containers-registries.conf(5) v2 document) into :attr:`registries_config_map`.
-
-        No reference in the config: drops the ConfigMap's rules (``--registries-conf``
-        applies again). A missing ConfigMap, a missing key, invalid TOML or a failed request:
-        logged (once per distinct error) into :attr:`registries_error`, and the last good
-        rules stay in use. Never raises (except cancellation)."""
+        """Read the registries ConfigMap of ``spec.imageInspection.registriesConfigMapRef``
+        once (:meth:`controller.registriessource.RegistriesConfigMap.refresh`)."""
         ref = self.config_source()[0].image_inspection.registries_config_map
-        if ref is None:
-            if self.registries_config_map is not None:
-                log.info("registriesConfigMapRef unset: using --registries-conf again")
-            self.registries_config_map = None
-            self.registries_error = None
-            return
-        try:
-            self._load_registries(ref, await self.api.request(
-                "GET", CONFIGMAP_PATH.format(namespace=ref.namespace, name=ref.name),
-                request_timeout=10.0,
-            ))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # never let a bad ConfigMap stop the controller
-            error = f"ConfigMap {ref.namespace}/{ref.name}: {exc}"
-            if error != self.registries_error:
-                log.warning("registries ConfigMap unusable, keeping the previous registry "
-                            "rules: %s", error)
-            self.registries_error = error
+        await self._registries.refresh(self.api, ref)
 
-    def _load_registries(self, ref: ObjectRef, cm: Mapping[str, Any]) -> None:
-        from imageinspect import RegistriesConfig, RegistriesConfigError
+    @property
+    def registries_config_map(self) -> LoadedRegistries | None:
+        """The registry rules last read from the ConfigMap (None: none in use)."""
+        return self._registries.loaded
 
-        text = (cm.get("data") or {}).get(REGISTRIES_CONF_KEY)
-        if not isinstance(text, str):
-            raise RegistriesConfigError(f"no data key {REGISTRIES_CONF_KEY!r}")
-        rv = str((cm.get("metadata") or {}).get("resourceVersion") or "")
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        current = self.registries_config_map
-        if current is not None and current.digest == digest:
-            parsed = current.registries
-        else:
-            parsed = RegistriesConfig.from_toml(text)
-            log.info("registry rules from ConfigMap %s/%s (resourceVersion %s): %d entries",
-                     ref.namespace, ref.name, rv, len(parsed.registries))
-        self.registries_config_map = LoadedRegistries(ref, rv, digest, parsed)
-        self.registries_error = None
+    @property
+    def registries_error(self) -> str | None:
+        """Why the last read of the registries ConfigMap failed (None: it did not)."""
+        return self._registries.error
 
     async def _refresh_registries_loop(self) -> None:
         """Re-read the registries ConfigMap when the config changes and every
@@ -631,45 +598,6 @@ class Controller:
             if exc.not_found:
                 return None
             raise
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedRegistries:
-    """Registry rules read from a ConfigMap: its reference, ``resourceVersion``, the SHA-256
-    hex digest of its ``registries.conf`` text (part of the inspector's rebuild key) and the
-    parsed ``imageinspect.RegistriesConfig``."""
-
-    ref: ObjectRef
-    resource_version: str
-    digest: str
-    registries: RegistriesConfig
-
-
-def registries_from(*, config_map: RegistriesConfig | None = None,
-                    conf_file: str | None = None,
-                    insecure: Iterable[str] = ()) -> RegistriesConfig:
-    """The registry rules the controller's inspector uses.
-
-    Precedence: ``config_map`` (a parsed ``imageinspect.RegistriesConfig`` from the ConfigMap
-    of ``spec.imageInspection.registriesConfigMapRef``) replaces ``conf_file``
-    (``--registries-conf``) entirely; without either, no rules. Every ``insecure`` host
-    (``host[:port]``, ``--insecure-registry``) is then marked insecure on top.
-
-    Raises:
-        OSError / imageinspect.RegistriesConfigError: ``conf_file`` is read (only when no
-            ``config_map``) and is unreadable or invalid.
-    """
-    from imageinspect import RegistriesConfig
-
-    if config_map is not None:
-        registries = config_map
-    elif conf_file:
-        registries = RegistriesConfig.load(conf_file)
-    else:
-        registries = RegistriesConfig()
-    for host in insecure:
-        registries = registries.with_insecure(host)
-    return registries
 
 
 def _forget_topology(obj: Mapping[str, Any]) -> None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from controller.app import Controller, registries_from
+from controller.app import Controller
 from controller.config import CONFIG_NAME, CONFIG_PLURAL, GROUP, REGISTRIES_CONF_KEY, VERSION
 from controller.kube import ApiError, KubeAPI
+from controller.registriessource import registries_from
 from imageinspect import RegistriesConfig, parse_reference
 from tests.controller.conftest import (
     StartController,
