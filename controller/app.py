@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.bindingfeed import PODS_PATH, watch_bindings
 from controller.config import (
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -40,7 +41,6 @@ from controller.config import (
     NRT_PLURAL,
     NRT_VERSION,
     NUMA_LABEL,
-    NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
     VERSION,
     ConfigError,
@@ -52,9 +52,7 @@ from controller.kube import (
     ApiError,
     Informer,
     KubeAPI,
-    next_backoff,
     object_key,
-    retry_delay,
 )
 from controller.metrics import HealthServer, Metrics
 from controller.podspec import has_gate
@@ -72,9 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PODS_PATH = "/api/v1/pods"
-#: Label selector of the NUMA binding feed (:meth:`Controller._watch_bindings`).
-BINDINGS_SELECTOR = f"{NUMA_LABEL}={NUMA_LABEL_PLACED}"
 NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
@@ -82,9 +77,9 @@ NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
 
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
-#: :data:`BINDINGS_SELECTOR`). ``tests/deploy`` checks the RBAC in ``deploy/`` against it
-#: both ways, next to :data:`controller.lifecycle.API_REQUESTS` and the leader election's:
-#: a new request here needs its grant there, and vice versa.
+#: :data:`controller.bindingfeed.BINDINGS_SELECTOR`). ``tests/deploy`` checks the RBAC in
+#: ``deploy/`` against it both ways, next to :data:`controller.lifecycle.API_REQUESTS` and
+#: the leader election's: a new request here needs its grant there, and vice versa.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", PODS_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
@@ -504,52 +499,13 @@ class Controller:
 
     # --- NUMA in-flight accounting ----------------------------------------------------------
     async def _watch_bindings(self, idle_seconds: float = 5.0) -> None:
-        """Feed :class:`controller.numa.InFlight` with the bindings and deletions of the pods
-        this controller ungated toward NUMA candidates: a bound pod holds its requests on
-        its node only, no longer on every candidate; a deleted one holds nothing.
-
-        Selects on the label ``podplacement.io/numa=placed`` that the ungate write sets
-        (:func:`controller.decision.decide`), so the API server sends only those pods, not
-        every ungated pod of the cluster. No field selector: a placed pod deleted before it
-        was bound must reach the accounting too (unbound pods are otherwise ignored by
-        ``observe_pod``). One paged list at (re)start, then a plain watch (no cache, so no
-        memory per pod); only while topology placement is enabled."""
-        params = {"labelSelector": BINDINGS_SELECTOR}
-        rv = ""
-        backoff = 0.5
-        while True:
-            if not self.config_source()[0].topology.enabled:
-                rv = ""
-                self._config_changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._config_changed.wait(), idle_seconds)
-                continue
-            try:
-                if not rv:
-                    # (Re)start: the pods already bound, then their changes from that list.
-                    items, rv = await self.api.list_all(PODS_PATH, params=params)
-                    for item in items:
-                        self.inflight.observe_pod(item)
-                async for event in self.api.watch(PODS_PATH, params=params,
-                                                  resource_version=rv,
-                                                  timeout_seconds=self.options.watch_timeout):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        rv = ""  # 410 Gone: list again
-                        break
-                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                    if event.get("type") == "BOOKMARK":
-                        continue
-                    self.inflight.observe_pod(obj, deleted=event.get("type") == "DELETED")
-                backoff = 0.5
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.info("binding watch: %s", exc)
-                if isinstance(exc, ApiError) and exc.gone:
-                    rv = ""
-                await asyncio.sleep(retry_delay(backoff, exc))
-                backoff = next_backoff(backoff, exc, 30.0)
+        """Feed the in-flight NUMA accounting with bindings and deletions
+        (:func:`controller.bindingfeed.watch_bindings`) while topology placement is on."""
+        await watch_bindings(
+            self.api, inflight=lambda: self.inflight,
+            enabled=lambda: self.config_source()[0].topology.enabled,
+            changed=self._config_changed, watch_timeout=self.options.watch_timeout,
+            idle_seconds=idle_seconds)
 
     # --- uninstall -----------------------------------------------------------------------
     async def ungate_remaining(self, deadline_seconds: float) -> int:
