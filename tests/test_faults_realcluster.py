@@ -40,7 +40,7 @@ from podplacement.sandbox.product import (
 )
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster
+from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -124,15 +124,6 @@ def _still_gated(cluster: KubeEnv, ns: str) -> list[str]:
             if _gated(p)]
 
 
-def _wait(check: Any, within: float, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"not within {within} s; last: {last!r}")
 
 
 def _audit(cluster: KubeEnv, flush: float = 2.5) -> list[dict[str, Any]]:
@@ -188,7 +179,7 @@ def test_controller_sigkilled_during_300_creates_then_restarted(
     killed = threading.Event()
 
     def killer() -> None:
-        _wait(lambda: len(cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]) >= 100, 60,
+        wait_for(lambda: len(cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]) >= 100, 60,
               every=0.02)
         product.controllers[0].stop(signal.SIGKILL)
         killed.set()
@@ -200,9 +191,9 @@ def test_controller_sigkilled_during_300_creates_then_restarted(
     assert killed.is_set()
     assert all(_gated(p) for p in created), "every pod is gated at creation"
     new = product.start_controller("after-kill")
-    _wait(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
+    wait_for(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
     elected = time.monotonic()
-    _wait(lambda: not _still_gated(cluster, ns), 5.0)
+    wait_for(lambda: not _still_gated(cluster, ns), 5.0)
     cleared = time.monotonic() - elected
     assert cleared <= 5.0
     # Every pod was ungated by one PATCH. A PATCH in flight at the SIGKILL may have been
@@ -224,7 +215,7 @@ def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
 ) -> None:
     product: Product = product_factory(controllers=2)
     _create_many(cluster, ns, image, [f"a-{i}" for i in range(100)])
-    _wait(lambda: not _still_gated(cluster, ns), 30)
+    wait_for(lambda: not _still_gated(cluster, ns), 30)
     logs = [c.log() for c in product.controllers]
     leaders = [i for i, log in enumerate(logs) if _leader_at(log)]
     assert len(leaders) == 1, logs
@@ -235,13 +226,13 @@ def test_two_controllers_one_leader_one_patch_per_pod_and_takeover(
     leader, standby = product.controllers[leaders[0]], product.controllers[1 - leaders[0]]
     leader.stop(signal.SIGKILL)
     killed = time.monotonic()
-    _wait(lambda: _leader_at(standby.log()), LEASE_SECONDS * 3)
+    wait_for(lambda: _leader_at(standby.log()), LEASE_SECONDS * 3)
     takeover = time.monotonic() - killed
     assert takeover <= LEASE_SECONDS + 2.5, takeover  # + the standby's retry period
     print(f"two controllers: 1 leader, 1 PATCH per pod; takeover {takeover:.1f} s after "
           f"SIGKILL (lease {LEASE_SECONDS:.0f} s)")
     _create_many(cluster, ns, image, [f"b-{i}" for i in range(20)])
-    _wait(lambda: not _still_gated(cluster, ns), 30)
+    wait_for(lambda: not _still_gated(cluster, ns), 30)
 
 
 def test_graceful_rolling_restart_lets_no_pod_escape_the_gate(
@@ -268,7 +259,7 @@ def test_graceful_rolling_restart_lets_no_pod_escape_the_gate(
         new = product.start_controller("rolled-in")
         time.sleep(0.5)
         product.controllers[0].stop(signal.SIGTERM)  # graceful: releases the lease
-        _wait(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
+        wait_for(lambda: _leader_at(new.log()), LEASE_SECONDS * 3)
         time.sleep(1.0)
     finally:
         stop.set()
@@ -277,7 +268,7 @@ def test_graceful_rolling_restart_lets_no_pod_escape_the_gate(
     assert results and escaped == [], f"{len(escaped)} of {len(results)} escaped the gate"
     print(f"graceful rolling restart: {len(results)} pods created, 0 escaped the gate")
     assert cluster.request("GET", MWC_PATH).status_code == 200
-    _wait(lambda: not _still_gated(cluster, ns), 30)
+    wait_for(lambda: not _still_gated(cluster, ns), 30)
 
 
 POLICY_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/"
@@ -301,10 +292,10 @@ def test_webhook_killed_or_stopped_no_pod_escapes_with_the_admission_policy(
     gate is added inside the API server: a stopped or killed webhook lets no pod through
     ungated, and the controller places them all."""
     product: Product = product_factory()
-    _wait(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
+    wait_for(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
     product.webhook.popen.send_signal(signal.SIGSTOP)
     try:
-        _wait(lambda: _policy_gates(cluster, ns), 30)
+        wait_for(lambda: _policy_gates(cluster, ns), 30)
         t0 = time.monotonic()
         stopped = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("stopped", image))
         waited = time.monotonic() - t0
@@ -315,7 +306,7 @@ def test_webhook_killed_or_stopped_no_pod_escapes_with_the_admission_policy(
     created = _create_many(cluster, ns, image, [f"k-{i}" for i in range(30)])
     escaped = [p["metadata"]["name"] for p in created if not _gated(p)]
     assert escaped == []
-    _wait(lambda: not _still_gated(cluster, ns), 30)
+    wait_for(lambda: not _still_gated(cluster, ns), 30)
     for pod in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
         decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
         assert decision["result"] == "set", decision
@@ -333,8 +324,8 @@ def test_webhook_down_fails_open_with_mechanism_webhook(
     product: Product = product_factory()
     cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": "Webhook"}}})
     try:
-        _wait(lambda: cluster.request("GET", POLICY_PATH).status_code == 404, 30)
-        _wait(lambda: not _policy_gates_without_webhook(cluster, ns, product), 30)
+        wait_for(lambda: cluster.request("GET", POLICY_PATH).status_code == 404, 30)
+        wait_for(lambda: not _policy_gates_without_webhook(cluster, ns, product), 30)
         mwc = cluster.get(MWC_PATH)
         assert {h["failurePolicy"] for h in mwc["webhooks"]} == {"Ignore"}
         timeout = max(h.get("timeoutSeconds", 10) for h in mwc["webhooks"])
@@ -356,7 +347,7 @@ def test_webhook_down_fails_open_with_mechanism_webhook(
               f"{timeout} s), ungated; SIGKILL: {killed_wait:.2f} s, ungated (fail open)")
     finally:
         cluster.patch(CONFIG_PATH, {"spec": {"admission": None}})
-        _wait(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
+        wait_for(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
 
 
 def _policy_gates_without_webhook(cluster: KubeEnv, ns: str, product: Product) -> bool:
@@ -376,7 +367,7 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
     webhook releases pods at admission (decision ``controller-unavailable``, a warning);
     when the controller is back, pods are gated and placed again."""
     product: Product = product_factory(webhook_options=("--controller-unavailable-after", "5"))
-    _wait(lambda: _policy_gates(cluster, ns), 30)
+    wait_for(lambda: _policy_gates(cluster, ns), 30)
     controller = product.controllers[0]
     controller.popen.send_signal(signal.SIGSTOP)
     try:
@@ -389,7 +380,7 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
                                  _pod(f"r-{uuid.uuid4().hex[:6]}", image))
             return None if _gated(pod) else pod
 
-        pod = _wait(released, 30, every=0.5)
+        pod = wait_for(released, 30, every=0.5)
         after = time.monotonic() - stopped
         decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
         assert decision["result"] == "controller-unavailable"
@@ -401,8 +392,8 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
         return _gated(cluster.create(f"/api/v1/namespaces/{ns}/pods",
                                      _pod(f"b-{uuid.uuid4().hex[:6]}", image)))
 
-    _wait(gated_again, 30, every=0.5)
-    _wait(lambda: not _still_gated(cluster, ns), 30)
+    wait_for(gated_again, 30, every=0.5)
+    wait_for(lambda: not _still_gated(cluster, ns), 30)
     print(f"controller stopped: pods released at admission {after:.1f} s later "
           "(threshold 5 s), gated again once it renewed its Lease")
 
@@ -415,7 +406,7 @@ def test_apiserver_outage_then_new_pods_placed_within_2s_of_readyz(
     product_factory(check_rbac=False)
     assert cluster.plane is not None
     cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("before", image))
-    _wait(lambda: not _still_gated(cluster, ns), 20)
+    wait_for(lambda: not _still_gated(cluster, ns), 20)
     cluster.close()
     cluster.plane.restart_apiserver(down_seconds=outage)  # returns once /readyz is 200
     ready = time.monotonic()
@@ -429,7 +420,7 @@ def test_apiserver_outage_then_new_pods_placed_within_2s_of_readyz(
             time.sleep(0.1)
             name = f"after-{attempt}"
     assert _gated(pod)
-    _wait(lambda: not _still_gated(cluster, ns), 10, every=0.05)
+    wait_for(lambda: not _still_gated(cluster, ns), 10, every=0.05)
     placed = time.monotonic() - ready
     print(f"outage {outage:.0f} s: new pod placed {placed:.2f} s after /readyz")
     assert placed <= 2.0, f"placed {placed:.1f} s after /readyz"
@@ -482,7 +473,7 @@ def test_registry_down_missing_tag_and_black_hole_end_ungated_with_a_fallback_wa
                 "hole": f"{hole}/faults/hole:v1"}
         for name, ref in refs.items():
             cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(name, ref))
-        _wait(lambda: not _still_gated(cluster, ns), 60, every=0.2)
+        wait_for(lambda: not _still_gated(cluster, ns), 60, every=0.2)
         took = time.monotonic() - started
         for name in refs:
             pod = cluster.get(f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -519,13 +510,13 @@ def test_ordered_uninstall_with_50_pods_gated(
         product.controllers[0].popen.send_signal(signal.SIGCONT)
         resumed = time.monotonic()
     try:
-        _wait(lambda: cluster.request("GET", cfg).status_code == 404, 60)
+        wait_for(lambda: cluster.request("GET", cfg).status_code == 404, 60)
         gone = time.monotonic() - resumed
         assert cluster.request("GET", MWC_PATH).status_code == 404
         assert _still_gated(cluster, ns) == []
         # The API server drops the deleted policy from its admission chain within a moment
         # (its informer); pods gated meanwhile are placed by the controller with the defaults.
-        _wait(lambda: not _policy_gates(cluster, ns), 30, every=0.2)
+        wait_for(lambda: not _policy_gates(cluster, ns), 30, every=0.2)
         late = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("late", image))
         assert not _gated(late)
         events = _audit(cluster)

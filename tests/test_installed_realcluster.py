@@ -29,7 +29,7 @@ from controller.config import (
 from podplacement.sandbox.product import Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster
+from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -64,14 +64,7 @@ def ns(cluster: KubeEnv) -> Iterator[str]:
 
 
 def _wait(check: Any, within: float = 60.0, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"not within {within} s; last: {last!r}")
+    return wait_for(check, within, every)
 
 
 def _arch_in(pod: dict[str, Any]) -> list[list[str]]:

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from podplacement.sandbox.controlplane import AssetsNotFound
-from tests.harness.kube import KubeEnv, start_localkube, start_real
+from tests.harness.kube import KubeEnv, start_localkube
 
 
 @pytest.fixture(scope="session")
@@ -51,14 +50,9 @@ def fresh_localkube(tmp_path: Path) -> Iterator[KubeEnv]:
 @pytest.fixture(scope="session")
 def real_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     """The session's real control plane (skips when no binaries are found)."""
-    try:
-        env = start_real(tmp_path_factory.mktemp("realkube"), nodes=(), scheduler=False)
-    except AssetsNotFound as exc:
-        pytest.skip(str(exc))
-    try:
-        yield env
-    finally:
-        env.stop()
+    from tests.harness.realcluster import real_cluster
+
+    yield from real_cluster(tmp_path_factory, "realkube", nodes=(), scheduler=False)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,16 @@ def checked_namespace(cluster: KubeEnv, prefix: str) -> Iterator[str]:
         check_bindings(cluster, name)
     finally:
         cluster.delete(f"/api/v1/namespaces/{name}")
+
+
+def wait_for(check: Callable[[], Any], within: float, every: float = 0.1) -> Any:
+    """Call ``check`` every ``every`` seconds until it returns something true (returned), for
+    at most ``within`` seconds. Raises: AssertionError with the last value."""
+    deadline = time.monotonic() + within
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"not within {within} s; last: {last!r}")

@@ -5,6 +5,7 @@ between callers with different credentials."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,16 @@ async def test_wrong_password_at_the_token_server(
     assert "wrong" not in str(info.value)
 
 
+async def _through(proxy: FaultProxy, registry: Registry,
+                   make_inspector: InspectorFactory) -> tuple[Any, list[Any]]:
+    """An inspector that reaches ``registry`` through the fault ``proxy`` (plain HTTP to the
+    proxy, the registry's CA trusted), and the credentials matching the proxy's host."""
+    from tests.imageinspect.conftest import insecure
+
+    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(registry))
+    return insp, [_cred(registry, pattern=proxy.host)]
+
+
 async def test_a_rejected_cached_token_is_replaced_once(
     token_registry: Registry,
     token_images: None,
@@ -177,13 +188,11 @@ async def test_a_rejected_cached_token_is_replaced_once(
 ) -> None:
     import httpx
 
-    from tests.imageinspect.conftest import insecure
 
     ts = token_registry.token_server
     assert ts is not None
     proxy = fault_proxy(token_registry)  # type: ignore[operator]
-    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(token_registry))
-    creds = [_cred(token_registry, pattern=proxy.host)]
+    insp, creds = await _through(proxy, token_registry, make_inspector)
     await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
     tokens_before = len(ts.token_requests())
     async with httpx.AsyncClient() as client:
@@ -371,14 +380,12 @@ async def test_a_token_rejected_under_a_changed_realm_is_fetched_from_the_new_re
     fault_proxy: object,
     make_inspector: InspectorFactory,
 ) -> None:
-    from tests.imageinspect.conftest import insecure
 
     ts = token_registry.token_server
     assert ts is not None
     proxy = fault_proxy(token_registry)  # type: ignore[operator]
     new_realm = fault_proxy(ts.url, ca_pem=token_registry.ca_pem)  # type: ignore[operator]
-    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(token_registry))
-    creds = [_cred(token_registry, pattern=proxy.host)]
+    insp, creds = await _through(proxy, token_registry, make_inspector)
     await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
     # The registry rejects the cached token once and names another realm.
     proxy.add_rule(
@@ -400,13 +407,11 @@ async def test_a_registry_that_keeps_refusing_is_rechallenged_only_once(
     fault_proxy: object,
     make_inspector: InspectorFactory,
 ) -> None:
-    from tests.imageinspect.conftest import insecure
 
     ts = token_registry.token_server
     assert ts is not None
     proxy = fault_proxy(token_registry)  # type: ignore[operator]
-    insp = await make_inspector(registries=insecure(proxy.host), ca_bundles=trust(token_registry))
-    creds = [_cred(token_registry, pattern=proxy.host)]
+    insp, creds = await _through(proxy, token_registry, make_inspector)
     await insp.inspect(f"{proxy.host}/auth/app:v1", creds)
     # Every manifest request is now refused with the registry's (valid) challenge.
     proxy.add_rule(
