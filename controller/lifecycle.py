@@ -427,23 +427,8 @@ class Lifecycle:
 
     async def _apply_webhook(self, desired: dict[str, Any]) -> str:
         """Create the webhook configuration, or update it when it drifted; return the action."""
-        live = await self._get_webhook()
-        if live is None:
-            try:
-                await self.api.request("POST", WEBHOOK_COLLECTION_PATH, body=desired)
-                log.info("created MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
-                return "created"
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
-                live = await self._get_webhook()
-                if live is None:
-                    raise
-        if not webhook_drifted(live, desired):
-            return "unchanged"
-        await self.api.request("PUT", WEBHOOK_PATH, body=self._update_body(live, desired))
-        log.info("reverted drift of MutatingWebhookConfiguration %s", WEBHOOK_CONFIGURATION_NAME)
-        return "updated"
+        return await self._apply_object(WEBHOOK_COLLECTION_PATH, WEBHOOK_PATH, desired,
+                                        drifted=webhook_drifted, update_body=self._update_body)
 
     def _update_body(self, live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
         """The PUT body: the live object's metadata (resourceVersion precondition, foreign
@@ -603,9 +588,6 @@ class Lifecycle:
     async def _get_config(self) -> dict[str, Any] | None:
         return await self._get_or_none(CONFIG_PATH)
 
-    async def _get_webhook(self) -> dict[str, Any] | None:
-        return await self._get_or_none(WEBHOOK_PATH)
-
     # --- the admission policy -------------------------------------------------------------
     async def _policy_served(self) -> bool:
         """True when the API server serves ``mutatingadmissionpolicies`` in
@@ -639,22 +621,33 @@ class Lifecycle:
                 await self._delete_policy()
                 return False, ""
             await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
-                                     admissionpolicy.desired_policy(config))
+                                     admissionpolicy.desired_policy(config),
+                                     drifted=admissionpolicy.policy_drifted,
+                                     update_body=self._replacement)
             self._policy_present = True
             await self._apply_object(BINDING_COLLECTION_PATH, BINDING_PATH,
-                                     admissionpolicy.desired_binding(config, selection))
+                                     admissionpolicy.desired_binding(config, selection),
+                                     drifted=admissionpolicy.policy_drifted,
+                                     update_body=self._replacement)
         except ApiError as exc:
             log.warning("admission policy %s: %s", ADMISSION_POLICY_NAME, exc)
             return False, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}"
         return True, ""
 
-    async def _apply_object(self, collection: str, path: str, desired: dict[str, Any]) -> str:
-        """Create ``desired`` or replace its spec when it drifted; the action taken."""
+    async def _apply_object(
+        self, collection: str, path: str, desired: dict[str, Any], *,
+        drifted: Callable[[Mapping[str, Any], Mapping[str, Any]], bool],
+        update_body: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]],
+    ) -> str:
+        """Create ``desired`` (a 409 means another writer was first: read it), or PUT
+        ``update_body(live, desired)`` when ``drifted(live, desired)``; the action taken
+        (``created``, ``unchanged``, ``updated``)."""
+        name, kind = desired["metadata"]["name"], desired["kind"]
         live = await self._get_or_none(path)
         if live is None:
             try:
                 await self.api.request("POST", collection, body=desired)
-                log.info("created %s %s", desired["kind"], ADMISSION_POLICY_NAME)
+                log.info("created %s %s", kind, name)
                 return "created"
             except ApiError as exc:
                 if exc.status != 409:
@@ -662,14 +655,20 @@ class Lifecycle:
                 live = await self._get_or_none(path)
                 if live is None:
                     raise
-        if not admissionpolicy.policy_drifted(live, desired):
+        if not drifted(live, desired):
             return "unchanged"
+        await self.api.request("PUT", path, body=update_body(live, desired))
+        log.info("reverted drift of %s %s", kind, name)
+        return "updated"
+
+    @staticmethod
+    def _replacement(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+        """The PUT body of a policy or binding: ``desired`` with the live metadata
+        (resourceVersion precondition, foreign fields) and ours merged in."""
         meta = dict(live.get("metadata") or {})
         meta.pop("managedFields", None)
-        await self.api.request("PUT", path, body={**desired, "metadata": {
-            **meta, **{k: v for k, v in desired["metadata"].items() if k != "name"}}})
-        log.info("reverted drift of %s %s", desired["kind"], ADMISSION_POLICY_NAME)
-        return "updated"
+        meta.update({k: v for k, v in desired["metadata"].items() if k != "name"})
+        return {**desired, "metadata": meta}
 
     async def _get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
