@@ -46,6 +46,18 @@ ADMISSION_POLICY_NAME = "podplacement-gate"
 #: ``spec.admission.mechanism``: the policy when the API server serves it, or the webhook only.
 ADMISSION_AUTO = "Auto"
 ADMISSION_WEBHOOK = "Webhook"
+#: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
+FAST_PATHS_ENABLED = "Enabled"
+FAST_PATHS_DISABLED = "Disabled"
+#: The params object of the admission policy: cluster-scoped ``ImagePlatforms`` named
+#: ``cluster``, ``spec.images``: image reference as written in pods → sorted, comma-separated
+#: ``os/arch`` platforms; anonymous inspection results only (issue 14).
+PARAMS_KIND = "ImagePlatforms"
+PARAMS_PLURAL = "imageplatforms"
+PARAMS_NAME = "cluster"
+#: Bounds of ``spec.images`` (also in the CRD's schema): entries, and bytes of the whole map.
+PARAMS_MAX_ENTRIES = 5000
+PARAMS_MAX_BYTES = 1_000_000
 FIELD_MANAGER = "podplacement"
 
 #: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
@@ -166,6 +178,7 @@ class PlacementConfig:
     image_inspection: ImageInspectionConfig = field(default_factory=ImageInspectionConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     admission_mechanism: str = ADMISSION_AUTO
+    admission_fast_paths: str = FAST_PATHS_ENABLED
     generation: int = 0
 
     @classmethod
@@ -213,10 +226,15 @@ class PlacementConfig:
             unsatisfiable=str(topo.get("unsatisfiable", "Wait")),
         )
         selector = spec.get("namespaceSelector")
-        mechanism = _mapping(spec, "admission", "spec").get("mechanism", ADMISSION_AUTO)
+        admission = _mapping(spec, "admission", "spec")
+        mechanism = admission.get("mechanism", ADMISSION_AUTO)
         if mechanism not in (ADMISSION_AUTO, ADMISSION_WEBHOOK):
             raise ConfigError("spec.admission.mechanism",
                               f"must be {ADMISSION_AUTO} or {ADMISSION_WEBHOOK}, got {mechanism!r}")
+        fast_paths = admission.get("fastPaths", FAST_PATHS_ENABLED)
+        if fast_paths not in (FAST_PATHS_ENABLED, FAST_PATHS_DISABLED):
+            raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
+                              f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -225,6 +243,7 @@ class PlacementConfig:
             image_inspection=inspection,
             topology=topology,
             admission_mechanism=str(mechanism),
+            admission_fast_paths=str(fast_paths),
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 

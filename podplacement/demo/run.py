@@ -80,6 +80,7 @@ log = logging.getLogger("podplacement.demo")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_FILES = (
     REPO_ROOT / "deploy" / "crds" / "podplacementconfig.yaml",
+    REPO_ROOT / "deploy" / "crds" / "imageplatforms.yaml",
     REPO_ROOT / "deploy" / "optional" / "noderesourcetopology-crd.yaml",
 )
 MWC_PATH = (
