@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -170,6 +170,9 @@ class NumaLike(Protocol):
     @property
     def strategy(self) -> str: ...
     def node_policies(self) -> tuple[str, ...]: ...
+    def policies(self) -> tuple[str, ...]: ...
+    @property
+    def verdicts(self) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,10 @@ class Decision:
         events: Events to emit (at most one per decision).
         platforms: the supported platform set (None when images failed).
         architectures: the architectures required (empty: none).
+        numa: the NUMA decision the placement was made with (typed candidates, hostnames,
+            scores and per-node verdicts), or None when NUMA placement was off.
+        numa_placed: True when the patch narrows the pod to NUMA candidates (the
+            reconciler then holds the pod's requests on them: in-flight accounting).
     """
 
     outcome: Outcome
@@ -200,6 +207,8 @@ class Decision:
     events: tuple[EventSpec, ...] = ()
     platforms: PlatformSet | None = None
     architectures: tuple[str, ...] = ()
+    numa: NumaLike | None = None
+    numa_placed: bool = False
 
 
 def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
@@ -288,6 +297,7 @@ def decide(
     failures: int = 0,
     numa_waited_seconds: float = 0.0,
     config_error: str | None = None,
+    platforms: PlatformSet | None = None,
 ) -> Decision:
     """Decide placement for ``pod``.
 
@@ -302,6 +312,9 @@ def decide(
         numa_waited_seconds: how long the pod has waited for NUMA candidates so far.
         config_error: the PodPlacementConfig could not be parsed (defaults are used; the
             annotation mentions it).
+        platforms: the supported platforms of the pod's images when the caller already
+            computed them (:func:`controller.plan.plan` does, once per pod); else computed
+            here.
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
@@ -337,7 +350,7 @@ def decide(
     if not isinstance(node_selector, Mapping):
         node_selector = {}
     warnings: list[EventSpec] = []
-    platforms: PlatformSet | None = None
+    given_platforms, platforms = platforms, None
     archs: tuple[str, ...] = ()
     outcome: Outcome = SET
     reason = ""
@@ -364,7 +377,8 @@ def decide(
         outcome = NOT_SET
         reason = "pod has no container images"
     else:
-        platforms = supported_platforms([results[i] for i in wanted])
+        platforms = (given_platforms if given_platforms is not None
+                     else supported_platforms([results[i] for i in wanted]))
         record["platforms"] = platforms.strings()
         if platforms.empty:
             outcome = NO_SUPPORTED_PLATFORM
@@ -474,6 +488,7 @@ def decide(
                     events=wait_events,
                     platforms=platforms,
                     architectures=archs,
+                    numa=numa,
                 )
             why = (
                 "unsatisfiable: Ungate"
@@ -520,6 +535,8 @@ def decide(
         events=events,
         platforms=platforms,
         architectures=archs,
+        numa=numa,
+        numa_placed=labels.get(NUMA_LABEL) == NUMA_LABEL_PLACED,
     )
 
 

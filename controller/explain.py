@@ -5,7 +5,7 @@ inject.
 
 Pure: the caller supplies the pod, the Nodes, the NRTs (dicts as ``kubectl get -o yaml``
 prints them) and the inspection result per image; :func:`explain` runs the same decision code
-as the controller (:func:`controller.decision.decide` and :func:`controller.numa.decide_numa`)
+as the controller (:func:`controller.plan.plan`, with the same in-flight NUMA holds when given)
 on a gated copy of the pod, applies the resulting JSON patch to that copy and reads the
 affinity back. Renderers turn the report into a table, JSON or YAML.
 """
@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from controller.config import SCHEDULING_GATE, PlacementConfig
-from controller.decision import FALLBACK, Decision, decide, unique_images
-from controller.numa import NumaDecision, decide_numa
-from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
+from controller.decision import FALLBACK, Decision, unique_images
+from controller.numa import InFlight
+from controller.plan import plan, pod_platforms
+from controller.platforms import ImageLike, PlatformSet
 from controller.podspec import has_gate, node_ineligibility, unescape_pointer
 
 OUTPUTS = ("table", "json", "yaml")
@@ -114,7 +116,8 @@ def apply_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
 def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             nrts: Mapping[str, Mapping[str, Any]],
             platforms_by_image: Mapping[str, ImageLike | BaseException],
-            config: PlacementConfig) -> dict[str, Any]:
+            config: PlacementConfig, *, inflight: InFlight | None = None,
+            now: float | None = None) -> dict[str, Any]:
     """Explain where ``pod`` would be placed and why.
 
     Args:
@@ -124,6 +127,9 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         platforms_by_image: per distinct image reference, the inspection result
             (``imageinspect.ImageInfo`` or anything with ``platforms``) or the exception.
         config: the PodPlacementConfig to apply (``topology`` decides the NUMA part).
+        inflight: pods already ungated toward NUMA candidates, held as the controller holds
+            them (:func:`controller.plan.inflight_from_pods` rebuilds them from the pods).
+        now: UNIX seconds (default: the clock), for the NUMA wait of a gated pod.
     Returns:
         ``{"pod": "ns/name", "images": [{"image", "digest", "platforms": ["os/arch[/variant]"]}],
         "architectures": [...], "outcome": str, "reason": str, "numa": {...} | None,
@@ -137,24 +143,17 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     meta = pod.get("metadata") or {}
     images = list(unique_images(pod))
     results = {img: platforms_by_image.get(img) for img in images}
-    good = [r for r in results.values() if r is not None and not isinstance(r, BaseException)]
-    failed = len(good) != len(images)
-    platforms = None if failed else supported_platforms(good)
+    platforms = pod_platforms(pod, {k: v for k, v in results.items() if v is not None})
     node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-
     reasons = {_node_name(n): _ineligibility(n, node_selector, platforms) for n in nodes}
-    numa: NumaDecision | None = None
-    if config.topology.enabled and not failed and not (platforms and platforms.empty
-                                                          and platforms.image_count):
-        numa = decide_numa(pod, nodes, nrts, config.topology,
-                           node_eligible=lambda n: reasons[_node_name(n)] is None)
 
     gated = _gated(pod)
-    decision: Decision = decide(
+    decision: Decision = plan(
         gated, {k: v if v is not None else LookupError("not inspected")
                 for k, v in results.items()},
-        config, nodes=node_inventory(nodes), numa=numa,
-        failures=config.image_inspection.max_retries)
+        config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
+        inflight=inflight, failures=config.image_inspection.max_retries)
+    numa = decision.numa
     patched = apply_patch(gated, decision.patch) if decision.patch else gated
     affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
 

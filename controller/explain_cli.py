@@ -38,11 +38,13 @@ from typing import Any
 
 import yaml
 
+from controller.bindingfeed import BINDINGS_SELECTOR
 from controller.config import ConfigError, PlacementConfig
 from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
 from controller.kube import ApiError, Informer, KubeAPI, _default_kubeconfig
 from controller.numa import STRATEGIES, QuantityError
+from controller.plan import inflight_from_pods
 from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
 from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 
@@ -349,6 +351,7 @@ def _check_pod(where: str, pod: Mapping[str, Any]) -> None:
 async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     """Read what is missing from the cluster, inspect the images, run the decision."""
     credentials: list[Any] = list(inputs.settings.credentials) if inputs.settings else []
+    placed: list[dict[str, Any]] = []
     if not inputs.cluster:
         assert inputs.pod is not None
         pod = inputs.pod
@@ -368,6 +371,8 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
                                   lambda: _context_namespace(path, args.context))
             nodes, nrt_list = await read_cluster_objects(api)
             config = _config(args, inputs.config, bool(nrt_list))
+            if config.topology.enabled:
+                placed = await numa_placed_pods(api)
             if inputs.assumed is None:
                 credentials = await cluster_credentials(api, pod, config) + credentials
     if inputs.assumed is not None:
@@ -377,7 +382,31 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
         assert inputs.settings is not None
         results = await inspect_images(pod, inputs.settings, credentials,
                                        config.image_inspection.registry_timeout_seconds)
-    return explain(pod, _nodes_only(nodes), _by_name(nrt_list), results, config)
+    nrts = _by_name(nrt_list)
+    uid = (pod.get("metadata") or {}).get("uid")
+    inflight = inflight_from_pods(
+        (p for p in placed if (p.get("metadata") or {}).get("uid") != uid), nrts)
+    return explain(pod, _nodes_only(nodes), nrts, results, config, inflight=inflight)
+
+
+async def numa_placed_pods(api: KubeAPI) -> list[dict[str, Any]]:
+    """The pods the controller placed toward NUMA candidates (label
+    ``podplacement.io/numa=placed``): their requests are still held on those nodes until the
+    NRTs show them, so explain holds them too (:func:`controller.plan.inflight_from_pods`).
+    Not allowed to list pods cluster-wide (403): a warning, and none are held.
+
+    Raises:
+        ClusterError: the pods could not be listed otherwise.
+    """
+    try:
+        items, _ = await api.list_all("/api/v1/pods", params={"labelSelector": BINDINGS_SELECTOR})
+    except ApiError as exc:
+        if exc.status == 403:
+            log.warning("cannot list pods cluster-wide (%s): NUMA holds of pods placed "
+                        "moments ago are not counted", exc.reason)
+            return []
+        raise _api_error("listing NUMA-placed pods", exc) from None
+    return items
 
 
 def _nodes_only(objs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

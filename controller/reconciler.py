@@ -14,7 +14,6 @@ no pod stays gated forever (issue 5 item 9).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import random
 import time
@@ -28,7 +27,6 @@ from controller.decision import (
     SKIP,
     WAIT_NUMA,
     Decision,
-    decide,
     invalid_pull_secret_event,
     plain_ungate,
     unique_images,
@@ -36,8 +34,9 @@ from controller.decision import (
 from controller.events import EventSink
 from controller.kube import ApiError, Conflict, Informer, KubeAPI, NotFound, api_error
 from controller.metrics import Metrics
-from controller.platforms import node_inventory, supported_platforms
-from controller.podspec import has_gate, node_eligible
+from controller.numa import InFlight
+from controller.plan import hold, parse_time, plan
+from controller.podspec import has_gate
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +54,6 @@ def split_key(key: str) -> tuple[str, str, str]:
     """``namespace/name/uid`` → (namespace, name, uid)."""
     ns, name, uid = key.split("/", 2)
     return ns, name, uid
-
-
-def parse_time(text: str | None) -> float | None:
-    """RFC 3339 timestamp (``2026-11-22T05:50:38Z``) → UNIX seconds, or None."""
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -105,7 +94,7 @@ class Reconciler:
         *,
         nodes: Informer | None = None,
         nrts: Informer | None = None,
-        inflight: Any = None,
+        inflight: InFlight | None = None,
         max_conflict_retries: int = 5,
         retry_base_delay: float = 1.0,
         retry_max_delay: float = 60.0,
@@ -220,28 +209,6 @@ class Reconciler:
         results = await asyncio.gather(*(one(i, pa) for i, pa in images.items()))
         return dict(zip(images, results, strict=True))
 
-    def _numa(self, pod: Mapping[str, Any], config: PlacementConfig, images: Mapping[str, Any]
-              ) -> Any:
-        if not config.topology.enabled or self.nodes is None:
-            return None
-        if any(isinstance(r, BaseException) for r in images.values()):
-            return None
-        from controller.numa import decide_numa
-
-        platforms = supported_platforms(list(images.values()))
-        if platforms.empty and platforms.image_count:
-            return None
-        # no pairs here means nothing was inspected (no common platform returned above)
-        pairs = set(platforms.pairs) or None
-        node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-
-        def eligible(node: Mapping[str, Any]) -> bool:
-            return node_eligible(node, node_selector, pairs)
-
-        nrts = dict(self.nrts.cache) if self.nrts is not None else {}
-        return decide_numa(pod, list(self.nodes.cache.values()), nrts, config.topology,
-                           node_eligible=eligible, inflight=self.inflight)
-
     # --- the reconcile -----------------------------------------------------------------
     async def reconcile(self, key: str) -> float | None:
         """Process one pod key; returns None (done) or seconds until it should run again.
@@ -322,19 +289,16 @@ class Reconciler:
 
     def _decide(self, pod: Mapping[str, Any], images: Mapping[str, Any],
                 config: PlacementConfig, config_error: str | None, failures: int) -> Decision:
-        try:
-            numa = self._numa(pod, config, images)
-        except Exception as exc:
+        def numa_failed(exc: Exception) -> None:
             log.warning("NUMA decision failed: %s", exc)
-            numa = None
-        created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-        waited = max(0.0, time.time() - created) if created is not None else 0.0
+
         try:
-            return decide(
+            return plan(
                 pod, images, config,
-                nodes=node_inventory(self.nodes.cache.values()) if self.nodes else None,
-                numa=numa, failures=failures, numa_waited_seconds=waited,
-                config_error=config_error,
+                nodes=list(self.nodes.cache.values()) if self.nodes is not None else None,
+                nrts=dict(self.nrts.cache) if self.nrts is not None else {},
+                now=time.time(), inflight=self.inflight, failures=failures,
+                config_error=config_error, on_numa_error=numa_failed,
             )
         except Exception as exc:
             log.exception("decision failed; plain ungate")
@@ -378,21 +342,10 @@ class Reconciler:
         return None
 
     def _record_inflight(self, pod: Mapping[str, Any], decision: Decision) -> None:
-        if self.inflight is None or '"numa"' not in decision.annotation:
+        if self.inflight is None:
             return
         try:
-            import json
-
-            from controller.numa import effective_requests
-
-            record = json.loads(decision.annotation)
-            candidates = (record.get("numa") or {}).get("candidates") or []
-            if not candidates or "result" in (record.get("numa") or {}):
-                return
-            meta = pod.get("metadata") or {}
-            requests = effective_requests(pod)
-            self.inflight.add(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}",
-                              requests, list(candidates))
+            hold(self.inflight, pod, decision)
         except Exception:
             log.exception("in-flight accounting failed")
 
