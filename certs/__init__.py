@@ -2,8 +2,10 @@
 
 Public surface: key and certificate generation (:mod:`certs._generate`), storage in a
 directory or a ``kubernetes.io/tls`` Secret (:mod:`certs.store`), rotation with a CA overlap
-window (:mod:`certs.rotation`), and :func:`load_bundle` for the MutatingWebhookConfiguration's
-``caBundle``.
+window (:mod:`certs.rotation`), :func:`load_bundle` for the MutatingWebhookConfiguration's
+``caBundle``, and the built-in flow keeping the certificates in two Secrets
+(:class:`ServingCertSecret`, through any client shaped like :class:`Requester`;
+:mod:`certs.secretflow`).
 """
 
 from certs._generate import (
@@ -14,6 +16,7 @@ from certs._generate import (
     service_dns_names,
 )
 from certs.rotation import RotationPlan, apply_rotation, plan_rotation, rotate_dir
+from certs.secretflow import Requester, ServingCertSecret
 from certs.store import (
     CertState,
     CertStoreError,
@@ -29,7 +32,9 @@ __all__ = [
     "CertState",
     "CertStoreError",
     "KeyPair",
+    "Requester",
     "RotationPlan",
+    "ServingCertSecret",
     "apply_rotation",
     "ca_bundle",
     "from_secret",

@@ -34,9 +34,9 @@ condition's status changes; the status is written only when something changed.
 
 CA bundle sources: bytes, a callable returning bytes (sync or async) such as
 :func:`ca_bundle_from_dir` (``certs.load_bundle``) or :class:`ServingCertSecret` (the built-in
-flow used by ``deploy/``: the leader keeps a CA in one Secret and the webhook's serving
-certificate in another, which the webhook pods mount, and renews the CA in two steps with an
-overlap window, see :mod:`certs.rotation`), or ``None`` with
+flow used by ``deploy/``, :mod:`certs.secretflow`: the leader keeps a CA in one Secret and the
+webhook's serving certificate in another, which the webhook pods mount, and renews the CA in
+two steps with an overlap window, see :mod:`certs.rotation`), or ``None`` with
 ``cert_manager_certificate`` set (cert-manager's CA injector owns ``caBundle``; we add its
 ``cert-manager.io/inject-ca-from`` annotation and never touch ``caBundle``).
 """
@@ -44,7 +44,6 @@ overlap window, see :mod:`certs.rotation`), or ``None`` with
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import datetime as dt
 import inspect
@@ -52,8 +51,15 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import certs
+from certs import secretflow
+
+# The certificate Secrets' names, where the deploy tests and the rotation tests look for them.
+from certs.secretflow import CA_SECRET_NAME as CA_SECRET_NAME
+from certs.secretflow import TLS_SECRET_NAME as TLS_SECRET_NAME
+from certs.secretflow import WEBHOOK_SERVICE_NAME as WEBHOOK_SERVICE_NAME
 from controller import admissionpolicy
 from controller.config import (
     ADMISSION_AUTO,
@@ -77,9 +83,6 @@ from controller.webhookconfig import (
     webhook_namespace_selection,
 )
 
-if TYPE_CHECKING:
-    from certs import CertState, RotationPlan
-
 log = logging.getLogger(__name__)
 
 CONFIG_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
@@ -97,8 +100,9 @@ COND_DEGRADED = "Degraded"
 COND_DEPROVISIONING = "Deprovisioning"
 CONDITION_TYPES = (COND_AVAILABLE, COND_PROGRESSING, COND_DEGRADED, COND_DEPROVISIONING)
 
-#: ``(method, path template)`` of every request this module and :mod:`controller.leader`
-#: send; ``tests/deploy`` checks the RBAC in ``deploy/`` against it.
+#: ``(method, path template)`` of every request this module (with the certificate Secrets of
+#: :class:`ServingCertSecret`) and :mod:`controller.leader` send; ``tests/deploy`` checks the
+#: RBAC in ``deploy/`` against it.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", CONFIG_PATH),
     ("PATCH", CONFIG_PATH),
@@ -115,9 +119,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", BINDING_COLLECTION_PATH),
     ("PUT", BINDING_PATH),
     ("DELETE", BINDING_PATH),
-    ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
-    ("POST", "/api/v1/namespaces/{namespace}/secrets"),
-    ("PUT", "/api/v1/namespaces/{namespace}/secrets/{name}"),
+    *secretflow.API_REQUESTS,
 )
 
 
@@ -201,8 +203,6 @@ def ca_bundle_from_dir(cert_dir: str) -> CaBundleSource:
     resync. Raises on call whatever ``certs.load_bundle`` raises (e.g. OSError)."""
 
     def load() -> bytes:
-        import certs
-
         return certs.load_bundle(cert_dir)
 
     return load
@@ -700,282 +700,9 @@ class Lifecycle:
 
 
 # --- built-in certificates ----------------------------------------------------------------
-TLS_SECRET_NAME = "podplacement-webhook-tls"
-CA_SECRET_NAME = "podplacement-webhook-ca"
-WEBHOOK_SERVICE_NAME = "podplacement-webhook"
-_SECRET_LABELS = {"app.kubernetes.io/name": "podplacement"}
-_SECRET_TYPE_OPAQUE = "Opaque"
+class ServingCertSecret(secretflow.ServingCertSecret):
+    """:class:`certs.secretflow.ServingCertSecret` (the built-in certificate flow, same
+    arguments) holding a serving-certificate reissue until the caBundle published in our
+    MutatingWebhookConfiguration :data:`WEBHOOK_PATH` trusts the signing CA."""
 
-
-def _decoded(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
-    """The Secret's ``data`` decoded (undecodable values read as absent)."""
-    out: dict[str, bytes] = {}
-    for key, value in ((secret or {}).get("data") or {}).items():
-        with contextlib.suppress(ValueError, TypeError):
-            out[str(key)] = base64.b64decode(value, validate=True)
-    return out
-
-
-def _read_state(secret: Mapping[str, Any] | None) -> CertState:
-    """``certs.from_secret`` of a Secret; missing or unparseable material reads as empty,
-    so the rotation plan re-creates it instead of failing every reconcile."""
-    import certs
-
-    if secret is None:
-        return certs.CertState(None, None, ())
-    try:
-        return certs.from_secret(secret)
-    except certs.CertStoreError as exc:
-        log.warning("ignoring unusable certificate material: %s", exc)
-        return certs.CertState(None, None, ())
-
-
-def _dns_names(pem: bytes) -> set[str]:
-    from cryptography import x509
-
-    try:
-        ext = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
-            x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return set()
-    return set(ext.get_values_for_type(x509.DNSName))
-
-
-def _signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
-    from cryptography import x509
-
-    try:
-        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(
-            x509.load_pem_x509_certificate(ca_pem))
-    except Exception:  # InvalidSignature, ValueError (other issuer), TypeError (key type)
-        return False
-    return True
-
-
-class ServingCertSecret:
-    """The built-in certificate flow: the leader keeps the webhook's certificates in Secrets
-    and rotates them with a CA overlap window (:mod:`certs.rotation`).
-
-    ``<ca_secret>`` (``Opaque``; read by the controller only) holds ``ca.key``, the key of
-    the signing CA, and ``ca.crt``, the trust bundle (every trusted CA, PEM, oldest first).
-    ``<tls_secret>`` (``kubernetes.io/tls``, :func:`certs.to_secret` without the CA key) holds
-    ``tls.crt`` / ``tls.key``, the serving certificate for the webhook Service's DNS names
-    (:func:`certs.service_dns_names`), and the same bundle as ``ca.crt``. The webhook pods
-    mount ``<tls_secret>``; the kubelet refreshes the files and the webhook reloads them.
-
-    Calling the object (async) reads both Secrets, runs :func:`certs.plan_rotation` /
-    :func:`certs.apply_rotation`, writes what changed and returns the bundle (PEM) for the
-    webhook configuration's ``caBundle``. A CA renewal (signing CA within ``renew_before +
-    overlap`` of expiry, or no usable CA key) therefore takes two calls at least ``overlap``
-    apart: the first adds the new CA to the bundle and keeps the serving certificate (the
-    caller publishes the two-CA bundle); a later one, once ``overlap`` has passed since the
-    new CA's notBefore, reissues the serving certificate from the new CA. Webhook replicas
-    still serving the old certificate and API servers still holding the old bundle keep
-    working throughout. Expired CAs leave the bundle. The serving certificate is also
-    reissued when it is within ``renew_before`` of expiry, missing, not issued by a trusted
-    CA, or (outside a CA rotation) lacks the Service's DNS names. ``overlap`` must exceed the
-    time the caller needs to publish a bundle (the lifecycle's resync period). Should
-    publishing fail for longer, a reissue that the caBundle in the webhook configuration would
-    not trust waits (the current certificate, which it does trust, is kept; a warning is
-    logged and the plan's reasons say so) until the bundle is published.
-
-    Crash safety: the CA Secret is written before the TLS Secret, and the trusted set is read
-    as the union of both Secrets' ``ca.crt``, so an interrupted write never loses a CA that a
-    serving certificate may already use; the next call completes it.
-
-    Args:
-        api: the API client; namespace: where both Secrets live.
-        service_name / tls_secret / ca_secret: names (defaults: the ``deploy/`` manifests).
-        renew_before: ``rotate_before`` of :func:`certs.plan_rotation`.
-        ca_validity / cert_validity: lifetimes of new CAs / serving certificates (a serving
-            certificate never outlives its CA).
-        overlap: time a new CA is trusted before it signs the serving certificate.
-        clock: returns the current time (timezone-aware); default: the wall clock.
-
-    Attributes:
-        last_plan: the :class:`certs.RotationPlan` of the latest call (None before).
-
-    Raises (on call): ApiError from the API server (a 409 when another writer raced us; the
-    lifecycle retries), ValueError from :func:`certs.apply_rotation`.
-    """
-
-    def __init__(
-        self,
-        api: KubeRequester,
-        namespace: str,
-        *,
-        service_name: str = WEBHOOK_SERVICE_NAME,
-        tls_secret: str = TLS_SECRET_NAME,
-        ca_secret: str = CA_SECRET_NAME,
-        renew_before: dt.timedelta = dt.timedelta(days=30),
-        ca_validity: dt.timedelta = dt.timedelta(days=5 * 365),
-        cert_validity: dt.timedelta = dt.timedelta(days=365),
-        overlap: dt.timedelta | None = None,
-        clock: Callable[[], dt.datetime] | None = None,
-    ) -> None:
-        from certs.rotation import DEFAULT_OVERLAP
-
-        self.api = api
-        self.namespace = namespace
-        self.service_name = service_name
-        self.tls_secret = tls_secret
-        self.ca_secret = ca_secret
-        self.renew_before = renew_before
-        self.ca_validity = ca_validity
-        self.cert_validity = cert_validity
-        self.overlap = DEFAULT_OVERLAP if overlap is None else overlap
-        self.clock = clock or _now
-        self.last_plan: RotationPlan | None = None
-
-    def _path(self, name: str | None = None) -> str:
-        base = f"/api/v1/namespaces/{self.namespace}/secrets"
-        return f"{base}/{name}" if name else base
-
-    async def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.api.request("GET", self._path(name))
-        except NotFound:
-            return None
-
-    async def _write(self, existing: Mapping[str, Any] | None, desired: dict[str, Any]) -> bool:
-        """Create ``desired`` or replace ``existing`` (resourceVersion precondition, foreign
-        labels and annotations kept) when its type or data differ; return whether written."""
-        if existing is not None:
-            if (existing.get("type") == desired["type"]
-                    and _decoded(existing) == _decoded(desired)):
-                return False
-            meta = dict(existing.get("metadata") or {})
-            for field in ("labels", "annotations"):
-                merged = {**(meta.get(field) or {}), **(desired["metadata"].get(field) or {})}
-                if merged:
-                    meta[field] = merged
-            meta.pop("managedFields", None)
-            # A Secret's type is immutable: a foreign type makes the PUT fail (422), loudly.
-            body = {**desired, "metadata": meta}
-            await self.api.request("PUT", self._path(desired["metadata"]["name"]), body=body)
-        else:
-            await self.api.request("POST", self._path(), body=desired)
-        return True
-
-    def _ca_secret_body(self, state: CertState) -> dict[str, Any]:
-        data = {"ca.crt": state.bundle()}
-        if state.ca_key_pem is not None:
-            data["ca.key"] = state.ca_key_pem
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": self.ca_secret, "namespace": self.namespace,
-                         "labels": dict(_SECRET_LABELS)},
-            "type": _SECRET_TYPE_OPAQUE,
-            "data": {k: base64.b64encode(v).decode("ascii") for k, v in data.items()},
-        }
-
-    async def __call__(self) -> bytes:
-        """Ensure and rotate the Secrets; return the CA bundle (PEM, oldest CA first)."""
-        import certs
-
-        now = self.clock()
-        ca_obj = await self._get(self.ca_secret)
-        tls_obj = await self._get(self.tls_secret)
-        ca_state, tls_state = _read_state(ca_obj), _read_state(tls_obj)
-        state = certs.CertState(tls_state.serving, ca_state.ca_key_pem,
-                                _union(ca_state.trusted_cas, tls_state.trusted_cas))
-        plan = certs.plan_rotation(state, now, rotate_before=self.renew_before,
-                                   overlap=self.overlap)
-        dns_names = certs.service_dns_names(self.service_name, self.namespace)
-        if self._wrong_names(state, plan, dns_names):
-            plan = certs.RotationPlan(plan.new_ca, True, plan.drop_cas,
-                                      (*plan.reasons, "Service DNS names changed"),
-                                      plan.next_check)
-        if plan.reissue_serving and await self._must_wait_for_publication(state, plan, now):
-            held = ("serving certificate reissue held: the published caBundle of "
-                    f"{WEBHOOK_CONFIGURATION_NAME} does not trust the signing CA yet")
-            log.warning("%s (it keeps the current serving certificate, which it trusts)", held)
-            plan = certs.RotationPlan(plan.new_ca, False, plan.drop_cas,
-                                      (*plan.reasons, held), plan.next_check)
-        if not plan.noop:
-            log.info("rotating webhook certificates: %s", "; ".join(plan.reasons))
-            state = certs.apply_rotation(state, plan, dns_names=dns_names,
-                                         ca_validity=self.ca_validity,
-                                         validity=self.cert_validity, now=now)
-        self.last_plan = plan
-        # CA Secret first: a new CA key and the bundle that trusts it are stored before any
-        # serving certificate it signs, and before the bundle copy the webhook pods read.
-        await self._write(ca_obj, self._ca_secret_body(state))
-        await self._write(tls_obj, certs.to_secret(state, self.tls_secret, self.namespace,
-                                                   include_ca_key=False,
-                                                   labels=_SECRET_LABELS))
-        return state.bundle()
-
-    async def _must_wait_for_publication(
-        self, state: CertState, plan: RotationPlan, now: dt.datetime
-    ) -> bool:
-        """True when a reissue must wait: the current serving certificate is valid and trusted
-        by the caBundle published in the webhook configuration, but the CA that would sign
-        its successor is not in that bundle yet (step 2 of a CA rotation after the overlap
-        passed without the lifecycle publishing step 1's bundle, e.g. after repeated
-        failures to write the webhook configuration). Reissuing then would make every
-        admission call fail until the bundle is published. Without a webhook configuration
-        (first install) nothing is published to break, and a serving certificate that
-        already fails is replaced at once."""
-        from cryptography.hazmat.primitives.serialization import Encoding
-
-        if plan.new_ca:  # the successor's CA does not exist yet: the current one is broken
-            return False
-        signer = state.signing_ca()
-        serving = state.serving
-        if signer is None or serving is None or now >= serving.certificate.not_valid_after_utc:
-            return False
-        published = await self._published_cas()
-        if published is None:
-            return False
-        trusted_now = any(_signed_by(serving.cert_pem, ca) for ca in published.values())
-        return trusted_now and signer.certificate.public_bytes(Encoding.DER) not in published
-
-    async def _published_cas(self) -> dict[bytes, bytes] | None:
-        """The CAs present in the caBundle of every webhook of our MutatingWebhookConfiguration,
-        DER -> PEM (DER compares certificates whatever their PEM wrapping); None when it does
-        not exist or carries no caBundle (nothing published yet)."""
-        from cryptography import x509
-        from cryptography.hazmat.primitives.serialization import Encoding
-
-        try:
-            live = await self.api.request("GET", WEBHOOK_PATH)
-        except NotFound:
-            return None
-        common: dict[bytes, bytes] | None = None
-        for hook in live.get("webhooks") or []:
-            raw = ((hook or {}).get("clientConfig") or {}).get("caBundle")
-            if not raw:
-                return None
-            try:
-                loaded = x509.load_pem_x509_certificates(base64.b64decode(raw))
-            except ValueError:  # unreadable: it trusts nothing, and gets overwritten anyway
-                return None
-            cas = {c.public_bytes(Encoding.DER): c.public_bytes(Encoding.PEM) for c in loaded}
-            common = cas if common is None else {k: v for k, v in common.items() if k in cas}
-        return common
-
-    @staticmethod
-    def _wrong_names(state: CertState, plan: RotationPlan, dns_names: Sequence[str]) -> bool:
-        """The serving certificate lacks the Service's names and may be reissued now: it is
-        signed by the signing CA (never during a CA overlap window, whose new CA the API
-        server may not trust yet) and no CA rotation step is pending."""
-        if state.serving is None or plan.new_ca or plan.reissue_serving:
-            return False
-        signer = state.signing_ca()
-        if signer is None or not _signed_by(state.serving.cert_pem, signer.cert_pem):
-            return False
-        return not set(dns_names) <= _dns_names(state.serving.cert_pem)
-
-
-def _union(*bundles: Sequence[bytes]) -> tuple[bytes, ...]:
-    """Distinct CA certificates of all bundles, oldest (notBefore) first."""
-    from cryptography import x509
-
-    seen: dict[bytes, dt.datetime] = {}
-    for bundle in bundles:
-        for pem in bundle:
-            if pem not in seen:
-                seen[pem] = x509.load_pem_x509_certificate(pem).not_valid_before_utc
-    return tuple(sorted(seen, key=lambda p: seen[p]))
+    webhook_configuration_path = WEBHOOK_PATH

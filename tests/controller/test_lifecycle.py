@@ -1,12 +1,11 @@
 """controller.lifecycle on localkube: finalizer, the owned MutatingWebhookConfiguration, status
-conditions, drift reverted, ordered uninstall, graceful shutdown and the built-in certificate
-Secrets (real TLS handshake with the issued certificate)."""
+conditions, drift reverted, ordered uninstall, graceful shutdown, and the bundle of the built-in
+certificate Secrets (certs.secretflow) published in the webhook configuration."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -313,79 +312,23 @@ async def test_cert_manager_mode_never_writes_the_ca_bundle(fresh_localkube: Kub
     assert hook["clientConfig"]["caBundle"] == injected
 
 
-async def test_serving_cert_secret_issues_a_certificate_that_tls_clients_trust(
-    fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
+async def test_lifecycle_publishes_the_bundle_of_the_serving_cert_secret(
+    fresh_localkube: KubeEnv, api: KubeAPI
 ) -> None:
+    """The built-in flow (certs.secretflow, tested there) as the lifecycle's CA bundle source:
+    exactly the bundle it stores in the Secrets goes into the webhook configuration."""
     env = fresh_localkube
     env.ensure_namespace(NS)
     source = ServingCertSecret(api, NS)
-    bundle = await source()
-    tls = env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")
-    ca = env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-ca")
-    assert tls["type"] == "kubernetes.io/tls"
-    data = {k: base64.b64decode(v) for k, v in tls["data"].items()}
-    assert data["ca.crt"] == bundle == base64.b64decode(ca["data"]["ca.crt"])
-    leaf = x509.load_pem_x509_certificate(data["tls.crt"])
-    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert "podplacement-webhook.podplacement-system.svc" in sans.get_values_for_type(
-        x509.DNSName)
-
-    # a real TLS handshake: server with the issued pair, client trusting only the bundle
-    (tmp_path / "tls.crt").write_bytes(data["tls.crt"])
-    (tmp_path / "tls.key").write_bytes(data["tls.key"])
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"ok")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        client_ctx = ssl.create_default_context(cadata=bundle.decode())
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client_ctx,
-            server_hostname="podplacement-webhook.podplacement-system.svc")
-        assert await reader.read() == b"ok"
-        writer.close()
-        with contextlib.suppress(ssl.SSLError, ConnectionError):
-            await writer.wait_closed()
-    finally:
-        server.close()
-        await server.wait_closed()
-
-    # a second call changes nothing
-    rvs = (tls["metadata"]["resourceVersion"], ca["metadata"]["resourceVersion"])
-    assert await source() == bundle
-    assert (env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")["metadata"][
-        "resourceVersion"], env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-ca")[
-        "metadata"]["resourceVersion"]) == rvs
-    # a certificate close to expiry is re-issued by the same CA
-    import datetime as dt
-
-    import certs
-
-    ca_pair = certs.KeyPair(base64.b64decode(ca["data"]["ca.crt"]),
-                            base64.b64decode(ca["data"]["ca.key"]))
-    short = certs.issue_serving_cert(ca_pair, ["podplacement-webhook"],
-                                     validity=dt.timedelta(days=2))
-    env.patch(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls",
-              {"data": {"tls.crt": base64.b64encode(short.cert_pem).decode()}})
-    assert await source() == bundle
-    renewed = base64.b64decode(
-        env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")["data"]["tls.crt"])
-    assert renewed != short.cert_pem
-    assert x509.load_pem_x509_certificate(renewed).not_valid_after_utc > (
-        leaf.not_valid_after_utc - dt.timedelta(days=1))
-
-    # and the lifecycle puts exactly that bundle into the webhook configuration
     _create_config(env)
     await _lifecycle(api, ca_bundle=source, service=ServiceRef(NS, "podplacement-webhook"),
                      url=None).reconcile()
+    tls = env.get(f"/api/v1/namespaces/{NS}/secrets/podplacement-webhook-tls")
+    bundle = base64.b64decode(tls["data"]["ca.crt"])
+    assert x509.load_pem_x509_certificates(bundle)
     mwc = env.get(WEBHOOK_PATH)
     assert base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]) == bundle
+    assert source.webhook_configuration_path == WEBHOOK_PATH
 
 
 async def _until(predicate: Any, attempts: int = 100, interval: float = 0.1) -> None:
