@@ -57,7 +57,7 @@ from controller.kube import (
 from controller.metrics import HealthServer, Metrics
 from controller.podspec import has_gate
 from controller.queue import WorkQueue
-from controller.reconciler import Reconciler, pod_key, split_key
+from controller.reconciler import Reconciler, RetryLater, pod_key, split_key
 from controller.registriessource import (
     CONFIGMAP_PATH,
     LoadedRegistries,
@@ -158,7 +158,6 @@ class ControllerOptions:
     inspector_retries: int = 3
     retry_base_delay: float = 1.0
     retry_max_delay: float = 60.0
-    max_conflict_retries: int = 5
     uninstall_deadline_seconds: float = 60.0
 
 
@@ -210,8 +209,7 @@ class Controller:
         self.reconciler = Reconciler(
             api, self.pods, _InspectorProxy(self), self.config_source, self.events, self.metrics,
             nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
-            max_conflict_retries=o.max_conflict_retries,
-            retry_base_delay=o.retry_base_delay, retry_max_delay=o.retry_max_delay,
+            failures=lambda key: self.queue.failures(key),
             is_leader=lambda: self.leading,
         )
         self.leading = False
@@ -234,7 +232,8 @@ class Controller:
     # --- pieces --------------------------------------------------------------------------
     def _new_queue(self) -> WorkQueue:
         o = self.options
-        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst)
+        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst,
+                         base_delay=o.retry_base_delay, max_delay=o.retry_max_delay)
 
     @staticmethod
     def _make_inflight() -> Any:
@@ -510,8 +509,8 @@ class Controller:
     # --- uninstall -----------------------------------------------------------------------
     async def ungate_remaining(self, deadline_seconds: float) -> int:
         """Release every pod still gated (ordered uninstall): a normal decision when it
-        completes within ``deadline_seconds``, else a plain ungate. Returns how many pods
-        this call ungated."""
+        completes within ``deadline_seconds``, else a plain ungate. Returns how many of the
+        pods gated when it started are released (deleted ones are not counted)."""
         items, _ = await self.api.list_all(
             PODS_PATH, params={"labelSelector": f"{GATE_LABEL}={GATE_LABEL_GATED}"}
         )
@@ -526,15 +525,14 @@ class Controller:
                 remaining = deadline - time.monotonic()
                 if remaining > 0 and self.leading:
                     self.pods.cache.setdefault(object_key(pod), pod)
-                    with contextlib.suppress(TimeoutError, ApiError):
+                    with contextlib.suppress(TimeoutError, ApiError, RetryLater):
                         async with asyncio.timeout(remaining):
-                            if await self.reconciler.reconcile(key) is None:
-                                fresh = await self._get_pod(ns, name)
-                                if fresh is None or not has_gate(fresh):
-                                    return 1
+                            await self.reconciler.reconcile(key)
                 fresh = await self._get_pod(ns, name)
-                if fresh is None or not has_gate(fresh):
+                if fresh is None:
                     return 0
+                if not has_gate(fresh):
+                    return 1  # decided (by this call, or by a worker it raced)
                 decision = plain_ungate(fresh, "podplacement is being uninstalled")
                 try:
                     await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",

@@ -3,19 +3,22 @@
 One key per pod (``namespace/name/uid``). The reconcile reads the latest pod from the
 informer cache, skips pods that are gone or no longer carry our gate, reads the pod's pull
 secrets from its own namespace (plus the optional global pull secret of the config),
-inspects all images concurrently, runs the pure :func:`controller.decision.decide` and sends
-its single guarded JSON patch. A stale pod (409, or the 422 a failed ``test`` gets) is
-re-read from the API server and the decision recomputed (bounded). Inspection failures are
-retried with backoff up to ``imageInspection.maxRetries`` rounds, then the pod falls back.
-Anything unexpected (odd spec, a patch the server rejects as invalid) ends in a plain ungate:
-no pod stays gated forever (issue 5 item 9).
+inspects all images concurrently, decides with :func:`controller.plan.plan` (the pipeline
+``explain`` shares) and sends its single guarded JSON patch.
+
+Retries belong to the work queue, as in controller-runtime (issue 12): a reconcile returns
+None (done), a delay (a NUMA wait) or raises; the queue counts the raises and backs off, and
+its count is the decision's ``failures``. A stale pod (409, or the 422 a failed ``test``
+gets) raises :class:`~controller.kube.Conflict` and is decided again from the informer's
+newer copy; failed inspections raise :class:`RetryLater` until ``imageInspection.maxRetries``
+rounds, then the pod falls back. Anything unexpected (odd spec, a patch the server rejects
+as invalid) ends in a plain ungate: no pod stays gated forever (issue 5 item 9).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ from controller.decision import (
     unique_images,
 )
 from controller.events import EventSink
-from controller.kube import ApiError, Conflict, Informer, KubeAPI, NotFound, api_error
+from controller.kube import ApiError, Conflict, Informer, KubeAPI, NotFound
 from controller.metrics import Metrics
 from controller.numa import InFlight
 from controller.plan import hold, parse_time, plan
@@ -58,8 +61,13 @@ def split_key(key: str) -> tuple[str, str, str]:
 
 @dataclass
 class _PodState:
-    failures: int = 0
     warned_secrets: set[tuple[str, str]] = field(default_factory=set)
+
+
+class RetryLater(Exception):
+    """A reconcile that must run again after the queue's backoff (the pod's images could
+    not all be inspected, and ``imageInspection.maxRetries`` is not used up). The queue
+    counts it as a failure; that count is the decision's ``failures`` next time."""
 
 
 class Reconciler:
@@ -76,9 +84,10 @@ class Reconciler:
         nodes: informer over Nodes (node inventory, NUMA), optional.
         nrts: informer over NodeResourceTopologies, optional.
         inflight: ``controller.numa.InFlight`` for NUMA accounting, optional.
-        max_conflict_retries: re-read/recompute rounds after a stale-write answer.
-        retry_base_delay: first inspection retry delay (s), doubling, with jitter.
-        retry_max_delay: cap of the inspection retry delay (s).
+        failures: the queue's count of consecutive failed rounds of a key
+            (:meth:`controller.queue.WorkQueue.failures`): inspection failures
+            (:class:`RetryLater`), conflicts and API errors, as controller-runtime counts
+            them; the queue owns the backoff.
         secret_ttl: seconds a pull secret read stays cached (per namespace/name).
         is_leader: only the leader writes; others return without doing anything.
     """
@@ -95,9 +104,7 @@ class Reconciler:
         nodes: Informer | None = None,
         nrts: Informer | None = None,
         inflight: InFlight | None = None,
-        max_conflict_retries: int = 5,
-        retry_base_delay: float = 1.0,
-        retry_max_delay: float = 60.0,
+        failures: Callable[[str], int] = lambda key: 0,
         secret_ttl: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -110,9 +117,7 @@ class Reconciler:
         self.nodes = nodes
         self.nrts = nrts
         self.inflight = inflight
-        self.max_conflict_retries = max_conflict_retries
-        self.retry_base_delay = retry_base_delay
-        self.retry_max_delay = retry_max_delay
+        self.failures = failures
         self.secret_ttl = secret_ttl
         self.is_leader = is_leader
         self._state: dict[str, _PodState] = {}
@@ -211,10 +216,13 @@ class Reconciler:
 
     # --- the reconcile -----------------------------------------------------------------
     async def reconcile(self, key: str) -> float | None:
-        """Process one pod key; returns None (done) or seconds until it should run again.
+        """Process one pod key; returns None (done) or seconds until it should run again
+        (a NUMA wait). Retries belong to the queue: it counts each raise and backs off.
 
         Raises:
-            ApiError: a transient API failure (the queue retries with backoff).
+            RetryLater: image inspection failed and retries are left.
+            Conflict: the pod changed since the informer's copy (stale write).
+            ApiError: another transient API failure.
         """
         ns, name, uid = split_key(key)
         if not self.is_leader():
@@ -245,47 +253,37 @@ class Reconciler:
             creds = []
         images = await self.inspect_images(pod, creds)
 
-        for attempt in range(self.max_conflict_retries + 1):
-            decision = self._decide(pod, images, config, config_error, state.failures)
-            if decision.outcome == SKIP:
-                self.forget(uid)
-                return None
-            if decision.outcome == RETRY:
-                self._emit(pod, decision)
-                self.metrics.processed.labels(RETRY).inc()
-                delay = min(self.retry_max_delay, self.retry_base_delay * 2**state.failures)
-                state.failures += 1
-                return delay * (1.0 + 0.2 * random.random())
-            if not decision.patch:
-                self._after(pod, decision, config)
-                return self._requeue_after(decision, config)
-            try:
-                written = await self._patch(ns, name, list(decision.patch))
-            except NotFound:
-                self.forget(uid)
-                return None
-            except Conflict:
-                self.metrics.conflicts.inc()
-                fresh = await self._reread(ns, name, uid)
-                if fresh is None:
-                    self.forget(uid)
-                    return None
-                pod = fresh
-                continue
-            except ApiError as exc:
-                if exc.status == 422 and decision.ungate:
-                    # The server refused our affinity (odd spec): never leave the pod gated.
-                    log.warning("pod %s/%s: patch rejected (%s); plain ungate", ns, name,
-                                exc.message)
-                    decision = plain_ungate(pod, f"placement patch rejected: {exc.message[:150]}")
-                    await self._patch(ns, name, list(decision.patch))
-                    written = None
-                else:
-                    raise
-            self._after(written or pod, decision, config, attempt=attempt)
+        decision = self._decide(pod, images, config, config_error, self.failures(key))
+        if decision.outcome == SKIP:
+            self.forget(uid)
+            return None
+        if decision.outcome == RETRY:
+            self._emit(pod, decision)
+            self.metrics.processed.labels(RETRY).inc()
+            raise RetryLater(decision.reason)
+        if not decision.patch:
+            self._after(pod, decision, config)
             return self._requeue_after(decision, config)
-        raise api_error(409, "Conflict", f"pod {ns}/{name}: still stale after "
-                        f"{self.max_conflict_retries + 1} attempts")
+        try:
+            written = await self._patch(ns, name, list(decision.patch))
+        except NotFound:
+            self.forget(uid)
+            return None
+        except Conflict:
+            # Stale informer copy: the queue retries after its backoff, by then the
+            # informer holds the newer pod (controller-runtime's habit).
+            self.metrics.conflicts.inc()
+            raise
+        except ApiError as exc:
+            if exc.status != 422 or not decision.ungate:
+                raise
+            # The server refused our affinity (odd spec): never leave the pod gated.
+            log.warning("pod %s/%s: patch rejected (%s); plain ungate", ns, name, exc.message)
+            decision = plain_ungate(pod, f"placement patch rejected: {exc.message[:150]}")
+            await self._patch(ns, name, list(decision.patch))
+            written = None
+        self._after(written or pod, decision, config)
+        return self._requeue_after(decision, config)
 
     def _decide(self, pod: Mapping[str, Any], images: Mapping[str, Any],
                 config: PlacementConfig, config_error: str | None, failures: int) -> Decision:
@@ -310,22 +308,13 @@ class Reconciler:
             content_type="application/json-patch+json",
         )
 
-    async def _reread(self, ns: str, name: str, uid: str) -> dict[str, Any] | None:
-        try:
-            fresh = await self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except NotFound:
-            return None
-        if (fresh.get("metadata") or {}).get("uid") != uid or not has_gate(fresh):
-            return None
-        return fresh
-
     def _emit(self, pod: Mapping[str, Any], decision: Decision) -> None:
         for spec in decision.events:
             self.metrics.events.labels(spec.type).inc()
             self.events.emit(pod, spec)
 
-    def _after(self, pod: Mapping[str, Any], decision: Decision, config: PlacementConfig,
-               attempt: int = 0) -> None:
+    def _after(self, pod: Mapping[str, Any], decision: Decision, config: PlacementConfig
+               ) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
         self._emit(pod, decision)
         outcome = decision.outcome
@@ -337,8 +326,8 @@ class Reconciler:
                 self.metrics.ungate_seconds.observe(max(0.0, time.time() - created))
             self._record_inflight(pod, decision)
             meta = pod.get("metadata") or {}
-            log.info("pod %s/%s: %s (%s)%s", meta.get("namespace"), meta.get("name"), outcome,
-                     decision.reason, f" after {attempt} conflicts" if attempt else "")
+            log.info("pod %s/%s: %s (%s)", meta.get("namespace"), meta.get("name"), outcome,
+                     decision.reason)
         return None
 
     def _record_inflight(self, pod: Mapping[str, Any], decision: Decision) -> None:

@@ -9,8 +9,10 @@ Authentication is learned per (registry host, repository) from the registry's 40
 (Basic, or Bearer with a token cached per (registry, realm, service, scope, credential identity)
 until it expires); a new repository first tries the challenge that last worked on its host, and
 a remembered challenge that fails is replaced by one fresh challenge and one retry. Requests go
-through a per-registry semaphore and are retried on 429/502/503/504 and connection errors with
-exponential backoff, jitter and ``Retry-After``.
+through a per-registry semaphore. Only connection failures and 429/503 (the registry says
+"later", with ``Retry-After`` honoured) are retried here, a few times with exponential
+backoff and jitter; every other answer (502/504 included) is the caller's to retry: the
+controller's work queue owns that backoff (issue 12).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ from imageinspect._transport import AiohttpTransport, Response, Transport
 log = logging.getLogger("imageinspect")
 T = TypeVar("T")
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_STATUSES = frozenset({429, 503})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 #: Backoff: base * 2**attempt seconds, capped, times a jitter factor in [0.5, 1].

@@ -12,6 +12,7 @@ explain command does): its outcome and nodeAffinity must be what the controller 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,9 @@ from tests.controller._pods import img
 from tests.controller.numa._build import ctr, node, nrt, pod
 
 ARCHS = ("amd64", "arm64")
+#: NRT resourceVersions unique in the process: the NUMA memo keys verdicts by node and NRT
+#: resourceVersion, as the API server guarantees a new one for new content.
+_RV = itertools.count(10**9)
 
 
 class _Cache:
@@ -85,7 +89,7 @@ def cluster_st(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, dict[st
                      for _ in range(draw(st.integers(1, 3)))]
             nrts[name] = nrt(name, zones, policy=draw(st.sampled_from(
                 ["single-numa-node", "single-numa-node", "restricted", "none"])),
-                scope=draw(st.sampled_from(["pod", "container"])), rv=str(i + 1))
+                scope=draw(st.sampled_from(["pod", "container"])), rv=str(next(_RV)))
     return nodes, nrts
 
 
@@ -194,7 +198,7 @@ def test_explain_holds_the_pods_the_controller_just_placed() -> None:
     ``set``: the case the old copy of the pipeline got wrong)."""
     image = img("reg/amd:1", "linux/amd64")
     nodes = [node("n0", {"cpu": "32", "memory": "64Gi", "pods": "110"}, hostname="h0")]
-    nrts = {"n0": nrt("n0", [{"cpu": "4", "memory": "16Gi"}], rv="1")}
+    nrts = {"n0": nrt("n0", [{"cpu": "4", "memory": "16Gi"}], rv=str(next(_RV)))}
     pods = []
     for i in range(3):
         c = ctr("app", {"cpu": "3", "memory": "1Gi"})
