@@ -35,7 +35,13 @@ from starlette.requests import ClientDisconnect
 
 from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.configsource import ConfigSource
-from webhook.gating import REASON_ALREADY_GATED, REASON_GATED, SKIP_REASONS, should_gate
+from webhook.gating import (
+    REASON_ALREADY_GATED,
+    REASON_GATED,
+    REASON_PLACED_AT_ADMISSION,
+    SKIP_REASONS,
+    should_gate,
+)
 from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
 from webhook.patch import gate_patch, patch_shape, release_patch
 
@@ -46,6 +52,12 @@ ADMISSION_V1BETA1 = "admission.k8s.io/v1beta1"
 ADMISSION_VERSIONS = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 
 #: ``outcome`` label values of ``podplacement_webhook_requests_total``.
+#: ``admissions_total{path}`` values.
+PATH_POLICY_PLACED = "policy-placed"
+PATH_WEBHOOK_PLACED = "webhook-placed"
+PATH_GATED = "gated"
+PATH_SKIPPED = "skipped"
+
 OUTCOME_GATED = "gated"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_IGNORED = "ignored"
@@ -102,6 +114,11 @@ class WebhookMetrics:
     per process in tests). Names start with ``podplacement_webhook_``:
 
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
+    * ``admissions_total{path}``: pod creations by the path they took (issue 14):
+      ``policy-placed`` (the MutatingAdmissionPolicy placed the pod from its params object),
+      ``webhook-placed``, ``gated`` (by the policy or the webhook; the controller places
+      them) and ``skipped``; ``policy-placed / (policy-placed + gated)`` is the hit ratio of
+      the params object while the policy is in force;
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;
@@ -126,6 +143,15 @@ class WebhookMetrics:
         self.body_timeout = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
         self.error = self._requests.labels(OUTCOME_ERROR, "")
         self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
+        admissions = Counter(f"{p}admissions", "Pod creations by the path they took.",
+                             ("path",), registry=self.registry)
+        self.policy_placed = admissions.labels(PATH_POLICY_PLACED)
+        self.webhook_placed = admissions.labels(PATH_WEBHOOK_PLACED)
+        self.path_gated = admissions.labels(PATH_GATED)
+        self.path_skipped = admissions.labels(PATH_SKIPPED)
+        self._path_by_reason = {REASON_GATED: self.path_gated,
+                                REASON_ALREADY_GATED: self.path_gated,
+                                REASON_PLACED_AT_ADMISSION: self.policy_placed}
         self.gated = Counter(f"{p}gated_pods", "Pods the webhook gated.",
                              registry=self.registry)
         self.errors = Counter(f"{p}errors", "Internal errors (pod admitted unchanged).",
@@ -138,11 +164,12 @@ class WebhookMetrics:
         self.registry.register(_ConnectionCollector(p, self.connection_stats))
 
     def decided(self, reason: str) -> None:
-        """Count one pod decision (``gated`` or a skip reason)."""
+        """Count one pod decision (``gated`` or a skip reason), and its admission path."""
         child = self._by_reason.get(reason)
         if child is None:
             child = self._by_reason[reason] = self._requests.labels(OUTCOME_SKIPPED, reason)
         child.inc()
+        self._path_by_reason.get(reason, self.path_skipped).inc()
 
     def observe_latency(self, seconds: float) -> None:
         """Record one /mutate duration in seconds."""
@@ -194,14 +221,18 @@ class _OwnerRef(TypedDict, total=False):
     controller: Any
 
 
-class _Labels(TypedDict, total=False):
-    """No key kept: the patch only asks whether ``metadata.labels`` is an object."""
+# Only our own keys are kept: the gating rule reads them (a pod the admission policy placed),
+# and the patch otherwise only asks whether ``metadata.labels``/``annotations`` is an object.
+# (Literal keys for mypy: GATE_LABEL and DECISION_ANNOTATION; tests/webhook/test_fast_review.py
+# fails when a key the rules read is missing here.)
+_Labels = TypedDict("_Labels", {"podplacement.io/scheduling-gate": Any}, total=False)
+_Annotations = TypedDict("_Annotations", {"podplacement.io/decision": Any}, total=False)
 
 
 class _PodMeta(TypedDict, total=False):
     namespace: Any
     labels: _Labels | None
-    annotations: _Labels | None
+    annotations: _Annotations | None
     ownerReferences: list[_OwnerRef] | None
 
 
@@ -400,6 +431,7 @@ def _release(api_version: str, uid: str, pod: Mapping[str, Any], would_gate: boo
         return _review_response(api_version, {"uid": uid, "allowed": True,
                                               "warnings": [warning]})
     m.released.inc()
+    m.path_skipped.inc()
     patch = base64.b64encode(orjson.dumps(release_patch(pod, reason))).decode()
     return _review_response(api_version, {"uid": uid, "allowed": True, "warnings": [warning],
                                           "patchType": "JSONPatch", "patch": patch})

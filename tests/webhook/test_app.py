@@ -129,6 +129,27 @@ async def test_gated_pods_are_counted(client: httpx.AsyncClient) -> None:
     assert await metric(client, "podplacement_webhook_request_duration_seconds_count") == 3
 
 
+async def test_admissions_are_counted_by_path(client: httpx.AsyncClient) -> None:
+    placed = review(raw_body("a-plain-pod"))
+    meta = placed["request"]["object"]["metadata"]
+    meta.setdefault("labels", {})["podplacement.io/scheduling-gate"] = "removed"
+    meta["annotations"] = {"podplacement.io/decision": '{"path":"admission","result":"set"}'}
+    resp = (await client.post("/mutate", content=json.dumps(placed))).json()
+    assert "patch" not in resp["response"]
+    gated = review(raw_body("a-plain-pod"))
+    gated["request"]["object"]["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    await client.post("/mutate", content=json.dumps(gated))
+    await client.post("/mutate", content=raw_body("a-plain-pod"))
+    skipped = review(raw_body("a-plain-pod"))
+    skipped["request"]["namespace"] = "kube-system"
+    await client.post("/mutate", content=json.dumps(skipped))
+    name = "podplacement_webhook_admissions_total"
+    assert await metric(client, name, path="policy-placed") == 1
+    assert await metric(client, name, path="gated") == 2  # by the policy, by the webhook
+    assert await metric(client, name, path="skipped") == 1
+    assert await metric(client, name, path="webhook-placed") == 0
+
+
 def without(path: str) -> bytes:
     body = review(raw_body("a-plain-pod"))
     *parents, last = path.split(".")

@@ -99,6 +99,35 @@ def test_pod_with_our_gate_is_skipped() -> None:
     assert decide(pod).reason == "already_gated"
 
 
+def _placed(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    pod = plain_pod()
+    pod["metadata"]["labels"] = labels
+    pod["metadata"]["annotations"] = annotations
+    return pod
+
+
+def test_pod_the_admission_policy_placed_is_skipped() -> None:
+    """The policy runs before the webhooks: a pod it placed must not be gated again."""
+    annotation = '{"path":"admission","archs":["amd64"],"result":"set"}'
+    pod = _placed({"podplacement.io/scheduling-gate": "removed"},
+                  {"podplacement.io/decision": annotation})
+    assert decide(pod).reason == "placed_at_admission"
+    assert gating.is_placed_at_admission(pod)
+
+
+@pytest.mark.parametrize(("labels", "annotations"), [
+    ({"podplacement.io/scheduling-gate": "removed"}, {}),
+    ({"podplacement.io/scheduling-gate": "removed"},
+     {"podplacement.io/decision": '{"result":"set"}'}),
+    ({}, {"podplacement.io/decision": '{"path":"admission"}'}),
+    ({"podplacement.io/scheduling-gate": "gated"},
+     {"podplacement.io/decision": '{"path":"admission"}'}),
+])
+def test_a_copied_label_or_annotation_alone_does_not_skip(
+        labels: dict[str, str], annotations: dict[str, str]) -> None:
+    assert decide(_placed(labels, annotations)).gate
+
+
 def test_pod_with_another_gate_is_gated() -> None:
     assert decide(plain_pod(schedulingGates=[{"name": "example.com/other"}])).gate
 
