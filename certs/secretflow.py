@@ -56,7 +56,7 @@ _NOT_FOUND = 404
 
 class Requester(Protocol):
     """What :class:`ServingCertSecret` needs of a Kubernetes API client (the shape of
-    ``controller.kube.KubeAPI.request``).
+    ``kubeclient.KubeAPI.request``).
 
     ``request(method, path, body=...)`` sends one request to the API server: ``method`` an
     HTTP verb (``GET``, ``POST``, ``PUT``), ``path`` an API path such as

@@ -17,29 +17,82 @@ The skip rules are the webhook's (:func:`webhook.gating.should_gate`): the bindi
 ``matchResources.namespaceSelector`` is the webhook's namespace selection (system namespaces,
 own namespace, the opt-out label and the config's selector), and ``matchConditions`` exclude a
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
-carrying our gate. The mutation is an ApplyConfiguration that adds our gate (``schedulingGates``
-is a list map keyed by ``name``, so other gates are kept) and the label
-``podplacement.io/scheduling-gate=gated``, checked on kube-apiserver v1.36.2.
+carrying our gate.
+
+For each other pod the policy does one of two things (issue 14 item 1):
+
+- **place**: every image (init and app) is a key of the params object (the ImagePlatforms
+  ``cluster``: image reference → sorted "os/arch" pairs) and none is pulled with
+  ``imagePullPolicy: Always`` (the controller revalidates those), the pod has no
+  ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
+  nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
+  A JSONPatch mutation then writes exactly what :func:`controller.decision.decide` would
+  write once the pod were gated: one required term ``kubernetes.io/arch In [archs]`` AND
+  ``kubernetes.io/os In [linux]`` (or the unsatisfiable marker), the preferred weights of
+  ``nodeAffinityScoring``, the labels ``scheduling-gate=removed`` and ``node-affinity=set``
+  and the decision annotation with ``"path":"admission"``. JSONPatch, because an
+  ApplyConfiguration cannot write ``nodeAffinity`` (an atomic struct).
+- **gate**: otherwise an ApplyConfiguration adds our gate (``schedulingGates`` is a list map
+  keyed by ``name``, so other gates are kept) and the label
+  ``podplacement.io/scheduling-gate=gated``.
+
+The two mutations run in order; the branch not taken is a no-op (an ApplyConfiguration of
+``Object{}`` and a JSONPatch of ``[]`` change nothing, checked on kube-apiserver v1.36.2).
+With ``spec.admission.fastPaths: Disabled``, NUMA placement on, or no parsed config passed
+to :func:`desired_policy`, the policy has no place branch and no ``paramKind`` (the
+binding has no ``paramRef`` either).
+
+Facts of kube-apiserver v1.36.2 this module relies on (tests/controller/
+test_admissionpolicy_place_realcluster.py):
+
+- typed ``Object.spec...`` constructors compile only in mutation expressions, not in
+  ``variables``; the node affinity is therefore built inline in the JSONPatch expression;
+- the policy runs on ``?dryRun=All`` creates;
+- ``parameterNotFoundAction: Allow`` does **not** evaluate the policy with ``params == null``:
+  a missing params object (or an unknown ``paramKind``) skips the policy, and the pod is
+  admitted with neither gate nor placement. The params object must therefore exist whenever
+  the place policy is bound (:func:`params_object`, created before the binding);
+- creating or updating a policy with ``paramKind`` needs ``get`` on all objects of that kind
+  (422 otherwise; RBAC ``resourceNames`` do not satisfy it), and a binding's ``paramRef``
+  needs ``get`` on the named object (on every resource when the policy has no
+  ``paramKind``); a ``paramRef`` on a binding of a policy without ``paramKind`` is ignored;
+- with 5,000 entries of ~100-character references and pods of 10 to 200 images the policy
+  is accepted and evaluates within the CEL cost limits (no fail-open).
 
 ``failurePolicy: Ignore``: a CEL error admits the pod unchanged (the product never denies a
 pod). Escape hatch, one line: ``kubectl delete mutatingadmissionpolicybinding
 podplacement-gate`` (the controller re-creates it within its resync unless the config says
-``mechanism: Webhook``).
+``mechanism: Webhook``). Rule sources: issue 14, KEP-3962 (MutatingAdmissionPolicy), KEP-3838
+(a gated pod's affinity may only be narrowed, which is why pods with terms are gated).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.config import (
     ADMISSION_POLICY_NAME,
+    AFFINITY_LABEL,
+    AFFINITY_LABEL_SET,
     API_VERSION,
+    ARCH_LABEL,
     CONFIG_KIND,
+    DECISION_ANNOTATION,
+    FAST_PATHS_ENABLED,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
+    NO_SUPPORTED_PLATFORM_KEY,
+    OS_LABEL,
+    PARAMS_KIND,
+    PARAMS_NAME,
     SCHEDULING_GATE,
+    ConfigError,
+    PlacementConfig,
 )
+from controller.decision import NO_SUPPORTED_PLATFORM, SET
 from controller.webhookconfig import WebhookNamespaceSelection
 
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
@@ -47,6 +100,11 @@ POLICY_KIND = "MutatingAdmissionPolicy"
 BINDING_KIND = "MutatingAdmissionPolicyBinding"
 POLICY_RESOURCE = "mutatingadmissionpolicies"
 BINDING_RESOURCE = "mutatingadmissionpolicybindings"
+
+#: The ``path`` of the decision annotation written by the policy (the controller writes none).
+ADMISSION_PATH = "admission"
+#: The only OS the place branch handles: a non-linux pair in the intersection means gate.
+PLACED_OS = "linux"
 
 #: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``.
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
@@ -69,6 +127,263 @@ GATE_MUTATION = (
 )
 
 
+# --- the place branch, in CEL (issue 14 item 1) ------------------------------------------
+#
+# The ``CEL_*`` constants are the policy's ``variables`` (``variables.<name>``), listed by
+# :func:`place_variables` in order (a variable reads only the ones before it); the typed
+# fragments further down are inlined into the JSONPatch. Variables are evaluated lazily and
+# ``&&`` short-circuits on false, so the pieces that index the params are only evaluated for
+# a pod whose images are all in the params.
+
+
+def cel_string(text: str) -> str:
+    """``text`` as a CEL string literal: single-quoted when that needs no escape (JSON
+    pieces stay readable), else JSON's double-quoted form (its escapes are valid CEL)."""
+    if not any(ch in text for ch in "'\\\n") and text.isascii():
+        return f"'{text}'"
+    return json.dumps(text)
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(items) + "]"
+
+
+# Typed object names of the pod schema (KEP-3962: ``Object.<field path>{...}`` constructs a
+# typed value that the API server converts back to JSON for a JSONPatch ``value``).
+_T_AFFINITY = "Object.spec.affinity"
+_T_NODE_AFFINITY = _T_AFFINITY + ".nodeAffinity"
+_T_REQUIRED = _T_NODE_AFFINITY + ".requiredDuringSchedulingIgnoredDuringExecution"
+_T_TERM = _T_REQUIRED + ".nodeSelectorTerms"
+_T_EXPRESSION = _T_TERM + ".matchExpressions"
+_T_PREFERRED = _T_NODE_AFFINITY + ".preferredDuringSchedulingIgnoredDuringExecution"
+_T_PREFERENCE = _T_PREFERRED + ".preference"
+_T_PREF_EXPRESSION = _T_PREFERENCE + ".matchExpressions"
+
+
+def _requirement(type_name: str, key: str, operator: str, values: str | None = None) -> str:
+    """A NodeSelectorRequirement constructor; ``values`` is a CEL list expression."""
+    fields = f"key: {cel_string(key)}, operator: {cel_string(operator)}"
+    if values is not None:
+        fields += f", values: {values}"
+    return f"{type_name}{{{fields}}}"
+
+
+#: ``images``: the pod's image references, initContainers then containers, as written (the
+#: controller's ``decision.unique_images`` order; duplicates do not change an intersection).
+#: ``.?``/``orValue``: a field a pod may lack never raises (an error would admit the pod
+#: unchanged: failurePolicy Ignore).
+CEL_IMAGES = (
+    "object.spec.?initContainers.orValue([]).map(c, c.?image.orValue(''))"
+    " + object.spec.?containers.orValue([]).map(c, c.?image.orValue(''))"
+)
+
+#: ``table``: ``spec.images`` of the ImagePlatforms params (image → "os/arch,..."). The
+#: ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
+CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
+
+#: ``known``: every image of the pod is a key of the params (issue 14 item 1, "place"), and
+#: no container pulls with ``imagePullPolicy: Always`` (the API server's default for
+#: ``:latest`` and untagged references): the controller revalidates such an image with the
+#: registry on every pod (``pull_always``), which a params entry cannot do.
+CEL_KNOWN = (
+    "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
+    " && !(object.spec.?initContainers.orValue([]) + object.spec.?containers.orValue([]))"
+    ".exists(c, c.?imagePullPolicy.orValue('') == 'Always')"
+)
+
+#: ``free``: no ``spec.affinity.nodeAffinity`` (existing terms take the gate branch: the
+#: append-to-every-term rule of KEP-3838 is the controller's) and no ``nodeSelector`` pin on
+#: ``kubernetes.io/arch`` or ``kubernetes.io/os`` (the controller then adds no requirement on
+#: that key and warns; issue 13).
+CEL_FREE = (
+    "!object.spec.?affinity.?nodeAffinity.hasValue()"
+    f" && !({cel_string(ARCH_LABEL)} in object.spec.?nodeSelector.orValue({{}}))"
+    f" && !({cel_string(OS_LABEL)} in object.spec.?nodeSelector.orValue({{}}))"
+)
+
+#: ``lists``: the "os/arch" pairs of each image (only read once ``known`` holds).
+CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
+
+#: ``pairs``: the intersection over images (``controller.platforms.supported_platforms``),
+#: in the first image's order: the params values are sorted, so the result is sorted too.
+CEL_PAIRS = "variables.lists[0].filter(p, variables.lists.all(l, p in l))"
+
+#: ``placed``: take the place branch: all images known, no affinity/pin to merge with, and
+#: the intersection empty (unsatisfiable marker) or linux only (the controller's
+#: ``kubernetes.io/os In [linux]``; other OSes are left to the controller).
+CEL_PLACED = (
+    "variables.known && variables.free"
+    f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
+)
+
+#: ``archs``: the supported architectures, sorted (the pairs are sorted and all linux).
+CEL_ARCHS = "variables.pairs.map(p, p.split('/')[1])"
+
+def _weights_literal(weights: Mapping[str, int]) -> str:
+    return "{" + ", ".join(f"{cel_string(a)}: {int(w)}" for a, w in sorted(weights.items())) + "}"
+
+
+def cel_preferred_archs(weights: Mapping[str, int]) -> str:
+    """``preferredArchs``: the supported architectures with a configured weight, in
+    ``archs`` order (``affinity.arch_preferences``; the pod has no node affinity here, so no
+    preference of its own). The weights are CEL literals: the policy is regenerated from the
+    config whenever it changes."""
+    return f"variables.archs.filter(a, a in {_weights_literal(weights)})"
+
+
+# The fragments below build typed pod objects, which the API server declares only in
+# mutation expressions (a variable using ``Object.spec...`` fails to compile on v1.36.2), so
+# they are inlined into :func:`place_patch_mutation` rather than being variables.
+
+#: The required expressions of the one new NodeSelectorTerm ``decision.decide`` writes for a
+#: pod without node affinity: ``kubernetes.io/arch In [archs]`` then ``kubernetes.io/os In
+#: [linux]`` (``AffinityPlan.restrict``, arch first), or the unsatisfiable marker
+#: (``affinity.unsatisfiable_marker``) when no platform is common to all images.
+CEL_REQUIREMENTS = (
+    "(size(variables.pairs) == 0 ? "
+    + _cel_list([_requirement(_T_EXPRESSION, NO_SUPPORTED_PLATFORM_KEY, "Exists")])
+    + " : "
+    + _cel_list([
+        _requirement(_T_EXPRESSION, ARCH_LABEL, "In", "variables.archs"),
+        _requirement(_T_EXPRESSION, OS_LABEL, "In", _cel_list([cel_string(PLACED_OS)])),
+    ])
+    + ")"
+)
+
+
+def cel_preferred(weights: Mapping[str, int]) -> str:
+    """One PreferredSchedulingTerm ``kubernetes.io/arch In [a]`` with its weight per
+    ``variables.preferredArchs`` entry (``affinity.arch_preferences``)."""
+    return (
+        f"variables.preferredArchs.map(a, {_T_PREFERRED}{{weight: {_weights_literal(weights)}[a], "
+        f"preference: {_T_PREFERENCE}{{matchExpressions: "
+        + _cel_list([_requirement(_T_PREF_EXPRESSION, ARCH_LABEL, "In", "[a]")])
+        + "}})"
+    )
+
+
+def cel_node_affinity(weights: Mapping[str, int]) -> str:
+    """The NodeAffinity of a placed pod: the required term of :data:`CEL_REQUIREMENTS` and,
+    when some supported architecture has a weight, the preferred terms (the field is
+    omitted when there are none, as the controller does)."""
+    fields = (
+        f"requiredDuringSchedulingIgnoredDuringExecution: {_T_REQUIRED}{{nodeSelectorTerms: "
+        f"[{_T_TERM}{{matchExpressions: {CEL_REQUIREMENTS}}}]}}"
+    )
+    if weights:
+        fields += (
+            ", ?preferredDuringSchedulingIgnoredDuringExecution: "
+            "size(variables.preferredArchs) > 0 ? "
+            f"optional.of({cel_preferred(weights)}) : optional.none()"
+        )
+    return f"{_T_NODE_AFFINITY}{{{fields}}}"
+
+
+#: ``decision``: the compact JSON of the ``podplacement.io/decision`` annotation, with the
+#: facts ``decision.decide`` records (``platforms``, ``oses``, ``archs``, ``result``,
+#: ``reason``; the per-image digests are the controller's alone) and ``"path":"admission"``.
+#: Concatenation is safe: pairs and arch names match ``[a-z0-9_.-]+`` (the CRD's pattern).
+CEL_DECISION = " + ".join([
+    cel_string('{"path":' + json.dumps(ADMISSION_PATH) + ',"platforms":['),
+    "variables.pairs.map(p, '\"' + p + '\"').join(',')",
+    cel_string("]"),
+    "(size(variables.pairs) > 0 ? " + cel_string(',"oses":[' + json.dumps(PLACED_OS) + "]")
+    + " : '')",
+    cel_string(',"archs":['),
+    "variables.archs.map(a, '\"' + a + '\"').join(',')",
+    cel_string('],"result":"'),
+    f"(size(variables.pairs) > 0 ? {cel_string(SET)} : {cel_string(NO_SUPPORTED_PLATFORM)})",
+    cel_string('","reason":"'),
+    "(size(variables.pairs) > 0 ? 'required architectures ' + variables.archs.join(', ')"
+    " : 'no platform is supported by every image of the pod')",
+    cel_string('"}'),
+])
+
+#: ApplyConfiguration of the place policy: the gate and label unless the pod is placed
+#: (an empty ``Object{}`` changes nothing; checked on kube-apiserver v1.36.2).
+PLACE_OR_GATE_MUTATION = f"variables.placed ? Object{{}} : {GATE_MUTATION}"
+
+
+def _add(path: str, value: str) -> str:
+    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+
+
+def _map_ops(field: str, values: Mapping[str, str]) -> str:
+    """The ``add`` ops of ``metadata.<field>`` entries, or of the whole map when the pod has
+    none (``podpatch.map_ops``); keys with '/' are escaped with ``jsonpatch.escapeKey``."""
+    whole = "{" + ", ".join(f"{cel_string(k)}: {cel_string(v)}" for k, v in values.items()) + "}"
+    each = [
+        _add(f"{cel_string(f'/metadata/{field}/')} + jsonpatch.escapeKey({cel_string(k)})",
+             cel_string(v))
+        for k, v in values.items()
+    ]
+    return (f"(has(object.metadata.{field}) ? {_cel_list(each)} : "
+            f"[{_add(cel_string(f'/metadata/{field}'), whole)}])")
+
+
+def place_patch_mutation(weights: Mapping[str, int]) -> str:
+    """The JSONPatch expression of the place policy: for a placed pod the final placement
+    (``nodeAffinity``, the two labels, the decision annotation), ``[]`` otherwise (no
+    change; checked on kube-apiserver v1.36.2). ``spec.affinity`` is created whole when
+    absent, else only its ``nodeAffinity`` is added (a pod with e.g. podAntiAffinity keeps
+    it), as ``AffinityPlan.ops`` does; label and annotation maps are created when absent."""
+    node_affinity = cel_node_affinity(weights)
+    return (
+        "!variables.placed ? [] : ["
+        "has(object.spec.affinity) ? "
+        + _add(cel_string("/spec/affinity/nodeAffinity"), node_affinity)
+        + " : "
+        + _add(cel_string("/spec/affinity"), f"{_T_AFFINITY}{{nodeAffinity: {node_affinity}}}")
+        + "] + "
+        + _map_ops("labels", {GATE_LABEL: GATE_LABEL_REMOVED, AFFINITY_LABEL: AFFINITY_LABEL_SET})
+        + " + "
+        + "(has(object.metadata.annotations) ? ["
+        + _add(f"{cel_string('/metadata/annotations/')} + "
+               f"jsonpatch.escapeKey({cel_string(DECISION_ANNOTATION)})", "variables.decision")
+        + "] : ["
+        + _add(cel_string("/metadata/annotations"),
+               f"{{{cel_string(DECISION_ANNOTATION)}: variables.decision}}")
+        + "])"
+    )
+
+
+def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
+    """The policy's ``variables`` for the place branch, in evaluation order."""
+    weights = {p.architecture: p.weight for p in config.preferred_platforms}
+    out = [
+        ("images", CEL_IMAGES),
+        ("table", CEL_TABLE),
+        ("known", CEL_KNOWN),
+        ("free", CEL_FREE),
+        ("lists", CEL_LISTS),
+        ("pairs", CEL_PAIRS),
+        ("placed", CEL_PLACED),
+        ("archs", CEL_ARCHS),
+    ]
+    if weights:
+        out.append(("preferredArchs", cel_preferred_archs(weights)))
+    out.append(("decision", CEL_DECISION))
+    return [{"name": n, "expression": e} for n, e in out]
+
+
+def places(config: PlacementConfig) -> bool:
+    """True when the policy has a place branch: ``spec.admission.fastPaths`` is
+    ``Enabled`` and NUMA placement is off (NUMA candidates need the controller's view of
+    the nodes; issue 14 item 1)."""
+    return config.admission_fast_paths == FAST_PATHS_ENABLED and not config.topology.enabled
+
+
+def placement_config(config_obj: Mapping[str, Any] | None) -> PlacementConfig:
+    """The parsed PodPlacementConfig, or the defaults when there is none or it does not
+    parse (the controller decides with the defaults then, too)."""
+    if not config_obj:
+        return PlacementConfig()
+    try:
+        return PlacementConfig.from_object(config_obj)
+    except ConfigError:
+        return PlacementConfig()
+
+
 def _metadata(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
     """Our name and label, and the config as owner when it has a uid."""
     meta: dict[str, Any] = {"name": ADMISSION_POLICY_NAME,
@@ -80,52 +395,92 @@ def _metadata(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return meta
 
 
-def desired_policy(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
+def desired_policy(config_obj: Mapping[str, Any] | None,
+                   config: PlacementConfig | None = None) -> dict[str, Any]:
     """The MutatingAdmissionPolicy ``podplacement-gate`` (a plain dict, ready to POST).
 
     Args:
         config_obj: the PodPlacementConfig ``cluster`` (its uid makes it the owner), or None.
+        config: the parsed config (:func:`placement_config`). None: the gate-only policy
+            of the callers that predate the place branch. Binding the place policy needs the
+            params object to exist (:func:`params_object`) and its creator to have ``get``
+            on all ImagePlatforms objects (the API server checks that at create/update),
+            which such callers do not ensure.
 
     Returns:
         ``{"apiVersion": "admissionregistration.k8s.io/v1", "kind":
         "MutatingAdmissionPolicy", "metadata": ..., "spec": ...}``: pods, CREATE only,
-        ``matchConditions`` :data:`MATCH_CONDITIONS`, one ApplyConfiguration mutation
-        :data:`GATE_MUTATION`, ``reinvocationPolicy: Never``, ``failurePolicy: Ignore``.
+        ``matchConditions`` :data:`MATCH_CONDITIONS`, ``reinvocationPolicy: Never``,
+        ``failurePolicy: Ignore``. With a place branch (:func:`places`): ``paramKind``
+        ImagePlatforms, ``variables`` :func:`place_variables`, then the ApplyConfiguration
+        :data:`PLACE_OR_GATE_MUTATION` and the JSONPatch :func:`place_patch_mutation`;
+        without: the one ApplyConfiguration :data:`GATE_MUTATION`.
     """
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": POLICY_KIND,
-        "metadata": _metadata(config_obj),
-        "spec": {
-            "failurePolicy": "Ignore",
-            "reinvocationPolicy": "Never",
-            "matchConstraints": {
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                   "operations": ["CREATE"], "resources": ["pods"]}],
-                "matchPolicy": "Equivalent",
-            },
-            "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
-            "mutations": [{"patchType": "ApplyConfiguration",
-                           "applyConfiguration": {"expression": GATE_MUTATION}}],
+    spec: dict[str, Any] = {
+        "failurePolicy": "Ignore",
+        "reinvocationPolicy": "Never",
+        "matchConstraints": {
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                               "operations": ["CREATE"], "resources": ["pods"]}],
+            "matchPolicy": "Equivalent",
         },
+        "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
     }
+    if config is not None and places(config):
+        # Only the place branch reads params. Without paramKind the binding's paramRef is
+        # ignored, so the gate-only policy depends on neither the CRD nor the object.
+        spec["paramKind"] = {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
+        spec["variables"] = place_variables(config)
+        spec["mutations"] = [
+            {"patchType": "ApplyConfiguration",
+             "applyConfiguration": {"expression": PLACE_OR_GATE_MUTATION}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation(
+                {p.architecture: p.weight for p in config.preferred_platforms})}},
+        ]
+    else:
+        spec["mutations"] = [{"patchType": "ApplyConfiguration",
+                              "applyConfiguration": {"expression": GATE_MUTATION}}]
+    return {"apiVersion": GROUP_VERSION, "kind": POLICY_KIND,
+            "metadata": _metadata(config_obj), "spec": spec}
 
 
 def desired_binding(config_obj: Mapping[str, Any] | None,
-                    selection: WebhookNamespaceSelection) -> dict[str, Any]:
+                    selection: WebhookNamespaceSelection,
+                    config: PlacementConfig | None = None) -> dict[str, Any]:
     """The MutatingAdmissionPolicyBinding ``podplacement-gate``: the policy applies in the
     namespaces the webhook is called for (``selection``, from
-    :func:`controller.webhookconfig.webhook_namespace_selection`)."""
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": BINDING_KIND,
-        "metadata": _metadata(config_obj),
-        "spec": {
-            "policyName": ADMISSION_POLICY_NAME,
-            "matchResources": {"namespaceSelector": dict(selection.selector),
-                               "objectSelector": {}, "matchPolicy": "Equivalent"},
-        },
-    }
+    :func:`controller.webhookconfig.webhook_namespace_selection`).
+
+    With a place branch (``config`` given and :func:`places`), ``paramRef`` names the
+    ImagePlatforms ``cluster``. Only then: the API server authorizes a binding's
+    ``paramRef`` as ``get`` on that object of the policy's ``paramKind``, and on every
+    resource of every group when the policy has none (422 for the controller). Apply the
+    policy first. ``parameterNotFoundAction: Allow`` makes the server skip the policy while
+    the object is missing (see the module docstring): it must exist before the binding."""
+    spec: dict[str, Any] = {"policyName": ADMISSION_POLICY_NAME}
+    if config is not None and places(config):
+        spec["paramRef"] = {"name": PARAMS_NAME, "parameterNotFoundAction": "Allow"}
+    spec["matchResources"] = {"namespaceSelector": dict(selection.selector),
+                              "objectSelector": {}, "matchPolicy": "Equivalent"}
+    return {"apiVersion": GROUP_VERSION, "kind": BINDING_KIND,
+            "metadata": _metadata(config_obj), "spec": spec}
+
+
+def params_object() -> dict[str, Any]:
+    """An empty ImagePlatforms ``cluster`` (``spec.images: {}``), to create when absent
+    before the place policy is bound: while the object is missing, the API server skips the
+    policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at all. With
+    it, every pod is gated until the controller publishes inspection results."""
+    return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
+            "metadata": {"name": PARAMS_NAME,
+                         "labels": {"app.kubernetes.io/name": "podplacement"}},
+            "spec": {"images": {}}}
+
+
+def never_drifted(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Drift check of :func:`params_object` for a create-if-absent: the controller's params
+    writer owns the content, so an existing object is never reverted."""
+    return False
 
 
 def policy_drifted(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:

@@ -28,8 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller import admissionpolicy, paramswriter
 from controller.bindingfeed import PODS_PATH, watch_bindings
 from controller.config import (
+    ADMISSION_AUTO,
     CONFIG_NAME,
     CONFIG_PLURAL,
     DEFAULT_NAMESPACE,
@@ -48,13 +50,10 @@ from controller.config import (
 )
 from controller.decision import plain_ungate
 from controller.events import EventSink
-from controller.kube import (
-    ApiError,
-    Informer,
-    KubeAPI,
-    object_key,
-)
+from controller.imageparams import ParamsStore
 from controller.metrics import HealthServer, Metrics
+from controller.paramswriter import ParamsWriter
+from controller.platforms import image_platform_pairs
 from controller.podspec import has_gate
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, RetryLater, pod_key, split_key
@@ -63,6 +62,12 @@ from controller.registriessource import (
     LoadedRegistries,
     RegistriesConfigMap,
     registries_from,
+)
+from kubeclient import (
+    ApiError,
+    Informer,
+    KubeAPI,
+    object_key,
 )
 
 if TYPE_CHECKING:
@@ -91,6 +96,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", CONFIGMAP_PATH),
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
+    *paramswriter.API_REQUESTS,
 )
 
 
@@ -205,11 +211,17 @@ class Controller:
         self._registries_task: asyncio.Task[None] | None = None
         self._config_cache: tuple[str, PlacementConfig, str | None] | None = None
         self.inflight = self._make_inflight()
+        #: The admission policy's params (image → platforms, anonymous results; issue 14),
+        #: written by the leader at most about once a second.
+        self.params = ParamsStore(PlacementConfig().image_inspection.cache_ttl_seconds)
+        self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params)
+        self._params_stop = asyncio.Event()
+        self._params_task: asyncio.Task[None] | None = None
         self.queue = self._new_queue()
         self.reconciler = Reconciler(
             api, self.pods, _InspectorProxy(self), self.config_source, self.events, self.metrics,
             nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
-            failures=lambda key: self.queue.failures(key),
+            failures=lambda key: self.queue.failures(key), publish=self._publish,
             is_leader=lambda: self.leading,
         )
         self.leading = False
@@ -320,6 +332,17 @@ class Controller:
         self._config_cache = (rv, parsed, error)
         return parsed, error
 
+    def _publish(self, image: str, result: Any) -> None:
+        """Record an anonymously inspected image in the admission policy's params, while
+        this controller owns the policy and the policy has a place branch (issue 14)."""
+        if self.lifecycle is None:
+            return
+        config = self.config_source()[0]
+        if config.admission_mechanism != ADMISSION_AUTO or not admissionpolicy.places(config):
+            return
+        self.params.ttl_seconds = config.image_inspection.cache_ttl_seconds
+        self.params.record(image, image_platform_pairs(result), time.monotonic())
+
     # --- event handlers ----------------------------------------------------------------
     def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = pod_key(pod)
@@ -379,6 +402,9 @@ class Controller:
         if self.lifecycle is not None:
             self.lifecycle.start()
             self.lifecycle.notify()
+            self._params_stop = asyncio.Event()
+            self._params_task = asyncio.create_task(self.params_writer.run(self._params_stop),
+                                                    name="params writer")
         log.info("controller leading: %d gated pods queued", len(self.pods.cache))
 
     async def _stop_leading(self) -> None:
@@ -387,6 +413,11 @@ class Controller:
         self.leading = False
         self.metrics.leader.set(0)
         await self.queue.shutdown()
+        if self._params_task is not None:
+            self._params_stop.set()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._params_task, 5.0)
+            self._params_task = None
         if self.lifecycle is not None:
             await self.lifecycle.stop()  # the webhook configuration stays (issue 13)
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from controller.config import NUMA_LABEL, NUMA_LABEL_PLACED
-from controller.kube import ApiError, KubeAPI, next_backoff, retry_delay
-
-log = logging.getLogger(__name__)
+from kubeclient import Informer, KubeAPI
 
 PODS_PATH = "/api/v1/pods"
 #: Label selector of the feed: the label the NUMA-placing ungate write sets.
@@ -42,41 +39,31 @@ async def watch_bindings(
     (:func:`controller.decision.decide`), so the API server sends only those pods, not every
     ungated pod of the cluster. No field selector: a placed pod deleted before it was bound
     must reach the accounting too (unbound pods are otherwise ignored by ``observe_pod``).
-    One paged list at (re)start, then a plain watch (no cache, so no memory per pod); only
-    while ``enabled()`` (topology placement on), checked again when ``changed`` is set or
-    every ``idle_seconds``. Errors back off (:func:`controller.kube.retry_delay`)."""
-    params = {"labelSelector": BINDINGS_SELECTOR}
-    rv = ""
-    backoff = 0.5
-    while True:
-        if not enabled():
-            rv = ""
+    A :class:`kubeclient.Informer` without a cache (no memory per pod): one paged list at
+    (re)start, every pod listed handed on as it is, then its watch. As with any cache-less
+    list+watch, a relist cannot report the pods deleted while the watch was down.
+    Runs only while ``enabled()`` (topology placement on), checked again when ``changed``
+    is set or every ``idle_seconds``; each time it is switched on again it starts with a
+    fresh list. Errors back off as the informer does (:func:`kubeclient.retry_delay`)."""
+
+    def observe(etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        inflight().observe_pod(pod, deleted=etype == "DELETED")
+
+    informer: Informer | None = None
+    try:
+        while True:
+            if enabled() and informer is None:
+                informer = Informer(api, PODS_PATH, {"labelSelector": BINDINGS_SELECTOR},
+                                    name="numa bindings", watch_timeout=watch_timeout,
+                                    min_backoff=0.5, keep_cache=False)
+                informer.add_handler(observe)
+                informer.start()
+            elif not enabled() and informer is not None:
+                await informer.stop()
+                informer = None
             changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), idle_seconds)
-            continue
-        try:
-            if not rv:
-                # (Re)start: the pods already bound, then their changes from that list.
-                items, rv = await api.list_all(PODS_PATH, params=params)
-                for item in items:
-                    inflight().observe_pod(item)
-            async for event in api.watch(PODS_PATH, params=params, resource_version=rv,
-                                         timeout_seconds=watch_timeout):
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    rv = ""  # 410 Gone: list again
-                    break
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                if event.get("type") == "BOOKMARK":
-                    continue
-                inflight().observe_pod(obj, deleted=event.get("type") == "DELETED")
-            backoff = 0.5
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.info("binding watch: %s", exc)
-            if isinstance(exc, ApiError) and exc.gone:
-                rv = ""
-            await asyncio.sleep(retry_delay(backoff, exc))
-            backoff = next_backoff(backoff, exc, 30.0)
+    finally:
+        if informer is not None:
+            await informer.stop()

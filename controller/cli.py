@@ -136,7 +136,7 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
 
 async def _main(args: argparse.Namespace) -> int:
     from controller.app import Controller
-    from controller.kube import KubeAPI
+    from kubeclient import KubeAPI
 
     try:
         options = options_from_args(args)

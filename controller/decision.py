@@ -298,6 +298,7 @@ def decide(
     numa_waited_seconds: float = 0.0,
     config_error: str | None = None,
     platforms: PlatformSet | None = None,
+    path: str | None = None,
 ) -> Decision:
     """Decide placement for ``pod``.
 
@@ -315,6 +316,9 @@ def decide(
         platforms: the supported platforms of the pod's images when the caller already
             computed them (:func:`controller.plan.plan` does, once per pod); else computed
             here.
+        path: the admission path that places the pod, written first into the annotation
+            as ``"path"`` (``"webhook"`` for the webhook's fast path, issue 14 item 3); None
+            (the controller) writes no ``path``.
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
@@ -332,7 +336,8 @@ def decide(
         results[img] = res
         if isinstance(res, BaseException):
             errors[img] = res
-    record: dict[str, Any] = {"images": [_image_entry(i, results[i]) for i in wanted]}
+    record: dict[str, Any] = {} if path is None else {"path": path}
+    record["images"] = [_image_entry(i, results[i]) for i in wanted]
     if config_error:
         record["configError"] = config_error[:200]
 

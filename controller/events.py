@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.decision import EventSpec
-from controller.kube import ApiError, KubeAPI
+from kubeclient import ApiError, KubeAPI
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ from controller.bindingfeed import BINDINGS_SELECTOR
 from controller.config import ConfigError, PlacementConfig
 from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
-from controller.kube import ApiError, Informer, KubeAPI, _default_kubeconfig
 from controller.numa import STRATEGIES, QuantityError
 from controller.plan import inflight_from_pods
 from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
+from kubeclient import ApiError, Informer, KubeAPI, default_kubeconfig
 from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def find_kubeconfig(kubeconfig: str | None, pod_ref: str | None = None) -> str |
     """
     from kubernetes.aio import config as kconfig
 
-    path = kubeconfig or _default_kubeconfig(kconfig.KUBE_CONFIG_DEFAULT_LOCATION)
+    path = kubeconfig or default_kubeconfig(kconfig.KUBE_CONFIG_DEFAULT_LOCATION)
     if path is not None and not Path(path).is_file():
         source = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
         raise InputError(f"{source} {path}: no such file")

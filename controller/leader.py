@@ -9,7 +9,7 @@ a racing candidate gets 409; a follower takes over when the record has not chang
 * The library's ``LeaseLock`` does not work with kubernetes 37 (see :class:`_RawLeaseLock`):
   its ``create`` raises a pydantic ValidationError before sending anything, and its times
   are re-serialised without the MicroTime fraction when the microseconds are 0. We plug a
-  lock that speaks raw JSON through :class:`controller.kube.KubeAPI` into the library's
+  lock that speaks raw JSON through :class:`kubeclient.KubeAPI` into the library's
   ``LeaderElection`` loop.
 * :meth:`LeaderElector.run` keeps campaigning: after losing the lease (or after an
   unexpected error, e.g. the API server unreachable, which the library lets escape) the
@@ -46,7 +46,7 @@ from kubernetes.aio.leaderelection.leaderelectionrecord import LeaderElectionRec
 from kubernetes.aio.leaderelection.resourcelock.baselock import BaseLock
 
 from controller.config import LEASE_NAME
-from controller.kube import ApiError, KubeRequester
+from kubeclient import ApiError, KubeRequester
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def default_identity() -> str:
 
 
 class _RawLeaseLock(BaseLock):  # type: ignore[misc,unused-ignore]
-    """The library's lock interface over raw JSON (:class:`controller.kube.KubeAPI`).
+    """The library's lock interface over raw JSON (:class:`kubeclient.KubeAPI`).
 
     Replaces ``kubernetes.aio``'s ``LeaseLock``, which cannot work with kubernetes 37: its
     ``create`` passes ``pretty=True`` where the validated API method wants a string (a
@@ -189,7 +189,7 @@ class _RawLeaseLock(BaseLock):  # type: ignore[misc,unused-ignore]
 
 
 def api_client_for(kube: KubeRequester) -> KubeRequester:
-    """Return ``kube`` itself: :class:`LeaderElector` takes the :class:`controller.kube.KubeAPI`
+    """Return ``kube`` itself: :class:`LeaderElector` takes the :class:`kubeclient.KubeAPI`
     directly (kept for callers written against the first version, which wanted a
     ``kubernetes.aio`` ApiClient for the library's broken ``LeaseLock``)."""
     return kube
@@ -199,7 +199,7 @@ class LeaderElector:
     """Campaign for the Lease ``namespace/name``; run callbacks while leading.
 
     Args:
-        api: a :class:`controller.kube.KubeAPI` (or anything with its ``request``).
+        api: a :class:`kubeclient.KubeAPI` (or anything with its ``request``).
         namespace: the Lease's namespace (the controller's own).
         name: the Lease name.
         identity: this candidate's holder identity (default :func:`default_identity`).

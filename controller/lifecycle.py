@@ -73,7 +73,7 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
-from controller.kube import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester, NotFound, api_error
+from controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH
 from controller.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     ServiceRef,
@@ -82,6 +82,7 @@ from controller.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
+from kubeclient import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester, NotFound, api_error
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ class Lifecycle:
     """Reconciler of the PodPlacementConfig ``cluster`` (see the module docstring).
 
     Args:
-        api: a :class:`controller.kube.KubeAPI` (or anything with its ``request``).
+        api: a :class:`kubeclient.KubeAPI` (or anything with its ``request``).
         namespace: podplacement's own namespace (excluded from gating).
         service: the webhook Service ``(namespace, name, port, path)``, or
         url: the webhook's ``https://`` URL (exactly one).
@@ -620,13 +621,22 @@ class Lifecycle:
             if mechanism != ADMISSION_AUTO:
                 await self._delete_policy()
                 return False, ""
+            placement = admissionpolicy.placement_config(config)
             await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
-                                     admissionpolicy.desired_policy(config),
+                                     admissionpolicy.desired_policy(config, placement),
                                      drifted=admissionpolicy.policy_drifted,
                                      update_body=self._replacement)
             self._policy_present = True
+            if admissionpolicy.places(placement):
+                # Before the binding: the API server skips a policy whose params object is
+                # missing (pods pass unplaced and ungated; the webhook then gates them).
+                await self._apply_object(PARAMS_COLLECTION_PATH, PARAMS_PATH,
+                                         admissionpolicy.params_object(),
+                                         drifted=admissionpolicy.never_drifted,
+                                         update_body=self._replacement)
             await self._apply_object(BINDING_COLLECTION_PATH, BINDING_PATH,
-                                     admissionpolicy.desired_binding(config, selection),
+                                     admissionpolicy.desired_binding(config, selection,
+                                                                     placement),
                                      drifted=admissionpolicy.policy_drifted,
                                      update_body=self._replacement)
         except ApiError as exc:

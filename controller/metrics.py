@@ -2,7 +2,7 @@
 ``/healthz`` and ``/readyz`` (issue 5 item 14; prefix ``podplacement_``).
 
 Each :class:`Metrics` has its own ``CollectorRegistry`` so several controllers can run in one
-process (tests). Counters kept elsewhere (API requests in :class:`~controller.kube.KubeAPI`,
+process (tests). Counters kept elsewhere (API requests in :class:`~kubeclient.KubeAPI`,
 image cache hits in the inspector) are read at scrape time by a custom collector.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -65,6 +66,15 @@ class _Sources(Collector):
             yield q
 
 
+@dataclass(frozen=True, slots=True)
+class ParamsMetrics:
+    """The params writer's metrics: ``entries`` (Gauge) and ``writes`` (Counter by
+    ``result``)."""
+
+    entries: Gauge
+    writes: Counter
+
+
 class Metrics:
     """The controller's metrics.
 
@@ -77,6 +87,11 @@ class Metrics:
         conflicts: ``podplacement_patch_conflicts_total`` (409/422 on the guarded patch).
         events: ``podplacement_events_total{type}`` queued for sending.
         leader: ``podplacement_leader`` 1 while this replica leads.
+        params: the admission policy's params object (issue 14):
+            ``podplacement_params_entries`` (entries last written to ImagePlatforms
+            ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
+            updated, conflict, error); the :class:`controller.paramswriter.ParamsMetrics`
+            shape.
     """
 
     def __init__(self) -> None:
@@ -101,6 +116,12 @@ class Metrics:
         )
         self.events = Counter(P + "events", "Events queued, by type", ["type"], registry=r)
         self.leader = Gauge(P + "leader", "1 while this replica is the leader", registry=r)
+        self.params = ParamsMetrics(
+            Gauge(P + "params_entries", "Entries of the admission policy's params object "
+                  "(ImagePlatforms cluster), as last written", registry=r),
+            Counter(P + "params_writes", "Writes of the admission policy's params object, "
+                    "by result", ["result"], registry=r),
+        )
         self.sources = _Sources()
         r.register(self.sources)
 

@@ -70,6 +70,7 @@ def plan(
     failures: int = 0,
     config_error: str | None = None,
     on_numa_error: NumaErrorHandler | None = None,
+    path: str | None = None,
 ) -> Decision:
     """Decide the placement of one gated pod.
 
@@ -88,6 +89,9 @@ def plan(
         failures: failed inspection rounds of this pod before this one.
         config_error: the config could not be parsed (defaults in force; annotated).
         on_numa_error: see :data:`NumaErrorHandler`.
+        path: the admission path placing the pod (``"webhook"``), written as ``"path"``
+            into the decision annotation (:func:`controller.decision.decide`); None for
+            the controller.
 
     Returns:
         the :class:`controller.decision.Decision`; its ``numa`` carries the typed NUMA
@@ -123,7 +127,7 @@ def plan(
         pod, images, config,
         nodes=node_inventory(nodes) if nodes is not None else None,
         numa=numa, failures=failures, numa_waited_seconds=waited,
-        config_error=config_error, platforms=platforms,
+        config_error=config_error, platforms=platforms, path=path,
     )
 
 

@@ -9,7 +9,7 @@ inspects all images concurrently, decides with :func:`controller.plan.plan` (the
 Retries belong to the work queue, as in controller-runtime (issue 12): a reconcile returns
 None (done), a delay (a NUMA wait) or raises; the queue counts the raises and backs off, and
 its count is the decision's ``failures``. A stale pod (409, or the 422 a failed ``test``
-gets) raises :class:`~controller.kube.Conflict` and is decided again from the informer's
+gets) raises :class:`~kubeclient.Conflict` and is decided again from the informer's
 newer copy; failed inspections raise :class:`RetryLater` until ``imageInspection.maxRetries``
 rounds, then the pod falls back. Anything unexpected (odd spec, a patch the server rejects
 as invalid) ends in a plain ungate: no pod stays gated forever (issue 5 item 9).
@@ -35,11 +35,11 @@ from controller.decision import (
     unique_images,
 )
 from controller.events import EventSink
-from controller.kube import ApiError, Conflict, Informer, KubeAPI, NotFound
 from controller.metrics import Metrics
 from controller.numa import InFlight
 from controller.plan import hold, parse_time, plan
 from controller.podspec import has_gate
+from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class Reconciler:
         nrts: Informer | None = None,
         inflight: InFlight | None = None,
         failures: Callable[[str], int] = lambda key: 0,
+        publish: Callable[[str, Any], None] | None = None,
         secret_ttl: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -118,6 +119,7 @@ class Reconciler:
         self.nrts = nrts
         self.inflight = inflight
         self.failures = failures
+        self.publish = publish
         self.secret_ttl = secret_ttl
         self.is_leader = is_leader
         self._state: dict[str, _PodState] = {}
@@ -252,6 +254,12 @@ class Reconciler:
             log.info("pod %s/%s: reading pull secrets failed: %s", ns, name, exc)
             creds = []
         images = await self.inspect_images(pod, creds)
+        if not creds and self.publish is not None:
+            # Learned anonymously: any pod of any namespace may be placed with it at
+            # admission (issue 14 item 2); a result behind a pull secret never is.
+            for image, result in images.items():
+                if not isinstance(result, BaseException):
+                    self.publish(image, result)
 
         decision = self._decide(pod, images, config, config_error, self.failures(key))
         if decision.outcome == SKIP:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from controller.config import REGISTRIES_CONF_KEY, ObjectRef
-from controller.kube import KubeAPI
+from kubeclient import KubeAPI
 
 if TYPE_CHECKING:
     from imageinspect import RegistriesConfig

@@ -33,7 +33,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.requests import ClientDisconnect
 
-from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
+from controller.admission import AdmissionPlacement, admission_placement, fast_path_applies
+from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX, PlacementConfig
 from webhook.configsource import ConfigSource
 from webhook.gating import (
     REASON_ALREADY_GATED,
@@ -59,6 +60,8 @@ PATH_GATED = "gated"
 PATH_SKIPPED = "skipped"
 
 OUTCOME_GATED = "gated"
+#: A pod the webhook placed from its cache (issue 14 item 3): ungated, final affinity.
+OUTCOME_PLACED = "placed"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_IGNORED = "ignored"
 OUTCOME_BAD_REQUEST = "bad_request"
@@ -143,6 +146,7 @@ class WebhookMetrics:
         self.body_timeout = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
         self.error = self._requests.labels(OUTCOME_ERROR, "")
         self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
+        self.placed = self._requests.labels(OUTCOME_PLACED, "")
         admissions = Counter(f"{p}admissions", "Pod creations by the path they took.",
                              ("path",), registry=self.registry)
         self.policy_placed = admissions.labels(PATH_POLICY_PLACED)
@@ -437,6 +441,49 @@ def _release(api_version: str, uid: str, pod: Mapping[str, Any], would_gate: boo
                                           "patchType": "JSONPatch", "patch": patch})
 
 
+class PlaceCacheLike(Protocol):
+    """What :func:`create_app` needs of :class:`webhook.placecache.PlaceCache`."""
+
+    def lookup(self, pod: Mapping[str, Any], namespace: str,
+               config: PlacementConfig) -> Mapping[str, Any] | None: ...
+    def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
+                      config: PlacementConfig) -> Any: ...
+    async def aclose(self) -> None: ...
+
+
+def _webhook_placement(place_cache: PlaceCacheLike, body: bytes, namespace: str,
+                       config: PlacementConfig | None,
+                       m: WebhookMetrics) -> AdmissionPlacement | None:
+    """The fast path (issue 14 item 3): the placement of the pod of ``body`` when the cache
+    knows all its images, else None after scheduling a background fill. No I/O here; an
+    error is logged and counted, and the pod is then handled as without the cache."""
+    if not fast_path_applies(config):
+        return None
+    assert config is not None
+    try:
+        # The selective decoder kept only the gating fields: the decision reads the whole pod.
+        pod = orjson.loads(body)["request"]["object"]
+        images = place_cache.lookup(pod, namespace, config)
+        if images is None:
+            place_cache.schedule_fill(pod, namespace, config)
+            return None
+        return admission_placement(pod, images, config)
+    except Exception:
+        log.exception("webhook placement failed; the pod is left to the controller")
+        m.errors.inc()
+        return None
+
+
+def _placed(api_version: str, uid: str, placement: AdmissionPlacement) -> Response:
+    response: dict[str, Any] = {
+        "uid": uid, "allowed": True, "patchType": "JSONPatch",
+        "patch": base64.b64encode(orjson.dumps(list(placement.patch))).decode(),
+    }
+    if placement.warnings:
+        response["warnings"] = list(placement.warnings)
+    return _review_response(api_version, response)
+
+
 class ControllerLeaseLike(Protocol):
     """What :func:`create_app` needs of :class:`webhook.leasewatch.ControllerLease`."""
 
@@ -590,6 +637,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     controller_lease: ControllerLeaseLike | None = None,
+    place_cache: PlaceCacheLike | None = None,
 ) -> FastAPI:
     """Build the webhook app.
 
@@ -611,6 +659,15 @@ def create_app(
             at admission (outcome ``released``, decision ``controller-unavailable``, a
             ``warnings`` entry), and no pod gets the gate (skip reason
             ``controller_unavailable``). None: always hold (no escape).
+        place_cache: the per-credential inspection cache of the fast path
+            (:class:`webhook.placecache.PlaceCache`; closed with the app). A pod the webhook
+            would gate, or that the admission policy gated, whose images the cache knows for
+            the pod's credentials is placed in the answer (the controller's decision,
+            :func:`controller.admission.admission_placement`: final affinity, labels,
+            annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
+            images cannot run on), counted as ``admissions_total{path="webhook-placed"}``;
+            on a miss the pod is handled as without it and a background fill is scheduled.
+            None: no fast path.
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
@@ -635,6 +692,8 @@ def create_app(
         finally:
             if controller_lease is not None:
                 await controller_lease.stop()
+            if place_cache is not None:
+                await place_cache.aclose()
             await config_source.stop()
 
     app = FastAPI(title="podplacement webhook", docs_url=None, redoc_url=None,
@@ -679,6 +738,15 @@ def create_app(
                         and not controller_lease.available()):
                     return _release(api_version, uid, pod, decision.gate, m,
                                     controller_lease.seconds_since_renewal())
+                # --- fast path: place from the cache (issue 14 item 3) ---
+                if place_cache is not None and (decision.gate
+                                                or decision.reason == REASON_ALREADY_GATED):
+                    placement = _webhook_placement(place_cache, body, namespace, config, m)
+                    if placement is not None:
+                        m.placed.inc()
+                        m.webhook_placed.inc()
+                        return _placed(api_version, uid, placement)
+                # --- end of the fast path ---
                 m.decided(decision.reason)
                 if not decision.gate:
                     return _allowed(api_version, uid)

@@ -14,9 +14,10 @@ import argparse
 import gc
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.config import DEFAULT_NAMESPACE
+from imageinspect.cli import add_registry_arguments, registry_settings
 from podplacement.cli import one_line, positive_float, positive_int
 from webhook.limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -24,6 +25,11 @@ from webhook.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
 )
+
+if TYPE_CHECKING:
+    from webhook.configsource import ConfigSource
+    from webhook.leasewatch import ControllerLease
+    from webhook.placecache import PlaceCache
 
 log = logging.getLogger(__name__)
 
@@ -75,31 +81,48 @@ def register(subparsers: Any) -> None:
                         "long, pods are not held at the gate: those the admission policy "
                         "gated are released at admission, with a warning (default: "
                         "%(default)s; not with --config-file)")
+    p.add_argument("--no-place-cache", action="store_true",
+                   help="never place a gated pod at admission from the webhook's own cache of "
+                        "inspected images (default: place pods whose images were inspected "
+                        "before with the same namespace and pull secrets; needs get on "
+                        "secrets; not with --config-file)")
+    add_registry_arguments(p, pull_secret=False)
     p.add_argument("--bare-endpoint", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from webhook.app import WebhookMetrics, create_app
-    from webhook.configsource import (
-        ApiConnection,
-        ConfigSource,
-        StaticConfigSource,
-        WatchingConfigSource,
-    )
+    from imageinspect import Inspector
+    from kubeclient import KubeAPI
+    from webhook.configsource import StaticConfigSource, WatchingConfigSource
     from webhook.leasewatch import ControllerLease
+    from webhook.placecache import PlaceCache
+
+    if args.config_file:
+        return await _serve_with(args, StaticConfigSource.from_file(args.config_file), None)
+    settings = registry_settings(args)
+    # One client for both watches and the cache's Secret reads; its credentials refresh
+    # themselves (kubeclient).
+    api = await KubeAPI.from_kubeconfig(args.kubeconfig, user_agent="podplacement-webhook")
+    inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles)
+    try:
+        lease = ControllerLease(api, args.namespace,
+                                threshold=args.controller_unavailable_after)
+        cache = None if args.no_place_cache else PlaceCache(api, inspector)
+        return await _serve_with(args, WatchingConfigSource(api), lease, cache)
+    finally:
+        await inspector.aclose()
+        await api.close()
+
+
+async def _serve_with(args: argparse.Namespace, source: ConfigSource,
+                      lease: ControllerLease | None, place_cache: PlaceCache | None = None
+                      ) -> int:
+    """Serve with ``source`` (and ``lease``) until SIGINT/SIGTERM; returns 0."""
+    from webhook.app import WebhookMetrics, create_app
     from webhook.limits import ConnectionLimits
     from webhook.server import WebhookServer
 
-    source: ConfigSource
-    lease: ControllerLease | None = None
-    if args.config_file:
-        source = StaticConfigSource.from_file(args.config_file)
-    else:
-        connection = ApiConnection.from_kubeconfig(args.kubeconfig)
-        source = WatchingConfigSource(connection)
-        lease = ControllerLease(connection, args.namespace,
-                                threshold=args.controller_unavailable_after)
     cert_dir = Path(args.cert_dir)
     holder: dict[str, WebhookServer] = {}
     metrics = WebhookMetrics()
@@ -112,6 +135,7 @@ async def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
         controller_lease=lease,
+        place_cache=place_cache,
     )
     server = WebhookServer(
         app,

@@ -1,14 +1,14 @@
 """Where the webhook gets the PodPlacementConfig ``cluster`` from, without an API call per request.
 
-:class:`WatchingConfigSource` lists the singleton with
-``fieldSelector=metadata.name=cluster``, then watches from the list's resourceVersion (with
-bookmarks, so the resume point stays fresh); a watch that ends is resumed from the last
-resourceVersion seen, a ``410 Gone`` (as an HTTP status or as an ``ERROR`` event, see
-``reference/watch-too-old-resource-version.json``) triggers a relist, and any other failure a
-bounded exponential backoff. The parsed :class:`~controller.config.PlacementConfig` (None while
-the object does not exist) is cached in memory and read by every admission request. It talks
-to the API server with plain aiohttp using the kubeconfig's (or the in-cluster) server address,
-CA, client certificate or bearer token, and keeps the raw JSON.
+:class:`WatchingConfigSource` keeps a :class:`kubeclient.Informer` on the singleton
+(``fieldSelector=metadata.name=cluster``): a list, then a watch from the list's
+resourceVersion (with bookmarks, so the resume point stays fresh); a watch that ends is
+resumed from the last resourceVersion seen, a ``410 Gone`` (as an HTTP status or as an
+``ERROR`` event, see ``reference/watch-too-old-resource-version.json``) triggers a relist, and
+any other failure a bounded exponential backoff. The parsed
+:class:`~controller.config.PlacementConfig` (None while the object does not exist) is cached in
+memory and read by every admission request. :func:`named_object_informer` is the same watch
+for any one named object (the controller's Lease, :mod:`webhook.leasewatch`).
 :class:`StaticConfigSource` serves a fixed config (``--config-file``) for tests and benchmarks.
 """
 
@@ -17,17 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import random
-import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote
 
-import aiohttp
-import orjson
 import yaml
 
 from controller.config import (
@@ -39,6 +32,7 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
+from kubeclient import Informer, KubeAPI
 
 log = logging.getLogger(__name__)
 
@@ -124,261 +118,95 @@ class StaticConfigSource:
         """Nothing to stop."""
 
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclass(frozen=True, slots=True)
-class ApiConnection:
-    """How to reach the API server: base URL (``https://host:port``), TLS context, fixed
-    request headers, and optionally a token file re-read for every call (the kubelet rotates
-    projected ServiceAccount tokens in place)."""
-
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    headers: Mapping[str, str]
-    token_file: Path | None = None
-
-    def request_headers(self) -> dict[str, str]:
-        """Headers for one call: the fixed ones plus ``Authorization`` from ``token_file``.
-
-        Raises:
-            OSError: the token file cannot be read.
-        """
-        headers = dict(self.headers)
-        if self.token_file is not None:
-            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
-        return headers
-
-    @classmethod
-    def in_cluster(cls, sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiConnection:
-        """The pod's own ServiceAccount: ``$KUBERNETES_SERVICE_HOST``/``_PORT``, the mounted
-        ``ca.crt`` and ``token`` (re-read per call).
-
-        Raises:
-            KeyError: not running in a pod (service environment variables missing).
-            OSError / ssl.SSLError: the CA file is missing or invalid.
-        """
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ["KUBERNETES_SERVICE_PORT"]
-        if ":" in host:
-            host = f"[{host}]"
-        ctx = ssl.create_default_context(cafile=str(sa_dir / "ca.crt"))
-        return cls(f"https://{host}:{port}", ctx, {"Accept": "application/json"},
-                   token_file=sa_dir / "token")
-
-    @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> ApiConnection:
-        """Build from a kubeconfig file (default ``$KUBECONFIG`` / ``~/.kube/config``), or from
-        the in-cluster ServiceAccount (:meth:`in_cluster`) when ``path`` is None and no
-        kubeconfig exists.
-
-        Uses the ``kubernetes`` package's loader only to resolve the file (it writes inline
-        certificate data to temp files; tokens from exec plugins are read once). Raises:
-            kubernetes.config.ConfigException: the kubeconfig is unusable.
-            KeyError: no kubeconfig and not running in a pod.
-        """
-        from kubernetes import client, config  # the sync loader; reads files only
-
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        except config.ConfigException:
-            if path is not None:
-                raise
-            return cls.in_cluster()
-        ctx: ssl.SSLContext | bool
-        if cfg.verify_ssl is False:
-            ctx = False
-        else:
-            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-            if cfg.cert_file:
-                ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        headers: dict[str, str] = {"Accept": "application/json"}
-        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-        if token:
-            headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
-        return cls(cfg.host.rstrip("/"), ctx, headers)
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion is too old (410): relist."""
-
-
-class NamedObjectWatch:
-    """Lists and watches one named object (``fieldSelector=metadata.name=NAME`` on the
-    collection ``list_path``) and hands every state to :meth:`_apply` (the object, or None
-    while it does not exist). Subclasses keep what they need of it.
+def named_object_informer(
+    api: KubeAPI,
+    list_path: str,
+    name: str,
+    apply: Callable[[Mapping[str, Any] | None], None],
+    *,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 30.0,
+    watch_timeout: int = 300,
+) -> Informer:
+    """An informer on the one object ``name`` of the collection ``list_path``
+    (``fieldSelector=metadata.name=NAME``) that hands each new state to ``apply``: the object
+    when it is added or changes, None when it is deleted (or its resource is not served:
+    an absent CRD is looked for again with backoff). Not started.
 
     Args:
-        connection: API server address and credentials.
+        api: the API client (its credentials refresh themselves).
         list_path: the collection, e.g. ``/apis/podplacement.io/v1beta1/podplacementconfigs``
             or ``/apis/coordination.k8s.io/v1/namespaces/NS/leases``.
         name: the object's name.
+        apply: takes the object's new state; must not block.
         backoff_initial / backoff_max: seconds between retries after a failure (doubling,
-            with jitter, capped).
+            with jitter, capped; at most 1 s while the API server is unavailable).
         watch_timeout: ``timeoutSeconds`` asked of each watch call (the server closes it then
             and the watch resumes from the last resourceVersion).
+    """
+    informer = Informer(api, list_path, {"fieldSelector": f"metadata.name={name}"},
+                        name=name, watch_timeout=watch_timeout, min_backoff=backoff_initial,
+                        max_backoff=backoff_max, tolerate_absent=True)
+
+    def handle(etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        apply(None if etype == "DELETED" else obj)
+
+    informer.add_handler(handle)
+    return informer
+
+
+class WatchingConfigSource:
+    """Watches the PodPlacementConfig ``cluster`` and caches the parsed config
+    (:func:`named_object_informer` with ``CONFIG_LIST_PATH`` and ``CONFIG_NAME``). A config
+    that does not parse is logged and the last good one kept.
+
+    Args:
+        api: the API client; not closed by :meth:`stop` (its owner closes it).
+        backoff_initial / backoff_max / watch_timeout: as :func:`named_object_informer`
+            takes them.
     """
 
     def __init__(
         self,
-        connection: ApiConnection,
-        list_path: str,
-        name: str,
+        api: KubeAPI,
         *,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         watch_timeout: int = 300,
     ) -> None:
-        self._conn = connection
-        self._list_path = list_path
-        self._name = name
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
-        self._watch_timeout = watch_timeout
-        self._synced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
-        #: Number of list calls made (observability and tests).
-        self.lists = 0
-
-    def _apply(self, obj: Mapping[str, Any] | None) -> None:
-        """Take the object's new state (None: it does not exist)."""
-        raise NotImplementedError
-
-    @property
-    def synced(self) -> bool:
-        """True once one list succeeded."""
-        return self._synced.is_set()
-
-    async def wait_synced(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the first successful list; returns :attr:`synced`."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._synced.wait(), seconds)
-        return self.synced
-
-    async def start(self) -> None:
-        """Start the list/watch loop in a background task."""
-        if self._task is None:
-            self._session = aiohttp.ClientSession()
-            self._task = asyncio.create_task(self._run(), name=f"watch {self._name}")
-
-    async def stop(self) -> None:
-        """Cancel the loop and close the HTTP session."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def _run(self) -> None:
-        delay = self._backoff_initial
-        while True:
-            try:
-                rv = await self._list()
-                delay = self._backoff_initial
-                if rv is None:  # the CRD is not served: look again later
-                    await asyncio.sleep(self._backoff_max)
-                    continue
-                await self._watch(rv)
-            except asyncio.CancelledError:
-                raise
-            except _Gone:
-                log.info("%s watch expired (410); relisting", self._name)
-            except Exception as exc:
-                log.warning("%s list/watch failed: %r; retrying in %.1fs", self._name,
-                            exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random() / 2))
-                delay = min(delay * 2, self._backoff_max)
-
-    async def _list(self) -> str | None:
-        assert self._session is not None
-        selector = quote(f"metadata.name={self._name}", safe="")
-        url = f"{self._conn.server}{self._list_path}?fieldSelector={selector}"
-        self.lists += 1
-        async with self._session.get(url, ssl=self._conn.ssl_context,
-                                     headers=self._conn.request_headers()) as resp:
-            if resp.status == 404:
-                self._apply(None)
-                self._synced.set()
-                return None
-            resp.raise_for_status()
-            body = orjson.loads(await resp.read())
-        items = body.get("items") or []
-        self._apply(items[0] if items else None)
-        self._synced.set()
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
-
-    async def _watch(self, rv: str) -> None:
-        """Watch from ``rv`` until cancelled; resumes after each normal end of stream.
-
-        Raises:
-            _Gone: the resourceVersion expired (relist needed).
-            aiohttp.ClientError / OSError: transport failure (caller backs off).
-        """
-        assert self._session is not None
-        selector = quote(f"metadata.name={self._name}", safe="")
-        while True:
-            url = (
-                f"{self._conn.server}{self._list_path}?watch=true&allowWatchBookmarks=true"
-                f"&fieldSelector={selector}&resourceVersion={quote(rv, safe='')}"
-                f"&timeoutSeconds={self._watch_timeout}"
-            )
-            timeout = aiohttp.ClientTimeout(total=None, sock_read=self._watch_timeout + 30)
-            started, events = asyncio.get_running_loop().time(), 0
-            async with self._session.get(url, ssl=self._conn.ssl_context, timeout=timeout,
-                                         headers=self._conn.request_headers()) as resp:
-                if resp.status == 410:
-                    raise _Gone()
-                resp.raise_for_status()
-                async for line in resp.content:
-                    if not line.strip():
-                        continue
-                    event = orjson.loads(line)
-                    events += 1
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            raise _Gone()
-                        raise RuntimeError(f"watch error event: {obj.get('message')!r}")
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if new_rv:
-                        rv = str(new_rv)
-                    if kind in ("ADDED", "MODIFIED"):
-                        self._apply(obj)
-                    elif kind == "DELETED":
-                        self._apply(None)
-            elapsed = asyncio.get_running_loop().time() - started
-            if not events and elapsed < min(1.0, self._watch_timeout / 2):
-                # A server that closes watches at once must not make this loop spin.
-                raise RuntimeError("watch closed immediately")
-
-
-class WatchingConfigSource(NamedObjectWatch):
-    """Lists and watches the PodPlacementConfig ``cluster`` and caches the parsed config
-    (:class:`NamedObjectWatch` with ``CONFIG_LIST_PATH`` and ``CONFIG_NAME``)."""
-
-    def __init__(
-        self,
-        connection: ApiConnection,
-        *,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
-        watch_timeout: int = 300,
-    ) -> None:
-        super().__init__(connection, CONFIG_LIST_PATH, CONFIG_NAME,
-                         backoff_initial=backoff_initial, backoff_max=backoff_max,
-                         watch_timeout=watch_timeout)
         self._config: PlacementConfig | None = None
+        self.informer = named_object_informer(
+            api, CONFIG_LIST_PATH, CONFIG_NAME, self._apply, backoff_initial=backoff_initial,
+            backoff_max=backoff_max, watch_timeout=watch_timeout)
 
     @property
     def current(self) -> PlacementConfig | None:
         """The cached config (None while the object does not exist)."""
         return self._config
+
+    @property
+    def synced(self) -> bool:
+        """True once one list succeeded (or found the resource absent)."""
+        return self.informer.synced.is_set()
+
+    @property
+    def lists(self) -> int:
+        """Successful list calls so far (observability and tests)."""
+        return self.informer.lists
+
+    async def wait_synced(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the first list; returns :attr:`synced`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.informer.synced.wait(), seconds)
+        return self.synced
+
+    async def start(self) -> None:
+        """Start the list+watch loop in a background task (returns at once)."""
+        self.informer.start()
+
+    async def stop(self) -> None:
+        """Stop the loop (the API client stays open)."""
+        await self.informer.stop()
 
     def _apply(self, obj: Mapping[str, Any] | None) -> None:
         if obj is None:

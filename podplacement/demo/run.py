@@ -58,7 +58,7 @@ from controller.config import (
     NRT_VERSION,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from controller.kube import MERGE_PATCH, ApiError, KubeAPI
+from kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.demo import report, workloads
 from podplacement.demo.images import DemoImageError, load_busybox_debs
 from podplacement.demo.seed import (

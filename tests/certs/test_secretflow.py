@@ -18,7 +18,7 @@ from cryptography import x509
 
 import certs
 from certs.secretflow import CA_SECRET_NAME, TLS_SECRET_NAME, WEBHOOK_SERVICE_NAME
-from controller.kube import ApiError, KubeAPI
+from kubeclient import ApiError, KubeAPI
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

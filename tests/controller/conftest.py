@@ -27,8 +27,8 @@ from controller.config import (
     WEBHOOK_CONFIGURATION_NAME,
 )
 from controller.events import REPORTING_CONTROLLER, SOURCE_COMPONENT
-from controller.kube import ApiError, KubeAPI
 from imageinspect import Inspector, RegistriesConfig
+from kubeclient import ApiError, KubeAPI
 from podplacement.sandbox.controlplane import DEFAULT_NODES, AssetsNotFound
 from tests.harness.kube import KubeEnv, start_localkube, start_real
 from tests.harness.registry import Registry

@@ -1,5 +1,6 @@
 """The MutatingAdmissionPolicy podplacement-gate and its binding, as pure data (the real
-API server evaluates them in tests/test_faults_realcluster.py)."""
+API server evaluates them in tests/controller/test_admissionpolicy_place_realcluster.py and
+tests/test_faults_realcluster.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ import copy
 from typing import Any
 
 from controller import admissionpolicy as ap
-from controller.config import ADMISSION_POLICY_NAME, GATE_LABEL, SCHEDULING_GATE
+from controller.config import (
+    ADMISSION_POLICY_NAME,
+    API_VERSION,
+    GATE_LABEL,
+    PARAMS_KIND,
+    PARAMS_NAME,
+    SCHEDULING_GATE,
+    PlacementConfig,
+    PlatformWeight,
+    TopologyConfig,
+)
 from controller.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
@@ -15,6 +26,8 @@ CONFIG: dict[str, Any] = {
     "metadata": {"name": "cluster", "uid": "u-1"},
     "spec": {"namespaceSelector": {"matchLabels": {"team": "legacy"}}},
 }
+WEIGHTED = PlacementConfig(preferred_platforms=(PlatformWeight("arm64", 60),
+                                                PlatformWeight("amd64", 5)))
 
 
 def test_policy_gates_pod_creates_and_never_denies() -> None:
@@ -26,18 +39,93 @@ def test_policy_gates_pod_creates_and_never_denies() -> None:
     assert spec["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
          "resources": ["pods"]}]
-    (mutation,) = spec["mutations"]
-    assert mutation["patchType"] == "ApplyConfiguration"
-    expression = mutation["applyConfiguration"]["expression"]
-    assert f'name: "{SCHEDULING_GATE}"' in expression and f'"{GATE_LABEL}": "gated"' in expression
     names = [c["name"] for c in spec["matchConditions"]]
     assert names == ["not-bound", "not-daemonset", "not-gated"]
 
 
-def test_binding_uses_the_webhooks_namespace_selection() -> None:
+def test_without_a_parsed_config_the_policy_only_gates_as_before() -> None:
+    spec = ap.desired_policy(CONFIG)["spec"]
+    assert "variables" not in spec and "paramKind" not in spec
+    (mutation,) = spec["mutations"]
+    assert mutation["patchType"] == "ApplyConfiguration"
+    assert mutation["applyConfiguration"]["expression"] == ap.GATE_MUTATION
+
+
+def test_default_config_places_or_gates_with_two_mutations_in_order() -> None:
+    spec = ap.desired_policy(CONFIG, PlacementConfig())["spec"]
+    assert spec["paramKind"] == {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
+    apply_cfg, patch = spec["mutations"]
+    assert apply_cfg["patchType"] == "ApplyConfiguration"
+    expression = apply_cfg["applyConfiguration"]["expression"]
+    assert expression.startswith("variables.placed ? Object{} : ")
+    assert f'name: "{SCHEDULING_GATE}"' in expression and f'"{GATE_LABEL}": "gated"' in expression
+    assert patch["patchType"] == "JSONPatch"
+    assert patch["jsonPatch"]["expression"].startswith("!variables.placed ? [] : ")
+
+
+def test_variables_are_declared_before_use() -> None:
+    variables = ap.desired_policy(None, WEIGHTED)["spec"]["variables"]
+    names = [v["name"] for v in variables]
+    assert names == ["images", "table", "known", "free", "lists", "pairs", "placed", "archs",
+                     "preferredArchs", "decision"]
+    for i, var in enumerate(variables):
+        later = names[i:]
+        assert not any(f"variables.{n}" in var["expression"] for n in later), var["name"]
+
+
+def test_fast_paths_disabled_or_numa_emit_no_place_branch_and_no_params() -> None:
+    for config in (PlacementConfig(admission_fast_paths="Disabled"),
+                   PlacementConfig(topology=TopologyConfig(enabled=True))):
+        assert not ap.places(config)
+        spec = ap.desired_policy(CONFIG, config)["spec"]
+        assert "variables" not in spec and "paramKind" not in spec
+        (mutation,) = spec["mutations"]
+        assert mutation["applyConfiguration"]["expression"] == ap.GATE_MUTATION
+
+
+def test_placement_config_parses_the_object_or_falls_back_to_defaults() -> None:
+    obj = copy.deepcopy(CONFIG)
+    obj["spec"]["admission"] = {"fastPaths": "Disabled"}
+    assert "variables" not in ap.desired_policy(obj, ap.placement_config(obj))["spec"]
+    obj["spec"]["admission"] = {"fastPaths": "Sometimes"}  # invalid: the defaults apply
+    assert ap.placement_config(obj) == PlacementConfig()
+    assert "variables" in ap.desired_policy(obj, ap.placement_config(obj))["spec"]
+    assert ap.placement_config(None) == PlacementConfig()
+
+
+def test_preferred_weights_are_cel_literals_and_absent_without_scoring() -> None:
+    weighted = ap.desired_policy(None, WEIGHTED)["spec"]
+    patch = weighted["mutations"][1]["jsonPatch"]["expression"]
+    assert "{'amd64': 5, 'arm64': 60}[a]" in patch
+    assert "?preferredDuringSchedulingIgnoredDuringExecution" in patch
+    plain = ap.desired_policy(None, PlacementConfig())["spec"]
+    assert "preferred" not in plain["mutations"][1]["jsonPatch"]["expression"]
+    assert "preferredArchs" not in [v["name"] for v in plain["variables"]]
+
+
+def test_label_and_annotation_keys_are_escaped_and_maps_created_when_absent() -> None:
+    patch = ap.place_patch_mutation({})
+    assert "jsonpatch.escapeKey('podplacement.io/scheduling-gate')" in patch
+    assert "jsonpatch.escapeKey('podplacement.io/decision')" in patch
+    assert "has(object.metadata.labels) ?" in patch
+    assert "has(object.metadata.annotations) ?" in patch
+    assert "has(object.spec.affinity) ?" in patch
+
+
+def test_cel_string_quotes_safely() -> None:
+    assert ap.cel_string('{"a":1}') == "'{\"a\":1}'"
+    assert ap.cel_string("it's") == '"it\'s"'
+    assert ap.cel_string("back\\slash") == '"back\\\\slash"'
+
+
+def test_binding_uses_the_webhooks_namespace_selection_and_the_params() -> None:
     selection = webhook_namespace_selection(CONFIG, "podplacement-system")
-    binding = ap.desired_binding(CONFIG, selection)
+    binding = ap.desired_binding(CONFIG, selection, PlacementConfig())
     assert binding["spec"]["policyName"] == ADMISSION_POLICY_NAME
+    assert binding["spec"]["paramRef"] == {"name": PARAMS_NAME,
+                                           "parameterNotFoundAction": "Allow"}
+    for gate_only in (None, PlacementConfig(admission_fast_paths="Disabled")):
+        assert "paramRef" not in ap.desired_binding(CONFIG, selection, gate_only)["spec"]
     exprs = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert {"key": "team", "operator": "NotIn", "values": ["legacy"]} in exprs
     system = next(e for e in exprs if e["key"] == "kubernetes.io/metadata.name")
@@ -45,7 +133,7 @@ def test_binding_uses_the_webhooks_namespace_selection() -> None:
 
 
 def test_drift_is_a_changed_field_we_set_not_a_server_default() -> None:
-    desired = ap.desired_policy(CONFIG)
+    desired = ap.desired_policy(CONFIG, WEIGHTED)
     live = copy.deepcopy(desired)
     live["spec"]["matchConstraints"]["namespaceSelector"] = {}  # defaulted by the server
     live["spec"]["matchConstraints"]["objectSelector"] = {}
@@ -55,3 +143,20 @@ def test_drift_is_a_changed_field_we_set_not_a_server_default() -> None:
     live = copy.deepcopy(desired)
     live["spec"]["matchConditions"].pop()
     assert ap.policy_drifted(live, desired)
+
+
+def test_a_config_change_is_drift() -> None:
+    live = ap.desired_policy(CONFIG, PlacementConfig())
+    assert ap.policy_drifted(live, ap.desired_policy(CONFIG, WEIGHTED))
+    assert ap.policy_drifted(ap.desired_policy(CONFIG), live)
+    assert ap.policy_drifted(live, ap.desired_policy(
+        CONFIG, PlacementConfig(admission_fast_paths="Disabled")))
+    assert not ap.policy_drifted(live, ap.desired_policy(CONFIG, PlacementConfig()))
+
+
+def test_the_empty_params_object_is_the_bindings_param_and_is_never_reverted() -> None:
+    obj = ap.params_object()
+    assert (obj["apiVersion"], obj["kind"]) == (API_VERSION, PARAMS_KIND)
+    assert obj["metadata"]["name"] == PARAMS_NAME and obj["spec"] == {"images": {}}
+    live = {**obj, "spec": {"images": {"reg/a:1": "linux/amd64"}}}
+    assert not ap.never_drifted(live, obj)

@@ -6,7 +6,7 @@ from typing import Any
 
 from controller.app import Controller, ControllerOptions
 from controller.config import CONFIG_NAME, PlacementConfig
-from controller.kube import KubeAPI
+from kubeclient import KubeAPI
 
 
 async def test_unreadable_config_falls_back_to_defaults_with_the_error() -> None:

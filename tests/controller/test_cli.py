@@ -16,7 +16,7 @@ import pytest
 
 import certs
 from controller.cli import options_from_args
-from controller.kube import KubeAPI
+from kubeclient import KubeAPI
 from podplacement.cli import build_parser
 from tests.controller.conftest import Images, create_pod, eventually, gated_pod, wait_ungated
 from tests.harness.kube import KubeEnv

@@ -19,7 +19,7 @@ from controller.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from controller.kube import KubeAPI
+from kubeclient import KubeAPI
 from tests.controller.conftest import (
     Images,
     StartController,

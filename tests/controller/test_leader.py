@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from controller.kube import KubeAPI
 from controller.leader import LeaderElector, micro_time
+from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"

@@ -22,7 +22,6 @@ from controller.config import (
     GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
 )
-from controller.kube import KubeAPI
 from controller.lifecycle import (
     CONFIG_PATH,
     WEBHOOK_PATH,
@@ -30,6 +29,7 @@ from controller.lifecycle import (
     ServingCertSecret,
 )
 from controller.webhookconfig import ServiceRef, desired_webhook_configuration, webhook_drifted
+from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"

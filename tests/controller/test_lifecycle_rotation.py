@@ -17,7 +17,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 import certs
-from controller.kube import KubeAPI
 from controller.lifecycle import (
     WEBHOOK_PATH,
     WEBHOOK_SERVICE_NAME,
@@ -25,6 +24,7 @@ from controller.lifecycle import (
     ServingCertSecret,
 )
 from controller.webhookconfig import ServiceRef
+from kubeclient import KubeAPI
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

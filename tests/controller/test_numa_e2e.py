@@ -18,7 +18,7 @@ from controller.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from controller.kube import ApiError, KubeAPI
+from kubeclient import ApiError, KubeAPI
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from tests.controller.conftest import (
     Images,

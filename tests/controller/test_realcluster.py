@@ -10,8 +10,8 @@ import pytest
 
 from controller.app import Controller, ControllerOptions
 from controller.config import SCHEDULING_GATE
-from controller.kube import ApiError, KubeAPI
 from imageinspect import Inspector
+from kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     Images,
     create_pod,

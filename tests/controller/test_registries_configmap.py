@@ -15,9 +15,9 @@ import pytest
 
 from controller.app import Controller
 from controller.config import CONFIG_NAME, CONFIG_PLURAL, GROUP, REGISTRIES_CONF_KEY, VERSION
-from controller.kube import ApiError, KubeAPI
 from controller.registriessource import registries_from
 from imageinspect import RegistriesConfig, parse_reference
+from kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     StartController,
     create_pod,

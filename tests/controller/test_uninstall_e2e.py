@@ -8,7 +8,7 @@ from pathlib import Path
 
 import certs
 from controller.config import CONFIG_FINALIZER
-from controller.kube import ApiError, KubeAPI
+from kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     CONFIG_PATH as CONFIG,
 )

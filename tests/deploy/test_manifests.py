@@ -26,6 +26,7 @@ from controller.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
     DEFAULT_NAMESPACE,
+    PARAMS_NAME,
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
 )
@@ -96,6 +97,10 @@ BASE_PERMISSIONS = (
             "create")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
+    # get of every ImagePlatforms: the API server's condition for creating a policy with
+    # that paramKind (controller/admissionpolicy.py)
+    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get")
+    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update", PARAMS_NAME)
     | _rows(_C, NS, "coordination.k8s.io", "leases", "create")
     | _rows(_C, NS, "coordination.k8s.io", "leases", "get update", leader.DEFAULT_LEASE_NAME)
     | _rows(_C, NS, "", "secrets", "create")
@@ -103,6 +108,8 @@ BASE_PERMISSIONS = (
     | _rows(_C, NS, "", "secrets", "update", lifecycle.TLS_SECRET_NAME)
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
     | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
+    # the webhook's cache reads a pod's pull secrets (webhook/placecache.py)
+    | _rows(_W, "cluster", "", "secrets", "get")
 )
 # cert-manager writes the certificate Secret: the controller keeps no Secret write rights.
 OVERLAY_PERMISSIONS = {r for r in BASE_PERMISSIONS if not (r[1] == NS and r[3] == "secrets")}

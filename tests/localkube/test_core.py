@@ -725,7 +725,7 @@ def test_python_m_localkube_serves_crds_and_writes_kubeconfig(tmp_path: Path) ->
         assert url in kubeconfig.read_text()
         r = httpx.get(f"{url}/apis/{GROUP}/{VERSION}", timeout=10)
         assert r.status_code == 200
-        assert r.json()["resources"][0]["kind"] == "PodPlacementConfig"
+        assert "PodPlacementConfig" in {res["kind"] for res in r.json()["resources"]}
     finally:
         proc.terminate()
         assert proc.wait(15) == 0

@@ -1,5 +1,6 @@
 """webhook.configsource: the static file source, and list+watch of the PodPlacementConfig
-``cluster`` against localkube (resume, 410 relist, backoff on errors)."""
+``cluster`` against localkube (resume, 410 relist, backoff on errors, the last good config
+kept when one does not parse)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import pytest
 import yaml
 
 from controller.config import API_VERSION, CONFIG_KIND, CONFIG_NAME, ConfigError
+from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv, start_localkube
 from tests.webhook.waiting import wait_until
 from webhook.configsource import (
     CONFIG_LIST_PATH,
-    ApiConnection,
     StaticConfigSource,
     WatchingConfigSource,
 )
@@ -68,9 +69,17 @@ def kube(tmp_path: Path) -> Iterator[KubeEnv]:
 
 
 @pytest.fixture
-async def source(kube: KubeEnv) -> AsyncIterator[WatchingConfigSource]:
-    src = WatchingConfigSource(ApiConnection.from_kubeconfig(str(kube.kubeconfig)),
-                               backoff_initial=0.05, backoff_max=0.2, watch_timeout=2)
+async def api(kube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    client = await KubeAPI.from_kubeconfig(str(kube.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def source(api: KubeAPI) -> AsyncIterator[WatchingConfigSource]:
+    src = WatchingConfigSource(api, backoff_initial=0.05, backoff_max=0.2, watch_timeout=2)
     await src.start()
     try:
         yield src
@@ -104,9 +113,9 @@ async def test_create_update_delete_are_followed_without_relisting(
     assert source.lists == 1
 
 
-async def test_existing_config_is_read_by_the_first_list(kube: KubeEnv, tmp_path: Path) -> None:
+async def test_existing_config_is_read_by_the_first_list(kube: KubeEnv, api: KubeAPI) -> None:
     await call(kube.create, CONFIG_LIST_PATH, config_object(33))
-    src = WatchingConfigSource(ApiConnection.from_kubeconfig(str(kube.kubeconfig)))
+    src = WatchingConfigSource(api)
     await src.start()
     try:
         assert await src.wait_synced(10)
@@ -119,49 +128,72 @@ async def test_existing_config_is_read_by_the_first_list(kube: KubeEnv, tmp_path
 async def test_expired_resource_version_triggers_a_relist(
     kube: KubeEnv, source: WatchingConfigSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="webhook.configsource")
+    caplog.set_level(logging.INFO, logger="kubeclient.informer")
     assert await source.wait_synced(10)
     # Writes elsewhere push the watch's resourceVersion out of the 5-event history; the
     # next resume (after the 2 s watch timeout) gets 410 and must relist.
     for i in range(12):
         await call(kube.ensure_namespace, f"churn-{i}")
     await wait_until(lambda: source.lists >= 2, seconds=15)
-    assert "expired (410)" in caplog.text
-    assert "failed" not in caplog.text
+    assert "resourceVersion too old, relisting" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     await call(kube.create, CONFIG_LIST_PATH, config_object(21))
     await wait_until(lambda: source.current is not None)
 
 
-async def test_server_errors_are_retried_with_backoff(kube: KubeEnv, tmp_path: Path) -> None:
+async def test_server_errors_are_retried_with_backoff(kube: KubeEnv, api: KubeAPI) -> None:
     assert kube.server is not None
     kube.server.inject_fault(500, 3, method="GET", plural="podplacementconfigs",
                              reason="InternalError", message="injected")
-    src = WatchingConfigSource(ApiConnection.from_kubeconfig(str(kube.kubeconfig)),
-                               backoff_initial=0.05, backoff_max=0.1)
+    src = WatchingConfigSource(api, backoff_initial=0.05, backoff_max=0.1)
     await src.start()
     try:
         assert await src.wait_synced(10)
-        assert src.lists == 4
+        assert api.counters[("list", 500)] == 3 and api.counters[("list", 200)] == 1
+        assert src.lists == 1
     finally:
         await src.stop()
 
 
-def test_in_cluster_connection_rereads_the_rotating_token(
+async def test_unusable_config_keeps_the_last_good_one(
+    kube: KubeEnv, source: WatchingConfigSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await source.wait_synced(10)
+    await call(kube.create, CONFIG_LIST_PATH, config_object(44))
+    await wait_until(lambda: source.current is not None)
+    # What the CRD's validation should never let through (a stale CRD might).
+    source._apply({**config_object(), "kind": "ConfigMap"})
+    assert "ignoring unusable PodPlacementConfig" in caplog.text
+    assert source.current is not None and source.current.preferred_platforms[0].weight == 44
+
+
+async def test_in_cluster_credentials_reread_the_rotating_token(
     tmp_path: Path, cert_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from kubernetes.aio.config import incluster_config
+
     (tmp_path / "ca.crt").write_bytes((cert_dir / "ca.crt").read_bytes())
-    (tmp_path / "token").write_text("first\n")
+    (tmp_path / "token").write_text("first")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
-    conn = ApiConnection.in_cluster(tmp_path)
-    assert conn.server == "https://[fd00::1]:6443"
-    assert conn.request_headers()["Authorization"] == "Bearer first"
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    # no ~/.kube/config either: in-cluster
+    monkeypatch.setattr("kubernetes.aio.config.KUBE_CONFIG_DEFAULT_LOCATION",
+                        str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    api = await KubeAPI.from_kubeconfig()
+    assert api.base_url == "https://[fd00::1]:6443"
+    assert api.credentials is not None
+    assert await api.credentials.authorization() == "bearer first"
+    # A 401 reloads the configuration: the rotated token is read again.
     (tmp_path / "token").write_text("second")
-    assert conn.request_headers()["Authorization"] == "Bearer second"
+    assert await api.credentials.refresh("bearer first") == "bearer second"
 
 
-def test_kubeconfig_token_becomes_a_bearer_header(kube: KubeEnv) -> None:
+async def test_kubeconfig_token_becomes_a_bearer_header(kube: KubeEnv) -> None:
     token = yaml.safe_load(kube.kubeconfig.read_text())["users"][0]["user"]["token"]
-    conn = ApiConnection.from_kubeconfig(str(kube.kubeconfig))
-    assert conn.server == kube.url
-    assert conn.request_headers()["Authorization"] == f"Bearer {token}"
+    api = await KubeAPI.from_kubeconfig(str(kube.kubeconfig))
+    assert api.base_url == kube.url
+    assert api.credentials is not None
+    assert await api.credentials.authorization() == f"Bearer {token}"

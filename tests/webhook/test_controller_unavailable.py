@@ -14,11 +14,12 @@ from controller.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
+from kubeclient import KubeAPI
 from localkube.patch import apply_patch
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import raw_body
 from webhook.app import create_app
-from webhook.configsource import ApiConnection, StaticConfigSource
+from webhook.configsource import StaticConfigSource
 from webhook.leasewatch import ControllerLease, lease_record
 from webhook.patch import release_patch
 
@@ -37,8 +38,8 @@ class FakeClock:
 
 
 def _lease(clock: FakeClock, threshold: float = 60.0) -> ControllerLease:
-    conn = ApiConnection("https://127.0.0.1:1", False, {})
-    return ControllerLease(conn, "podplacement-system", threshold=threshold, clock=clock)
+    api = KubeAPI.from_url("https://127.0.0.1:1")  # never started: no connection made
+    return ControllerLease(api, "podplacement-system", threshold=threshold, clock=clock)
 
 
 def _lease_obj(renew: str, holder: str = "c-1") -> dict[str, Any]:

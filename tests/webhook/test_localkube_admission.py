@@ -26,10 +26,11 @@ from controller.config import (
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
+from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv
 from tests.webhook.waiting import wait_until
 from webhook.app import create_app
-from webhook.configsource import CONFIG_LIST_PATH, ApiConnection, WatchingConfigSource
+from webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
 from webhook.server import WebhookServer
 
 MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -77,8 +78,8 @@ class Env:
 async def webhook(fresh_localkube: KubeEnv, cert_dir: Path, tmp_path: Path) -> AsyncIterator[Env]:
     kube = fresh_localkube
     certs = Path(shutil.copytree(cert_dir, tmp_path / "certs"))
-    source = WatchingConfigSource(ApiConnection.from_kubeconfig(str(kube.kubeconfig)),
-                                  backoff_initial=0.05, backoff_max=0.5)
+    api = await KubeAPI.from_kubeconfig(str(kube.kubeconfig))
+    source = WatchingConfigSource(api, backoff_initial=0.05, backoff_max=0.5)
     app = create_app(source, own_namespace="podplacement-system")
     server = WebhookServer(app, cert_file=certs / "tls.crt", key_file=certs / "tls.key",
                            port=0, reload_interval=0.05, graceful_shutdown=0.5)
@@ -90,6 +91,7 @@ async def webhook(fresh_localkube: KubeEnv, cert_dir: Path, tmp_path: Path) -> A
         yield Env(kube, server, certs, source)
     finally:
         await server.stop()
+        await api.close()
 
 
 async def enable_config(env: Env) -> None:

@@ -1,4 +1,4 @@
-"""The API error family of :mod:`controller.kube`: :func:`api_error` maps an HTTP answer to
+"""The API error family of :mod:`kubeclient`: :func:`api_error` maps an HTTP answer to
 :class:`NotFound`, :class:`Conflict`, :class:`Invalid`, :class:`Gone` or :class:`Unavailable`
 (Kubernetes API conventions, Status reasons; RFC 9110 status codes), the ``not_found`` /
 ``conflict`` / ``gone`` properties agree with the classes, and real localkube answers
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.kube import (
+from kubeclient import (
     ApiError,
     Conflict,
     Gone,

@@ -1,33 +1,34 @@
-"""A small raw-JSON Kubernetes client and a list+watch informer for the controller.
+"""A small raw-JSON Kubernetes client: :class:`KubeAPI`, the :class:`ApiError` family and the
+request helpers shared by its users.
 
 The async clients' model deserialisation is the main cost on the hot path, so this module
 talks to the API server with aiohttp and plain dicts (the JSON the API gives). Connection
-settings (server URL, TLS, client certificates, bearer tokens with their refresh hooks) come
-from ``kubernetes.aio.config``: a kubeconfig file or the in-cluster service account.
-
-:class:`Informer` is a reflector in the client-go sense: list, then watch from the list's
-resourceVersion with bookmarks, resume from the last seen resourceVersion after a watch ends,
-relist on ``410 Gone``, bounded exponential backoff on errors, and a local cache keyed
-``namespace/name`` (or ``name`` for cluster-scoped objects) that feeds callbacks.
+settings (server URL, TLS, client certificates, bearer tokens) come from
+``kubernetes.aio.config`` through :mod:`kubeclient.credentials`: a kubeconfig file or the
+in-cluster service account, with tokens refreshed (exec plugins, token files) and one retry
+after a ``401 Unauthorized``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import os
 import random
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
-log = logging.getLogger(__name__)
+from kubeclient.credentials import (
+    ConfigCredentials,
+    ConfigLoader,
+    Credentials,
+    StaticCredentials,
+    default_kubeconfig,
+    load_configuration,
+)
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -231,6 +232,9 @@ class KubeAPI:
     account when ``path`` is None and no default kubeconfig exists) or :meth:`from_url`.
     ``counters`` counts requests by ``(verb, status)`` and ``resource_counters`` by
     ``(verb, resource, status)`` (status 0 = transport error) for metrics and benchmarks.
+    A request (or watch) answered ``401 Unauthorized`` is sent once more when
+    ``credentials`` give a new header (:meth:`Credentials.refresh`); both answers are
+    counted.
     """
 
     def __init__(
@@ -238,7 +242,7 @@ class KubeAPI:
         base_url: str,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        auth: Callable[[], Awaitable[str | None]] | None = None,
+        credentials: Credentials | None = None,
         configuration: Any = None,
         pool_size: int = 128,
         request_timeout: float = 30.0,
@@ -246,10 +250,10 @@ class KubeAPI:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.configuration = configuration
+        self.credentials = credentials
         self.counters: Counter[tuple[str, int]] = Counter()
         self.resource_counters: Counter[tuple[str, str, int]] = Counter()
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
-        self._auth = auth
         self._pool_size = pool_size
         self._timeout = request_timeout
         self._user_agent = user_agent
@@ -262,28 +266,34 @@ class KubeAPI:
         cls, path: str | None = None, *, context: str | None = None, **kwargs: Any
     ) -> KubeAPI:
         """Connect with a kubeconfig file (``path``; ``None``: ``$KUBECONFIG`` or
-        ``~/.kube/config`` when present, else the in-cluster service account).
+        ``~/.kube/config`` when present, else the in-cluster service account), with
+        credentials that refresh themselves (:class:`ConfigCredentials`). ``kwargs`` go to
+        the constructor (``user_agent``, ``pool_size``, ``request_timeout``).
 
         Raises:
             kubernetes.config.ConfigException: no usable configuration.
         """
-        from kubernetes.aio import config as kconfig
-        from kubernetes.aio.client import Configuration
+        if path is None:
+            path = default_kubeconfig()
+        resolved = path
 
-        cfg = Configuration()
-        if path is None:
-            path = _default_kubeconfig(kconfig.KUBE_CONFIG_DEFAULT_LOCATION)
-        if path is None:
-            kconfig.load_incluster_config(client_configuration=cfg)
-        else:
-            await kconfig.load_kube_config(
-                config_file=path, context=context, client_configuration=cfg, persist_config=False
-            )
-        return cls.from_configuration(cfg, **kwargs)
+        async def load() -> tuple[Any, Any]:
+            return await load_configuration(resolved, context)
+
+        cfg, loader = await load()
+        return cls.from_configuration(cfg, loader=loader, load=load, **kwargs)
 
     @classmethod
-    def from_configuration(cls, cfg: Any, **kwargs: Any) -> KubeAPI:
-        """Build from a filled ``kubernetes.aio.client.Configuration``."""
+    def from_configuration(
+        cls, cfg: Any, *, loader: Any = None, load: ConfigLoader | None = None, **kwargs: Any
+    ) -> KubeAPI:
+        """Build from a filled ``kubernetes.aio.client.Configuration``; ``loader`` and
+        ``load`` as :class:`ConfigCredentials` takes them (without ``load`` the credentials
+        are not reloaded after a 401).
+
+        Raises:
+            OSError / ssl.SSLError: the CA or client certificate files are unusable.
+        """
         ctx: ssl.SSLContext | None = None
         if str(cfg.host).startswith("https"):
             ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cfg.ca_cert_data)
@@ -292,29 +302,15 @@ class KubeAPI:
             if not cfg.verify_ssl:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-        cached: list[Any] = [None, 0.0]
-
-        async def auth() -> str | None:
-            # Bearer tokens may rotate (in-cluster projected token, exec plugins): ask the
-            # configuration's refresh hook at most every 30 s.
-            now = time.monotonic()
-            if cached[0] is None or now - cached[1] > 30.0:
-                token = await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-                if token is None and cfg.username:
-                    token = cfg.get_basic_auth_token()
-                cached[0], cached[1] = token or "", now
-            return str(cached[0]) or None
-
-        return cls(str(cfg.host), ssl_context=ctx, auth=auth, configuration=cfg, **kwargs)
+        credentials = ConfigCredentials(cfg, loader, load=load)
+        return cls(str(cfg.host), ssl_context=ctx, credentials=credentials, configuration=cfg,
+                   **kwargs)
 
     @classmethod
     def from_url(cls, url: str, *, token: str | None = None, **kwargs: Any) -> KubeAPI:
         """Connect to ``url`` (plain HTTP or HTTPS with system trust), optional bearer token."""
-
-        async def auth() -> str | None:
-            return f"Bearer {token}" if token else None
-
-        return cls(url, auth=auth, **kwargs)
+        return cls(url, credentials=StaticCredentials(f"Bearer {token}" if token else None),
+                   **kwargs)
 
     # --- plumbing ------------------------------------------------------------------
     def _get_session(self) -> aiohttp.ClientSession:
@@ -329,11 +325,22 @@ class KubeAPI:
         headers = {"Accept": accept, "User-Agent": self._user_agent}
         if content_type:
             headers["Content-Type"] = content_type
-        if self._auth is not None:
-            token = await self._auth()
+        if self.credentials is not None:
+            token = await self.credentials.authorization()
             if token:
                 headers["Authorization"] = token
         return headers
+
+    async def _reauthorize(self, headers: dict[str, str]) -> bool:
+        """After a 401: put the refreshed ``Authorization`` into ``headers``; True when there
+        is a new one to retry with."""
+        if self.credentials is None:
+            return False
+        fresh = await self.credentials.refresh(headers.get("Authorization"))
+        if not fresh or fresh == headers.get("Authorization"):
+            return False
+        headers["Authorization"] = fresh
+        return True
 
     def _count(self, method: str, path: str, params: Mapping[str, str] | None, status: int,
                started: float) -> None:
@@ -359,6 +366,8 @@ class KubeAPI:
         ``application/json-patch+json`` for a PATCH whose body is a list, merge-patch for a
         PATCH with a dict, and ``application/json`` otherwise.
 
+        A 401 is retried once when the credentials give a new header (a rotated token).
+
         Raises:
             ApiError: any non-2xx answer (``status``/``reason``/``message`` from the Status
                 body) or a transport error/timeout (``status`` 0, reason ``Transport``), as
@@ -380,24 +389,28 @@ class KubeAPI:
         else:
             data = orjson.dumps(body)
         headers = await self._headers(content_type, "application/json")
-        started = time.monotonic()
-        status = 0
-        try:
-            async with self._get_session().request(
-                method,
-                self.base_url + path,
-                data=data,
-                params=dict(params) if params else None,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=request_timeout or self._timeout),
-            ) as resp:
-                status = resp.status
-                raw = await resp.read()
-                reason = resp.reason or ""
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self._count(method, path, params, 0, started)
-            raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
-        self._count(method, path, params, status, started)
+        for attempt in range(2):
+            started = time.monotonic()
+            status = 0
+            try:
+                async with self._get_session().request(
+                    method,
+                    self.base_url + path,
+                    data=data,
+                    params=dict(params) if params else None,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=request_timeout or self._timeout),
+                ) as resp:
+                    status = resp.status
+                    raw = await resp.read()
+                    reason = resp.reason or ""
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                self._count(method, path, params, 0, started)
+                raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
+            self._count(method, path, params, status, started)
+            # A refused token may have been rotated (exec plugin, token file): once more.
+            if status != 401 or attempt or not await self._reauthorize(headers):
+                break
         decoded: Any = None
         if raw:
             try:
@@ -420,7 +433,8 @@ class KubeAPI:
         """Watch a collection; yield each event ``{"type", "object"}`` (ADDED, MODIFIED,
         DELETED, BOOKMARK, ERROR) until the server closes the stream (``timeoutSeconds``).
 
-        An ``ERROR`` event (e.g. ``410 Gone`` as a Status object) is yielded, not raised.
+        An ``ERROR`` event (e.g. ``410 Gone`` as a Status object) is yielded, not raised. A
+        watch refused with 401 is retried once when the credentials give a new header.
 
         Raises:
             ApiError: the watch request itself failed (non-200, transport error).
@@ -433,34 +447,40 @@ class KubeAPI:
         if resource_version:
             query["resourceVersion"] = resource_version
         headers = await self._headers(None, "application/json")
-        started = time.monotonic()
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self._timeout, sock_read=timeout_seconds + 60
         )
         try:
-            async with self._get_session().get(
-                self.base_url + path, params=query, headers=headers, timeout=timeout
-            ) as resp:
-                self._count("GET", path, query, resp.status, started)
-                if resp.status != 200:
-                    raw = await resp.read()
-                    try:
-                        decoded = orjson.loads(raw) if raw else None
-                    except orjson.JSONDecodeError:
-                        decoded = None
-                    raise _error(resp.status, resp.reason or "", raw, decoded)
-                buf = b""
-                async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while True:
-                        nl = buf.find(b"\n")
-                        if nl < 0:
-                            break
-                        line, buf = buf[:nl], buf[nl + 1 :]
-                        if line.strip():
-                            yield orjson.loads(line)
-                if buf.strip():
-                    yield orjson.loads(buf)
+            for attempt in range(2):
+                started = time.monotonic()
+                async with self._get_session().get(
+                    self.base_url + path, params=query, headers=headers, timeout=timeout
+                ) as resp:
+                    self._count("GET", path, query, resp.status, started)
+                    if resp.status != 200:
+                        raw = await resp.read()
+                        try:
+                            decoded = orjson.loads(raw) if raw else None
+                        except orjson.JSONDecodeError:
+                            decoded = None
+                        error = _error(resp.status, resp.reason or "", raw, decoded)
+                    else:
+                        buf = b""
+                        async for chunk in resp.content.iter_any():
+                            buf += chunk
+                            while True:
+                                nl = buf.find(b"\n")
+                                if nl < 0:
+                                    break
+                                line, buf = buf[:nl], buf[nl + 1 :]
+                                if line.strip():
+                                    yield orjson.loads(line)
+                        if buf.strip():
+                            yield orjson.loads(buf)
+                        return
+                # A refused token may have been rotated (exec plugin, token file): once more.
+                if error.status != 401 or attempt or not await self._reauthorize(headers):
+                    raise error
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
 
@@ -499,12 +519,6 @@ class KubeAPI:
         await self.close()
 
 
-def _default_kubeconfig(default_location: str) -> str | None:
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    default = os.path.expanduser(default_location)
-    return env or (default if os.path.exists(default) else None)
-
-
 def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
     if isinstance(decoded, dict) and decoded.get("kind") == "Status":
         return api_error(
@@ -512,11 +526,6 @@ def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
         )
     text = raw.decode("utf-8", "replace")[:2000]
     return api_error(status, reason, text, decoded if isinstance(decoded, dict) else None)
-
-
-EventHandler = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]
-
-
 #: Longest wait between retries while the API server is unreachable or answers 429/5xx:
 #: once it is back (``/readyz`` 200), watches resume within this (+ jitter), issue 13.
 UNAVAILABLE_RETRY_SECONDS = 1.0
@@ -547,196 +556,3 @@ def retry_delay(backoff: float, exc: BaseException | None) -> float:
     return min(delay, UNAVAILABLE_RETRY_SECONDS) if unavailable(exc) else delay
 
 
-class Informer:
-    """List+watch reflector with a local cache (client-go's Reflector + Store, trimmed).
-
-    ``path`` is a collection path (``/api/v1/pods``); ``params`` go to both list and watch
-    (``labelSelector``, ``fieldSelector``). Handlers are called synchronously as
-    ``handler(event_type, obj, old)`` with ``event_type`` ADDED / MODIFIED / DELETED (a
-    relist emits the differences); they must not block. ``cache`` maps :func:`object_key` to
-    the latest object. ``synced`` is set after the first successful list (or when the
-    resource is absent and ``tolerate_absent`` is true: a missing CRD gives an empty cache
-    and the informer keeps retrying with backoff until it appears).
-
-    Backoff: ``min_backoff`` doubling up to ``max_backoff`` seconds, with jitter, reset
-    after a successful list or a watch that delivered events or stayed open; while the API
-    server is unreachable or answers 429/5xx the wait is at most
-    :data:`UNAVAILABLE_RETRY_SECONDS` (:func:`retry_delay`).
-    """
-
-    def __init__(
-        self,
-        api: KubeAPI,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        *,
-        name: str | None = None,
-        watch_timeout: int = 300,
-        min_backoff: float = 0.2,
-        max_backoff: float = 30.0,
-        tolerate_absent: bool = False,
-        page_size: int = 500,
-    ) -> None:
-        self.api = api
-        self.path = path
-        self.params: dict[str, str] = dict(params or {})
-        self.name = name or path
-        self.cache: dict[str, dict[str, Any]] = {}
-        self.synced = asyncio.Event()
-        self.resource_version = ""
-        self.lists = 0
-        self.absent = False
-        self._handlers: list[EventHandler] = []
-        self._watch_timeout = watch_timeout
-        self._min_backoff = min_backoff
-        self._max_backoff = max_backoff
-        self._tolerate_absent = tolerate_absent
-        self._page_size = page_size
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-
-    def add_handler(self, handler: EventHandler) -> None:
-        """Register ``handler(event_type, obj, old)``; called for every change after this."""
-        self._handlers.append(handler)
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The cached object for ``namespace/name`` (or ``name``), or None."""
-        return self.cache.get(key)
-
-    def start(self) -> asyncio.Task[None]:
-        """Start the list+watch loop as a task (idempotent)."""
-        if self._task is None or self._task.done():
-            self._stopping = False
-            self._task = asyncio.create_task(self.run(), name=f"informer {self.name}")
-        return self._task
-
-    async def stop(self) -> None:
-        """Stop the loop and wait for it."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    def _emit(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        for handler in self._handlers:
-            try:
-                handler(event_type, obj, old)
-            except Exception:
-                log.exception("informer %s: handler failed on %s", self.name, event_type)
-
-    async def relist(self) -> None:
-        """List the collection, replace the cache and emit the differences.
-
-        Raises:
-            ApiError: the list failed.
-        """
-        items, rv = await self.api.list_all(self.path, params=self.params,
-                                            page_size=self._page_size)
-        self.lists += 1
-        self.absent = False
-        fresh = {object_key(o): o for o in items}
-        old_cache = self.cache
-        self.cache = fresh
-        self.resource_version = rv
-        for key, old in old_cache.items():
-            if key not in fresh:
-                self._emit("DELETED", old, old)
-        for key, obj in fresh.items():
-            prev = old_cache.get(key)
-            if prev is None:
-                self._emit("ADDED", obj, None)
-            elif _rv(prev) != _rv(obj):
-                self._emit("MODIFIED", obj, prev)
-        self.synced.set()
-
-    def _apply(self, event: Mapping[str, Any]) -> None:
-        etype = str(event.get("type"))
-        obj = event.get("object") or {}
-        rv = _rv(obj)
-        if rv:
-            self.resource_version = rv
-        if etype == "BOOKMARK":
-            return
-        key = object_key(obj)
-        old = self.cache.get(key)
-        if etype == "DELETED":
-            self.cache.pop(key, None)
-            self._emit("DELETED", obj, old)
-        elif etype in ("ADDED", "MODIFIED"):
-            self.cache[key] = obj
-            self._emit("MODIFIED" if old is not None else "ADDED", obj, old)
-
-    async def run(self) -> None:
-        """The reflector loop; runs until :meth:`stop` (or cancellation)."""
-        backoff = self._min_backoff
-        # A restarted informer resumes from the last resourceVersion it saw (relisting on
-        # 410 Gone); a new one lists first.
-        need_list = not self.resource_version or not self.synced.is_set()
-        while not self._stopping:
-            listing = need_list
-            gone = False
-            failure: BaseException | None = None
-            try:
-                if need_list:
-                    await self.relist()
-                    need_list = listing = False
-                    backoff = self._min_backoff
-                got_events = False
-                watch_started = time.monotonic()
-                async for event in self.api.watch(
-                    self.path,
-                    params=self.params,
-                    resource_version=self.resource_version,
-                    timeout_seconds=self._watch_timeout,
-                ):
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        if status.get("code") == 410:
-                            log.info("informer %s: resourceVersion too old, relisting", self.name)
-                            gone = True
-                        else:
-                            log.warning("informer %s: watch error %s", self.name,
-                                        status.get("message"))
-                        need_list = True
-                        break
-                    got_events = True
-                    self._apply(event)
-                if got_events or time.monotonic() - watch_started >= 1.0:
-                    backoff = self._min_backoff  # the watch worked: start over
-                if got_events or gone or time.monotonic() - watch_started >= 1.0:
-                    continue
-                # A watch that ends at once without events: back off instead of spinning.
-            except asyncio.CancelledError:
-                raise
-            except ApiError as exc:
-                if exc.gone and not listing:
-                    need_list = True
-                    continue
-                if exc.not_found and self._tolerate_absent:
-                    if not self.absent:
-                        log.info("informer %s: resource absent; will retry", self.name)
-                    self.absent = True
-                    old_cache, self.cache = self.cache, {}
-                    for obj in old_cache.values():
-                        self._emit("DELETED", obj, obj)
-                    self.resource_version = ""
-                    self.synced.set()
-                    need_list = True
-                else:
-                    # After a failed watch, resume from the last resourceVersion; after a
-                    # failed list, list again.
-                    log.warning("informer %s: %s", self.name, exc)
-                    need_list = need_list or listing
-                    failure = exc
-            except Exception:
-                log.exception("informer %s: unexpected error", self.name)
-                need_list = True
-            delay = retry_delay(backoff, failure)
-            backoff = next_backoff(backoff, failure, self._max_backoff)
-            await asyncio.sleep(delay)
-
-
-def _rv(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

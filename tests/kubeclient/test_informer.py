@@ -1,16 +1,18 @@
 """The raw-JSON client and the informer against localkube: errors, verbs, list+watch,
-resume from the last resourceVersion, relist on 410, bookmarks, an absent CRD."""
+resume from the last resourceVersion, relist on 410, bookmarks, an absent CRD, and the
+informer without a cache."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controller.kube import (
+from kubeclient import (
     UNAVAILABLE_RETRY_SECONDS,
     ApiError,
     Informer,
@@ -21,8 +23,20 @@ from controller.kube import (
     retry_delay,
 )
 from localkube import LocalKube
-from tests.controller.conftest import eventually
 from tests.harness.kube import KubeEnv, start_localkube
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, within: float = 20.0) -> Any:
+    """Poll ``check`` until it returns a truthy value (bounded); returns that value or
+    raises AssertionError with the last value."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"condition not met within {within}s (last: {last!r})")
 
 
 @pytest.fixture
@@ -166,6 +180,43 @@ async def test_informer_relists_after_410_gone(small_api: KubeAPI) -> None:
         await inf.stop()
 
 
+async def test_informer_without_cache_hands_on_events_and_relists_as_added(
+    small_api: KubeAPI,
+) -> None:
+    api = small_api
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, keep_cache=False)
+    seen: list[tuple[str, str, Any]] = []
+    inf.add_handler(lambda t, o, old: seen.append((t, o["metadata"]["name"], old)))
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("kept"))
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("old"))
+    inf.start()
+    await asyncio.wait_for(inf.synced.wait(), 10)
+    await api.request("PATCH", "/api/v1/namespaces/a/configmaps/kept",
+                      body={"metadata": {"labels": {"l": "1"}}})
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("added"))
+    await api.request("DELETE", "/api/v1/namespaces/a/configmaps/added")
+    await eventually(lambda: _saw(seen, ("DELETED", "added", None)))
+    assert seen == [("ADDED", "kept", None), ("ADDED", "old", None),
+                    ("MODIFIED", "kept", None), ("ADDED", "added", None),
+                    ("DELETED", "added", None)]
+    assert not inf.cache and inf.get("a/kept") is None
+    await inf.stop()
+    # While stopped: "old" is deleted and the history overflows, so the resumed watch gets
+    # 410 and the informer lists again: everything listed is ADDED again, and the deletion
+    # it cannot see is not emitted.
+    seen.clear()
+    await api.request("DELETE", "/api/v1/namespaces/a/configmaps/old")
+    for i in range(12):
+        await api.request("POST", "/api/v1/namespaces/b/configmaps", body=_cm(f"n{i}"))
+    inf.start()
+    try:
+        await eventually(lambda: _saw(seen, ("ADDED", "kept", None)))
+        assert inf.lists == 2
+        assert seen == [("ADDED", "kept", None)] and not inf.cache
+    finally:
+        await inf.stop()
+
+
 async def test_bookmarks_advance_the_resource_version(small_api: KubeAPI) -> None:
     api = small_api
     inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=5)
@@ -251,6 +302,10 @@ async def _has(inf: Informer, key: str) -> bool:
 
 async def _gone(inf: Informer, key: str) -> bool:
     return key not in inf.cache
+
+
+async def _saw(seen: list[tuple[str, str, Any]], event: tuple[str, str, Any]) -> bool:
+    return event in seen
 
 
 async def _rv_at_least(inf: Informer, rv: int) -> bool:

@@ -1,0 +1,175 @@
+"""The webhook's fast path: the controller's own placement decision, answered at admission.
+
+A pod whose images the webhook already knows (from its per-credential cache,
+:mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
+and PATCHed by the controller later: no second write, which is what halves pod throughput
+(issue 14, "The webhook after the policy", item 3). The decision is not re-implemented here:
+:func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
+exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
+patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
+has no resourceVersion), so do the gate ops when the pod does not carry the gate yet (the API
+server without the admission policy), and the decision annotation says ``"path":"webhook"``.
+Only placements that leave the pod ungated and need no cluster view take this path: never
+NUMA placement (it needs the nodes' NRTs and in-flight holds), never a fallback or retry.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller.config import FAST_PATHS_ENABLED, SCHEDULING_GATE, PlacementConfig
+from controller.decision import (
+    INCOMPATIBLE_NODE_AFFINITY,
+    INCOMPATIBLE_NODE_SELECTOR,
+    NO_SUPPORTED_PLATFORM,
+    NO_SUPPORTED_PLATFORM_EVENT,
+    NOT_SET,
+    PARTIALLY_COMPATIBLE_AFFINITY,
+    SET,
+    WARNING,
+    Outcome,
+    unique_images,
+)
+from controller.plan import plan
+from controller.platforms import ImageLike
+from controller.podspec import gate_index, has_gate
+
+__all__ = [
+    "PATH_WEBHOOK",
+    "WARNING_PREFIX",
+    "AdmissionPlacement",
+    "admission_placement",
+    "fast_path_applies",
+]
+
+#: The ``path`` the decision annotation carries for a pod the webhook placed.
+PATH_WEBHOOK = "webhook"
+#: Each ``warnings`` entry starts with this (kubectl prints ``Warning: <entry>``).
+WARNING_PREFIX = "podplacement: "
+#: Longest ``warnings`` entry, in characters (the API server caps each at 120 *words*; one
+#: short line is what a user reads in a terminal).
+MAX_WARNING_CHARS = 300
+
+#: The decision outcomes the webhook may answer with: the pod leaves admission ungated.
+_PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
+#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it": the
+#: ones the user should see at ``kubectl`` time (issue 14 item 5).
+_WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
+                     PARTIALLY_COMPATIBLE_AFFINITY, NO_SUPPORTED_PLATFORM_EVENT})
+#: The resourceVersion of the gated copy the controller's decision is taken on.
+_PLACEHOLDER_RV = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPlacement:
+    """The webhook's answer for a pod it places at admission.
+
+    Attributes:
+        patch: RFC 6902 ops for the AdmissionReview's ``request.object``: the affinity ops,
+            labels (``scheduling-gate=removed``, ``node-affinity=set|not-set``), the decision
+            annotation (with ``"path":"webhook"``) and, when the pod carries our gate,
+            ``test`` + ``remove`` of it.
+        warnings: the AdmissionReview ``warnings`` entries (``"podplacement: <message>"``),
+            empty when the placement raised no user-facing Warning.
+        outcome: the decision's outcome (``set``, ``not-set`` or ``no-supported-platform``).
+        annotation: the decision annotation's compact JSON.
+    """
+
+    patch: tuple[dict[str, Any], ...]
+    warnings: tuple[str, ...]
+    outcome: Outcome
+    annotation: str
+
+
+def fast_path_applies(config: PlacementConfig | None) -> bool:
+    """True when ``config`` lets the webhook place pods at admission: fast paths
+    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (issue 14: NUMA
+    never takes a fast path)."""
+    return (config is not None and config.admission_fast_paths == FAST_PATHS_ENABLED
+            and not config.topology.enabled)
+
+
+def _gated_copy(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``pod`` as the controller would read it once gated: our gate in
+    ``spec.schedulingGates`` (appended when absent) and a placeholder resourceVersion. The
+    labels are left as they are, so the label ops of the decision apply to the admission
+    object too (the controller would see ``scheduling-gate=gated``; both end in
+    ``removed``). None when the spec is not the shape the API gives."""
+    gated: dict[str, Any] = copy.deepcopy(dict(pod))
+    spec = gated.setdefault("spec", {})
+    meta = gated.setdefault("metadata", {})
+    if not isinstance(spec, dict) or not isinstance(meta, dict):
+        return None
+    gates = spec.setdefault("schedulingGates", [])
+    if not isinstance(gates, list):
+        return None
+    if not has_gate(gated):
+        gates.append({"name": SCHEDULING_GATE})
+    meta["resourceVersion"] = _PLACEHOLDER_RV
+    return gated
+
+
+def _warning(message: str) -> str:
+    line = WARNING_PREFIX + " ".join(message.split())
+    return line if len(line) <= MAX_WARNING_CHARS else line[:MAX_WARNING_CHARS - 3] + "..."
+
+
+def admission_placement(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+) -> AdmissionPlacement | None:
+    """The placement of a pod being created, decided at admission as the controller would.
+
+    Args:
+        pod: the AdmissionReview's ``request.object`` (no resourceVersion; with or without
+            our scheduling gate: the admission policy may have added it).
+        images: per distinct image reference of the pod (as written), its inspection result
+            (``imageinspect.ImageInfo``-like); an exception or a missing entry means unknown.
+        config: the PodPlacementConfig in force.
+
+    Returns:
+        None when the webhook must leave the pod to the controller: an image without a
+        result, fast paths disabled or NUMA placement on (:func:`fast_path_applies`), an
+        outcome other than ``set``/``not-set``/``no-supported-platform``, or a pod whose
+        shape the controller's patch does not fit. Otherwise the
+        :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
+        ``"path":"webhook"``) as the controller's PATCH of the gated pod (issue 14 item 3,
+        KEP-3838 narrowing rules via :func:`controller.plan.plan`).
+
+    Never raises for odd pod specs (they give None).
+    """
+    if not fast_path_applies(config):
+        return None
+    for image in unique_images(pod):
+        result = images.get(image)
+        if result is None or isinstance(result, BaseException):
+            return None
+    gated = _gated_copy(pod)
+    if gated is None:
+        return None
+    decision = plan(gated, images, config, nodes=None, nrts={}, now=0.0, path=PATH_WEBHOOK)
+    if decision.outcome not in _PLACED or not decision.ungate:
+        return None
+    ops = [dict(op) for op in decision.patch]
+    if not ops or ops[0] != {"op": "test", "path": "/metadata/resourceVersion",
+                             "value": _PLACEHOLDER_RV}:
+        return None
+    ops = ops[1:]
+    if not has_gate(pod):
+        # The gate exists only on the copy: its trailing test + remove must not reach the
+        # admission object (the index would name another gate, or nothing).
+        index = gate_index(gated)
+        tail = [{"op": "test", "path": f"/spec/schedulingGates/{index}/name",
+                 "value": SCHEDULING_GATE},
+                {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+        if ops[-2:] != tail:
+            return None
+        ops = ops[:-2]
+    warnings = tuple(_warning(e.message) for e in decision.events
+                     if e.type == WARNING and e.reason in _WARNED)
+    return AdmissionPlacement(tuple(ops), warnings, decision.outcome, decision.annotation)

@@ -1,0 +1,262 @@
+"""Publish the :class:`~controller.imageparams.ParamsStore` as the params object.
+
+Issue 14, item 2: the admission policy's params object, the cluster-scoped ``ImagePlatforms``
+named ``cluster`` (``deploy/crds/imageplatforms.yaml``), is written at most about once a
+second, batched, never once per pod. :class:`ParamsWriter` is that loop: each tick expires
+old tag references and, when the store changed, replaces the whole object (a map with
+removed keys needs a replace, not a merge) with the live ``resourceVersion``; it creates the
+object when it does not exist. A lost race (409) re-reads the object and writes on the next
+tick; any other failure is logged and retried on a later tick. The loop never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from controller.config import API_VERSION, PARAMS_KIND, PARAMS_NAME, PARAMS_PLURAL
+from controller.imageparams import ParamsStore
+from kubeclient import ApiError, Conflict, KubeRequester, NotFound
+
+log = logging.getLogger(__name__)
+
+#: The collection and the object (cluster-scoped singleton).
+PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/{PARAMS_PLURAL}"
+PARAMS_PATH = f"/apis/{API_VERSION}/{PARAMS_PLURAL}/{PARAMS_NAME}"
+
+#: Every request this module sends (method, path), for the RBAC check of
+#: ``tests/deploy/test_manifests.py`` (``deploy/base/rbac/controller.yaml``).
+API_REQUESTS: tuple[tuple[str, str], ...] = (
+    ("GET", PARAMS_PATH),
+    ("POST", PARAMS_COLLECTION_PATH),
+    ("PUT", PARAMS_PATH),
+)
+
+#: ``writes`` counter labels: the object was created / replaced; a write lost a race (409,
+#: or the object vanished: 404) and the object is re-read; any other failure.
+WRITE_CREATED = "created"
+WRITE_UPDATED = "updated"
+WRITE_CONFLICT = "conflict"
+WRITE_ERROR = "error"
+#: :meth:`ParamsWriter.flush` results besides the write labels: nothing to write.
+WRITE_CLEAN = "clean"
+
+
+class GaugeLike(Protocol):
+    """What the writer needs of a gauge (``prometheus_client.Gauge``)."""
+
+    def set(self, value: float) -> None:
+        """Set the gauge."""
+        ...
+
+
+class CounterChildLike(Protocol):
+    """One labelled child of a counter (``prometheus_client.Counter(...).labels(...)``)."""
+
+    def inc(self, amount: float = 1) -> None:
+        """Add ``amount``."""
+        ...
+
+
+class CounterLike(Protocol):
+    """What the writer needs of a counter with one label (``prometheus_client.Counter``)."""
+
+    def labels(self, *labelvalues: str) -> CounterChildLike:
+        """The child of these label values."""
+        ...
+
+
+class ParamsMetrics(Protocol):
+    """The metrics :class:`ParamsWriter` updates (all optional as a whole).
+
+    Attributes:
+        entries: gauge, the number of entries in the last successfully written object.
+        writes: counter by one label, the write result: ``created``, ``updated``,
+            ``conflict`` (409, or 404 on replace: the object is re-read), ``error`` (the
+            write, or the read that must precede it, failed otherwise: transport error,
+            timeout, 5xx, 403, 422).
+    """
+
+    @property
+    def entries(self) -> GaugeLike:
+        """Entries in the published object."""
+        ...
+
+    @property
+    def writes(self) -> CounterLike:
+        """Writes of the params object by result."""
+        ...
+
+
+class ParamsWriter:
+    """Writes a :class:`ParamsStore` to ``ImagePlatforms/cluster``, batched.
+
+    Args:
+        api: the Kubernetes client (:class:`kubeclient.KubeAPI`, or any
+            :class:`kubeclient.KubeRequester`).
+        store: the entries to publish; the controller records into it (no lock: all in one
+            event loop, and no store method awaits).
+        min_interval: seconds between the starts of two ticks of :meth:`run`, so at most one
+            write per ``min_interval`` (a re-read after a lost race shares its tick).
+        metrics: optional :class:`ParamsMetrics`.
+        clock: the monotonic clock the store's times come from (``time.monotonic``).
+
+    Raises:
+        ValueError: ``min_interval`` is not positive.
+    """
+
+    def __init__(
+        self,
+        api: KubeRequester,
+        store: ParamsStore,
+        *,
+        min_interval: float = 1.0,
+        metrics: ParamsMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if min_interval <= 0:
+            raise ValueError(f"min_interval must be positive, not {min_interval}")
+        self.api = api
+        self.store = store
+        self.min_interval = min_interval
+        self.metrics = metrics
+        self.clock = clock
+        # The live object's metadata (with its resourceVersion) as last read or written;
+        # None while it does not exist. Valid only while _known is true.
+        self._meta: dict[str, Any] | None = None
+        self._known = False
+        self._adopted = False
+        # run() and flush() may overlap; one write at a time.
+        self._lock = asyncio.Lock()
+
+    # --- public -----------------------------------------------------------------------
+    async def load(self) -> int:
+        """Read the live object, if any, and adopt its entries into the store
+        (:meth:`ParamsStore.adopt`, as learned now). Only the first successful read adopts:
+        after that, the store is the source of truth and later reads only refresh the
+        ``resourceVersion``. :meth:`run` does this itself when it was not done.
+
+        Returns:
+            The number of entries adopted (0 when the object does not exist yet).
+
+        Raises:
+            ApiError: the GET failed (other than 404).
+        """
+        async with self._lock:
+            return await self._read()
+
+    async def flush(self) -> str:
+        """Write now when the store changed (after expiring old tag references): one write,
+        plus one re-read and one more write when the first lost a race (409).
+        Never raises for API or connection errors (logged and counted).
+
+        Returns:
+            ``created``, ``updated``, ``clean`` (nothing to write), ``conflict`` (lost the
+            race twice) or ``error``.
+        """
+        result = await self._tick()
+        if result == WRITE_CONFLICT:
+            result = await self._tick()
+        return result
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick every ``min_interval`` seconds until ``stop`` is set: expire, and write when
+        the store changed. Never raises (cancellation aside); errors are logged and the
+        write is retried on a later tick. It does not write when ``stop`` is set: call
+        :meth:`flush` at shutdown while still the leader."""
+        while not stop.is_set():
+            started = self.clock()
+            try:
+                await self._tick()
+            except Exception:  # never let the loop die; the next tick retries
+                log.exception("params object %s: unexpected error", PARAMS_NAME)
+            delay = max(self.min_interval - (self.clock() - started), 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    # --- one tick ---------------------------------------------------------------------
+    async def _tick(self) -> str:
+        async with self._lock:
+            if not self._known:
+                try:
+                    await self._read()
+                except ApiError as exc:
+                    log.warning("params object %s: read failed (will retry): %s",
+                                PARAMS_NAME, exc)
+                    self._count(WRITE_ERROR)
+                    return WRITE_ERROR
+            self.store.expire(self.clock())
+            if not self.store.dirty:
+                return WRITE_CLEAN
+            return await self._write()
+
+    async def _read(self) -> int:
+        try:
+            obj = await self.api.request("GET", PARAMS_PATH)
+        except NotFound:
+            self._meta, self._known = None, True
+            self._adopted = True
+            return 0
+        self._meta, self._known = _metadata(obj), True
+        if self._adopted:
+            return 0
+        self._adopted = True
+        images = (obj.get("spec") or {}).get("images") or {}
+        adopted = self.store.adopt(images if isinstance(images, dict) else {}, self.clock())
+        entries = (obj.get("status") or {}).get("entries")
+        if entries != len(images) or len(images) != adopted:
+            self.store.mark_dirty()
+        log.info("params object %s: adopted %d of %d entries", PARAMS_NAME, adopted,
+                 len(images))
+        return adopted
+
+    async def _write(self) -> str:
+        version = self.store.version
+        images = self.store.images()
+        body: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": PARAMS_KIND,
+            "metadata": dict(self._meta) if self._meta is not None else {"name": PARAMS_NAME},
+            "spec": {"images": images},
+            "status": {"entries": len(images)},
+        }
+        creating = self._meta is None
+        try:
+            if creating:
+                obj = await self.api.request("POST", PARAMS_COLLECTION_PATH, body=body)
+            else:
+                obj = await self.api.request("PUT", PARAMS_PATH, body=body)
+        except (Conflict, NotFound) as exc:
+            # Someone else created, changed or deleted it: re-read on the next tick.
+            log.info("params object %s: %s; re-reading", PARAMS_NAME, exc)
+            self._known = False
+            self._count(WRITE_CONFLICT)
+            return WRITE_CONFLICT
+        except ApiError as exc:
+            log.warning("params object %s: write failed (will retry): %s", PARAMS_NAME, exc)
+            self._count(WRITE_ERROR)
+            return WRITE_ERROR
+        self._meta = _metadata(obj)
+        self.store.mark_clean(version)
+        result = WRITE_CREATED if creating else WRITE_UPDATED
+        self._count(result)
+        if self.metrics is not None:
+            self.metrics.entries.set(len(images))
+        return result
+
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.writes.labels(result).inc()
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """The metadata to send back on replace: everything the server gave (name, uid,
+    resourceVersion, labels, annotations, ...) except managedFields, which the server keeps
+    when a request omits them."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("managedFields", None)
+    return meta

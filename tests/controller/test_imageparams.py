@@ -1,0 +1,285 @@
+"""The params object's content (controller.imageparams, issue 14 item 2): TTL of tag
+references, digest references kept, LRU bounds by entries and by JSON bytes, canonical
+values, malformed input skipped, adoption of a live object, and the dirty/version protocol
+a writer relies on."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from controller.imageparams import ParamsStore, is_pinned, platforms_value
+
+DIGEST = "sha256:" + "ab" * 32
+TAG_A = "registry.example:5000/team/a:v1"
+TAG_B = "registry.example:5000/team/b:v1"
+PINNED = f"registry.example:5000/team/c@{DIGEST}"
+AMD = [("linux", "amd64")]
+AMD_ARM = [("linux", "arm64"), ("linux", "amd64")]
+
+
+def _json_size(store: ParamsStore) -> int:
+    return len(orjson.dumps(store.images()))
+
+
+# --- values -----------------------------------------------------------------------------
+def test_value_is_sorted_deduplicated_and_comma_separated() -> None:
+    pairs = [("linux", "s390x"), ("linux", "amd64"), ("linux", "arm64"), ("linux", "amd64"),
+             ("windows", "amd64")]
+    assert platforms_value(pairs) == "linux/amd64,linux/arm64,linux/s390x,windows/amd64"
+
+
+@pytest.mark.parametrize("pairs", [
+    [],
+    [("linux", "amd64"), ("Linux", "arm64")],
+    [("linux", "arm/v7")],
+    [("linux", "")],
+    [("linux", "amd 64")],
+    [("linux", "arch-" + "x" * 40 + f"{i}") for i in range(6)],  # longer than 256
+])
+def test_an_image_with_no_or_malformed_pairs_is_not_recorded(
+        pairs: list[tuple[str, str]]) -> None:
+    store = ParamsStore(60)
+    assert store.record(TAG_A, pairs, now=0) is False
+    assert TAG_A not in store and store.images() == {} and not store.dirty
+
+
+def test_a_malformed_result_removes_the_stale_entry_of_that_image() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_A, AMD, now=0)
+    assert store.record(TAG_A, [("linux", "Arm64")], now=1) is True
+    assert store.images() == {}
+
+
+def test_a_string_that_is_not_an_image_reference_is_not_recorded() -> None:
+    store = ParamsStore(60)
+    assert store.record("UPPER/Case:v1", AMD, now=0) is False
+    assert store.record("ab" * 32, AMD, now=0) is False  # an image ID
+    assert len(store) == 0
+
+
+@pytest.mark.parametrize(("image", "pinned"), [
+    (TAG_A, False),
+    ("nginx", False),
+    (PINNED, True),
+    (f"ghcr.io/org/app:v2@{DIGEST}", True),
+    (f"ghcr.io/org/app@sha512:{'cd' * 64}", True),
+    ("not a reference", None),
+])
+def test_digest_references_are_told_apart_from_tags(image: str, pinned: bool | None) -> None:
+    assert is_pinned(image) is pinned
+
+
+# --- record -----------------------------------------------------------------------------
+def test_images_maps_references_to_values_with_sorted_keys() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_B, AMD, now=0)
+    store.record(TAG_A, AMD_ARM, now=1)
+    images = store.images()
+    assert list(images) == [TAG_A, TAG_B]
+    assert images == {TAG_A: "linux/amd64,linux/arm64", TAG_B: "linux/amd64"}
+
+
+def test_record_reports_whether_the_published_content_changed() -> None:
+    store = ParamsStore(60)
+    assert store.record(TAG_A, AMD, now=0) is True
+    assert store.record(TAG_A, list(reversed(AMD)) + AMD, now=1) is False
+    assert store.record(TAG_A, AMD_ARM, now=2) is True
+    assert store.get(TAG_A) == "linux/amd64,linux/arm64"
+
+
+def test_remove_drops_an_entry_once() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_A, AMD, now=0)
+    assert store.remove(TAG_A) is True
+    assert store.remove(TAG_A) is False
+    assert store.images() == {}
+
+
+# --- TTL --------------------------------------------------------------------------------
+def test_tag_references_expire_after_the_ttl() -> None:
+    store = ParamsStore(100)
+    store.record(TAG_A, AMD, now=0)
+    store.record(TAG_B, AMD, now=50)
+    assert store.expire(99.9) == 0
+    assert store.expire(100) == 1
+    assert list(store.images()) == [TAG_B]
+    assert store.expire(150) == 1
+    assert store.images() == {}
+
+
+def test_re_recording_restarts_the_age() -> None:
+    store = ParamsStore(100)
+    store.record(TAG_A, AMD, now=0)
+    store.record(TAG_B, AMD, now=10)
+    store.record(TAG_A, AMD, now=90)  # same value: no change, but younger
+    assert store.expire(120) == 1
+    assert list(store.images()) == [TAG_A]
+    assert store.expire(190) == 1
+
+
+def test_digest_references_do_not_expire() -> None:
+    store = ParamsStore(100)
+    store.record(PINNED, AMD, now=0)
+    store.record(TAG_A, AMD, now=0)
+    assert store.expire(10_000) == 1
+    assert list(store.images()) == [PINNED]
+
+
+def test_a_new_ttl_applies_to_existing_entries() -> None:
+    store = ParamsStore(3600)
+    store.record(TAG_A, AMD, now=0)
+    assert store.expire(60) == 0
+    store.ttl_seconds = 30
+    assert store.expire(60) == 1
+    store.set_ttl(0)
+    store.record(TAG_B, AMD, now=61)
+    assert store.expire(61) == 1
+    with pytest.raises(ValueError, match="negative"):
+        store.set_ttl(-1)
+
+
+# --- bounds -----------------------------------------------------------------------------
+def test_the_least_recently_recorded_entry_goes_first_at_the_entry_bound() -> None:
+    store = ParamsStore(60, max_entries=3)
+    for i, image in enumerate(["r/a:1", "r/b:1", "r/c:1"]):
+        store.record(image, AMD, now=i)
+    store.record("r/a:1", AMD, now=3)  # refreshed: now the most recent
+    assert store.record("r/d:1", AMD, now=4) is True
+    assert sorted(store.images()) == ["r/a:1", "r/c:1", "r/d:1"]
+    store.record(PINNED, AMD, now=5)
+    store.record("r/e:1", AMD, now=6)
+    assert set(store.images()) == {PINNED, "r/d:1", "r/e:1"}
+    store.record("r/f:1", AMD, now=7)
+    store.record("r/g:1", AMD, now=8)  # a digest reference is evicted like any other
+    assert sorted(store.images()) == ["r/e:1", "r/f:1", "r/g:1"]
+
+
+def test_the_byte_bound_holds_for_the_json_of_the_map() -> None:
+    one = len(orjson.dumps({"r/i-00:1": "linux/amd64"}))
+    # room for exactly three such entries (each adds its own size less the braces, plus a comma)
+    bound = one + 2 * (one - 1)
+    store = ParamsStore(60, max_bytes=bound)
+    for i in range(3):
+        store.record(f"r/i-{i:02d}:1", AMD, now=i)
+    assert len(store) == 3 and store.json_size == _json_size(store) == bound
+    store.record("r/i-03:1", AMD, now=3)
+    assert sorted(store.images()) == ["r/i-01:1", "r/i-02:1", "r/i-03:1"]
+    # a longer value for a recent entry pushes out the least recent one
+    store.record("r/i-03:1", [*AMD_ARM, ("linux", "s390x")], now=4)
+    assert sorted(store.images()) == ["r/i-02:1", "r/i-03:1"]
+    assert store.json_size == _json_size(store) <= bound
+
+
+def test_an_entry_larger_than_the_byte_bound_is_not_recorded() -> None:
+    store = ParamsStore(60, max_bytes=40)
+    store.record("r/a:1", AMD, now=0)
+    assert store.record("r/" + "x" * 60 + ":1", AMD, now=1) is False
+    assert list(store.images()) == ["r/a:1"]
+
+
+def test_the_running_byte_count_matches_the_serialised_map() -> None:
+    store = ParamsStore(10, max_entries=50)
+    assert store.json_size == _json_size(store) == 2
+    for i in range(200):
+        image = f"reg.example/t{i % 70}/s{i % 13}:v{i % 5}"
+        pairs = AMD_ARM[: 1 + i % 2] if i % 3 else [("linux", "s390x"), ("windows", "amd64")]
+        store.record(image, pairs, now=i * 0.1)
+        if i % 17 == 0:
+            store.expire(i * 0.1)
+        if i % 23 == 0:
+            store.remove(image)
+        assert store.json_size == _json_size(store)
+    assert len(store) <= 50
+
+
+def test_bounds_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_entries"):
+        ParamsStore(60, max_entries=0)
+    with pytest.raises(ValueError, match="max_bytes"):
+        ParamsStore(60, max_bytes=1)
+
+
+# --- dirty / version --------------------------------------------------------------------
+def test_dirty_until_the_written_version_is_marked_clean() -> None:
+    store = ParamsStore(60)
+    assert not store.dirty
+    store.record(TAG_A, AMD, now=0)
+    assert store.dirty
+    version = store.version
+    store.mark_clean(version)
+    assert not store.dirty
+    store.record(TAG_A, AMD, now=1)  # a refresh publishes nothing new
+    assert not store.dirty
+
+
+def test_a_failed_write_keeps_the_store_dirty() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_A, AMD, now=0)
+    _version, _images = store.version, store.images()  # the write fails: no mark_clean
+    assert store.dirty
+
+
+def test_a_record_during_an_in_flight_write_is_not_lost() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_A, AMD, now=0)
+    version, images = store.version, store.images()
+    store.record(TAG_B, AMD, now=1)  # while the write is in flight
+    store.mark_clean(version)  # the write of `images` succeeded
+    assert images == {TAG_A: "linux/amd64"}
+    assert store.dirty
+    store.mark_clean(store.version)
+    assert not store.dirty
+
+
+def test_expiry_and_eviction_make_the_store_dirty() -> None:
+    store = ParamsStore(10, max_entries=1)
+    store.record(TAG_A, AMD, now=0)
+    store.mark_clean(store.version)
+    store.expire(10)
+    assert store.dirty and len(store) == 0
+    store.record(PINNED, AMD, now=11)
+    store.mark_clean(store.version)
+    store.record(TAG_B, AMD, now=12)
+    assert store.dirty and list(store.images()) == [TAG_B]
+
+
+# --- adopt ------------------------------------------------------------------------------
+def test_adopting_exactly_the_live_object_leaves_the_store_clean() -> None:
+    store = ParamsStore(100)
+    live = {TAG_A: "linux/amd64,linux/arm64", PINNED: "linux/amd64"}
+    assert store.adopt(live, now=5) == 2
+    assert store.images() == live
+    assert not store.dirty
+    # adopted tag entries count as learned at adoption time
+    assert store.expire(104) == 0
+    assert store.expire(105) == 1 and list(store.images()) == [PINNED]
+
+
+def test_adopt_drops_malformed_entries_and_normalises_values() -> None:
+    store = ParamsStore(100)
+    live: dict[str, object] = {
+        TAG_A: "linux/arm64,linux/amd64,linux/arm64",
+        TAG_B: "linux/AMD64",
+        "r/x:1": "linux",
+        "r/y:1": 42,
+        "Not A Reference": "linux/amd64",
+        PINNED: "linux/amd64",
+    }
+    assert store.adopt(live, now=0) == 2
+    assert store.images() == {TAG_A: "linux/amd64,linux/arm64", PINNED: "linux/amd64"}
+    assert store.dirty
+
+
+def test_adopted_entries_are_older_than_recorded_ones() -> None:
+    store = ParamsStore(100, max_entries=3)
+    store.record(TAG_A, AMD_ARM, now=10)
+    live = {TAG_A: "linux/amd64", TAG_B: "linux/amd64", PINNED: "linux/amd64",
+            "r/z:1": "linux/amd64"}
+    assert store.adopt(live, now=20) == 2
+    # the store's own (fresher) value wins; the bound evicts adopted entries first
+    assert store.images() == {TAG_A: "linux/amd64,linux/arm64", PINNED: "linux/amd64",
+                              "r/z:1": "linux/amd64"}
+    # adopted at the oldest recorded time (10), not at 20: they expire with TAG_A
+    assert store.expire(110) == 2
+    assert store.images() == {PINNED: "linux/amd64"}

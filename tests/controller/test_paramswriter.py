@@ -1,0 +1,371 @@
+"""The params object writer (controller.paramswriter, issue 14 item 2) against an API server:
+the real kube-apiserver v1.36.2 (marker ``realcluster``) and localkube, each with the
+project's CRDs (``deploy/crds/imageplatforms.yaml``). Shown: a burst of records is batched
+into at most a few writes, a minimum interval apart; the object holds exactly the store's
+``spec.images`` and ``status.entries``; a full-size object (5,000 realistic references) is
+accepted; TTL expiry removes keys on the server; a lost race (409) and a deleted object are
+survived; a live object is adopted on start; an unreachable server never stops the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from controller.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
+from controller.imageparams import ParamsStore, platforms_value
+from controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH, ParamsWriter
+from kubeclient import KubeAPI, NotFound
+from tests.harness.kube import KubeEnv, start_localkube
+from tests.harness.realcluster import real_cluster
+
+BACKENDS = ["localkube", pytest.param("real", marks=pytest.mark.realcluster)]
+AMD_ARM = [("linux", "amd64"), ("linux", "arm64")]
+PLATFORM_SETS = [
+    [("linux", "amd64")],
+    AMD_ARM,
+    [("linux", "amd64"), ("linux", "arm64"), ("linux", "ppc64le"), ("linux", "s390x")],
+    [("linux", "arm64"), ("linux", "amd64"), ("windows", "amd64")],
+]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def pkube(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    """An API server of this module's own (the params object is a cluster singleton)."""
+    if request.param == "real":
+        yield from real_cluster(tmp_path_factory, "params-real", nodes=(), scheduler=False)
+        return
+    _server, env = start_localkube(tmp_path_factory.mktemp("params-localkube"))
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture
+async def api(pkube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    """A client, with no params object on the server to begin with."""
+    client = await KubeAPI.from_kubeconfig(str(pkube.kubeconfig))
+    try:
+        await client.request("DELETE", PARAMS_PATH)
+    except NotFound:
+        pass
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+class _Child:
+    def __init__(self, counts: Counter[str], label: str) -> None:
+        self.counts, self.label = counts, label
+
+    def inc(self, amount: float = 1) -> None:
+        self.counts[self.label] += int(amount)
+
+
+class FakeCounter:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def labels(self, *labelvalues: str) -> _Child:
+        return _Child(self.counts, labelvalues[0])
+
+
+class FakeGauge:
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.entries = FakeGauge()
+        self.writes = FakeCounter()
+
+
+def track_writes(api: KubeAPI) -> list[tuple[str, int, float, float]]:
+    """(verb, status, start time, seconds) of every create/update of the params object."""
+    writes: list[tuple[str, int, float, float]] = []
+
+    def on_request(verb: str, resource: str, status: int, seconds: float) -> None:
+        if resource == "imageplatforms" and verb in ("create", "update"):
+            writes.append((verb, status, time.monotonic() - seconds, seconds))
+
+    api.on_request = on_request
+    return writes
+
+
+async def live(api: KubeAPI) -> dict[str, Any] | None:
+    try:
+        return await api.request("GET", PARAMS_PATH)
+    except NotFound:
+        return None
+
+
+async def wait_live(api: KubeAPI, check: Callable[[dict[str, Any]], bool],
+                    within: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    obj: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        obj = await live(api)
+        if obj is not None and check(obj):
+            return obj
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {within} s; last: {obj!r:.500}")
+
+
+def images_of(obj: dict[str, Any]) -> dict[str, str]:
+    images: dict[str, str] = (obj.get("spec") or {}).get("images") or {}
+    return images
+
+
+def assert_published(obj: dict[str, Any], store: ParamsStore) -> None:
+    assert images_of(obj) == store.images()
+    assert obj["status"]["entries"] == len(store)
+
+
+async def running(writer: ParamsWriter, body: Callable[[], Awaitable[None]]) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(writer.run(stop))
+    try:
+        await body()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def reference(i: int, pinned: bool) -> str:
+    """A realistic reference: ~125 characters by digest, ~75 by tag."""
+    name = f"registry.example.internal:5000/team-{i % 97:02d}/service-{i:04d}"
+    if pinned:
+        return f"{name}@sha256:{hashlib.sha256(str(i).encode()).hexdigest()}"
+    return f"{name}:v1.{i % 20}.{i % 7}-build.{100000 + i}"
+
+
+# --- batching ---------------------------------------------------------------------------
+@pytest.mark.parametrize("spread", [0.0, 1.5])
+async def test_a_burst_of_200_records_is_batched_into_a_few_writes(
+        api: KubeAPI, spread: float) -> None:
+    """200 records over ``spread`` seconds with min_interval 1 s: at most
+    ``measured spread // 1 + 2`` writes (the first tick writes what it finds), starting at
+    least about a second apart."""
+    store = ParamsStore(3600)
+    metrics = FakeMetrics()
+    writer = ParamsWriter(api, store, min_interval=1.0, metrics=metrics)
+    assert await writer.load() == 0  # as the controller starts it: no GET in the first tick
+    writes = track_writes(api)
+    started = time.monotonic()
+    recorded: list[float] = []
+
+    async def burst() -> None:
+        for i in range(200):
+            store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], time.monotonic())
+            await asyncio.sleep(spread / 200)
+        recorded.append(time.monotonic() - started)  # longer than `spread` on a busy machine
+        await wait_live(api, lambda o: o.get("status", {}).get("entries") == 200)
+
+    await running(writer, burst)
+    elapsed = time.monotonic() - started
+    print(f"\n200 records over {spread} s: {len(writes)} writes "
+          f"{[(w[0], round(w[2] - started, 2), round(w[3], 3)) for w in writes]} "
+          "(verb, start s, took s), "
+          f"all published after {elapsed:.2f} s")
+    assert 1 <= len(writes) <= int(recorded[0] // 1.0) + 2
+    assert all(status in (200, 201) for _verb, status, _t, _s in writes)
+    assert writes[0][0] == "create" and all(w[0] == "update" for w in writes[1:])
+    starts = [t for _v, _s, t, _d in writes]
+    assert all(b - a >= 0.8 for a, b in itertools.pairwise(starts)), starts
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    assert list(images_of(obj)) == sorted(images_of(obj))
+    assert images_of(obj)[reference(3, pinned=False)] == "linux/amd64,linux/arm64,windows/amd64"
+    assert metrics.entries.value == 200
+    assert metrics.writes.counts == Counter(
+        {"created": 1, "updated": len(writes) - 1})
+    assert not store.dirty
+
+
+async def test_a_clean_store_is_not_written(api: KubeAPI) -> None:
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store, min_interval=0.1)
+    writes = track_writes(api)
+    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    assert await writer.flush() == "created"
+    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())  # a refresh only
+    await running(writer, lambda: asyncio.sleep(0.5))
+    assert len(writes) == 1
+
+
+# --- size -------------------------------------------------------------------------------
+async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
+    """5,000 entries of realistic references (half by digest, half by tag): the API server
+    stores it; the store's running byte count is the size of the stored map; one more record
+    evicts the least recent entry, so the object stays within the CRD's maxProperties."""
+    store = ParamsStore(3600)
+    for i in range(PARAMS_MAX_ENTRIES):
+        store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], float(i))
+    assert len(store) == PARAMS_MAX_ENTRIES
+    writer = ParamsWriter(api, store)
+    started = time.monotonic()
+    assert await writer.flush() == "created"
+    write_seconds = time.monotonic() - started
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    size = len(orjson.dumps(images_of(obj)))
+    assert size == store.json_size <= PARAMS_MAX_BYTES
+    mean = sum(map(len, images_of(obj))) / len(store)
+    print(f"\nfull-size params object: {len(store)} entries (mean reference {mean:.0f} chars), "
+          f"spec.images {size} bytes, whole object {len(orjson.dumps(obj))} bytes, "
+          f"created in {write_seconds:.3f} s")
+
+    newest = reference(PARAMS_MAX_ENTRIES, pinned=True)
+    store.record(newest, AMD_ARM, float(PARAMS_MAX_ENTRIES))
+    assert await writer.flush() == "updated"
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    assert len(images_of(obj)) == PARAMS_MAX_ENTRIES
+    assert newest in images_of(obj) and reference(0, pinned=True) not in images_of(obj)
+
+
+# --- expiry -----------------------------------------------------------------------------
+async def test_ttl_expiry_removes_tag_references_on_the_server(api: KubeAPI) -> None:
+    store = ParamsStore(1.0)
+    writer = ParamsWriter(api, store, min_interval=0.2)
+    tag, pinned = reference(7, pinned=False), reference(8, pinned=True)
+
+    async def body() -> None:
+        recorded = time.monotonic()
+        store.record(tag, AMD_ARM, recorded)
+        store.record(pinned, AMD_ARM, recorded)
+        await wait_live(api, lambda o: len(images_of(o)) == 2)
+        obj = await wait_live(api, lambda o: tag not in images_of(o), within=5)
+        assert time.monotonic() - recorded >= 1.0
+        assert images_of(obj) == {pinned: "linux/amd64,linux/arm64"}
+        assert obj["status"]["entries"] == 1
+
+    await running(writer, body)
+
+
+# --- races ------------------------------------------------------------------------------
+async def test_a_write_that_lost_a_race_is_retried_after_a_re_read(
+        api: KubeAPI, pkube: KubeEnv) -> None:
+    """Another writer changes the object between two of ours: our replace gets 409, the
+    writer re-reads and replaces on the next tick; the store wins, the other writer's
+    metadata (a label) is kept."""
+    store = ParamsStore(3600)
+    metrics = FakeMetrics()
+    writer = ParamsWriter(api, store, min_interval=0.2, metrics=metrics)
+    first, second = reference(1, pinned=True), reference(2, pinned=False)
+
+    async def body() -> None:
+        store.record(first, AMD_ARM, time.monotonic())
+        await wait_live(api, lambda o: first in images_of(o))
+        # the other writer: a label and a foreign entry, as a merge patch (new resourceVersion)
+        await api.request("PATCH", PARAMS_PATH, body={
+            "metadata": {"labels": {"team": "other"}},
+            "spec": {"images": {"other.example/x:1": "linux/s390x"}}})
+        store.record(second, [("linux", "amd64")], time.monotonic())
+        await wait_live(api, lambda o: images_of(o) == store.images())
+
+    await running(writer, body)
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    assert obj["metadata"]["labels"] == {"team": "other"}
+    assert metrics.writes.counts["conflict"] == 1, metrics.writes.counts
+    assert metrics.writes.counts["created"] == 1 and metrics.writes.counts["updated"] == 1
+
+
+async def test_flush_retries_once_after_a_lost_race(api: KubeAPI) -> None:
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store)
+    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    assert await writer.flush() == "created"
+    await api.request("PATCH", PARAMS_PATH, body={"metadata": {"annotations": {"x": "y"}}})
+    store.record(reference(2, pinned=True), AMD_ARM, time.monotonic())
+    assert await writer.flush() == "updated"
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+
+
+async def test_a_deleted_object_is_created_again(api: KubeAPI) -> None:
+    store = ParamsStore(3600)
+    metrics = FakeMetrics()
+    writer = ParamsWriter(api, store, min_interval=0.2, metrics=metrics)
+
+    async def body() -> None:
+        store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+        await wait_live(api, lambda o: len(images_of(o)) == 1)
+        await api.request("DELETE", PARAMS_PATH)
+        store.record(reference(2, pinned=True), AMD_ARM, time.monotonic())
+        await wait_live(api, lambda o: len(images_of(o)) == 2)
+
+    await running(writer, body)
+    assert metrics.writes.counts["created"] == 2
+    assert metrics.writes.counts["conflict"] == 1  # the replace that found it gone
+
+
+# --- start ------------------------------------------------------------------------------
+async def test_load_adopts_the_live_object_and_later_writes_replace_it(
+        api: KubeAPI) -> None:
+    live_images = {reference(i, pinned=i % 2 == 0): platforms_value(PLATFORM_SETS[i % 4])
+                   for i in range(10)}
+    await api.request("POST", PARAMS_COLLECTION_PATH, body={
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "metadata": {"name": "cluster"}, "spec": {"images": live_images},
+        "status": {"entries": len(live_images)}})
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store)
+    writes = track_writes(api)
+    assert await writer.load() == 10
+    assert store.images() == live_images and not store.dirty
+    assert await writer.flush() == "clean"
+    store.record(reference(99, pinned=False), AMD_ARM, time.monotonic())
+    assert await writer.flush() == "updated"
+    assert [w[0] for w in writes] == ["update"]
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    assert len(images_of(obj)) == 11
+
+
+async def test_load_of_a_missing_object_then_create(api: KubeAPI) -> None:
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store)
+    assert await writer.load() == 0
+    writes = track_writes(api)
+    store.record(reference(1, pinned=False), AMD_ARM, time.monotonic())
+    assert await writer.flush() == "created"
+    assert [w[0] for w in writes] == ["create"]
+
+
+# --- failures (no server) ---------------------------------------------------------------
+async def test_an_unreachable_server_never_stops_the_loop() -> None:
+    client = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
+    store = ParamsStore(3600)
+    metrics = FakeMetrics()
+    writer = ParamsWriter(client, store, min_interval=0.1, metrics=metrics)
+    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    try:
+        await running(writer, lambda: asyncio.sleep(0.5))
+        assert await writer.flush() == "error"
+    finally:
+        await client.close()
+    assert store.dirty
+    assert metrics.writes.counts["error"] >= 3
+    assert set(metrics.writes.counts) == {"error"}

@@ -1,0 +1,304 @@
+"""The webhook's per-credential cache of image inspection results, filled in the background.
+
+The webhook places a pod at admission only when it already knows every image of the pod
+(:func:`controller.admission.admission_placement`; issue 14 item 3). It never does network
+I/O while answering: on a miss the pod stays gated for the controller and
+:meth:`PlaceCache.schedule_fill` queues a background fill, which reads the pod's pull Secrets
+through the Kubernetes API, inspects the images with those credentials and stores the
+results. The next pod with the same images and the same credentials is then placed by the
+webhook (the replicas of a Deployment of a private image, pods with existing required
+terms).
+
+Results are keyed by *who may see them*: (pod namespace, the pod's sorted
+``imagePullSecrets`` names, the config's global pull secret, the image reference as
+written). A result learned with namespace A's secret therefore never answers a pod of
+namespace B, nor a pod of A naming other secrets (issue 14 item 2: no namespace learns what
+another's credentials opened). Entries expire after the config's
+``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
+are not stored: the controller reports them. Fills are deduplicated per key, run at most
+``max_concurrent_fills`` at a time, and at most ``max_queued_fills`` wait (more are dropped
+and counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller.config import PlacementConfig
+from controller.decision import unique_images
+from imageinspect import CredentialError, credentials_from_pull_secrets
+
+__all__ = ["CacheKey", "KubeClientLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
+
+log = logging.getLogger(__name__)
+
+#: (namespace, sorted pull secret names, global pull secret "ns/name" or None, image).
+CacheKey = tuple[str, tuple[str, ...], str | None, str]
+
+DEFAULT_MAX_ENTRIES = 10_000
+DEFAULT_MAX_CONCURRENT_FILLS = 8
+DEFAULT_MAX_QUEUED_FILLS = 1_000
+
+
+class KubeClientLike(Protocol):
+    """The Kubernetes client the fills read Secrets with: ``request(method, path)`` returns
+    the decoded JSON object and raises an exception with an int ``status`` attribute (the
+    HTTP status; 0 for a transport failure) on failure."""
+
+    async def request(self, method: str, path: str) -> Any: ...
+
+
+class InspectorLike(Protocol):
+    """What the fills need of :class:`imageinspect.Inspector`."""
+
+    async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
+                      pull_always: bool = False) -> Any: ...
+
+
+@dataclass(slots=True)
+class PlaceCacheStats:
+    """Counters (plain ints, read at scrape time or by tests).
+
+    Attributes:
+        hits: lookups that found every image of the pod.
+        misses: lookups that did not.
+        fills_scheduled: fills queued (each covers the missing images of one pod).
+        fills_deduplicated: schedule calls whose images were all cached or being filled.
+        fills_dropped: fills not queued because ``max_queued_fills`` were waiting.
+        fills_failed: fills abandoned (a Secret could not be read) or images that failed.
+        stored: results stored.
+        evicted: entries dropped by the LRU bound.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    fills_scheduled: int = 0
+    fills_deduplicated: int = 0
+    fills_dropped: int = 0
+    fills_failed: int = 0
+    stored: int = 0
+    evicted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Fill:
+    namespace: str
+    secrets: tuple[str, ...]
+    global_secret: tuple[str, str] | None
+    images: tuple[tuple[str, bool], ...]  # (image, pull_always)
+    keys: tuple[CacheKey, ...]
+
+
+def _secret_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    spec = pod.get("spec")
+    refs = spec.get("imagePullSecrets") if isinstance(spec, Mapping) else None
+    names = {str(r["name"]) for r in refs or () if isinstance(r, Mapping) and r.get("name")}
+    return tuple(sorted(names))
+
+
+def _global_secret(config: PlacementConfig) -> tuple[str, str] | None:
+    ref = config.image_inspection.global_pull_secret
+    return None if ref is None else (ref.namespace, ref.name)
+
+
+def cache_keys(pod: Mapping[str, Any], namespace: str,
+               config: PlacementConfig) -> dict[str, CacheKey]:
+    """The cache key of each distinct image of ``pod`` (image reference as written → key):
+    ``(namespace, sorted imagePullSecrets names, "ns/name" of the global pull secret or
+    None, image)``."""
+    secrets = _secret_names(pod)
+    ref = _global_secret(config)
+    global_key = None if ref is None else f"{ref[0]}/{ref[1]}"
+    return {image: (namespace, secrets, global_key, image) for image in unique_images(pod)}
+
+
+class PlaceCache:
+    """Inspection results per credential identity, for the webhook's fast path.
+
+    Args:
+        client: reads pull Secrets (:class:`KubeClientLike`); 403 and 404 skip the secret,
+            any other error abandons the fill (nothing is stored).
+        inspector: inspects images (:class:`imageinspect.Inspector`); not closed here.
+        max_entries: LRU bound on stored results.
+        max_concurrent_fills: fills running at once.
+        max_queued_fills: fills waiting for a worker; more are dropped (counted in
+            :attr:`stats`).
+
+    Raises:
+        ValueError: a bound < 1.
+        clock: monotonic seconds (tests).
+
+    Call :meth:`aclose` on shutdown (cancels the running fills).
+    """
+
+    def __init__(
+        self,
+        client: KubeClientLike,
+        inspector: InspectorLike,
+        *,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_concurrent_fills: int = DEFAULT_MAX_CONCURRENT_FILLS,
+        max_queued_fills: int = DEFAULT_MAX_QUEUED_FILLS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if min(max_entries, max_concurrent_fills, max_queued_fills) < 1:
+            raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
+                             "be >= 1")
+        self._client = client
+        self._inspector = inspector
+        self._max_entries = max_entries
+        self._max_workers = max_concurrent_fills
+        self._max_queued = max_queued_fills
+        self._clock = clock
+        #: key → (stored at, result), least recently used first.
+        self._entries: collections.OrderedDict[CacheKey, tuple[float, Any]] = (
+            collections.OrderedDict())
+        self._filling: set[CacheKey] = set()
+        self._queue: collections.deque[_Fill] = collections.deque()
+        self._workers: set[asyncio.Task[None]] = set()
+        self.stats = PlaceCacheStats()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, pod: Mapping[str, Any], namespace: str,
+               config: PlacementConfig) -> dict[str, Any] | None:
+        """Every distinct image of ``pod`` → its stored result, or None when any image is
+        missing or expired (older than ``config.image_inspection.cache_ttl_seconds``) for
+        the pod's credentials. No I/O."""
+        keys = cache_keys(pod, namespace, config)
+        ttl = config.image_inspection.cache_ttl_seconds
+        now = self._clock()
+        out: dict[str, Any] = {}
+        for image, key in keys.items():
+            entry = self._entries.get(key)
+            if entry is None or now - entry[0] >= ttl:
+                if entry is not None:
+                    del self._entries[key]
+                self.stats.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            out[image] = entry[1]
+        self.stats.hits += 1
+        return out
+
+    def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
+                      config: PlacementConfig) -> bool:
+        """Queue a background fill of the images of ``pod`` that are neither stored nor
+        being filled for its credentials. Returns at once (never awaits; must be called
+        from the event loop); True when a fill was queued, False when there was nothing to
+        fill or the queue was full (dropped, counted)."""
+        keys = cache_keys(pod, namespace, config)
+        ttl = config.image_inspection.cache_ttl_seconds
+        now = self._clock()
+        pulls = unique_images(pod)
+        missing = [
+            (image, key) for image, key in keys.items()
+            if key not in self._filling
+            and ((entry := self._entries.get(key)) is None or now - entry[0] >= ttl)
+        ]
+        if not missing:
+            self.stats.fills_deduplicated += 1
+            return False
+        if len(self._queue) >= self._max_queued:
+            self.stats.fills_dropped += 1
+            return False
+        fill = _Fill(namespace, _secret_names(pod), _global_secret(config),
+                     tuple((image, pulls[image]) for image, _ in missing),
+                     tuple(key for _, key in missing))
+        self._filling.update(fill.keys)
+        self._queue.append(fill)
+        self.stats.fills_scheduled += 1
+        if len(self._workers) < self._max_workers:
+            task = asyncio.get_running_loop().create_task(self._work())
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
+        return True
+
+    async def idle(self) -> None:
+        """Wait until no fill is queued or running (tests, shutdown)."""
+        while self._workers:
+            await asyncio.gather(*list(self._workers), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel queued and running fills."""
+        self._queue.clear()
+        workers = list(self._workers)
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        self._filling.clear()
+
+    async def _work(self) -> None:
+        while self._queue:
+            fill = self._queue.popleft()
+            try:
+                await self._fill(fill)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.stats.fills_failed += 1
+                log.exception("background image inspection for namespace %s failed",
+                              fill.namespace)
+            finally:
+                self._filling.difference_update(fill.keys)
+
+    async def _read_secret(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            secret = await self._client.request(
+                "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        except Exception as exc:
+            if getattr(exc, "status", None) in (403, 404):
+                log.info("pull secret %s/%s unavailable (%s): skipped", namespace, name,
+                         getattr(exc, "status", None))
+                return None
+            raise
+        return secret if isinstance(secret, Mapping) else None
+
+    async def _credentials(self, fill: _Fill) -> list[Any]:
+        refs = [(fill.namespace, name) for name in fill.secrets]
+        if fill.global_secret is not None and fill.global_secret not in refs:
+            refs.append(fill.global_secret)
+        out: list[Any] = []
+        for namespace, name in refs:
+            secret = await self._read_secret(namespace, name)
+            if secret is None:
+                continue
+            try:
+                out.extend(credentials_from_pull_secrets([secret]))
+            except (CredentialError, ValueError, TypeError, AttributeError) as exc:
+                log.info("pull secret %s/%s unusable: %s", namespace, name, exc)
+        return out
+
+    async def _fill(self, fill: _Fill) -> None:
+        credentials = await self._credentials(fill)
+
+        async def one(image: str, pull_always: bool) -> Any:
+            try:
+                return await self._inspector.inspect(image, credentials,
+                                                     pull_always=pull_always)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                return exc
+
+        results = await asyncio.gather(*(one(i, p) for i, p in fill.images))
+        for key, result in zip(fill.keys, results, strict=True):
+            if isinstance(result, BaseException):
+                self.stats.fills_failed += 1
+                continue
+            self._store(key, result)
+
+    def _store(self, key: CacheKey, result: Any) -> None:
+        self._entries[key] = (self._clock(), result)
+        self._entries.move_to_end(key)
+        self.stats.stored += 1
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+            self.stats.evicted += 1
