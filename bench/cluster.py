@@ -19,7 +19,22 @@ round, and prints for each:
 ``--light`` creates pods one at a time (1 client) and prints the create latency and
 create-to-bound latency, and what the product adds to each.
 
-Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]``
+``--scenario`` picks what the product run measures (issue 14):
+
+- ``cold`` (default): the images are new to the product: every pod is gated (by the
+  MutatingAdmissionPolicy ``podplacement-gate``) and placed by the controller's PATCH;
+- ``warm``: the images were placed once before the run (one pod each, in another namespace),
+  so the controller published them in the policy's params object, which also holds filler
+  entries up to ``--params-entries`` (default 5,000): the policy places every pod at
+  admission, with no second write;
+- ``webhook-stopped``: the webhook is stopped (SIGSTOP) for the whole run: the policy still
+  gates every pod, the controller places them.
+
+After each run every pod is checked: one bound without a node affinity requirement on
+``kubernetes.io/arch`` escaped placement (printed; there must be none).
+
+Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]
+[--scenario cold|warm|webhook-stopped] [--params-entries 5000]``
 """
 
 from __future__ import annotations
@@ -35,8 +50,10 @@ sys.path[:] = [_ROOT] + [p for p in sys.path
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import ssl  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -77,6 +94,8 @@ class Run:
     to_bound: list[float] = field(default_factory=list)
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     processes: dict[str, tuple[float, int]] = field(default_factory=dict)
+    escaped: int = 0
+    paths: Counter[str] = field(default_factory=Counter)
 
     @property
     def bound_per_s(self) -> float:
@@ -221,6 +240,72 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
     return out
 
 
+PARAMS_PATH = "/apis/podplacement.io/v1beta1/imageplatforms"
+
+
+def seed_params(plane: ControlPlane, entries: int) -> None:
+    """Create the params object ImagePlatforms ``cluster`` with ``entries`` filler images
+    (~100-character references) before the controller starts: it adopts them, so the policy
+    reads a full-size object during the run."""
+    images = {f"registry.example.internal:5000/team-{i % 50:02d}/service-{i:05d}:v1-"
+              + "x" * 40: "linux/amd64,linux/arm64" for i in range(max(0, entries))}
+    with plane.client() as c:
+        r = c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
+                                      "kind": "ImagePlatforms", "metadata": {"name": "cluster"},
+                                      "spec": {"images": images}})
+        r.raise_for_status()
+
+
+def warm_up(plane: ControlPlane, images: list[str], limit: float = 120.0) -> None:
+    """Place one pod of each image (namespace ``bench-warm``) and wait until the controller
+    has published every image in the params object and the policy places a dry-run pod."""
+    with plane.client() as c:
+        c.post("/api/v1/namespaces", json={"metadata": {"name": "bench-warm"}})
+        deadline = time.monotonic() + 20
+        while c.get("/api/v1/namespaces/bench-warm/serviceaccounts/default"
+                    ).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for i, image in enumerate(images):
+            c.post("/api/v1/namespaces/bench-warm/pods", json=pod(i, image)).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            known = (c.get(f"{PARAMS_PATH}/cluster").json().get("spec") or {}).get("images") or {}
+            placed = [_placed_at_admission(c.post(
+                f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
+                json=pod(10**6 + i, image)).json()) for i, image in enumerate(images)]
+            if all(i in known for i in images) and all(placed):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"warm-up: images not published or placed within {limit} s")
+            time.sleep(0.5)
+
+
+def _placed_at_admission(obj: dict[str, Any]) -> bool:
+    meta = obj.get("metadata") or {}
+    return '"path":"admission"' in (meta.get("annotations") or {}).get(
+        "podplacement.io/decision", "")
+
+
+def check_pods(plane: ControlPlane) -> tuple[int, Counter[str]]:
+    """(pods bound without a ``kubernetes.io/arch`` requirement, pods by placement path)."""
+    escaped = 0
+    paths: Counter[str] = Counter()
+    with plane.client(timeout=120) as c:
+        items = c.get(f"/api/v1/namespaces/{NAMESPACE}/pods").json().get("items") or []
+    for obj in items:
+        spec = obj.get("spec") or {}
+        terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms") or [])
+        keys = {e.get("key") for t in terms for e in t.get("matchExpressions") or []}
+        if spec.get("nodeName") and "kubernetes.io/arch" not in keys:
+            escaped += 1
+        meta = obj.get("metadata") or {}
+        raw = (meta.get("annotations") or {}).get("podplacement.io/decision")
+        paths["none" if raw is None else str(json.loads(raw).get("path", "controller"))] += 1
+    return escaped, paths
+
+
 def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: list[str],
             work: Path) -> Run:
     """Start a fresh control plane (+ the product), run, collect, stop."""
@@ -241,8 +326,14 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
                 time.sleep(0.1)
         if mode == "product":
             install_manifests(plane, REPO / "deploy")
+            if args.scenario == "warm":
+                seed_params(plane, args.params_entries - len(images))
             product = start_product(plane, work / "product", controller_options=[
                 "--insecure-registry", registry.host, *args.controller_option])
+            if args.scenario == "warm":
+                warm_up(plane, images)
+            elif args.scenario == "webhook-stopped":
+                os.kill(product.webhook.popen.pid, signal.SIGSTOP)
         before = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
         since = datetime.now().astimezone()
         clients = 1 if args.light else args.clients
@@ -254,8 +345,11 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
                          for name in after}
         time.sleep(2.5)  # the audit backend flushes batches every second
         run.requests = count_audit(plane, since, until)
+        run.escaped, run.paths = check_pods(plane)
     finally:
         if product is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(product.webhook.popen.pid, signal.SIGCONT)
             product.stop()
         plane.stop()
     return run
@@ -271,10 +365,10 @@ def _processes(plane: ControlPlane, product: Product | None) -> dict[str, Any]:
     return procs
 
 
-def report(bare: list[Run], product: list[Run], light: bool) -> None:
+def report(bare: list[Run], product: list[Run], light: bool, scenario: str) -> None:
     """Print the figures of every round and the medians."""
-    print(f"\n== {'light (1 client)' if light else 'throughput'}: {bare[0].pods} pods, "
-          f"{len(bare)} round(s)")
+    print(f"\n== {scenario}, {'light (1 client)' if light else 'throughput'}: "
+          f"{bare[0].pods} pods, {len(bare)} round(s)")
     print(f"{'round':<6}{'mode':<9}{'bound/s':>9}{'ratio':>7}{'create p50':>12}"
           f"{'p99':>8}{'→ungate p50':>13}{'p99':>8}{'→bound p50':>12}{'p99':>8}")
     ratios = []
@@ -304,6 +398,10 @@ def report(bare: list[Run], product: list[Run], light: bool) -> None:
         print(f"{label}: CPU seconds during the run and peak RSS (last round)")
         for name, (cpu, rss) in last.processes.items():
             print(f"  {name:<28}{cpu:>8.1f} s{rss / 1024:>9.0f} MiB")
+    for label, runs in (("bare", bare), ("product", product)):
+        print(f"{label}: pods bound without an architecture requirement (escaped): "
+              f"{[r.escaped for r in runs]}; placed by path (last round): "
+              f"{dict(runs[-1].paths)}")
     extra = Counter[str]()
     for (user, verb), count in product[-1].requests.items():
         if user.startswith("system:serviceaccount:podplacement-system:"):
@@ -322,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 client, pods created one at a time (default --pods 200)")
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds to wait for every pod to be bound (default 300)")
+    ap.add_argument("--scenario", choices=("cold", "warm", "webhook-stopped"),
+                    default="cold", help="what the product run measures (default cold)")
+    ap.add_argument("--params-entries", type=int, default=5000,
+                    help="entries of the params object in the warm scenario (default 5000)")
     ap.add_argument("--controller-option", action="append", default=[],
                     help="extra option for podplacement controller (repeatable)")
     args = ap.parse_args(argv)
@@ -338,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             bare.append(one_run("bare", args, registry, images, work / f"r{i}"))
             print(f"round {i + 1}: product", file=sys.stderr)
             product.append(one_run("product", args, registry, images, work / f"r{i}"))
-        report(bare, product, args.light)
+        report(bare, product, args.light, args.scenario)
     finally:
         registry.stop()
     return 0

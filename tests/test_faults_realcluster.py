@@ -58,6 +58,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     try:
         assert env.plane is not None
         install_manifests(env.plane, REPO / "deploy")
+        # This module proves the controller's path (gate, then one PATCH per pod); the
+        # admission fast paths, which place warm pods with no PATCH, have their own tests
+        # (tests/test_admission_paths_realcluster.py).
+        with env.plane.client() as c:
+            c.patch("/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
+                    json={"spec": {"admission": {"fastPaths": "Disabled"}}},
+                    headers={"Content-Type": "application/merge-patch+json"}
+                    ).raise_for_status()
         yield env
     finally:
         plane.close()
@@ -346,7 +354,7 @@ def test_webhook_down_fails_open_with_mechanism_webhook(
         print(f"mechanism Webhook: webhook SIGSTOP: create waited {waited:.1f} s (timeout "
               f"{timeout} s), ungated; SIGKILL: {killed_wait:.2f} s, ungated (fail open)")
     finally:
-        cluster.patch(CONFIG_PATH, {"spec": {"admission": None}})
+        cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": None}}})
         wait_for(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
 
 

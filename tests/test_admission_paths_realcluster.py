@@ -1,0 +1,184 @@
+"""The admission paths end to end, with podplacement installed from deploy/ on the real
+control plane v1.36.2 (issue 14 item 6).
+
+- The first pod of a public image is gated by the MutatingAdmissionPolicy and placed by the
+  controller; once the controller published the image in the params object ImagePlatforms,
+  its replicas are created placed by the policy: no gate, ``"path":"admission"``, and no
+  PATCH from the controller.
+- A private image (htpasswd registry, pull secret): the first pod is gated and placed by the
+  controller, and the webhook learns the image in the background with that pod's secret;
+  its replicas are created placed by the webhook (``"path":"webhook"``).
+- With the webhook killed, a cold pod is still gated by the policy and a warm one placed:
+  no pod escapes.
+- The real scheduler binds every pod to a node of a supported architecture.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.config import DECISION_ANNOTATION, SCHEDULING_GATE
+from podplacement.sandbox.product import Product, install_manifests, start_product
+from tests.controller.conftest import check_bindings
+from tests.harness.kube import KubeEnv
+from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.registry import Registry
+
+pytestmark = pytest.mark.realcluster
+
+PARAMS = "/apis/podplacement.io/v1beta1/imageplatforms/cluster"
+CONTROLLER_USER = "system:serviceaccount:podplacement-system:podplacement-controller"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    plane = real_cluster(tmp_path_factory, "paths", audit=True)
+    env = next(plane)
+    try:
+        assert env.plane is not None
+        install_manifests(env.plane, REPO / "deploy")
+        yield env
+    finally:
+        plane.close()
+
+
+@pytest.fixture
+def ns(cluster: KubeEnv) -> Iterator[str]:
+    yield from checked_namespace(cluster, "p")
+
+
+@pytest.fixture
+def product(cluster: KubeEnv, registry: Registry, basic_registry: Registry,
+            tmp_path: Path) -> Iterator[Product]:
+    assert cluster.plane is not None and basic_registry.ca_pem is not None
+    ca = tmp_path / "registry-ca.pem"
+    ca.write_bytes(basic_registry.ca_pem)
+    registry_options = ["--insecure-registry", registry.host,
+                        "--ca-file", f"{basic_registry.host}={ca}"]
+    prod = start_product(cluster.plane, tmp_path / "product",
+                         controller_options=registry_options, webhook_options=registry_options)
+    try:
+        yield prod
+    finally:
+        prod.stop()
+    assert prod.forbidden() == [], "RBAC denials in the product's logs"
+
+
+def _pod(name: str, image: str, secret: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": image}],
+                            "terminationGracePeriodSeconds": 0}
+    if secret:
+        spec["imagePullSecrets"] = [{"name": secret}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE
+               for g in pod["spec"].get("schedulingGates") or [])
+
+
+def _path(pod: dict[str, Any]) -> str | None:
+    raw = (pod["metadata"].get("annotations") or {}).get(DECISION_ANNOTATION)
+    return None if raw is None else str(json.loads(raw).get("path", "controller"))
+
+
+def _archs(pod: dict[str, Any]) -> set[str]:
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return {v for t in terms for e in t["matchExpressions"] if e["key"] == "kubernetes.io/arch"
+            for v in e["values"]}
+
+
+def _controller_patches(cluster: KubeEnv, ns: str, names: list[str]) -> int:
+    """Pod PATCHes by the controller to ``names`` (audit log; batched, so read twice)."""
+    assert cluster.plane is not None and cluster.plane.audit_log is not None
+    time.sleep(2.5)
+    count = 0
+    for line in cluster.plane.audit_log.read_text().splitlines():
+        ev = json.loads(line)
+        ref = ev.get("objectRef") or {}
+        if (ev.get("stage") == "ResponseComplete" and ev.get("verb") == "patch"
+                and ev["user"]["username"] == CONTROLLER_USER
+                and ref.get("resource") == "pods" and ref.get("namespace") == ns
+                and ref.get("name") in names):
+            count += 1
+    return count
+
+
+def _create_until(cluster: KubeEnv, ns: str, prefix: str, image: str, path: str,
+                  secret: str | None = None, limit: float = 30.0) -> list[dict[str, Any]]:
+    """Create pods ``prefix-N`` until one comes back placed by ``path``; returns them all."""
+    made: list[dict[str, Any]] = []
+
+    def placed() -> bool:
+        pod = cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                             _pod(f"{prefix}-{len(made)}", image, secret))
+        made.append(pod)
+        return _path(pod) == path
+
+    wait_for(placed, limit, every=0.5)
+    return made
+
+
+def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_webhook(
+        cluster: KubeEnv, ns: str, product: Product, registry: Registry,
+        basic_registry: Registry, make_pusher: Any) -> None:
+    pusher = make_pusher(registry)
+    pusher.multiarch("paths/public", "v1", ["linux/amd64", "linux/arm64"])
+    public = f"{registry.host}/paths/public:v1"
+    make_pusher(basic_registry).image("paths/private", "v1", architecture="arm64")
+    private = f"{basic_registry.host}/paths/private:v1"
+
+    # public: the first pod is gated and placed by the controller, which publishes the image
+    first = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("pub-first", public))
+    assert _gated(first)
+    wait_for(lambda: public in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {}),
+             30)
+    assert cluster.get(f"/api/v1/namespaces/{ns}/pods/pub-first")["metadata"][
+        "annotations"][DECISION_ANNOTATION]
+    made = _create_until(cluster, ns, "pub", public, "admission")
+    replicas = [cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"pub-r{i}", public))
+                for i in range(5)]
+    for pod in replicas:
+        assert not _gated(pod) and _path(pod) == "admission", pod["metadata"]
+        assert _archs(pod) == {"amd64", "arm64"}
+    assert _controller_patches(cluster, ns, [p["metadata"]["name"] for p in replicas]) == 0
+
+    # private: the params never hold it; the webhook learns it with this namespace's secret
+    auth = base64.b64encode(f"{basic_registry.username}:{basic_registry.password}".encode())
+    config = json.dumps({"auths": {basic_registry.host: {"auth": auth.decode()}}}).encode()
+    cluster.create(f"/api/v1/namespaces/{ns}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(config).decode()}})
+    first = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("priv-first", private, "pull"))
+    assert _gated(first)
+    made = _create_until(cluster, ns, "priv", private, "webhook", secret="pull")
+    placed = made[-1]
+    assert not _gated(placed) and _archs(placed) == {"arm64"}
+    assert private not in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {})
+
+    # the webhook killed: the policy still gates a cold pod and places a warm one
+    product.webhook.stop(signal.SIGKILL)
+    pusher.image("paths/cold", "v1", architecture="amd64")
+    cold = cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                          _pod("cold", f"{registry.host}/paths/cold:v1"))
+    warm = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("warm", public))
+    assert _gated(cold), "the policy gates a pod while the webhook is down"
+    assert _path(warm) == "admission" and not _gated(warm)
+
+    # every pod ends placed; the scheduler binds each to a node of a supported architecture
+    def none_gated() -> bool:
+        return not any(_gated(p) for p in
+                       cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"])
+
+    wait_for(none_gated, 60)
+    assert check_bindings(cluster, ns, within=30) >= len(replicas) + 4
