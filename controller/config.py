@@ -59,6 +59,10 @@ PARAMS_NAME = "cluster"
 PARAMS_MAX_ENTRIES = 5000
 PARAMS_MAX_BYTES = 1_000_000
 FIELD_MANAGER = "podplacement"
+#: What the admission policy's place branch writes into the decision annotation; the
+#: webhook (``webhook.gating``) and its configuration's matchConditions recognise a pod the
+#: policy placed by it, with the label ``scheduling-gate=removed``.
+ADMISSION_PATH_MARK = '"path":"admission"'
 
 #: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
 REGISTRIES_CONF_KEY = "registries.conf"

@@ -45,9 +45,13 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from controller.config import (
+    ADMISSION_PATH_MARK,
     API_VERSION,
     CONFIG_KIND,
+    DECISION_ANNOTATION,
     EXCLUDE_NAMESPACE_LABEL,
+    GATE_LABEL,
+    GATE_LABEL_REMOVED,
     SYSTEM_NAMESPACES,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
@@ -173,6 +177,20 @@ def webhook_namespace_selection(
     )
 
 
+#: The API server does not call the webhook for a pod the MutatingAdmissionPolicy already
+#: placed (it runs first; label ``scheduling-gate=removed`` and ``"path":"admission"`` in the
+#: decision annotation: ``webhook.gating``'s ``placed_at_admission`` rule): no round trip for
+#: the warm pods of the fast path (issue 14). A CEL error skips the webhook (failurePolicy
+#: Ignore), as the webhook would skip the pod.
+MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
+    {"name": "not-placed-at-admission",
+     "expression": (
+         f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != '{GATE_LABEL_REMOVED}'"
+         f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
+         f".contains('{ADMISSION_PATH_MARK}')")},
+)
+
+
 def desired_webhook_configuration(
     config_obj: Mapping[str, Any] | None,
     *,
@@ -268,6 +286,7 @@ def desired_webhook_configuration(
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
                 "reinvocationPolicy": "Never",
+                "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
             }
         ],
     }

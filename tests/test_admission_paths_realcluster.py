@@ -18,11 +18,13 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from controller.config import DECISION_ANNOTATION, SCHEDULING_GATE
@@ -113,6 +115,17 @@ def _controller_patches(cluster: KubeEnv, ns: str, names: list[str]) -> int:
     return count
 
 
+def _webhook_metric(product: Product, labels: str) -> float:
+    """``podplacement_webhook_admissions_total{<labels>}`` read from the webhook's
+    ``/metrics`` (HTTPS, the product's CA)."""
+    ctx = ssl.create_default_context(cafile=str(product.cert_dir / "ca.crt"))
+    text = httpx.get(f"https://127.0.0.1:{product.webhook_port}/metrics", verify=ctx).text
+    for line in text.splitlines():
+        if line.startswith("podplacement_webhook_admissions_total{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def _create_until(cluster: KubeEnv, ns: str, prefix: str, image: str, path: str,
                   secret: str | None = None, limit: float = 30.0) -> list[dict[str, Any]]:
     """Create pods ``prefix-N`` until one comes back placed by ``path``; returns them all."""
@@ -151,6 +164,8 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
         assert not _gated(pod) and _path(pod) == "admission", pod["metadata"]
         assert _archs(pod) == {"amd64", "arm64"}
     assert _controller_patches(cluster, ns, [p["metadata"]["name"] for p in replicas]) == 0
+    # ... and the API server did not even call the webhook for them (its matchConditions)
+    assert _webhook_metric(product, 'path="policy-placed"') == 0
 
     # private: the params never hold it; the webhook learns it with this namespace's secret
     auth = base64.b64encode(f"{basic_registry.username}:{basic_registry.password}".encode())
@@ -164,6 +179,7 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
     made = _create_until(cluster, ns, "priv", private, "webhook", secret="pull")
     placed = made[-1]
     assert not _gated(placed) and _archs(placed) == {"arm64"}
+    assert _webhook_metric(product, 'path="webhook-placed"') >= 1
     assert private not in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {})
 
     # the webhook killed: the policy still gates a cold pod and places a warm one

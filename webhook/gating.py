@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.config import (
+    ADMISSION_PATH_MARK,
     DECISION_ANNOTATION,
     GATE_LABEL,
     GATE_LABEL_REMOVED,
@@ -63,9 +64,6 @@ SKIP_REASONS = (
     REASON_PLACED_AT_ADMISSION,
     REASON_ALREADY_GATED,
 )
-
-#: What the admission policy's place branch writes into the decision annotation.
-ADMISSION_PATH_MARK = '"path":"admission"'
 
 
 
