@@ -32,14 +32,13 @@ For each other pod the policy does one of two things (issue 14 item 1):
   ``nodeAffinityScoring``, the labels ``scheduling-gate=removed`` and ``node-affinity=set``
   and the decision annotation with ``"path":"admission"``. JSONPatch, because an
   ApplyConfiguration cannot write ``nodeAffinity`` (an atomic struct).
-- **gate**: otherwise an ApplyConfiguration adds our gate (``schedulingGates`` is a list map
-  keyed by ``name``, so other gates are kept) and the label
-  ``podplacement.io/scheduling-gate=gated``.
+- **gate**: otherwise the same JSONPatch appends our gate to ``schedulingGates`` (other
+  gates are kept) and sets the label ``podplacement.io/scheduling-gate=gated``.
 
-The two mutations run in order; the branch not taken is a no-op (an ApplyConfiguration of
-``Object{}`` and a JSONPatch of ``[]`` change nothing, checked on kube-apiserver v1.36.2).
-With ``spec.admission.fastPaths: Disabled``, NUMA placement on, or no parsed config passed
-to :func:`desired_policy`, the policy has no place branch and no ``paramKind`` (the
+One JSONPatch mutation does both: an ApplyConfiguration (even an empty ``Object{}``) runs
+the structured merge on every pod, which cost the warm path 0.84x against 0.9x+ of bare
+speed (bench/cluster.py --scenario warm). With ``spec.admission.fastPaths: Disabled``,
+NUMA placement on, or no parsed config passed to :func:`desired_policy`, the policy has no place branch and no ``paramKind`` (the
 binding has no ``paramRef`` either).
 
 Facts of kube-apiserver v1.36.2 this module relies on (tests/controller/
@@ -158,6 +157,7 @@ _T_EXPRESSION = _T_TERM + ".matchExpressions"
 _T_PREFERRED = _T_NODE_AFFINITY + ".preferredDuringSchedulingIgnoredDuringExecution"
 _T_PREFERENCE = _T_PREFERRED + ".preference"
 _T_PREF_EXPRESSION = _T_PREFERENCE + ".matchExpressions"
+_T_GATE = "Object.spec.schedulingGates"
 
 
 def _requirement(type_name: str, key: str, operator: str, values: str | None = None) -> str:
@@ -299,11 +299,6 @@ CEL_DECISION = " + ".join([
     cel_string('"}'),
 ])
 
-#: ApplyConfiguration of the place policy: the gate and label unless the pod is placed
-#: (an empty ``Object{}`` changes nothing; checked on kube-apiserver v1.36.2).
-PLACE_OR_GATE_MUTATION = f"variables.placed ? Object{{}} : {GATE_MUTATION}"
-
-
 def _add(path: str, value: str) -> str:
     return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
 
@@ -321,15 +316,33 @@ def _map_ops(field: str, values: Mapping[str, str]) -> str:
             f"[{_add(cel_string(f'/metadata/{field}'), whole)}])")
 
 
+def gate_ops() -> str:
+    """The JSONPatch ops of the gate branch: our gate appended to ``schedulingGates`` (the
+    list created when absent; other gates kept) and the label ``scheduling-gate=gated``
+    (``webhook.patch.gate_patch`` does the same)."""
+    gate = f"{_T_GATE}{{name: {cel_string(SCHEDULING_GATE)}}}"
+    # Never a list of typed objects as a JSONPatch value: kube-apiserver v1.36.2 panics
+    # converting it (cel-go ConvertToNative, structpb.Struct into structpb.Value) and the
+    # create fails. An empty list first, then the gate appended, converts fine.
+    return (
+        "(has(object.spec.schedulingGates) ? [] : ["
+        + _add(cel_string("/spec/schedulingGates"), "[]") + "]) + ["
+        + _add(cel_string("/spec/schedulingGates/-"), gate) + "] + "
+        + _map_ops("labels", {GATE_LABEL: GATE_LABEL_GATED})
+    )
+
+
 def place_patch_mutation(weights: Mapping[str, int]) -> str:
-    """The JSONPatch expression of the place policy: for a placed pod the final placement
-    (``nodeAffinity``, the two labels, the decision annotation), ``[]`` otherwise (no
-    change; checked on kube-apiserver v1.36.2). ``spec.affinity`` is created whole when
-    absent, else only its ``nodeAffinity`` is added (a pod with e.g. podAntiAffinity keeps
-    it), as ``AffinityPlan.ops`` does; label and annotation maps are created when absent."""
+    """The one JSONPatch expression of the place policy: for a placed pod the final
+    placement (``nodeAffinity``, the two labels, the decision annotation), else the gate
+    (:func:`gate_ops`). One JSONPatch and no ApplyConfiguration: an apply runs the
+    structured merge on every pod, a cost the warm path cannot afford (bench/cluster.py).
+    ``spec.affinity`` is created whole when absent, else only its ``nodeAffinity`` is added
+    (a pod with e.g. podAntiAffinity keeps it), as ``AffinityPlan.ops`` does; label and
+    annotation maps are created when absent."""
     node_affinity = cel_node_affinity(weights)
     return (
-        "!variables.placed ? [] : ["
+        f"!variables.placed ? {gate_ops()} : ["
         "has(object.spec.affinity) ? "
         + _add(cel_string("/spec/affinity/nodeAffinity"), node_affinity)
         + " : "
@@ -412,9 +425,9 @@ def desired_policy(config_obj: Mapping[str, Any] | None,
         "MutatingAdmissionPolicy", "metadata": ..., "spec": ...}``: pods, CREATE only,
         ``matchConditions`` :data:`MATCH_CONDITIONS`, ``reinvocationPolicy: Never``,
         ``failurePolicy: Ignore``. With a place branch (:func:`places`): ``paramKind``
-        ImagePlatforms, ``variables`` :func:`place_variables`, then the ApplyConfiguration
-        :data:`PLACE_OR_GATE_MUTATION` and the JSONPatch :func:`place_patch_mutation`;
-        without: the one ApplyConfiguration :data:`GATE_MUTATION`.
+        ImagePlatforms, ``variables`` :func:`place_variables`, then the one JSONPatch
+        :func:`place_patch_mutation` (place, else gate); without: the one ApplyConfiguration
+        :data:`GATE_MUTATION`.
     """
     spec: dict[str, Any] = {
         "failurePolicy": "Ignore",
@@ -432,8 +445,6 @@ def desired_policy(config_obj: Mapping[str, Any] | None,
         spec["paramKind"] = {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
         spec["variables"] = place_variables(config)
         spec["mutations"] = [
-            {"patchType": "ApplyConfiguration",
-             "applyConfiguration": {"expression": PLACE_OR_GATE_MUTATION}},
             {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation(
                 {p.architecture: p.weight for p in config.preferred_platforms})}},
         ]

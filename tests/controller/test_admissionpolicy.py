@@ -11,7 +11,6 @@ from controller import admissionpolicy as ap
 from controller.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
-    GATE_LABEL,
     PARAMS_KIND,
     PARAMS_NAME,
     SCHEDULING_GATE,
@@ -51,16 +50,16 @@ def test_without_a_parsed_config_the_policy_only_gates_as_before() -> None:
     assert mutation["applyConfiguration"]["expression"] == ap.GATE_MUTATION
 
 
-def test_default_config_places_or_gates_with_two_mutations_in_order() -> None:
+def test_default_config_places_or_gates_with_one_json_patch() -> None:
     spec = ap.desired_policy(CONFIG, PlacementConfig())["spec"]
     assert spec["paramKind"] == {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
-    apply_cfg, patch = spec["mutations"]
-    assert apply_cfg["patchType"] == "ApplyConfiguration"
-    expression = apply_cfg["applyConfiguration"]["expression"]
-    assert expression.startswith("variables.placed ? Object{} : ")
-    assert f'name: "{SCHEDULING_GATE}"' in expression and f'"{GATE_LABEL}": "gated"' in expression
+    (patch,) = spec["mutations"]
     assert patch["patchType"] == "JSONPatch"
-    assert patch["jsonPatch"]["expression"].startswith("!variables.placed ? [] : ")
+    expression = patch["jsonPatch"]["expression"]
+    assert expression.startswith("!variables.placed ? (has(object.spec.schedulingGates) ? [] : ")
+    assert f"name: '{SCHEDULING_GATE}'" in expression
+    assert "'/spec/schedulingGates/-'" in expression
+    assert "jsonpatch.escapeKey('podplacement.io/scheduling-gate'), value: 'gated'" in expression
 
 
 def test_variables_are_declared_before_use() -> None:
@@ -95,11 +94,12 @@ def test_placement_config_parses_the_object_or_falls_back_to_defaults() -> None:
 
 def test_preferred_weights_are_cel_literals_and_absent_without_scoring() -> None:
     weighted = ap.desired_policy(None, WEIGHTED)["spec"]
-    patch = weighted["mutations"][1]["jsonPatch"]["expression"]
+    (mutation,) = weighted["mutations"]
+    patch = mutation["jsonPatch"]["expression"]
     assert "{'amd64': 5, 'arm64': 60}[a]" in patch
     assert "?preferredDuringSchedulingIgnoredDuringExecution" in patch
     plain = ap.desired_policy(None, PlacementConfig())["spec"]
-    assert "preferred" not in plain["mutations"][1]["jsonPatch"]["expression"]
+    assert "preferred" not in plain["mutations"][0]["jsonPatch"]["expression"]
     assert "preferredArchs" not in [v["name"] for v in plain["variables"]]
 
 

@@ -240,7 +240,7 @@ def _check(pod: Mapping[str, Any], got: Mapping[str, Any], pool: Mapping[str, st
     assert GATE_LABEL in labels, f"neither gated nor placed (failed open?): {json.dumps(got)}"
     if _expect_placed(pod, pool, config):
         want = _controller_result(pod, pool, config)
-        assert SCHEDULING_GATE not in gates
+        assert gates == [g["name"] for g in pod["spec"].get("schedulingGates") or []]
         assert spec.get("affinity") == want["spec"].get("affinity")
         assert labels == want["metadata"]["labels"]
         ours = json.loads(annotations.pop(DECISION_ANNOTATION))
@@ -250,7 +250,8 @@ def _check(pod: Mapping[str, Any], got: Mapping[str, Any], pool: Mapping[str, st
         assert set(ours) - {"path"} == set(theirs) & set(FACTS)
         assert annotations == (sent_meta.get("annotations") or {})
         return "placed"
-    assert gates == [SCHEDULING_GATE], gates
+    sent_gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+    assert gates == [*sent_gates, SCHEDULING_GATE], gates
     assert labels == {**(sent_meta.get("labels") or {}), GATE_LABEL: GATE_LABEL_GATED}
     assert annotations == (sent_meta.get("annotations") or {})
     assert spec.get("affinity") == pod["spec"].get("affinity")
@@ -293,6 +294,9 @@ def pods(draw: st.DrawFn, pool: tuple[str, ...]) -> dict[str, Any]:
     inits = draw(st.integers(0, 2))
     if inits:
         spec["initContainers"] = [{"name": f"i{i}", "image": draw(image)} for i in range(inits)]
+    gates = draw(st.sampled_from([None, None, None, [], [{"name": "example.com/other"}]]))
+    if gates is not None:  # another controller's gate is kept, before ours
+        spec["schedulingGates"] = gates
     for key, choices in (("nodeSelector", NODE_SELECTORS), ("affinity", AFFINITIES)):
         # mostly absent, so that the place branch is taken often
         value = draw(st.one_of(st.none(), st.none(), st.sampled_from(choices)))
