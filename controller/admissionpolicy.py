@@ -36,10 +36,10 @@ For each other pod the policy does one of two things (issue 14 item 1):
   gates are kept) and sets the label ``podplacement.io/scheduling-gate=gated``.
 
 One JSONPatch mutation does both: an ApplyConfiguration (even an empty ``Object{}``) runs
-the structured merge on every pod, which cost the warm path 0.84x against 0.9x+ of bare
-speed (bench/cluster.py --scenario warm). With ``spec.admission.fastPaths: Disabled``,
-NUMA placement on, or no parsed config passed to :func:`desired_policy`, the policy has no place branch and no ``paramKind`` (the
-binding has no ``paramRef`` either).
+the structured merge on every pod (bench/cluster.py --scenario warm: 0.84x of bare speed
+with it, 0.87x without). With ``spec.admission.fastPaths: Disabled``, NUMA placement on,
+or no parsed config passed to :func:`desired_policy`, the policy has no place branch and
+no ``paramKind`` (the binding has no ``paramRef`` either).
 
 Facts of kube-apiserver v1.36.2 this module relies on (tests/controller/
 test_admissionpolicy_place_realcluster.py):
