@@ -237,6 +237,8 @@ def render_table(report: Mapping[str, Any]) -> str:
     ])
     out += ["", f"Architectures: {', '.join(report['architectures']) or '-'}",
             f"Outcome: {report['outcome']} ({report['reason']})"]
+    if report.get("path"):
+        out.append(f"Path: {report['path']}")
     numa = report.get("numa")
     if numa:
         out.append(f"NUMA: strategy {numa['strategy']}, alignment needed: "

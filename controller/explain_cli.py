@@ -352,6 +352,7 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     """Read what is missing from the cluster, inspect the images, run the decision."""
     credentials: list[Any] = list(inputs.settings.credentials) if inputs.settings else []
     placed: list[dict[str, Any]] = []
+    path = "unknown: no cluster was read"
     if not inputs.cluster:
         assert inputs.pod is not None
         pod = inputs.pod
@@ -359,16 +360,19 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
         nrt_list = load_objects(args.nrt) if args.nrt else []
         config = _config(args, inputs.config, bool(nrt_list))
     else:
-        path = inputs.kubeconfig
-        async with await connect(path, args.context) as api:
+        kubeconfig = inputs.kubeconfig
+        async with await connect(kubeconfig, args.context) as api:
             if inputs.pod is None:
                 assert inputs.pod_name is not None
-                namespace = args.namespace or _context_namespace(path, args.context) or "default"
+                namespace = (args.namespace or _context_namespace(kubeconfig, args.context)
+                             or "default")
                 pod = await _read_pod(api, namespace, inputs.pod_name)
                 _check_pod(args.pod, pod)
+                path = admission_path_taken(pod)
             else:
                 pod = _namespaced(inputs.pod, args.namespace,
-                                  lambda: _context_namespace(path, args.context))
+                                  lambda: _context_namespace(kubeconfig, args.context))
+                path = await admission_path_dry_run(api, pod)
             nodes, nrt_list = await read_cluster_objects(api)
             config = _config(args, inputs.config, bool(nrt_list))
             if config.topology.enabled:
@@ -386,7 +390,60 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     uid = (pod.get("metadata") or {}).get("uid")
     inflight = inflight_from_pods(
         (p for p in placed if (p.get("metadata") or {}).get("uid") != uid), nrts)
-    return explain(pod, _nodes_only(nodes), nrts, results, config, inflight=inflight)
+    report = explain(pod, _nodes_only(nodes), nrts, results, config, inflight=inflight)
+    report["path"] = path
+    return report
+
+
+#: What each ``path`` of the decision annotation means.
+_PATHS = {
+    "admission": "placed at admission by the MutatingAdmissionPolicy podplacement-gate "
+                 "(its params object knew every image)",
+    "webhook": "placed at admission by the webhook (its cache knew every image for the "
+               "pod's pull secrets)",
+    "controller": "gated at admission, placed by the controller's PATCH",
+}
+
+
+def admission_path_taken(pod: Mapping[str, Any]) -> str:
+    """The path a created pod took (issue 14), from its ``podplacement.io/decision``
+    annotation (``"path"``: ``admission``, ``webhook``; none: the controller) and gate."""
+    import json
+
+    from controller.config import DECISION_ANNOTATION
+    from controller.podspec import has_gate
+
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
+    if raw is None:
+        return ("gated at admission, waiting for the controller" if has_gate(pod)
+                else "none: podplacement did not place this pod")
+    try:
+        taken = str(json.loads(raw).get("path") or "controller")
+    except (ValueError, AttributeError):
+        return "unknown: the decision annotation is not JSON"
+    return _PATHS.get(taken, taken)
+
+
+async def admission_path_dry_run(api: KubeAPI, pod: Mapping[str, Any]) -> str:
+    """The path a pod not created yet would take: the API server creates it with
+    ``dryRun=All`` (the admission policy and the webhook run, nothing is stored), and the
+    answer is read with :func:`admission_path_taken`. The rules are the server's own, not a
+    copy. Refused (no create right, invalid pod): ``unknown`` with the reason."""
+    meta = dict(pod.get("metadata") or {})
+    namespace = str(meta.get("namespace") or "default")
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+        meta.pop(key, None)
+    # A generated name: a pod of that name may exist (the manifest of a running pod).
+    meta["generateName"] = str(meta.pop("name", None) or meta.get("generateName")
+                               or "explain") + "-"
+    body = {**pod, "metadata": meta, "status": {}}
+    try:
+        created = await api.request("POST", f"/api/v1/namespaces/{namespace}/pods",
+                                    params={"dryRun": "All"}, body=body)
+    except ApiError as exc:
+        return f"unknown: a dry-run create was refused ({exc.status} {exc.reason})"
+    taken = admission_path_taken(created)
+    return "would be " + taken if not taken.startswith(("unknown", "none")) else taken
 
 
 async def numa_placed_pods(api: KubeAPI) -> list[dict[str, Any]]:

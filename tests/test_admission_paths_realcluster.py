@@ -19,6 +19,8 @@ import base64
 import json
 import signal
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +117,17 @@ def _controller_patches(cluster: KubeEnv, ns: str, names: list[str]) -> int:
     return count
 
 
+def _explain(cluster: KubeEnv, ns: str, pod: str) -> dict[str, Any]:
+    """``podplacement explain POD -o json`` against the cluster (admin kubeconfig)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "podplacement", "explain", pod, "--kubeconfig",
+         str(cluster.kubeconfig), "-n", ns, "--assume-platforms", "linux/amd64,linux/arm64",
+         "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
 def _webhook_metric(product: Product, labels: str) -> float:
     """``podplacement_webhook_admissions_total{<labels>}`` read from the webhook's
     ``/metrics`` (HTTPS, the product's CA)."""
@@ -143,7 +156,7 @@ def _create_until(cluster: KubeEnv, ns: str, prefix: str, image: str, path: str,
 
 def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_webhook(
         cluster: KubeEnv, ns: str, product: Product, registry: Registry,
-        basic_registry: Registry, make_pusher: Any) -> None:
+        basic_registry: Registry, make_pusher: Any, tmp_path: Path) -> None:
     pusher = make_pusher(registry)
     pusher.multiarch("paths/public", "v1", ["linux/amd64", "linux/arm64"])
     public = f"{registry.host}/paths/public:v1"
@@ -166,6 +179,13 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
     assert _controller_patches(cluster, ns, [p["metadata"]["name"] for p in replicas]) == 0
     # ... and the API server did not even call the webhook for them (its matchConditions)
     assert _webhook_metric(product, 'path="policy-placed"') == 0
+    # explain says which path a pod took, and which one a manifest would take (dry run)
+    assert "MutatingAdmissionPolicy" in _explain(cluster, ns, "pod/pub-r0")["path"]
+    assert "controller" in _explain(cluster, ns, "pod/pub-first")["path"]
+    manifest = tmp_path / "would-be.json"
+    manifest.write_text(json.dumps(_pod("would-be", public)))
+    assert _explain(cluster, ns, str(manifest))["path"].startswith(
+        "would be placed at admission by the MutatingAdmissionPolicy")
 
     # private: the params never hold it; the webhook learns it with this namespace's secret
     auth = base64.b64encode(f"{basic_registry.username}:{basic_registry.password}".encode())
