@@ -27,6 +27,10 @@ create-to-bound latency, and what the product adds to each.
   so the controller published them in the policy's params object, which also holds filler
   entries up to ``--params-entries`` (default 5,000): the policy places every pod at
   admission, with no second write;
+- ``private``: the images are in a registry that needs a login (htpasswd, TLS) and every pod
+  names a pull secret; one pod of each was placed before the run, so the webhook's own
+  cache knows them for that namespace and secret: the policy gates, the webhook places at
+  admission (removes the gate), no second write;
 - ``webhook-stopped``: the webhook is stopped (SIGSTOP) for the whole run: the policy still
   gates every pod, the controller places them.
 
@@ -34,7 +38,7 @@ After each run every pod is checked: one bound without a node affinity requireme
 ``kubernetes.io/arch`` escaped placement (printed; there must be none).
 
 Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]
-[--scenario cold|warm|webhook-stopped] [--params-entries 5000]``
+[--scenario cold|warm|private|webhook-stopped] [--params-entries 5000]``
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ sys.path[:] = [_ROOT] + [p for p in sys.path
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import base64  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
@@ -135,12 +140,28 @@ def push_images(registry: Registry) -> list[str]:
     return [f"{registry.host}/bench/{r}:v1" for r in ("multi", "amd", "arm")]
 
 
+#: The pull secret of the ``private`` scenario (set when that registry is used).
+PULL_SECRET: str | None = None
+
+
 def pod(i: int, image: str) -> dict[str, Any]:
-    """Pod ``p-i`` with one container of ``image``."""
+    """Pod ``p-i`` with one container of ``image`` (and the pull secret, if any)."""
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": image}],
+                            "terminationGracePeriodSeconds": 0}
+    if PULL_SECRET:
+        spec["imagePullSecrets"] = [{"name": PULL_SECRET}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}",
                                                             "labels": {"app": "bench"}},
-            "spec": {"containers": [{"name": "c", "image": image}],
-                     "terminationGracePeriodSeconds": 0}}
+            "spec": spec}
+
+
+def pull_secret(registry: Registry) -> dict[str, Any]:
+    """A ``kubernetes.io/dockerconfigjson`` Secret for ``registry``'s login."""
+    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": PULL_SECRET},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(config).decode()}}
 
 
 async def create_and_watch(plane: ControlPlane, n: int, clients: int, images: list[str],
@@ -176,6 +197,8 @@ async def create_and_watch(plane: ControlPlane, n: int, clients: int, images: li
                             meta = obj.get("metadata") or {}
                             last_rv = meta.get("resourceVersion") or last_rv
                             name = meta.get("name")
+                            if name and not name.startswith("p-"):
+                                continue  # a warm-up pod
                             spec = obj.get("spec") or {}
                             now = time.monotonic()
                             gates = [g.get("name") for g in spec.get("schedulingGates") or []]
@@ -256,33 +279,37 @@ def seed_params(plane: ControlPlane, entries: int) -> None:
         r.raise_for_status()
 
 
-def warm_up(plane: ControlPlane, images: list[str], limit: float = 120.0) -> None:
-    """Place one pod of each image (namespace ``bench-warm``) and wait until the controller
-    has published every image in the params object and the policy places a dry-run pod."""
+def warm_up(plane: ControlPlane, images: list[str], *, path: str = "admission",
+            namespace: str = "bench-warm", limit: float = 120.0) -> None:
+    """Place one pod of each image (in ``namespace``; pods ``w-N``) and wait until a dry-run
+    pod of each image comes back placed at admission by ``path`` (``admission``: the policy,
+    once the controller published the images; ``webhook``: the webhook's cache)."""
     with plane.client() as c:
-        c.post("/api/v1/namespaces", json={"metadata": {"name": "bench-warm"}})
+        c.post("/api/v1/namespaces", json={"metadata": {"name": namespace}})
         deadline = time.monotonic() + 20
-        while c.get("/api/v1/namespaces/bench-warm/serviceaccounts/default"
+        while c.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
                     ).status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
         for i, image in enumerate(images):
-            c.post("/api/v1/namespaces/bench-warm/pods", json=pod(i, image)).raise_for_status()
+            body = pod(i, image)
+            body["metadata"]["name"] = f"w-{i}"
+            body["metadata"]["labels"] = {"app": "warm-up"}
+            c.post(f"/api/v1/namespaces/{namespace}/pods", json=body).raise_for_status()
         deadline = time.monotonic() + limit
         while True:
-            known = (c.get(f"{PARAMS_PATH}/cluster").json().get("spec") or {}).get("images") or {}
-            placed = [_placed_at_admission(c.post(
+            placed = [_placed_by(path, c.post(
                 f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
                 json=pod(10**6 + i, image)).json()) for i, image in enumerate(images)]
-            if all(i in known for i in images) and all(placed):
+            if all(placed):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"warm-up: images not published or placed within {limit} s")
+                raise RuntimeError(f"warm-up: not placed by {path} within {limit} s")
             time.sleep(0.5)
 
 
-def _placed_at_admission(obj: dict[str, Any]) -> bool:
+def _placed_by(path: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
-    return '"path":"admission"' in (meta.get("annotations") or {}).get(
+    return f'"path":"{path}"' in (meta.get("annotations") or {}).get(
         "podplacement.io/decision", "")
 
 
@@ -293,6 +320,8 @@ def check_pods(plane: ControlPlane) -> tuple[int, Counter[str]]:
     with plane.client(timeout=120) as c:
         items = c.get(f"/api/v1/namespaces/{NAMESPACE}/pods").json().get("items") or []
     for obj in items:
+        if not str((obj.get("metadata") or {}).get("name", "")).startswith("p-"):
+            continue  # a warm-up pod
         spec = obj.get("spec") or {}
         terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
@@ -324,14 +353,25 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
             while c.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
                         ).status_code != 200 and time.monotonic() < deadline:
                 time.sleep(0.1)
+            if PULL_SECRET:
+                c.post(f"/api/v1/namespaces/{NAMESPACE}/secrets",
+                       json=pull_secret(registry)).raise_for_status()
         if mode == "product":
             install_manifests(plane, REPO / "deploy")
             if args.scenario == "warm":
                 seed_params(plane, args.params_entries - len(images))
-            product = start_product(plane, work / "product", controller_options=[
-                "--insecure-registry", registry.host, *args.controller_option])
+            options = ["--insecure-registry", registry.host]
+            if registry.ca_pem is not None:
+                ca = work / "registry-ca.pem"
+                ca.write_bytes(registry.ca_pem)
+                options = ["--ca-file", f"{registry.host}={ca}"]
+            product = start_product(plane, work / "product",
+                                    controller_options=[*options, *args.controller_option],
+                                    webhook_options=options)
             if args.scenario == "warm":
                 warm_up(plane, images)
+            elif args.scenario == "private":
+                warm_up(plane, images, path="webhook", namespace=NAMESPACE)
             elif args.scenario == "webhook-stopped":
                 os.kill(product.webhook.popen.pid, signal.SIGSTOP)
         before = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
@@ -420,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 client, pods created one at a time (default --pods 200)")
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds to wait for every pod to be bound (default 300)")
-    ap.add_argument("--scenario", choices=("cold", "warm", "webhook-stopped"),
+    ap.add_argument("--scenario", choices=("cold", "warm", "private", "webhook-stopped"),
                     default="cold", help="what the product run measures (default cold)")
     ap.add_argument("--params-entries", type=int, default=5000,
                     help="entries of the params object in the warm scenario (default 5000)")
@@ -430,7 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.light and "--pods" not in (argv if argv is not None else sys.argv):
         args.pods = 200
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    registry = start_registry(work / "registry")
+    if args.scenario == "private":
+        global PULL_SECRET
+        PULL_SECRET = "bench-pull"
+        registry = start_registry(work / "registry", tls=True, auth="basic")
+    else:
+        registry = start_registry(work / "registry")
     try:
         images = push_images(registry)
         bare: list[Run] = []

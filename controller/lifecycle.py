@@ -96,6 +96,9 @@ BINDING_COLLECTION_PATH = f"{ADMISSION_DISCOVERY_PATH}/{admissionpolicy.BINDING_
 BINDING_PATH = f"{BINDING_COLLECTION_PATH}/{ADMISSION_POLICY_NAME}"
 
 COND_AVAILABLE = "Available"
+#: ``status.admission.mechanism``: what adds the gate (and places warm pods) at admission.
+ADMISSION_MECHANISM_POLICY = "MutatingAdmissionPolicy"
+ADMISSION_MECHANISM_WEBHOOK = "Webhook"
 COND_PROGRESSING = "Progressing"
 COND_DEGRADED = "Degraded"
 COND_DEPROVISIONING = "Deprovisioning"
@@ -407,7 +410,12 @@ class Lifecycle:
                 degraded[0].reason,
                 "; ".join(d.message for d in degraded),
             )
-        written = await self._write_status(config, wanted)
+        placement = admissionpolicy.placement_config(config)
+        admission = {
+            "mechanism": ADMISSION_MECHANISM_POLICY if policy else ADMISSION_MECHANISM_WEBHOOK,
+            "fastPaths": placement.admission_fast_paths,
+        }
+        written = await self._write_status(config, wanted, admission=admission)
         return ReconcileResult(
             "available", action, status_written=written, degraded=wanted[2].reason
             if wanted[2].status == "True" else ""
@@ -519,24 +527,28 @@ class Lifecycle:
         raise api_error(409, "Conflict", "could not remove the finalizer after 3 attempts")
 
     async def _write_status(
-        self, config: Mapping[str, Any], wanted: Sequence[ConditionSpec]
+        self, config: Mapping[str, Any], wanted: Sequence[ConditionSpec], *,
+        admission: Mapping[str, str] | None = None,
     ) -> bool:
-        """Merge-patch ``status`` when the conditions or observedGeneration changed."""
+        """Merge-patch ``status`` when the conditions, observedGeneration or ``admission``
+        (which mechanism is in force: ``{"mechanism": "MutatingAdmissionPolicy" |
+        "Webhook", "fastPaths": "Enabled" | "Disabled"}``, issue 14) changed."""
         meta = config.get("metadata") or {}
         generation = int(meta.get("generation") or 0)
         status = config.get("status") or {}
         old_conditions = status.get("conditions") or []
         conditions = merge_conditions(old_conditions, wanted, generation=generation, now=_now())
-        if conditions == old_conditions and status.get("observedGeneration") == generation:
+        same_admission = admission is None or status.get("admission") == dict(admission)
+        if (conditions == old_conditions and status.get("observedGeneration") == generation
+                and same_admission):
             return False
         # A merge patch replaces the conditions list as a whole (reference:
         # crd-podplacementconfig.json), which is what we want: we own every condition.
-        await self.api.request(
-            "PATCH",
-            CONFIG_PATH + "/status",
-            body={"status": {"observedGeneration": generation, "conditions": conditions}},
-            content_type=MERGE_PATCH,
-        )
+        body: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
+        if admission is not None:
+            body["admission"] = dict(admission)
+        await self.api.request("PATCH", CONFIG_PATH + "/status", body={"status": body},
+                               content_type=MERGE_PATCH)
         return True
 
     # --- uninstall -----------------------------------------------------------------------

@@ -163,6 +163,11 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
     make_pusher(basic_registry).image("paths/private", "v1", architecture="arm64")
     private = f"{basic_registry.host}/paths/private:v1"
 
+    # the config's status says which mechanism is in force
+    config = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+    wait_for(lambda: (cluster.get(config).get("status") or {}).get("admission") == {
+        "mechanism": "MutatingAdmissionPolicy", "fastPaths": "Enabled"}, 30)
+
     # public: the first pod is gated and placed by the controller, which publishes the image
     first = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("pub-first", public))
     assert _gated(first)
