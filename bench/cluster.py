@@ -31,6 +31,8 @@ create-to-bound latency, and what the product adds to each.
   names a pull secret; one pod of each was placed before the run, so the webhook's own
   cache knows them for that namespace and secret: the policy gates, the webhook places at
   admission (removes the gate), no second write;
+- ``controller``: ``spec.admission.fastPaths: Disabled``: every pod is gated and placed by
+  the controller's PATCH (the path of truly cold images, one new image per pod);
 - ``webhook-stopped``: the webhook is stopped (SIGSTOP) for the whole run: the policy still
   gates every pod, the controller places them.
 
@@ -38,7 +40,7 @@ After each run every pod is checked: one bound without a node affinity requireme
 ``kubernetes.io/arch`` escaped placement (printed; there must be none).
 
 Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]
-[--scenario cold|warm|private|webhook-stopped] [--params-entries 5000]``
+[--scenario cold|warm|private|controller|webhook-stopped] [--params-entries 5000]``
 """
 
 from __future__ import annotations
@@ -307,6 +309,24 @@ def warm_up(plane: ControlPlane, images: list[str], *, path: str = "admission",
             time.sleep(0.5)
 
 
+def wait_policy_gates(plane: ControlPlane, limit: float = 60.0) -> None:
+    """With the webhook stopped, wait until a dry-run pod comes back gated: the admission
+    policy is in force (the API server activates a new policy about a second after it was
+    created; the controller creates it at start)."""
+    deadline = time.monotonic() + limit
+    with plane.client(timeout=30) as c:
+        while True:
+            obj = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
+                         json=pod(10**7, "probe.invalid/unknown:1")).json()
+            gates = [g.get("name") for g in (obj.get("spec") or {}).get("schedulingGates")
+                     or []]
+            if SCHEDULING_GATE in gates:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the admission policy did not gate within {limit} s")
+            time.sleep(0.5)
+
+
 def _placed_by(path: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
     return f'"path":"{path}"' in (meta.get("annotations") or {}).get(
@@ -360,6 +380,12 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
             install_manifests(plane, REPO / "deploy")
             if args.scenario == "warm":
                 seed_params(plane, args.params_entries - len(images))
+            elif args.scenario == "controller":
+                with plane.client() as c:
+                    c.patch("/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
+                            json={"spec": {"admission": {"fastPaths": "Disabled"}}},
+                            headers={"Content-Type": "application/merge-patch+json"}
+                            ).raise_for_status()
             options = ["--insecure-registry", registry.host]
             if registry.ca_pem is not None:
                 ca = work / "registry-ca.pem"
@@ -374,6 +400,7 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
                 warm_up(plane, images, path="webhook", namespace=NAMESPACE)
             elif args.scenario == "webhook-stopped":
                 os.kill(product.webhook.popen.pid, signal.SIGSTOP)
+                wait_policy_gates(plane)
         before = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
         since = datetime.now().astimezone()
         clients = 1 if args.light else args.clients
@@ -460,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 client, pods created one at a time (default --pods 200)")
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds to wait for every pod to be bound (default 300)")
-    ap.add_argument("--scenario", choices=("cold", "warm", "private", "webhook-stopped"),
+    ap.add_argument("--scenario",
+                    choices=("cold", "warm", "private", "controller", "webhook-stopped"),
                     default="cold", help="what the product run measures (default cold)")
     ap.add_argument("--params-entries", type=int, default=5000,
                     help="entries of the params object in the warm scenario (default 5000)")

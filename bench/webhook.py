@@ -78,12 +78,23 @@ def prepare(workdir: Path) -> tuple[Path, Path]:
     return cert_dir, config
 
 
+def load_bareapp() -> Any:
+    """The module ``bench/bareapp.py`` (the baselines added to the webhook's app)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_bareapp", REPO / "bench" / "bareapp.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def start_server(cert_dir: Path, config: Path, port: int) -> subprocess.Popen[bytes]:
     """Start the webhook process and wait (at most 30 s) until /readyz answers 200."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "podplacement", "--log-level", "warning", "webhook",
+        [sys.executable, str(REPO / "bench" / "bareapp.py"),
          "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
-         "--config-file", str(config), "--bare-endpoint"],
+         "--config-file", str(config)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
     deadline = time.monotonic() + 30
@@ -222,7 +233,8 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     from webhook.gating import GATED
 
     body = REVIEW.read_bytes()
-    app = app_module.create_app(StaticConfigSource(PlacementConfig()), bare_endpoint=True)
+    app = load_bareapp().add_baselines(app_module.create_app(StaticConfigSource(
+        PlacementConfig())))
     parsed = app_module._parse_review(body)
     real_parse, real_gate = app_module._parse_review, app_module.should_gate
 

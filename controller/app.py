@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +52,9 @@ from controller.decision import plain_ungate
 from controller.events import EventSink
 from controller.imageparams import ParamsStore
 from controller.metrics import HealthServer, Metrics
+from controller.numa import InFlight
 from controller.paramswriter import ParamsWriter
-from controller.platforms import image_platform_pairs
+from controller.platforms import ImageLike, image_platform_pairs
 from controller.podspec import has_gate
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, RetryLater, pod_key, split_key
@@ -71,7 +72,8 @@ from kubeclient import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from controller.leader import LeaderElector
+    from controller.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +228,8 @@ class Controller:
         )
         self.leading = False
         self.health: HealthServer | None = None
-        self.lifecycle: Any = None
-        self.elector: Any = None
+        self.lifecycle: Lifecycle | None = None
+        self.elector: LeaderElector | None = None
         self._elector_task: asyncio.Task[None] | None = None
         self._bindings_task: asyncio.Task[None] | None = None
         self._config_changed = asyncio.Event()
@@ -248,9 +250,7 @@ class Controller:
                          base_delay=o.retry_base_delay, max_delay=o.retry_max_delay)
 
     @staticmethod
-    def _make_inflight() -> Any:
-        from controller.numa import InFlight
-
+    def _make_inflight() -> InFlight:
         return InFlight()
 
     def _inspector_stats(self) -> Any:
@@ -421,7 +421,7 @@ class Controller:
         if self.lifecycle is not None:
             await self.lifecycle.stop()  # the webhook configuration stays (issue 13)
 
-    def _make_lifecycle(self) -> Any:
+    def _make_lifecycle(self) -> Lifecycle | None:
         o = self.options
         if not (o.webhook_url or o.webhook_service):
             return None
@@ -602,8 +602,8 @@ class _InspectorProxy:
     def __init__(self, controller: Controller) -> None:
         self._controller = controller
 
-    async def inspect(self, image: str, credentials: Any = (), *, pull_always: bool = False
-                      ) -> Any:
+    async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
+                      pull_always: bool = False) -> ImageLike:
         return await self._controller.inspector().inspect(
             image, credentials, pull_always=pull_always
         )

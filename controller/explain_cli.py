@@ -10,7 +10,7 @@ The cluster is found as ``podplacement controller`` finds it: ``--kubeconfig`` (
 none of these and no ``--nodes`` explain refuses (exit 2) rather than decide on no nodes.
 
 With a cluster the credentials are the controller's own
-(:meth:`controller.reconciler.Reconciler.credentials`: the pod's ``imagePullSecrets`` from
+(:meth:`controller.pullsecrets.PullSecrets.credentials`: the pod's ``imagePullSecrets`` from
 its namespace, then the config's global pull secret). Like the controller, explain does not
 read service accounts: the ServiceAccount admission plugin copies the service account's
 ``imagePullSecrets`` into a pod that names none when it is created, so ``pod/NAME`` carries
@@ -45,7 +45,7 @@ from controller.explain import OUTPUTS, explain, render
 from controller.numa import STRATEGIES, QuantityError
 from controller.plan import inflight_from_pods
 from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
-from kubeclient import ApiError, Informer, KubeAPI, default_kubeconfig
+from kubeclient import ApiError, KubeAPI, default_kubeconfig
 from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 
 log = logging.getLogger(__name__)
@@ -232,18 +232,13 @@ async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
 async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
                               config: PlacementConfig) -> list[Any]:
     """The credentials the controller would use for ``pod``: the very same
-    :meth:`controller.reconciler.Reconciler.credentials` (its ``imagePullSecrets`` from its
+    :meth:`controller.pullsecrets.PullSecrets.credentials` (its ``imagePullSecrets`` from its
     namespace, then the config's global pull secret). A failed read is logged and gives no
     credentials, as in the controller."""
-    from controller.app import PODS_PATH
-    from controller.events import EventSink
-    from controller.metrics import Metrics
-    from controller.reconciler import Reconciler
+    from controller.pullsecrets import PullSecrets
 
-    reconciler = Reconciler(api, Informer(api, PODS_PATH), None, lambda: (config, None),
-                            EventSink(api, enabled=False), Metrics())
     try:
-        return await reconciler.credentials(pod, config)
+        return await PullSecrets(api).credentials(pod, config)
     except ApiError as exc:
         log.warning("reading pull secrets failed, inspecting anonymously: %s", exc)
         return []

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from controller.config import PlacementConfig
 from controller.decision import (
@@ -38,7 +38,9 @@ from controller.events import EventSink
 from controller.metrics import Metrics
 from controller.numa import InFlight
 from controller.plan import hold, parse_time, plan
+from controller.platforms import ImageLike
 from controller.podspec import has_gate
+from controller.pullsecrets import PullSecrets
 from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,14 @@ def split_key(key: str) -> tuple[str, str, str]:
     """``namespace/name/uid`` → (namespace, name, uid)."""
     ns, name, uid = key.split("/", 2)
     return ns, name, uid
+
+
+class ImageInspector(Protocol):
+    """The seam to image inspection (``imageinspect.Inspector``): one lookup, raising the
+    inspector's errors (``imageinspect.RegistryError`` and its family)."""
+
+    async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
+                      pull_always: bool = False) -> ImageLike: ...
 
 
 @dataclass
@@ -96,7 +106,7 @@ class Reconciler:
         self,
         api: KubeAPI,
         pods: Informer,
-        inspector: Any,
+        inspector: ImageInspector,
         config_source: ConfigSource,
         events: EventSink,
         metrics: Metrics,
@@ -120,35 +130,15 @@ class Reconciler:
         self.inflight = inflight
         self.failures = failures
         self.publish = publish
-        self.secret_ttl = secret_ttl
+        self.secrets = PullSecrets(api, ttl=secret_ttl)
         self.is_leader = is_leader
         self._state: dict[str, _PodState] = {}
-        self._secrets: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
 
     def forget(self, uid: str) -> None:
         """Drop per-pod state (the pod was deleted or left the gated set)."""
         self._state.pop(uid, None)
 
     # --- inputs ------------------------------------------------------------------------
-    async def _secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        now = time.monotonic()
-        cached = self._secrets.get((namespace, name))
-        if cached is not None and now - cached[0] < self.secret_ttl:
-            return cached[1]
-        try:
-            secret: dict[str, Any] | None = await self.api.request(
-                "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}"
-            )
-        except ApiError as exc:
-            if exc.status not in (403, 404):
-                raise
-            log.info("pull secret %s/%s unavailable: %s", namespace, name, exc.reason)
-            secret = None
-        self._secrets[(namespace, name)] = (now, secret)
-        if len(self._secrets) > 10_000:
-            self._secrets.clear()
-        return secret
-
     async def credentials(
         self,
         pod: Mapping[str, Any],
@@ -156,44 +146,12 @@ class Reconciler:
         *,
         on_invalid: Callable[[str, str, Exception], None] | None = None,
     ) -> list[Any]:
-        """Credentials for ``pod``: its ``imagePullSecrets`` read from its own namespace
-        (the ServiceAccount admission plugin already merged the service account's), then
-        the global pull secret of the config, in that order. Missing secrets are skipped
-        (anonymous). A secret whose payload cannot be decoded
-        (``imageinspect.CredentialError``) is skipped too, the others still count:
-        ``on_invalid(namespace, name, error)`` is called for it (the reconciler turns that
-        into a Warning event).
+        """The pod's credentials (:meth:`controller.pullsecrets.PullSecrets.credentials`).
 
         Raises:
             ApiError: reading a secret failed other than 403/404.
         """
-        from imageinspect import CredentialError, credentials_from_pull_secrets
-
-        meta = pod.get("metadata") or {}
-        ns = str(meta.get("namespace") or "default")
-        names = [
-            str(ref.get("name"))
-            for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []
-            if isinstance(ref, Mapping) and ref.get("name")
-        ]
-        refs = [(ns, name) for name in dict.fromkeys(names)]
-        ref = config.image_inspection.global_pull_secret
-        if ref is not None and (ref.namespace, ref.name) not in refs:
-            refs.append((ref.namespace, ref.name))
-        out: list[Any] = []
-        for secret_ns, name in refs:
-            s = await self._secret(secret_ns, name)
-            if s is None:
-                continue
-            try:
-                out.extend(credentials_from_pull_secrets([s]))
-            except (CredentialError, ValueError, TypeError, AttributeError) as exc:
-                # A malformed secret must neither keep the pod gated nor hide the others.
-                log.warning("pod %s/%s: pull secret %s/%s skipped: %s", ns, meta.get("name"),
-                            secret_ns, name, exc)
-                if on_invalid is not None:
-                    on_invalid(secret_ns, name, exc)
-        return out
+        return await self.secrets.credentials(pod, config, on_invalid=on_invalid)
 
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]

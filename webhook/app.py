@@ -633,7 +633,6 @@ def create_app(
     own_namespace: str = DEFAULT_NAMESPACE,
     certs_ready: Callable[[], bool] = lambda: True,
     metrics: WebhookMetrics | None = None,
-    bare_endpoint: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     controller_lease: ControllerLeaseLike | None = None,
@@ -648,9 +647,6 @@ def create_app(
         certs_ready: tells ``/readyz`` whether the serving certificate is loaded.
         metrics: the metrics holder (a fresh one with its own registry by default); the app
             exposes it as ``app.state.metrics``.
-        bare_endpoint: also serve the benchmark's baselines on the same stack: ``POST /bare``
-            (reads the body, constant answer) and ``POST /bare-validate`` (also checks that
-            the body is JSON, building nothing: the least /mutate has to do).
         max_body_bytes: bodies over this many bytes get HTTP 413 (:func:`read_body`).
         body_timeout: seconds to receive a body whole, else HTTP 408 (:func:`read_body`).
         controller_lease: tells whether a controller runs
@@ -786,32 +782,5 @@ def create_app(
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
-
-    if bare_endpoint:
-        bare_body = orjson.dumps({"apiVersion": ADMISSION_V1, "kind": "AdmissionReview",
-                                  "response": {"uid": "", "allowed": True}})
-
-        @app.post("/bare")
-        async def bare(request: Request) -> Response:
-            try:
-                await read_body(request, max_bytes=max_body_bytes, time_limit=body_timeout,
-                                deadlines=deadlines)
-            except BodyRefused as exc:
-                return _refused(exc)
-            return Response(bare_body, media_type=_JSON)
-
-        @app.post("/bare-validate")
-        async def bare_validate(request: Request) -> Response:
-            # The floor of /mutate: check that the body is JSON (as /mutate must, to answer a
-            # malformed one with 400), build nothing, answer the constant.
-            try:
-                _validate_json(await read_body(request, max_bytes=max_body_bytes,
-                                               time_limit=body_timeout,
-                                               deadlines=deadlines))
-            except BadReview as exc:
-                return _bad_request(str(exc))
-            except BodyRefused as exc:
-                return _refused(exc)
-            return Response(bare_body, media_type=_JSON)
 
     return app

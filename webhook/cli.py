@@ -87,7 +87,6 @@ def register(subparsers: Any) -> None:
                         "before with the same namespace and pull secrets; needs get on "
                         "secrets; not with --config-file)")
     add_registry_arguments(p, pull_secret=False)
-    p.add_argument("--bare-endpoint", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
@@ -131,7 +130,6 @@ async def _serve_with(args: argparse.Namespace, source: ConfigSource,
         own_namespace=args.namespace,
         certs_ready=lambda: "server" in holder and holder["server"].certs_loaded,
         metrics=metrics,
-        bare_endpoint=args.bare_endpoint,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
         controller_lease=lease,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.resources
 import json
 import logging
 import os
@@ -78,10 +79,15 @@ from podplacement.sandbox.controlplane import (
 log = logging.getLogger("podplacement.demo")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_FILES = (
-    REPO_ROOT / "deploy" / "crds" / "podplacementconfig.yaml",
-    REPO_ROOT / "deploy" / "crds" / "imageplatforms.yaml",
-    REPO_ROOT / "deploy" / "optional" / "noderesourcetopology-crd.yaml",
+#: The working directory of the processes the demo starts: the checkout when run from one,
+#: else the current directory (an installed wheel has no checkout).
+WORKDIR = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
+#: The CRDs the demo applies: package data of ``podplacement`` (``podplacement/crds/``,
+#: links to deploy/'s files in a checkout, copies in a wheel).
+CRD_FILES = tuple(
+    Path(str(importlib.resources.files("podplacement") / "crds" / name))
+    for name in ("podplacementconfig.yaml", "imageplatforms.yaml",
+                 "noderesourcetopology-crd.yaml")
 )
 MWC_PATH = (
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
@@ -174,7 +180,7 @@ def start_child(name: str, args: Sequence[str], log_dir: Path,
     try:
         popen = subprocess.Popen(
             list(args), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+            cwd=WORKDIR, env={**os.environ, **(env or {})}, start_new_session=True,
         )
     except BaseException:
         handle.close()
@@ -198,7 +204,7 @@ def free_port() -> int:
 def subcommand_help(*args: str) -> str:
     """The ``--help`` text of a subcommand ("" when it does not exist)."""
     proc = subprocess.run(podplacement_args(*args, "--help"), capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=60, check=False)
+                          cwd=WORKDIR, timeout=60, check=False)
     return proc.stdout if proc.returncode == 0 else ""
 
 
@@ -534,7 +540,7 @@ async def generate_certs(work: Path) -> tuple[Path, bytes]:
         subprocess.run,
         podplacement_args("certs", "generate", "--out", str(cert_dir), "--dns", "localhost",
                           "--ip", "127.0.0.1"),
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+        capture_output=True, text=True, cwd=WORKDIR, timeout=60, check=False,
     )
     if proc.returncode != 0:
         raise DemoError(f"podplacement certs generate failed: {proc.stderr.strip()}")
@@ -636,7 +642,7 @@ async def explain_pod(work: Path, pair: DemoRegistryPair, kubeconfig: Path,
                              "--insecure-registry", pair.public.host, "--output", "table")
     try:
         proc = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True,
-                                       cwd=REPO_ROOT, timeout=60, check=False)
+                                       cwd=WORKDIR, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("podplacement explain %s failed: %s", name, exc)
         return ""

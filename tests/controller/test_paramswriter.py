@@ -214,8 +214,10 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
     stores it; the store's running byte count is the size of the stored map; one more record
     evicts the least recent entry, so the object stays within the CRD's maxProperties."""
     store = ParamsStore(3600)
+    # learned just now, one millisecond apart (the writer expires by time.monotonic())
+    base = time.monotonic() - PARAMS_MAX_ENTRIES / 1000
     for i in range(PARAMS_MAX_ENTRIES):
-        store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], float(i))
+        store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], base + i / 1000)
     assert len(store) == PARAMS_MAX_ENTRIES
     writer = ParamsWriter(api, store)
     started = time.monotonic()
@@ -232,7 +234,7 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
           f"created in {write_seconds:.3f} s")
 
     newest = reference(PARAMS_MAX_ENTRIES, pinned=True)
-    store.record(newest, AMD_ARM, float(PARAMS_MAX_ENTRIES))
+    store.record(newest, AMD_ARM, time.monotonic())
     assert await writer.flush() == "updated"
     obj = await live(api)
     assert obj is not None

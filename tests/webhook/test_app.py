@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,8 @@ from webhook import app as app_module
 from webhook.app import INTERNAL_ERROR_WARNING, create_app
 from webhook.configsource import StaticConfigSource
 from webhook.patch import gate_patch
+
+BAREAPP = Path(__file__).resolve().parents[2] / "bench" / "bareapp.py"
 
 
 def review(body: bytes | dict[str, Any]) -> dict[str, Any]:
@@ -301,10 +305,15 @@ async def test_latency_histogram_buckets_are_cumulative(source: StaticConfigSour
     assert sample(f"{name}_sum") == pytest.approx(bounds[0] * 2.5 + bounds[-1] * 3)
 
 
-async def test_bare_validate_checks_the_json_and_answers_the_constant(
+async def test_bench_baselines_check_the_json_and_answer_the_constant(
     source: StaticConfigSource,
 ) -> None:
-    app = create_app(source, bare_endpoint=True)
+    spec = importlib.util.spec_from_file_location("bench_bareapp", BAREAPP)
+    assert spec is not None and spec.loader is not None
+    bareapp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bareapp)
+    app = bareapp.add_baselines(create_app(source))
+    assert "/bare" not in {getattr(r, "path", "") for r in create_app(source).routes}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="https://webhook") as client:
         good = await client.post("/bare-validate", content=raw_body("a-plain-pod"))
