@@ -732,13 +732,16 @@ def _trust_bundle(work: Path, extra_pem: bytes) -> Path:
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the demo runs, so its cleanup runs."""
+    """Turn SIGTERM, and SIGINT even when the parent started us with it ignored (Python
+    then keeps it ignored: e.g. under a pytest-xdist worker), into KeyboardInterrupt while
+    the demo runs, so its cleanup runs."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
+        previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     except ValueError:  # not the main thread
         yield
         return
@@ -746,6 +749,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 @contextlib.contextmanager
