@@ -134,7 +134,7 @@ def admission_placement(
 
     Returns:
         None when the webhook must leave the pod to the controller: an image without a
-        result, fast paths disabled or NUMA placement on (:func:`fast_path_applies`), an
+        result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or NUMA placement on (:func:`fast_path_applies`), an
         outcome other than ``set``/``not-set``/``no-supported-platform``, or a pod whose
         shape the controller's patch does not fit. Otherwise the
         :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
@@ -145,9 +145,13 @@ def admission_placement(
     """
     if not fast_path_applies(config):
         return None
-    for image in unique_images(pod):
+    for image, pull_always in unique_images(pod).items():
         result = images.get(image)
         if result is None or isinstance(result, BaseException):
+            return None
+        if pull_always:
+            # imagePullPolicy Always: the controller revalidates the tag with the registry
+            # for every pod; a cached result cannot (the admission policy skips these too).
             return None
     gated = _gated_copy(pod)
     if gated is None:

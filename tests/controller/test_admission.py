@@ -241,6 +241,14 @@ def test_an_unknown_or_failed_image_is_left_to_the_controller() -> None:
                                PlacementConfig()) is None
 
 
+def test_an_image_pulled_always_is_left_to_the_controller() -> None:
+    """The controller revalidates such a tag with the registry for every pod."""
+    pod = _pod("reg/amd:1", "reg/multi:1")
+    assert admission_placement(pod, IMAGES, PlacementConfig()) is not None
+    pod["spec"]["containers"][1]["imagePullPolicy"] = "Always"
+    assert admission_placement(pod, IMAGES, PlacementConfig()) is None
+
+
 def test_decide_without_path_writes_no_path() -> None:
     pod = _pod("reg/amd:1", gated=True)
     pod["metadata"]["resourceVersion"] = "3"
