@@ -134,9 +134,10 @@ def admission_placement(
 
     Returns:
         None when the webhook must leave the pod to the controller: an image without a
-        result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or NUMA placement on (:func:`fast_path_applies`), an
-        outcome other than ``set``/``not-set``/``no-supported-platform``, or a pod whose
-        shape the controller's patch does not fit. Otherwise the
+        result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or
+        NUMA placement on (:func:`fast_path_applies`), an outcome other than
+        ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
+        controller's patch does not fit. Otherwise the
         :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
         ``"path":"webhook"``) as the controller's PATCH of the gated pod (issue 14 item 3,
         KEP-3838 narrowing rules via :func:`controller.plan.plan`).
