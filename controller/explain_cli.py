@@ -10,7 +10,7 @@ The cluster is found as ``podplacement controller`` finds it: ``--kubeconfig`` (
 none of these and no ``--nodes`` explain refuses (exit 2) rather than decide on no nodes.
 
 With a cluster the credentials are the controller's own
-(:meth:`controller.pullsecrets.PullSecrets.credentials`: the pod's ``imagePullSecrets`` from
+(:meth:`controller.reconciler.Reconciler.credentials`: the pod's ``imagePullSecrets`` from
 its namespace, then the config's global pull secret). Like the controller, explain does not
 read service accounts: the ServiceAccount admission plugin copies the service account's
 ``imagePullSecrets`` into a pod that names none when it is created, so ``pod/NAME`` carries
@@ -231,14 +231,16 @@ async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
 
 async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
                               config: PlacementConfig) -> list[Any]:
-    """The credentials the controller would use for ``pod``: the very same
-    :meth:`controller.pullsecrets.PullSecrets.credentials` (its ``imagePullSecrets`` from its
-    namespace, then the config's global pull secret). A failed read is logged and gives no
+    """The credentials the controller would use for ``pod``: the very same Secrets
+    (:func:`controller.podspec.pull_secret_refs`: its ``imagePullSecrets`` from its
+    namespace, then the config's global pull secret), read by
+    :class:`imageinspect.PullSecretReader`. A failed read is logged and gives no
     credentials, as in the controller."""
-    from controller.pullsecrets import PullSecrets
+    from controller.podspec import pull_secret_refs
+    from imageinspect import PullSecretReader
 
     try:
-        return await PullSecrets(api).credentials(pod, config)
+        return list(await PullSecretReader(api).credentials(pull_secret_refs(pod, config)))
     except ApiError as exc:
         log.warning("reading pull secrets failed, inspecting anonymously: %s", exc)
         return []

@@ -10,7 +10,8 @@ One home for rules that used to be copied (issue 12):
   (k8s component-helpers ``resource.PodRequests``, KEP-753 sidecars);
 * :func:`gate_index` / :func:`has_gate`: presence of podplacement's scheduling gate;
 * :func:`escape_token` / :func:`unescape_pointer`: JSON pointers (RFC 6901);
-* :func:`node_eligible`: which nodes are placement candidates for a pod.
+* :func:`node_eligible`: which nodes are placement candidates for a pod;
+* :func:`pull_secret_refs`: which pull Secrets a pod's images are pulled with.
 
 The webhook imports this module, so it imports nothing from the controller except
 :mod:`controller.config` (and the standard library).
@@ -25,7 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE
+from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE, PlacementConfig
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -504,3 +505,24 @@ def node_eligible(node: Mapping[str, Any], node_selector: Mapping[str, Any],
     if platforms is None:
         return True
     return (labels.get(OS_LABEL) or "linux", labels.get(ARCH_LABEL) or "") in platforms
+
+
+# --- pull secrets --------------------------------------------------------------------------
+
+def pull_secret_refs(pod: Mapping[str, Any], config: PlacementConfig,
+                     namespace: str | None = None) -> list[tuple[str, str]]:
+    """The pull Secrets ``pod`` is inspected with, as (namespace, name), in order: its
+    ``imagePullSecrets`` in its own namespace (``namespace``, else ``metadata.namespace``,
+    else ``default``; the ServiceAccount admission plugin already merged the service
+    account's), duplicates dropped, then the config's global pull secret
+    (``imageInspection.globalPullSecretRef``) when not already listed. The kubelet's order;
+    shared by the controller and the webhook's cache (whose keys are these refs)."""
+    ns = namespace or str(_map(pod.get("metadata")).get("namespace") or "default")
+    spec = _map(pod.get("spec"))
+    names = [str(ref.get("name")) for ref in spec.get("imagePullSecrets") or ()
+             if isinstance(ref, Mapping) and ref.get("name")]
+    refs = [(ns, name) for name in dict.fromkeys(names)]
+    ref = config.image_inspection.global_pull_secret
+    if ref is not None and (ref.namespace, ref.name) not in refs:
+        refs.append((ref.namespace, ref.name))
+    return refs

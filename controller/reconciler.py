@@ -39,8 +39,8 @@ from controller.metrics import Metrics
 from controller.numa import InFlight
 from controller.plan import hold, parse_time, plan
 from controller.platforms import ImageLike
-from controller.podspec import has_gate
-from controller.pullsecrets import PullSecrets
+from controller.podspec import has_gate, pull_secret_refs
+from imageinspect import PullSecretReader
 from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class Reconciler:
         self.inflight = inflight
         self.failures = failures
         self.publish = publish
-        self.secrets = PullSecrets(api, ttl=secret_ttl)
+        self.secrets = PullSecretReader(api, ttl=secret_ttl)
         self.is_leader = is_leader
         self._state: dict[str, _PodState] = {}
 
@@ -146,12 +146,15 @@ class Reconciler:
         *,
         on_invalid: Callable[[str, str, Exception], None] | None = None,
     ) -> list[Any]:
-        """The pod's credentials (:meth:`controller.pullsecrets.PullSecrets.credentials`).
+        """Credentials for ``pod``: the Secrets of :func:`controller.podspec.pull_secret_refs`
+        read with :class:`imageinspect.PullSecretReader` (missing or undecodable ones
+        skipped; ``on_invalid`` is called for the latter).
 
         Raises:
             ApiError: reading a secret failed other than 403/404.
         """
-        return await self.secrets.credentials(pod, config, on_invalid=on_invalid)
+        return await self.secrets.credentials(pull_secret_refs(pod, config),
+                                              on_invalid=on_invalid)
 
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]

@@ -39,6 +39,7 @@ from imageinspect._errors import (
 )
 from imageinspect._inspector import Inspector, InspectorStats
 from imageinspect._manifest import ImageInfo, Platform
+from imageinspect._pullsecrets import PullSecretReader, SecretRequester
 from imageinspect._reference import Reference, parse_reference
 from imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
 
@@ -57,12 +58,14 @@ __all__ = [
     "Mirror",
     "NotFound",
     "Platform",
+    "PullSecretReader",
     "RateLimited",
     "Reference",
     "RegistriesConfig",
     "RegistriesConfigError",
     "RegistryEntry",
     "RegistryError",
+    "SecretRequester",
     "ServerError",
     "Timeout",
     "TooLarge",

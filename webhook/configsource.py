@@ -7,7 +7,7 @@ resumed from the last resourceVersion seen, a ``410 Gone`` (as an HTTP status or
 ``ERROR`` event, see ``reference/watch-too-old-resource-version.json``) triggers a relist, and
 any other failure a bounded exponential backoff. The parsed
 :class:`~controller.config.PlacementConfig` (None while the object does not exist) is cached in
-memory and read by every admission request. :func:`named_object_informer` is the same watch
+memory and read by every admission request. :class:`NamedObjectWatch` is the same watch
 for any one named object (the controller's Lease, :mod:`webhook.leasewatch`).
 :class:`StaticConfigSource` serves a fixed config (``--config-file``) for tests and benchmarks.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -118,71 +118,40 @@ class StaticConfigSource:
         """Nothing to stop."""
 
 
-def named_object_informer(
-    api: KubeAPI,
-    list_path: str,
-    name: str,
-    apply: Callable[[Mapping[str, Any] | None], None],
-    *,
-    backoff_initial: float = 0.5,
-    backoff_max: float = 30.0,
-    watch_timeout: int = 300,
-) -> Informer:
+class NamedObjectWatch:
     """An informer on the one object ``name`` of the collection ``list_path``
-    (``fieldSelector=metadata.name=NAME``) that hands each new state to ``apply``: the object
-    when it is added or changes, None when it is deleted (or its resource is not served:
-    an absent CRD is looked for again with backoff). Not started.
+    (``fieldSelector=metadata.name=NAME``) that hands each new state to :meth:`_apply`: the
+    object when it is added or changes, None when it is deleted (or its resource is not
+    served: an absent CRD is looked for again with backoff). Subclasses keep what they need.
 
     Args:
-        api: the API client (its credentials refresh themselves).
+        api: the API client (its credentials refresh themselves); not closed by
+            :meth:`stop` (its owner closes it).
         list_path: the collection, e.g. ``/apis/podplacement.io/v1beta1/podplacementconfigs``
             or ``/apis/coordination.k8s.io/v1/namespaces/NS/leases``.
         name: the object's name.
-        apply: takes the object's new state; must not block.
         backoff_initial / backoff_max: seconds between retries after a failure (doubling,
             with jitter, capped; at most 1 s while the API server is unavailable).
         watch_timeout: ``timeoutSeconds`` asked of each watch call (the server closes it then
             and the watch resumes from the last resourceVersion).
     """
-    informer = Informer(api, list_path, {"fieldSelector": f"metadata.name={name}"},
-                        name=name, watch_timeout=watch_timeout, min_backoff=backoff_initial,
-                        max_backoff=backoff_max, tolerate_absent=True)
 
-    def handle(etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        apply(None if etype == "DELETED" else obj)
+    def __init__(self, api: KubeAPI, list_path: str, name: str, *,
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
+                 watch_timeout: int = 300) -> None:
+        self.informer = Informer(api, list_path, {"fieldSelector": f"metadata.name={name}"},
+                                 name=name, watch_timeout=watch_timeout,
+                                 min_backoff=backoff_initial, max_backoff=backoff_max,
+                                 tolerate_absent=True)
 
-    informer.add_handler(handle)
-    return informer
+        def handle(etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            self._apply(None if etype == "DELETED" else obj)
 
+        self.informer.add_handler(handle)
 
-class WatchingConfigSource:
-    """Watches the PodPlacementConfig ``cluster`` and caches the parsed config
-    (:func:`named_object_informer` with ``CONFIG_LIST_PATH`` and ``CONFIG_NAME``). A config
-    that does not parse is logged and the last good one kept.
-
-    Args:
-        api: the API client; not closed by :meth:`stop` (its owner closes it).
-        backoff_initial / backoff_max / watch_timeout: as :func:`named_object_informer`
-            takes them.
-    """
-
-    def __init__(
-        self,
-        api: KubeAPI,
-        *,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
-        watch_timeout: int = 300,
-    ) -> None:
-        self._config: PlacementConfig | None = None
-        self.informer = named_object_informer(
-            api, CONFIG_LIST_PATH, CONFIG_NAME, self._apply, backoff_initial=backoff_initial,
-            backoff_max=backoff_max, watch_timeout=watch_timeout)
-
-    @property
-    def current(self) -> PlacementConfig | None:
-        """The cached config (None while the object does not exist)."""
-        return self._config
+    def _apply(self, obj: Mapping[str, Any] | None) -> None:
+        """Take the object's new state (None: it does not exist); must not block."""
+        raise NotImplementedError
 
     @property
     def synced(self) -> bool:
@@ -207,6 +176,35 @@ class WatchingConfigSource:
     async def stop(self) -> None:
         """Stop the loop (the API client stays open)."""
         await self.informer.stop()
+
+
+class WatchingConfigSource(NamedObjectWatch):
+    """Watches the PodPlacementConfig ``cluster`` and caches the parsed config
+    (:class:`NamedObjectWatch` with ``CONFIG_LIST_PATH`` and ``CONFIG_NAME``). A config
+    that does not parse is logged and the last good one kept.
+
+    Args:
+        api: the API client; not closed by :meth:`stop` (its owner closes it).
+        backoff_initial / backoff_max / watch_timeout: as :class:`NamedObjectWatch`
+            takes them.
+    """
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        *,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        watch_timeout: int = 300,
+    ) -> None:
+        self._config: PlacementConfig | None = None
+        super().__init__(api, CONFIG_LIST_PATH, CONFIG_NAME, backoff_initial=backoff_initial,
+                         backoff_max=backoff_max, watch_timeout=watch_timeout)
+
+    @property
+    def current(self) -> PlacementConfig | None:
+        """The cached config (None while the object does not exist)."""
+        return self._config
 
     def _apply(self, obj: Mapping[str, Any] | None) -> None:
         if obj is None:

@@ -3,7 +3,7 @@
 With the gate added inside the API server (the MutatingAdmissionPolicy ``podplacement-gate``),
 a controller that is down or crash-looping would hold every new pod of the cluster gated.
 :class:`ControllerLease` watches the Lease ``podplacement-controller`` in podplacement's own
-namespace (an informer on that one object, :func:`webhook.configsource.named_object_informer`)
+namespace (an informer on that one object, :class:`webhook.configsource.NamedObjectWatch`)
 and notes, on the webhook's own monotonic clock, when its record last changed: a leader renews
 it every few seconds. As in client-go's leader election, the Lease's own timestamps are not
 compared with this clock (clocks of different hosts may disagree); only the time a change was
@@ -18,15 +18,13 @@ soon as the Lease is renewed again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller.config import LEASE_NAME
 from kubeclient import KubeAPI
-from webhook.configsource import named_object_informer
+from webhook.configsource import NamedObjectWatch
 
 #: How long the Lease may go unrenewed before the webhook stops holding pods (seconds).
 DEFAULT_UNAVAILABLE_AFTER = 60.0
@@ -37,7 +35,7 @@ def lease_list_path(namespace: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
-class ControllerLease:
+class ControllerLease(NamedObjectWatch):
     """Watches the controller's leader Lease and tells whether a controller is running.
 
     Args:
@@ -63,28 +61,8 @@ class ControllerLease:
         self._clock = clock
         self._record: tuple[Any, ...] | None = None
         self._observed = clock()
-        self.informer = named_object_informer(api, lease_list_path(namespace), name,
-                                              self._apply, backoff_max=5.0,
-                                              watch_timeout=watch_timeout)
-
-    @property
-    def synced(self) -> bool:
-        """True once one list succeeded."""
-        return self.informer.synced.is_set()
-
-    async def wait_synced(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the first list; returns :attr:`synced`."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.informer.synced.wait(), seconds)
-        return self.synced
-
-    async def start(self) -> None:
-        """Start watching in a background task (returns at once)."""
-        self.informer.start()
-
-    async def stop(self) -> None:
-        """Stop watching (the API client stays open)."""
-        await self.informer.stop()
+        super().__init__(api, lease_list_path(namespace), name, backoff_max=5.0,
+                         watch_timeout=watch_timeout)
 
     def _apply(self, obj: Mapping[str, Any] | None) -> None:
         record = lease_record(obj)

@@ -9,9 +9,9 @@ results. The next pod with the same images and the same credentials is then plac
 webhook (the replicas of a Deployment of a private image, pods with existing required
 terms).
 
-Results are keyed by *who may see them*: (pod namespace, the pod's sorted
-``imagePullSecrets`` names, the config's global pull secret, the image reference as
-written). A result learned with namespace A's secret therefore never answers a pod of
+Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
+controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
+reference as written). Secrets are read with :class:`imageinspect.PullSecretReader`. A result learned with namespace A's secret therefore never answers a pod of
 namespace B, nor a pod of A naming other secrets (issue 14 item 2: no namespace learns what
 another's credentials opened). Entries expire after the config's
 ``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
@@ -32,14 +32,15 @@ from typing import Any, Protocol
 
 from controller.config import PlacementConfig
 from controller.decision import unique_images
-from imageinspect import CredentialError, credentials_from_pull_secrets
+from controller.podspec import pull_secret_refs
+from imageinspect import PullSecretReader
 
 __all__ = ["CacheKey", "KubeClientLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
 
 log = logging.getLogger(__name__)
 
-#: (namespace, sorted pull secret names, global pull secret "ns/name" or None, image).
-CacheKey = tuple[str, tuple[str, ...], str | None, str]
+#: ((("", pod namespace), *pull secret refs), image): who may see a result, and the image.
+CacheKey = tuple[tuple[tuple[str, str], ...], str]
 
 DEFAULT_MAX_ENTRIES = 10_000
 DEFAULT_MAX_CONCURRENT_FILLS = 8
@@ -89,33 +90,19 @@ class PlaceCacheStats:
 @dataclass(frozen=True, slots=True)
 class _Fill:
     namespace: str
-    secrets: tuple[str, ...]
-    global_secret: tuple[str, str] | None
+    refs: tuple[tuple[str, str], ...]  # the pull Secrets, in the kubelet's order
     images: tuple[tuple[str, bool], ...]  # (image, pull_always)
     keys: tuple[CacheKey, ...]
-
-
-def _secret_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    spec = pod.get("spec")
-    refs = spec.get("imagePullSecrets") if isinstance(spec, Mapping) else None
-    names = {str(r["name"]) for r in refs or () if isinstance(r, Mapping) and r.get("name")}
-    return tuple(sorted(names))
-
-
-def _global_secret(config: PlacementConfig) -> tuple[str, str] | None:
-    ref = config.image_inspection.global_pull_secret
-    return None if ref is None else (ref.namespace, ref.name)
 
 
 def cache_keys(pod: Mapping[str, Any], namespace: str,
                config: PlacementConfig) -> dict[str, CacheKey]:
     """The cache key of each distinct image of ``pod`` (image reference as written → key):
-    ``(namespace, sorted imagePullSecrets names, "ns/name" of the global pull secret or
-    None, image)``."""
-    secrets = _secret_names(pod)
-    ref = _global_secret(config)
-    global_key = None if ref is None else f"{ref[0]}/{ref[1]}"
-    return {image: (namespace, secrets, global_key, image) for image in unique_images(pod)}
+    ``(the pull Secrets it is inspected with, image)``, the Secrets as
+    :func:`controller.podspec.pull_secret_refs` gives them for ``namespace`` (the
+    controller's rule), the namespace itself first (no two namespaces share a key)."""
+    refs = (("", namespace), *pull_secret_refs(pod, config, namespace))
+    return {image: (refs, image) for image in unique_images(pod)}
 
 
 class PlaceCache:
@@ -150,7 +137,8 @@ class PlaceCache:
         if min(max_entries, max_concurrent_fills, max_queued_fills) < 1:
             raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
                              "be >= 1")
-        self._client = client
+        # Read fresh for every fill (no TTL): a fill is rare, and a rotated secret counts.
+        self._secrets = PullSecretReader(client, ttl=0.0)
         self._inspector = inspector
         self._max_entries = max_entries
         self._max_workers = max_concurrent_fills
@@ -209,7 +197,7 @@ class PlaceCache:
         if len(self._queue) >= self._max_queued:
             self.stats.fills_dropped += 1
             return False
-        fill = _Fill(namespace, _secret_names(pod), _global_secret(config),
+        fill = _Fill(namespace, tuple(pull_secret_refs(pod, config, namespace)),
                      tuple((image, pulls[image]) for image, _ in missing),
                      tuple(key for _, key in missing))
         self._filling.update(fill.keys)
@@ -249,35 +237,8 @@ class PlaceCache:
             finally:
                 self._filling.difference_update(fill.keys)
 
-    async def _read_secret(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        try:
-            secret = await self._client.request(
-                "GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
-        except Exception as exc:
-            if getattr(exc, "status", None) in (403, 404):
-                log.info("pull secret %s/%s unavailable (%s): skipped", namespace, name,
-                         getattr(exc, "status", None))
-                return None
-            raise
-        return secret if isinstance(secret, Mapping) else None
-
-    async def _credentials(self, fill: _Fill) -> list[Any]:
-        refs = [(fill.namespace, name) for name in fill.secrets]
-        if fill.global_secret is not None and fill.global_secret not in refs:
-            refs.append(fill.global_secret)
-        out: list[Any] = []
-        for namespace, name in refs:
-            secret = await self._read_secret(namespace, name)
-            if secret is None:
-                continue
-            try:
-                out.extend(credentials_from_pull_secrets([secret]))
-            except (CredentialError, ValueError, TypeError, AttributeError) as exc:
-                log.info("pull secret %s/%s unusable: %s", namespace, name, exc)
-        return out
-
     async def _fill(self, fill: _Fill) -> None:
-        credentials = await self._credentials(fill)
+        credentials = await self._secrets.credentials(fill.refs)
 
         async def one(image: str, pull_always: bool) -> Any:
             try:

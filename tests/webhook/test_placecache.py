@@ -190,12 +190,15 @@ async def test_a_result_learned_with_a_secret_never_answers_another_namespace() 
                         CFG) is not None
 
 
-def test_keys_name_namespace_sorted_secrets_global_secret_and_image() -> None:
+def test_keys_name_namespace_the_controllers_secrets_in_order_and_image() -> None:
     cfg = PlacementConfig(image_inspection=ImageInspectionConfig(
         global_pull_secret=ObjectRef("ops", "global")))
-    keys = cache_keys(_pod("reg/a:1", "reg/a:1", secrets=("z", "b")), "ns", cfg)
-    assert keys == {"reg/a:1": ("ns", ("b", "z"), "ops/global", "reg/a:1")}
-    assert cache_keys(_pod("reg/a:1"), "ns", CFG) == {"reg/a:1": ("ns", (), None, "reg/a:1")}
+    keys = cache_keys(_pod("reg/a:1", "reg/a:1", secrets=("z", "b", "z")), "ns", cfg)
+    assert keys == {"reg/a:1": ((("", "ns"), ("ns", "z"), ("ns", "b"), ("ops", "global")),
+                                "reg/a:1")}
+    assert cache_keys(_pod("reg/a:1"), "ns", CFG) == {"reg/a:1": ((("", "ns"),), "reg/a:1")}
+    # a pod of another namespace naming no secret never shares a key with this one
+    assert cache_keys(_pod("reg/a:1"), "other", CFG) != cache_keys(_pod("reg/a:1"), "ns", CFG)
 
 
 async def test_global_secret_is_read_and_forbidden_secrets_are_skipped() -> None:
