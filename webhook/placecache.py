@@ -11,8 +11,9 @@ terms).
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
 controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
-reference as written). Secrets are read with :class:`imageinspect.PullSecretReader`. A result learned with namespace A's secret therefore never answers a pod of
-namespace B, nor a pod of A naming other secrets (issue 14 item 2: no namespace learns what
+reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
+result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
+pod of A naming other secrets (issue 14 item 2: no namespace learns what
 another's credentials opened). Entries expire after the config's
 ``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
 are not stored: the controller reports them. Fills are deduplicated per key, run at most

@@ -9,7 +9,6 @@ import base64
 import copy
 import datetime as dt
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,8 @@ from tests.harness.kube import KubeEnv
 
 
 @pytest.fixture
-async def api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
-    client = KubeAPI.from_url(fresh_localkube.url)
-    try:
-        yield client
-    finally:
-        await client.close()
+def api(fresh_api: KubeAPI) -> KubeAPI:
+    return fresh_api
 
 
 # --- any Requester ---------------------------------------------------------------------------

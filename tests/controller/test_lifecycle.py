@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,8 @@ CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
 
 
 @pytest.fixture
-async def api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
-    client = KubeAPI.from_url(fresh_localkube.url)
-    try:
-        yield client
-    finally:
-        await client.close()
+def api(fresh_api: KubeAPI) -> KubeAPI:
+    return fresh_api
 
 
 def _create_config(env: KubeEnv, spec: dict[str, Any] | None = None) -> dict[str, Any]:

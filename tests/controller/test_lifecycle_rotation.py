@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -44,12 +43,8 @@ CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
 
 
 @pytest.fixture
-async def api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
-    client = KubeAPI.from_url(fresh_localkube.url)
-    try:
-        yield client
-    finally:
-        await client.close()
+def api(fresh_api: KubeAPI) -> KubeAPI:
+    return fresh_api
 
 
 def _published_bundle(env: KubeEnv) -> bytes:

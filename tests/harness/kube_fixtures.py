@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv, start_localkube
 
 
@@ -45,6 +46,16 @@ def fresh_localkube(tmp_path: Path) -> Iterator[KubeEnv]:
         yield env
     finally:
         env.stop()
+
+
+@pytest.fixture
+async def fresh_api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    """A client of :func:`fresh_localkube` (admin); closed afterwards."""
+    client = KubeAPI.from_url(fresh_localkube.url)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,7 @@ arrive as the subclasses."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from kubeclient import (
     api_error,
     unavailable,
 )
-from tests.harness.kube import KubeEnv, start_localkube
+from tests.harness.kube import KubeEnv
 
 _CAUSES: dict[str, Any] = {
     "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
@@ -82,18 +81,8 @@ def test_properties_still_work_on_a_plain_api_error() -> None:
 
 
 @pytest.fixture
-def kube(tmp_path: Path) -> Iterator[KubeEnv]:
-    server, env = start_localkube(tmp_path)
-    try:
-        yield env
-    finally:
-        env.close()
-        server.stop()
-
-
-@pytest.fixture
-async def api(kube: KubeEnv) -> AsyncIterator[KubeAPI]:
-    client = await KubeAPI.from_kubeconfig(str(kube.kubeconfig))
+async def api(fresh_localkube: KubeEnv) -> AsyncIterator[KubeAPI]:
+    client = await KubeAPI.from_kubeconfig(str(fresh_localkube.kubeconfig))
     await client.request("POST", "/api/v1/namespaces", body={
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}})
     try:
