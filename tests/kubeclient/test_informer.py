@@ -5,8 +5,7 @@ informer without a cache."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,8 @@ from kubeclient import (
     retry_delay,
 )
 from localkube import LocalKube
+from tests.controller.conftest import eventually
 from tests.harness.kube import KubeEnv, start_localkube
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, within: float = 20.0) -> Any:
-    """Poll ``check`` until it returns a truthy value (bounded); returns that value or
-    raises AssertionError with the last value."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"condition not met within {within}s (last: {last!r})")
 
 
 @pytest.fixture
