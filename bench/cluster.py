@@ -74,6 +74,7 @@ from typing import Any  # noqa: E402
 import httpx  # noqa: E402
 
 from controller.config import SCHEDULING_GATE  # noqa: E402
+from controller.paramswriter import params_collection_path  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
     ControlPlane,
@@ -82,6 +83,7 @@ from podplacement.sandbox.controlplane import (  # noqa: E402
     start_control_plane,
 )
 from podplacement.sandbox.oci import Pusher  # noqa: E402
+from podplacement.sandbox.product import NAMESPACE as PRODUCT_NAMESPACE  # noqa: E402
 from podplacement.sandbox.product import Product, install_manifests, start_product  # noqa: E402
 from podplacement.sandbox.registry import Registry, start_registry  # noqa: E402
 
@@ -265,7 +267,7 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
     return out
 
 
-PARAMS_PATH = "/apis/podplacement.io/v1beta1/imageplatforms"
+PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
 
 
 def seed_params(plane: ControlPlane, entries: int) -> None:
@@ -276,7 +278,9 @@ def seed_params(plane: ControlPlane, entries: int) -> None:
               + "x" * 40: "linux/amd64,linux/arm64" for i in range(max(0, entries))}
     with plane.client() as c:
         r = c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
-                                      "kind": "ImagePlatforms", "metadata": {"name": "cluster"},
+                                      "kind": "ImagePlatforms",
+                                      "metadata": {"name": "cluster",
+                                                   "namespace": PRODUCT_NAMESPACE},
                                       "spec": {"images": images}})
         r.raise_for_status()
 

@@ -37,9 +37,15 @@ For each other pod the policy does one of two things (issue 14 item 1):
 
 One JSONPatch mutation does both: an ApplyConfiguration (even an empty ``Object{}``) runs
 the structured merge on every pod (bench/cluster.py --scenario warm: 0.84x of bare speed
-with it, 0.87x without). With ``spec.admission.fastPaths: Disabled``, NUMA placement on,
-or no parsed config passed to :func:`desired_policy`, the policy has no place branch and
-no ``paramKind`` (the binding has no ``paramRef`` either).
+with it, 0.87x without). With ``spec.admission.fastPaths: Disabled`` or NUMA placement on,
+the policy has no place branch, but it keeps its ``paramKind`` and the binding its
+``paramRef``: the params object is the policy's dead-man switch in every variant.
+
+Nothing here outlives the product: the params object lives in the product's namespace
+(deleted with it, or with the CRD, or by the last controller to stop), and while it is
+missing the API server skips the policy; the policy and the binding are owned by the
+product's Namespace (:func:`controller.ownership.namespace_owner`), so the garbage
+collector deletes them once the namespace is gone.
 
 Facts of kube-apiserver v1.36.2 this module relies on (tests/controller/
 test_admissionpolicy_place_realcluster.py):
@@ -77,7 +83,6 @@ from controller.config import (
     AFFINITY_LABEL_SET,
     API_VERSION,
     ARCH_LABEL,
-    CONFIG_KIND,
     DECISION_ANNOTATION,
     FAST_PATHS_ENABLED,
     GATE_LABEL,
@@ -397,39 +402,37 @@ def placement_config(config_obj: Mapping[str, Any] | None) -> PlacementConfig:
         return PlacementConfig()
 
 
-def _metadata(config_obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Our name and label, and the config as owner when it has a uid."""
+def _metadata(owner: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Our name and label, and ``owner`` (:func:`controller.ownership.namespace_owner`)."""
     meta: dict[str, Any] = {"name": ADMISSION_POLICY_NAME,
                             "labels": {"app.kubernetes.io/name": "podplacement"}}
-    owner = (config_obj or {}).get("metadata") or {}
-    if owner.get("uid"):
-        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": CONFIG_KIND,
-                                    "name": owner.get("name"), "uid": owner["uid"]}]
+    if owner:
+        meta["ownerReferences"] = [dict(o) for o in owner]
     return meta
 
 
-def desired_policy(config_obj: Mapping[str, Any] | None,
-                   config: PlacementConfig | None = None) -> dict[str, Any]:
+def desired_policy(config: PlacementConfig,
+                   owner: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The MutatingAdmissionPolicy ``podplacement-gate`` (a plain dict, ready to POST).
 
     Args:
-        config_obj: the PodPlacementConfig ``cluster`` (its uid makes it the owner), or None.
-        config: the parsed config (:func:`placement_config`). None: the gate-only policy
-            of the callers that predate the place branch. Binding the place policy needs the
-            params object to exist (:func:`params_object`) and its creator to have ``get``
-            on all ImagePlatforms objects (the API server checks that at create/update),
-            which such callers do not ensure.
+        config: the parsed PodPlacementConfig (:func:`placement_config`).
+        owner: its ``ownerReferences`` (:func:`controller.ownership.namespace_owner`: the
+            product's Namespace).
 
     Returns:
         ``{"apiVersion": "admissionregistration.k8s.io/v1", "kind":
         "MutatingAdmissionPolicy", "metadata": ..., "spec": ...}``: pods, CREATE only,
         ``matchConditions`` :data:`MATCH_CONDITIONS`, ``reinvocationPolicy: Never``,
-        ``failurePolicy: Ignore``. With a place branch (:func:`places`): ``paramKind``
-        ImagePlatforms, ``variables`` :func:`place_variables`, then the one JSONPatch
+        ``failurePolicy: Ignore``, ``paramKind`` ImagePlatforms in every variant: the params
+        object is the policy's dead-man switch (while it is missing the API server skips the
+        policy, see the module docstring). With a place branch (:func:`places`):
+        ``variables`` :func:`place_variables`, then the one JSONPatch
         :func:`place_patch_mutation` (place, else gate); without: the one ApplyConfiguration
         :data:`GATE_MUTATION`.
     """
     spec: dict[str, Any] = {
+        "paramKind": {"apiVersion": API_VERSION, "kind": PARAMS_KIND},
         "failurePolicy": "Ignore",
         "reinvocationPolicy": "Never",
         "matchConstraints": {
@@ -439,10 +442,7 @@ def desired_policy(config_obj: Mapping[str, Any] | None,
         },
         "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
     }
-    if config is not None and places(config):
-        # Only the place branch reads params. Without paramKind the binding's paramRef is
-        # ignored, so the gate-only policy depends on neither the CRD nor the object.
-        spec["paramKind"] = {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
+    if places(config):
         spec["variables"] = place_variables(config)
         spec["mutations"] = [
             {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation(
@@ -452,38 +452,42 @@ def desired_policy(config_obj: Mapping[str, Any] | None,
         spec["mutations"] = [{"patchType": "ApplyConfiguration",
                               "applyConfiguration": {"expression": GATE_MUTATION}}]
     return {"apiVersion": GROUP_VERSION, "kind": POLICY_KIND,
-            "metadata": _metadata(config_obj), "spec": spec}
+            "metadata": _metadata(owner), "spec": spec}
 
 
-def desired_binding(config_obj: Mapping[str, Any] | None,
-                    selection: WebhookNamespaceSelection,
-                    config: PlacementConfig | None = None) -> dict[str, Any]:
+def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: str,
+                    owner: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The MutatingAdmissionPolicyBinding ``podplacement-gate``: the policy applies in the
     namespaces the webhook is called for (``selection``, from
     :func:`controller.webhookconfig.webhook_namespace_selection`).
 
-    With a place branch (``config`` given and :func:`places`), ``paramRef`` names the
-    ImagePlatforms ``cluster``. Only then: the API server authorizes a binding's
-    ``paramRef`` as ``get`` on that object of the policy's ``paramKind``, and on every
-    resource of every group when the policy has none (422 for the controller). Apply the
-    policy first. ``parameterNotFoundAction: Allow`` makes the server skip the policy while
-    the object is missing (see the module docstring): it must exist before the binding."""
-    spec: dict[str, Any] = {"policyName": ADMISSION_POLICY_NAME}
-    if config is not None and places(config):
-        spec["paramRef"] = {"name": PARAMS_NAME, "parameterNotFoundAction": "Allow"}
-    spec["matchResources"] = {"namespaceSelector": dict(selection.selector),
-                              "objectSelector": {}, "matchPolicy": "Equivalent"}
+    ``paramRef`` names the ImagePlatforms ``cluster`` in ``params_namespace`` (the
+    product's namespace) with ``parameterNotFoundAction: Allow``: while that object is
+    missing, the API server skips the policy and admits pods with neither gate nor
+    placement (the module docstring). That makes the object a dead-man switch: the
+    namespace controller deletes it as soon as the product's namespace is being deleted,
+    the CRD's deletion deletes it, and the last controller to stop deletes it
+    (:mod:`controller.lifecycle`), so no pod is gated once nothing would release it. The API
+    server authorizes a binding's ``paramRef`` as ``get`` on that object: apply the policy
+    (which declares the ``paramKind``) first."""
+    spec: dict[str, Any] = {
+        "policyName": ADMISSION_POLICY_NAME,
+        "paramRef": {"name": PARAMS_NAME, "namespace": params_namespace,
+                     "parameterNotFoundAction": "Allow"},
+        "matchResources": {"namespaceSelector": dict(selection.selector),
+                           "objectSelector": {}, "matchPolicy": "Equivalent"},
+    }
     return {"apiVersion": GROUP_VERSION, "kind": BINDING_KIND,
-            "metadata": _metadata(config_obj), "spec": spec}
+            "metadata": _metadata(owner), "spec": spec}
 
 
-def params_object() -> dict[str, Any]:
-    """An empty ImagePlatforms ``cluster`` (``spec.images: {}``), to create when absent
-    before the place policy is bound: while the object is missing, the API server skips the
-    policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at all. With
-    it, every pod is gated until the controller publishes inspection results."""
+def params_object(namespace: str) -> dict[str, Any]:
+    """An empty ImagePlatforms ``cluster`` in ``namespace`` (``spec.images: {}``), to create
+    when absent before the policy is bound: while the object is missing, the API server
+    skips the policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at
+    all. With it, every pod is gated until the controller publishes inspection results."""
     return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
-            "metadata": {"name": PARAMS_NAME,
+            "metadata": {"name": PARAMS_NAME, "namespace": namespace,
                          "labels": {"app.kubernetes.io/name": "podplacement"}},
             "spec": {"images": {}}}
 

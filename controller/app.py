@@ -38,6 +38,7 @@ from controller.config import (
     GATE_LABEL,
     GATE_LABEL_GATED,
     GROUP,
+    LEASE_NAME,
     LOG_VERBOSITY_LOGGERS,
     NRT_GROUP,
     NRT_PLURAL,
@@ -140,6 +141,11 @@ class ControllerOptions:
     ``registries_refresh_seconds``: how often the ConfigMap of
     ``spec.imageInspection.registriesConfigMapRef`` is read again (it replaces
     ``registries_conf`` while the config names it; see :func:`registries_from`).
+    ``standby_wait``: when the leader stops gracefully, how long it waits for another
+    controller to take the lease before it stands down
+    (:meth:`controller.lifecycle.Lifecycle.last_stop`); negative: never stand down.
+    ``uninstall_deadline_seconds``: how long the ordered uninstall and the stand-down try
+    normal decisions for the gated pods before releasing the rest unplaced.
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -166,7 +172,8 @@ class ControllerOptions:
     inspector_retries: int = 3
     retry_base_delay: float = 1.0
     retry_max_delay: float = 60.0
-    uninstall_deadline_seconds: float = 60.0
+    uninstall_deadline_seconds: float = 20.0
+    standby_wait: float = 5.0
 
 
 class Controller:
@@ -216,7 +223,8 @@ class Controller:
         #: The admission policy's params (image → platforms, anonymous results; issue 14),
         #: written by the leader at most about once a second.
         self.params = ParamsStore(PlacementConfig().image_inspection.cache_ttl_seconds)
-        self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params)
+        self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params,
+                                          namespace=o.namespace)
         self._params_stop = asyncio.Event()
         self._params_task: asyncio.Task[None] | None = None
         self.queue = self._new_queue()
@@ -224,9 +232,12 @@ class Controller:
             api, self.pods, _InspectorProxy(self), self.config_source, self.events, self.metrics,
             nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
             failures=lambda key: self.queue.failures(key), publish=self._publish,
-            is_leader=lambda: self.leading,
+            is_leader=lambda: self.leading or self.releasing > 0,
         )
         self.leading = False
+        #: > 0 while the ordered uninstall or the stand-down releases gated pods: the
+        #: reconciler may then write although this process may no longer lead
+        self.releasing = 0
         self.health: HealthServer | None = None
         self.lifecycle: Lifecycle | None = None
         self.elector: LeaderElector | None = None
@@ -413,13 +424,23 @@ class Controller:
         self.leading = False
         self.metrics.leader.set(0)
         await self.queue.shutdown()
+        await self._stop_params_writer()
+        if self.lifecycle is not None:
+            if self.elector is not None and not self.elector.shutting_down:
+                # The lease was lost. When that is because the product's namespace is being
+                # deleted (which deletes the Lease), nobody can lead again: finish the
+                # ordered uninstall here.
+                with contextlib.suppress(Exception):
+                    await self.lifecycle.finish_if_removed()
+            await self.lifecycle.stop()  # the webhook configuration stays
+
+    async def _stop_params_writer(self) -> None:
+        """Stop the params writer (it would create the params object again)."""
         if self._params_task is not None:
             self._params_stop.set()
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._params_task, 5.0)
             self._params_task = None
-        if self.lifecycle is not None:
-            await self.lifecycle.stop()  # the webhook configuration stays (issue 13)
 
     def _make_lifecycle(self) -> Lifecycle | None:
         o = self.options
@@ -443,6 +464,7 @@ class Controller:
             url=o.webhook_url if not o.webhook_service else None, ca_bundle=ca,
             cert_manager_certificate=o.cert_manager_certificate,
             ungate_remaining=self.ungate_remaining,
+            before_params_delete=self._stop_params_writer,
             uninstall_deadline_seconds=o.uninstall_deadline_seconds,
         )
 
@@ -486,10 +508,14 @@ class Controller:
                 await informer.synced.wait()
 
     async def stop(self) -> None:
-        """Stop everything this controller started (graceful: releases the lease)."""
+        """Stop everything this controller started (graceful: releases the lease). The last
+        controller to stop, the leader with no other taking the lease within
+        ``standby_wait`` seconds, first stands down or finishes the ordered uninstall
+        (:meth:`controller.lifecycle.Lifecycle.last_stop`)."""
         if not self._started:
             return
         self._started = False
+        was_leading = self.leading
         if self.elector is not None:
             with contextlib.suppress(Exception):
                 await self.elector.stop()
@@ -498,6 +524,9 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._elector_task
         await self._stop_leading()
+        if (was_leading and self.lifecycle is not None and self.elector is not None
+                and self.options.standby_wait >= 0):
+            await self._last_stop(self.elector.identity)
         if self._bindings_task is not None:
             self._bindings_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -519,6 +548,37 @@ class Controller:
                 await self._inspector.aclose()
         if self.own_api:
             await self.api.close()
+
+    async def _last_stop(self, identity: str) -> None:
+        """Stand down (or finish the uninstall) unless another controller takes the lease
+        within ``standby_wait`` seconds. Never raises: the process is ending."""
+        assert self.lifecycle is not None
+        if await self._successor(identity, self.options.standby_wait):
+            return
+        try:
+            await self.lifecycle.last_stop()
+        except Exception as exc:
+            log.warning("last controller: stand-down failed: %s", exc)
+
+    async def _successor(self, identity: str, within: float) -> bool:
+        """True when a controller other than ``identity`` holds the Lease within ``within``
+        seconds (polled); False when none does, or the Lease cannot be read."""
+        from controller.leader import LEASE_PATH
+
+        path = LEASE_PATH.format(namespace=self.options.namespace, name=LEASE_NAME)
+        deadline = time.monotonic() + max(0.0, within)
+        while True:
+            try:
+                lease = await self.api.request("GET", path)
+            except ApiError:
+                return False
+            holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+            if holder and holder != identity:
+                log.info("controller %s took over; not standing down", holder)
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
 
     async def __aenter__(self) -> Controller:
         await self.start()
@@ -548,13 +608,14 @@ class Controller:
         pods = [p for p in items if has_gate(p)]
         deadline = time.monotonic() + max(0.0, deadline_seconds)
         sem = asyncio.Semaphore(max(1, self.options.workers))
+        self.releasing += 1
 
         async def one(pod: dict[str, Any]) -> int:
             async with sem:
                 key = pod_key(pod)
                 ns, name, _ = split_key(key)
                 remaining = deadline - time.monotonic()
-                if remaining > 0 and self.leading:
+                if remaining > 0:
                     self.pods.cache.setdefault(object_key(pod), pod)
                     with contextlib.suppress(TimeoutError, ApiError, RetryLater):
                         async with asyncio.timeout(remaining):
@@ -573,7 +634,10 @@ class Controller:
                     return 0
                 return 1
 
-        results = await asyncio.gather(*(one(p) for p in pods))
+        try:
+            results = await asyncio.gather(*(one(p) for p in pods))
+        finally:
+            self.releasing -= 1
         return sum(results)
 
     async def _get_pod(self, ns: str, name: str) -> dict[str, Any] | None:

@@ -75,6 +75,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--lease-duration", type=positive_int, default=15, metavar="SECONDS",
                    help="leader election lease duration in seconds; the leader renews "
                         "within 2/3 of it (default: %(default)s)")
+    p.add_argument("--standby-wait", type=float, default=5.0, metavar="SECONDS",
+                   help="when the leader stops gracefully and no other controller takes the "
+                        "lease within this time, it stands down: the admission policy "
+                        "pauses and every gated pod is released; negative: never "
+                        "(default: %(default)s)")
+    p.add_argument("--uninstall-deadline", type=non_negative_float, default=20.0,
+                   metavar="SECONDS",
+                   help="how long the ordered uninstall and the stand-down try normal "
+                        "placement decisions before releasing the remaining gated pods "
+                        "unplaced; keep it well inside the pod's "
+                        "terminationGracePeriodSeconds (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -131,6 +142,8 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
         lease_duration=args.lease_duration,
         renew_deadline=max(2.0, args.lease_duration * 2 / 3),
         retry_period=max(1.0, args.lease_duration / 7.5),
+        standby_wait=args.standby_wait,
+        uninstall_deadline_seconds=args.uninstall_deadline,
     )
 
 

@@ -41,6 +41,8 @@ WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 #: The controller's leader-election Lease (in its own namespace); the webhook watches it.
 LEASE_NAME = "podplacement-controller"
+#: deploy/'s ServiceAccount of the controller (the one whose finalizer guards the uninstall).
+CONTROLLER_SERVICE_ACCOUNT = "podplacement-controller"
 #: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
 ADMISSION_POLICY_NAME = "podplacement-gate"
 #: ``spec.admission.mechanism``: the policy when the API server serves it, or the webhook only.

@@ -1,7 +1,7 @@
 """Publish the :class:`~controller.imageparams.ParamsStore` as the params object.
 
-Issue 14, item 2: the admission policy's params object, the cluster-scoped ``ImagePlatforms``
-named ``cluster`` (``deploy/crds/imageplatforms.yaml``), is written at most about once a
+The admission policy's params object, the ``ImagePlatforms`` named ``cluster`` in the
+product's own namespace (``deploy/crds/imageplatforms.yaml``), is written at most about once a
 second, batched, never once per pod. :class:`ParamsWriter` is that loop: each tick expires
 old tag references and, when the store changed, replaces the whole object (a map with
 removed keys needs a replace, not a merge) with the live ``resourceVersion``; it creates the
@@ -18,15 +18,34 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from controller.config import API_VERSION, PARAMS_KIND, PARAMS_NAME, PARAMS_PLURAL
+from controller.config import (
+    API_VERSION,
+    DEFAULT_NAMESPACE,
+    PARAMS_KIND,
+    PARAMS_NAME,
+    PARAMS_PLURAL,
+)
 from controller.imageparams import ParamsStore
 from kubeclient import ApiError, Conflict, KubeRequester, NotFound
 
 log = logging.getLogger(__name__)
 
-#: The collection and the object (cluster-scoped singleton).
-PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/{PARAMS_PLURAL}"
-PARAMS_PATH = f"/apis/{API_VERSION}/{PARAMS_PLURAL}/{PARAMS_NAME}"
+#: The collection and the object, templates of the namespace (the product's own: the
+#: namespace controller deletes the object as soon as that namespace is being deleted, which
+#: pauses the admission policy, see :mod:`controller.admissionpolicy`).
+PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/namespaces/{{namespace}}/{PARAMS_PLURAL}"
+PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
+
+
+def params_collection_path(namespace: str) -> str:
+    """The ImagePlatforms collection of ``namespace`` (the product's namespace)."""
+    return PARAMS_COLLECTION_PATH.format(namespace=namespace)
+
+
+def params_path(namespace: str) -> str:
+    """The params object ``ImagePlatforms/cluster`` in ``namespace``."""
+    return PARAMS_PATH.format(namespace=namespace)
+
 
 #: Every request this module sends (method, path), for the RBAC check of
 #: ``tests/deploy/test_manifests.py`` (``deploy/base/rbac/controller.yaml``).
@@ -104,6 +123,7 @@ class ParamsWriter:
             write per ``min_interval`` (a re-read after a lost race shares its tick).
         metrics: optional :class:`ParamsMetrics`.
         clock: the monotonic clock the store's times come from (``time.monotonic``).
+        namespace: the product's namespace, where the object lives.
 
     Raises:
         ValueError: ``min_interval`` is not positive.
@@ -117,6 +137,7 @@ class ParamsWriter:
         min_interval: float = 1.0,
         metrics: ParamsMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         if min_interval <= 0:
             raise ValueError(f"min_interval must be positive, not {min_interval}")
@@ -125,6 +146,9 @@ class ParamsWriter:
         self.min_interval = min_interval
         self.metrics = metrics
         self.clock = clock
+        self.namespace = namespace
+        self.path = params_path(namespace)
+        self.collection_path = params_collection_path(namespace)
         # The live object's metadata (with its resourceVersion) as last read or written;
         # None while it does not exist. Valid only while _known is true.
         self._meta: dict[str, Any] | None = None
@@ -196,7 +220,7 @@ class ParamsWriter:
 
     async def _read(self) -> int:
         try:
-            obj = await self.api.request("GET", PARAMS_PATH)
+            obj = await self.api.request("GET", self.path)
         except NotFound:
             self._meta, self._known = None, True
             self._adopted = True
@@ -220,16 +244,17 @@ class ParamsWriter:
         body: dict[str, Any] = {
             "apiVersion": API_VERSION,
             "kind": PARAMS_KIND,
-            "metadata": dict(self._meta) if self._meta is not None else {"name": PARAMS_NAME},
+            "metadata": (dict(self._meta) if self._meta is not None
+                         else {"name": PARAMS_NAME, "namespace": self.namespace}),
             "spec": {"images": images},
             "status": {"entries": len(images)},
         }
         creating = self._meta is None
         try:
             if creating:
-                obj = await self.api.request("POST", PARAMS_COLLECTION_PATH, body=body)
+                obj = await self.api.request("POST", self.collection_path, body=body)
             else:
-                obj = await self.api.request("PUT", PARAMS_PATH, body=body)
+                obj = await self.api.request("PUT", self.path, body=body)
         except (Conflict, NotFound) as exc:
             # Someone else created, changed or deleted it: re-read on the next tick.
             log.info("params object %s: %s; re-reading", PARAMS_NAME, exc)

@@ -46,8 +46,6 @@ from typing import Any, NamedTuple
 
 from controller.config import (
     ADMISSION_PATH_MARK,
-    API_VERSION,
-    CONFIG_KIND,
     DECISION_ANNOTATION,
     EXCLUDE_NAMESPACE_LABEL,
     GATE_LABEL,
@@ -200,6 +198,7 @@ def desired_webhook_configuration(
     own_namespace: str,
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cert_manager_certificate: str | None = None,
+    owner: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Build the MutatingWebhookConfiguration ``podplacement-webhook``.
 
@@ -209,9 +208,7 @@ def desired_webhook_configuration(
     namespaceSelector of :func:`webhook_namespace_selection`.
 
     Args:
-        config_obj: the PodPlacementConfig ``cluster`` dict; when it has a ``uid`` the result
-            carries an ownerReference to it, so the garbage collector removes the webhook
-            configuration if the config disappears without our finalizer.
+        config_obj: the PodPlacementConfig ``cluster`` dict (its namespace selection).
         ca_bundle: PEM CA certificate(s) the API server trusts for the webhook (base64-encoded
             into ``clientConfig.caBundle``); None leaves caBundle out (cert-manager mode).
         service: ``(namespace, name, port, path)`` of the webhook Service, or
@@ -220,6 +217,9 @@ def desired_webhook_configuration(
         timeout_seconds: webhook call timeout, 1..30.
         cert_manager_certificate: ``<namespace>/<Certificate>``: add cert-manager's
             ``inject-ca-from`` annotation so its CA injector owns caBundle.
+        owner: the ``ownerReferences`` (:func:`controller.ownership.namespace_owner`: the
+            product's Namespace, so the garbage collector deletes the configuration once
+            the namespace is gone, whether or not a controller ran the ordered uninstall).
 
     Raises:
         ValueError: neither or both of service/url, or timeout out of 1..30.
@@ -250,17 +250,8 @@ def desired_webhook_configuration(
     }
     if cert_manager_certificate:
         metadata["annotations"] = {CERT_MANAGER_INJECT_ANNOTATION: cert_manager_certificate}
-    cfg_meta = (config_obj or {}).get("metadata") or {}
-    if cfg_meta.get("uid") and cfg_meta.get("name"):
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": API_VERSION,
-                "kind": CONFIG_KIND,
-                "name": cfg_meta["name"],
-                "uid": cfg_meta["uid"],
-                "controller": True,
-            }
-        ]
+    if owner:
+        metadata["ownerReferences"] = [dict(o) for o in owner]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

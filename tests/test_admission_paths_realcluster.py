@@ -30,7 +30,8 @@ import httpx
 import pytest
 
 from controller.config import DECISION_ANNOTATION, SCHEDULING_GATE
-from podplacement.sandbox.product import Product, install_manifests, start_product
+from controller.paramswriter import params_path
+from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
@@ -38,7 +39,7 @@ from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
 
-PARAMS = "/apis/podplacement.io/v1beta1/imageplatforms/cluster"
+PARAMS = params_path(NAMESPACE)
 CONTROLLER_USER = "system:serviceaccount:podplacement-system:podplacement-controller"
 
 

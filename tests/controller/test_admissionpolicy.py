@@ -18,6 +18,7 @@ from controller.config import (
     PlatformWeight,
     TopologyConfig,
 )
+from controller.ownership import namespace_owner
 from controller.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
@@ -25,15 +26,18 @@ CONFIG: dict[str, Any] = {
     "metadata": {"name": "cluster", "uid": "u-1"},
     "spec": {"namespaceSelector": {"matchLabels": {"team": "legacy"}}},
 }
+NS = "podplacement-system"
+OWNER = namespace_owner({"metadata": {"name": NS, "uid": "ns-1"}})
 WEIGHTED = PlacementConfig(preferred_platforms=(PlatformWeight("arm64", 60),
                                                 PlatformWeight("amd64", 5)))
 
 
 def test_policy_gates_pod_creates_and_never_denies() -> None:
-    policy = ap.desired_policy(CONFIG)
+    policy = ap.desired_policy(PlacementConfig(), OWNER)
     spec = policy["spec"]
     assert policy["metadata"]["name"] == ADMISSION_POLICY_NAME
-    assert policy["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert policy["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Namespace", "name": NS, "uid": "ns-1"}]
     assert spec["failurePolicy"] == "Ignore" and spec["reinvocationPolicy"] == "Never"
     assert spec["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
@@ -42,16 +46,13 @@ def test_policy_gates_pod_creates_and_never_denies() -> None:
     assert names == ["not-bound", "not-daemonset", "not-gated"]
 
 
-def test_without_a_parsed_config_the_policy_only_gates_as_before() -> None:
-    spec = ap.desired_policy(CONFIG)["spec"]
-    assert "variables" not in spec and "paramKind" not in spec
-    (mutation,) = spec["mutations"]
-    assert mutation["patchType"] == "ApplyConfiguration"
-    assert mutation["applyConfiguration"]["expression"] == ap.GATE_MUTATION
+def test_without_an_owner_the_objects_have_no_owner_references() -> None:
+    assert "ownerReferences" not in ap.desired_policy(PlacementConfig())["metadata"]
+    assert namespace_owner(None) == [] and namespace_owner({"metadata": {"name": NS}}) == []
 
 
 def test_default_config_places_or_gates_with_one_json_patch() -> None:
-    spec = ap.desired_policy(CONFIG, PlacementConfig())["spec"]
+    spec = ap.desired_policy(PlacementConfig())["spec"]
     assert spec["paramKind"] == {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
     (patch,) = spec["mutations"]
     assert patch["patchType"] == "JSONPatch"
@@ -63,7 +64,7 @@ def test_default_config_places_or_gates_with_one_json_patch() -> None:
 
 
 def test_variables_are_declared_before_use() -> None:
-    variables = ap.desired_policy(None, WEIGHTED)["spec"]["variables"]
+    variables = ap.desired_policy(WEIGHTED)["spec"]["variables"]
     names = [v["name"] for v in variables]
     assert names == ["images", "table", "known", "free", "lists", "pairs", "placed", "archs",
                      "preferredArchs", "decision"]
@@ -72,12 +73,13 @@ def test_variables_are_declared_before_use() -> None:
         assert not any(f"variables.{n}" in var["expression"] for n in later), var["name"]
 
 
-def test_fast_paths_disabled_or_numa_emit_no_place_branch_and_no_params() -> None:
+def test_fast_paths_disabled_or_numa_gate_only_but_keep_the_params_dead_man_switch() -> None:
     for config in (PlacementConfig(admission_fast_paths="Disabled"),
                    PlacementConfig(topology=TopologyConfig(enabled=True))):
         assert not ap.places(config)
-        spec = ap.desired_policy(CONFIG, config)["spec"]
-        assert "variables" not in spec and "paramKind" not in spec
+        spec = ap.desired_policy(config)["spec"]
+        assert "variables" not in spec
+        assert spec["paramKind"] == {"apiVersion": API_VERSION, "kind": PARAMS_KIND}
         (mutation,) = spec["mutations"]
         assert mutation["applyConfiguration"]["expression"] == ap.GATE_MUTATION
 
@@ -85,20 +87,20 @@ def test_fast_paths_disabled_or_numa_emit_no_place_branch_and_no_params() -> Non
 def test_placement_config_parses_the_object_or_falls_back_to_defaults() -> None:
     obj = copy.deepcopy(CONFIG)
     obj["spec"]["admission"] = {"fastPaths": "Disabled"}
-    assert "variables" not in ap.desired_policy(obj, ap.placement_config(obj))["spec"]
+    assert "variables" not in ap.desired_policy(ap.placement_config(obj))["spec"]
     obj["spec"]["admission"] = {"fastPaths": "Sometimes"}  # invalid: the defaults apply
     assert ap.placement_config(obj) == PlacementConfig()
-    assert "variables" in ap.desired_policy(obj, ap.placement_config(obj))["spec"]
+    assert "variables" in ap.desired_policy(ap.placement_config(obj))["spec"]
     assert ap.placement_config(None) == PlacementConfig()
 
 
 def test_preferred_weights_are_cel_literals_and_absent_without_scoring() -> None:
-    weighted = ap.desired_policy(None, WEIGHTED)["spec"]
+    weighted = ap.desired_policy(WEIGHTED)["spec"]
     (mutation,) = weighted["mutations"]
     patch = mutation["jsonPatch"]["expression"]
     assert "{'amd64': 5, 'arm64': 60}[a]" in patch
     assert "?preferredDuringSchedulingIgnoredDuringExecution" in patch
-    plain = ap.desired_policy(None, PlacementConfig())["spec"]
+    plain = ap.desired_policy(PlacementConfig())["spec"]
     assert "preferred" not in plain["mutations"][0]["jsonPatch"]["expression"]
     assert "preferredArchs" not in [v["name"] for v in plain["variables"]]
 
@@ -120,12 +122,11 @@ def test_cel_string_quotes_safely() -> None:
 
 def test_binding_uses_the_webhooks_namespace_selection_and_the_params() -> None:
     selection = webhook_namespace_selection(CONFIG, "podplacement-system")
-    binding = ap.desired_binding(CONFIG, selection, PlacementConfig())
+    binding = ap.desired_binding(selection, params_namespace=NS, owner=OWNER)
     assert binding["spec"]["policyName"] == ADMISSION_POLICY_NAME
-    assert binding["spec"]["paramRef"] == {"name": PARAMS_NAME,
+    assert binding["spec"]["paramRef"] == {"name": PARAMS_NAME, "namespace": NS,
                                            "parameterNotFoundAction": "Allow"}
-    for gate_only in (None, PlacementConfig(admission_fast_paths="Disabled")):
-        assert "paramRef" not in ap.desired_binding(CONFIG, selection, gate_only)["spec"]
+    assert binding["metadata"]["ownerReferences"] == OWNER
     exprs = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert {"key": "team", "operator": "NotIn", "values": ["legacy"]} in exprs
     system = next(e for e in exprs if e["key"] == "kubernetes.io/metadata.name")
@@ -133,7 +134,7 @@ def test_binding_uses_the_webhooks_namespace_selection_and_the_params() -> None:
 
 
 def test_drift_is_a_changed_field_we_set_not_a_server_default() -> None:
-    desired = ap.desired_policy(CONFIG, WEIGHTED)
+    desired = ap.desired_policy(WEIGHTED, OWNER)
     live = copy.deepcopy(desired)
     live["spec"]["matchConstraints"]["namespaceSelector"] = {}  # defaulted by the server
     live["spec"]["matchConstraints"]["objectSelector"] = {}
@@ -146,17 +147,19 @@ def test_drift_is_a_changed_field_we_set_not_a_server_default() -> None:
 
 
 def test_a_config_change_is_drift() -> None:
-    live = ap.desired_policy(CONFIG, PlacementConfig())
-    assert ap.policy_drifted(live, ap.desired_policy(CONFIG, WEIGHTED))
-    assert ap.policy_drifted(ap.desired_policy(CONFIG), live)
+    live = ap.desired_policy(PlacementConfig(), OWNER)
+    assert ap.policy_drifted(live, ap.desired_policy(WEIGHTED, OWNER))
+    assert ap.policy_drifted(ap.desired_policy(PlacementConfig(admission_fast_paths="Disabled"),
+                                               OWNER), live)
     assert ap.policy_drifted(live, ap.desired_policy(
-        CONFIG, PlacementConfig(admission_fast_paths="Disabled")))
-    assert not ap.policy_drifted(live, ap.desired_policy(CONFIG, PlacementConfig()))
+        PlacementConfig(admission_fast_paths="Disabled"), OWNER))
+    assert not ap.policy_drifted(live, ap.desired_policy(PlacementConfig(), OWNER))
 
 
 def test_the_empty_params_object_is_the_bindings_param_and_is_never_reverted() -> None:
-    obj = ap.params_object()
+    obj = ap.params_object(NS)
     assert (obj["apiVersion"], obj["kind"]) == (API_VERSION, PARAMS_KIND)
     assert obj["metadata"]["name"] == PARAMS_NAME and obj["spec"] == {"images": {}}
+    assert obj["metadata"]["namespace"] == NS
     live = {**obj, "spec": {"images": {"reg/a:1": "linux/amd64"}}}
     assert not ap.never_drifted(live, obj)

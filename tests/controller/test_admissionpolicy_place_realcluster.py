@@ -33,13 +33,13 @@ from controller.config import (
     API_VERSION,
     ARCH_LABEL,
     DECISION_ANNOTATION,
+    DEFAULT_NAMESPACE,
     GATE_LABEL,
     GATE_LABEL_GATED,
     OS_LABEL,
     PARAMS_KIND,
     PARAMS_MAX_ENTRIES,
     PARAMS_NAME,
-    PARAMS_PLURAL,
     SCHEDULING_GATE,
     PlacementConfig,
     PlatformWeight,
@@ -47,6 +47,7 @@ from controller.config import (
 )
 from controller.decision import decide
 from controller.explain import apply_patch
+from controller.paramswriter import params_collection_path
 from controller.webhookconfig import WebhookNamespaceSelection
 from tests.controller._pods import img
 from tests.controller.conftest import check_bindings
@@ -58,7 +59,9 @@ pytestmark = pytest.mark.realcluster
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 POLICIES = f"{ADMISSION}/{ap.POLICY_RESOURCE}"
 BINDINGS = f"{ADMISSION}/{ap.BINDING_RESOURCE}"
-PARAMS = f"/apis/{API_VERSION}/{PARAMS_PLURAL}"
+#: The params object's namespace (the product's, as the controller puts it there).
+PARAMS_NS = DEFAULT_NAMESPACE
+PARAMS = params_collection_path(PARAMS_NS)
 LINUX = ("linux/amd64", "linux/arm64", "linux/ppc64le", "linux/s390x")
 WINDOWS = "windows/amd64"
 WEIGHTS = (PlatformWeight("amd64", 10), PlatformWeight("arm64", 60),
@@ -114,9 +117,9 @@ def _install(env: KubeEnv, variant: str, config: PlacementConfig, namespace: str
     """desired_policy/desired_binding for ``config``, renamed for ``variant`` and bound to
     ``namespace`` only."""
     name = f"{ap.ADMISSION_POLICY_NAME}-{variant}"
-    policy = ap.desired_policy(None, config)
+    policy = ap.desired_policy(config)
     policy["metadata"]["name"] = name
-    binding = ap.desired_binding(None, _selection(namespace), config)
+    binding = ap.desired_binding(_selection(namespace), params_namespace=PARAMS_NS)
     binding["metadata"]["name"] = name
     binding["spec"]["policyName"] = name
     for path, obj in ((POLICIES, policy), (BINDINGS, binding)):
@@ -127,7 +130,8 @@ def _install(env: KubeEnv, variant: str, config: PlacementConfig, namespace: str
 
 
 def _params_object(entries: Mapping[str, str]) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": PARAMS_KIND, "metadata": {"name": PARAMS_NAME},
+    return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
+            "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS},
             "spec": {"images": dict(entries)}}
 
 
@@ -167,6 +171,7 @@ def world(cluster: KubeEnv) -> World:
     while len(entries) < PARAMS_MAX_ENTRIES:
         entries[_long_ref(i)] = ",".join(sorted(rnd.sample(LINUX, rnd.randint(1, 4))))
         i += 1
+    cluster.ensure_namespace(PARAMS_NS)
     r = cluster.request("POST", PARAMS, json=_params_object(entries))
     assert r.status_code == 201, r.text[:500]
     namespaces = {}
@@ -391,8 +396,9 @@ def test_the_scheduler_binds_placed_pods_only_to_supported_architectures(
 def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> None:
     """kube-apiserver v1.36.2: ``parameterNotFoundAction: Allow`` does not evaluate the
     policy with ``params == null``; it skips it, so the pod is admitted with neither gate
-    nor placement. Hence the params object must exist before the binding (the gate-only
-    policy has no ``paramKind`` and keeps gating)."""
+    nor placement. Hence the params object must exist before the binding, and it is the
+    dead-man switch of every variant, the gate-only one (fastPaths Disabled) included:
+    without it no pod is gated."""
     env = world.env
     saved = env.get(f"{PARAMS}/{PARAMS_NAME}")
     assert env.delete(f"{PARAMS}/{PARAMS_NAME}").status_code == 200
@@ -400,17 +406,18 @@ def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> N
     try:
         wait_for(lambda: not _admitted_by_policy(
             _dry_create(env, world.namespaces["plain"], probe)), 30)
-        assert _admitted_by_policy(_dry_create(env, world.namespaces["disabled"], probe))
+        assert not _admitted_by_policy(_dry_create(env, world.namespaces["disabled"], probe))
     finally:
         # The empty object to create before binding (ap.params_object) restores gating.
-        assert env.request("POST", PARAMS, json=ap.params_object()).status_code == 201
+        assert env.request("POST", PARAMS,
+                           json=ap.params_object(PARAMS_NS)).status_code == 201
     wait_for(lambda: _admitted_by_policy(
         _dry_create(env, world.namespaces["plain"], probe)), 30)
     gated = _dry_create(env, world.namespaces["plain"], probe)
     assert [g["name"] for g in gated["spec"]["schedulingGates"]] == [SCHEDULING_GATE]
     current = env.get(f"{PARAMS}/{PARAMS_NAME}")
     restored = {**_params_object(saved["spec"]["images"]),
-                "metadata": {"name": PARAMS_NAME,
+                "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
                              "resourceVersion": current["metadata"]["resourceVersion"]}}
     r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)
     assert r.status_code == 200, r.text[:300]

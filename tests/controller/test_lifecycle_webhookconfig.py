@@ -18,6 +18,7 @@ from controller.config import (
     WEBHOOK_NAME,
 )
 from controller.lifecycle import ConditionSpec, merge_conditions
+from controller.ownership import namespace_owner
 from controller.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     NAMESPACE_NAME_LABEL,
@@ -48,6 +49,7 @@ def _desired(selector: Any = None, **kw: Any) -> dict[str, Any]:
     kw.setdefault("ca_bundle", b"-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n")
     if "url" not in kw:
         kw.setdefault("service", ServiceRef(OWN_NS, "podplacement-webhook"))
+    kw.setdefault("owner", namespace_owner({"metadata": {"name": OWN_NS, "uid": "ns-1"}}))
     return desired_webhook_configuration(_config(selector), own_namespace=OWN_NS, **kw)
 
 
@@ -115,7 +117,9 @@ def test_recorded_opt_out_selector_is_not_duplicated() -> None:
 def test_desired_configuration_shape() -> None:
     mwc = _desired({"matchLabels": {"team": "a"}})
     assert mwc["metadata"]["name"] == WEBHOOK_CONFIGURATION_NAME
-    assert mwc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    # owned by the product's Namespace: the garbage collector deletes it with the namespace
+    assert mwc["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Namespace", "name": OWN_NS, "uid": "ns-1"}]
     (hook,) = mwc["webhooks"]
     assert hook["name"] == WEBHOOK_NAME
     assert hook["failurePolicy"] == "Ignore"

@@ -19,13 +19,15 @@ from typing import Any
 import orjson
 import pytest
 
-from controller.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
+from controller.config import DEFAULT_NAMESPACE, PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
 from controller.imageparams import ParamsStore, platforms_value
-from controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH, ParamsWriter
+from controller.paramswriter import ParamsWriter, params_collection_path, params_path
 from kubeclient import KubeAPI, NotFound
 from tests.harness.kube import KubeEnv, start_localkube
 from tests.harness.realcluster import real_cluster
 
+PARAMS_PATH = params_path(DEFAULT_NAMESPACE)
+PARAMS_COLLECTION_PATH = params_collection_path(DEFAULT_NAMESPACE)
 BACKENDS = ["localkube", pytest.param("real", marks=pytest.mark.realcluster)]
 AMD_ARM = [("linux", "amd64"), ("linux", "arm64")]
 PLATFORM_SETS = [
@@ -39,12 +41,16 @@ PLATFORM_SETS = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def pkube(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
-    """An API server of this module's own (the params object is a cluster singleton)."""
+    """An API server of this module's own, with the product's namespace (where the params
+    object lives)."""
     if request.param == "real":
-        yield from real_cluster(tmp_path_factory, "params-real", nodes=(), scheduler=False)
+        for env in real_cluster(tmp_path_factory, "params-real", nodes=(), scheduler=False):
+            env.ensure_namespace(DEFAULT_NAMESPACE)
+            yield env
         return
     _server, env = start_localkube(tmp_path_factory.mktemp("params-localkube"))
     try:
+        env.ensure_namespace(DEFAULT_NAMESPACE)
         yield env
     finally:
         env.stop()

@@ -25,11 +25,13 @@ from controller import app, leader, lifecycle
 from controller.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
+    CONTROLLER_SERVICE_ACCOUNT,
     DEFAULT_NAMESPACE,
     PARAMS_NAME,
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
 )
+from controller.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
 from controller.webhookconfig import (
     NAMESPACE_NAME_LABEL,
     ServiceRef,
@@ -100,7 +102,16 @@ BASE_PERMISSIONS = (
     # get of every ImagePlatforms: the API server's condition for creating a policy with
     # that paramKind (controller/admissionpolicy.py)
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get")
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update", PARAMS_NAME)
+    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
+    # the uninstall guards (controller/ownership.py)
+    | _rows(_C, "cluster", "", "namespaces", "get", NS)
+    | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
+    | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterroles", "create")
+    | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterroles", "get update",
+            UNINSTALL_RBAC_NAME)
+    | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterrolebindings", "create")
+    | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterrolebindings", "get update",
+            UNINSTALL_RBAC_NAME)
     | _rows(_C, NS, "coordination.k8s.io", "leases", "create")
     | _rows(_C, NS, "coordination.k8s.io", "leases", "get update", leader.DEFAULT_LEASE_NAME)
     | _rows(_C, NS, "", "secrets", "create")
@@ -376,8 +387,33 @@ def test_rbac_grants_exactly_the_declared_table(base: list[dict[str, Any]],
     assert _grants(overlay) == OVERLAY_PERMISSIONS
 
 
+def test_the_uninstall_copy_adds_no_right() -> None:
+    """The ClusterRole the controller creates for its uninstall (controller/ownership.py) may
+    only hold rights the controller's own ClusterRole grants cluster-wide: the API server
+    refuses anything else (RBAC escalation prevention), and the copy must grant nothing
+    new."""
+    cluster = {r for r in BASE_PERMISSIONS if r[0] == _C and r[1] == "cluster"}
+    for rule in uninstall_rules(CONTROLLER_SERVICE_ACCOUNT):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or ["*"]:
+                        assert (_C, "cluster", group, resource, verb, name) in cluster or (
+                            _C, "cluster", group, resource, verb, "*") in cluster, (
+                            group, resource, verb, name)
+
+
+#: (group, resource, verb) the API server's bootstrap policy grants every authenticated user
+#: (ClusterRole system:basic-user): the controller asks who it is with a SelfSubjectReview.
+EVERYONE_MAY: frozenset[tuple[str, str, str]] = frozenset({
+    ("authentication.k8s.io", "selfsubjectreviews", "create"),
+})
+
+
 def _allowed(grants: set[tuple[str, str, str, str, str, str]], sa: str, namespace: str | None,
              group: str, resource: str, verb: str, name: str | None) -> bool:
+    if (group, resource, verb) in EVERYONE_MAY:
+        return True
     for g_sa, scope, g_group, g_res, g_verb, g_name in grants:
         if (g_sa, g_group, g_res, g_verb) != (sa, group, resource, verb):
             continue
@@ -753,7 +789,8 @@ def _all_path_literals(package: str) -> Iterator[tuple[str, str]]:
 def test_every_resource_named_in_the_code_is_granted(base: list[dict[str, Any]], package: str,
                                                      sa: str) -> None:
     grants = _grants(base)
-    granted = {(g[2], g[3]) for g in grants if g[0] == sa}
+    granted = {(g[2], g[3]) for g in grants if g[0] == sa} | {
+        (group, resource) for group, resource, _ in EVERYONE_MAY}
     found = list(_all_path_literals(package))
     assert found, f"no API path found in {package}/ (scanner broken?)"
     for file, path in found:
