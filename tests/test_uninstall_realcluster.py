@@ -139,8 +139,9 @@ def _create_gated(cluster: KubeEnv, product: Product, image: str, count: int) ->
 
 
 def _gated_anywhere(cluster: KubeEnv) -> list[str]:
-    pods = cluster.get("/api/v1/pods", params={"labelSelector": f"{GATE_LABEL}=gated"})
-    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods["items"]
+    r = cluster.request("GET", "/api/v1/pods", params={"labelSelector": f"{GATE_LABEL}=gated"})
+    r.raise_for_status()
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in r.json()["items"]
             if _gated(p)]
 
 
@@ -284,7 +285,15 @@ def test_namespace_deleted_after_the_product_died_gates_no_new_pod(
     _exited(installed, 10)
     started = time.monotonic()
     kubectl(cluster.plane, "delete", "namespace", NAMESPACE, "--wait=false")
-    wait_for(lambda: cluster.request("GET", OURS["params"]).status_code == 404, 30, every=0.2)
+
+    def params_gone() -> bool:
+        # KEP-5080 (ordered namespace deletion, on in v1.36): the namespace controller
+        # deletes the namespace's pods first, and the rest once they are gone; a kubelet
+        # confirms the deletion of pods whose containers are dead at once, as done here.
+        _force_delete_product_pods(cluster)
+        return cluster.request("GET", OURS["params"]).status_code == 404
+
+    wait_for(params_gone, 30, every=0.2)
     # the API server drops the policy's params from its informer within a moment
     wait_for(lambda: not _gated(cluster.create(
         f"/api/v1/namespaces/{_user_namespace(cluster)}/pods", _pod("probe", image))), 30,
