@@ -594,6 +594,9 @@ async def controller_args(work: Path, pair: DemoRegistryPair, kubeconfig: Path,
     env: dict[str, str] = {}
     if "--registries-conf" in help_text:
         args += ["--registries-conf", str(conf)]
+    if "--standby-wait" in help_text:
+        # the demo's control plane goes with the demo: no stand-down at its end
+        args += ["--standby-wait", "-1"]
     if "--ca-file" in help_text:
         args += ["--ca-file", f"{pair.private.host}={ca_file}"]
     else:
