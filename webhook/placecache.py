@@ -36,7 +36,8 @@ from controller.decision import unique_images
 from controller.podspec import pull_secret_refs
 from imageinspect import PullSecretReader
 
-__all__ = ["CacheKey", "KubeClientLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
+__all__ = ["CacheKey", "InspectorLike", "KubeClientLike", "PlaceCache", "PlaceCacheStats",
+           "cache_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -156,25 +157,42 @@ class PlaceCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str,
-               config: PlacementConfig) -> dict[str, Any] | None:
+    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
+               touch: bool = True) -> dict[str, Any] | None:
         """Every distinct image of ``pod`` → its stored result, or None when any image is
         missing or expired (older than ``config.image_inspection.cache_ttl_seconds``) for
-        the pod's credentials. No I/O."""
+        the pod's credentials. No I/O. ``touch``: see :meth:`cached`."""
         keys = cache_keys(pod, namespace, config)
+        out = self.cached(keys, config, touch=touch)
+        if len(out) != len(keys):
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        return out
+
+    def cached(self, keys: Mapping[str, CacheKey], config: PlacementConfig, *,
+               touch: bool = True) -> dict[str, Any]:
+        """The stored result of each of ``keys`` (image → :data:`CacheKey`, as
+        :func:`cache_keys` gives them) that has one younger than the config's
+        ``cacheTTL``: image → result; the others are left out. No I/O.
+
+        ``touch`` (default): found entries become the most recently used and expired ones
+        are dropped. ``touch=False`` only reads (an AdmissionReview with ``dryRun``: it
+        must leave the cache as it was)."""
         ttl = config.image_inspection.cache_ttl_seconds
         now = self._clock()
         out: dict[str, Any] = {}
         for image, key in keys.items():
             entry = self._entries.get(key)
-            if entry is None or now - entry[0] >= ttl:
-                if entry is not None:
+            if entry is None:
+                continue
+            if now - entry[0] >= ttl:
+                if touch:
                     del self._entries[key]
-                self.stats.misses += 1
-                return None
-            self._entries.move_to_end(key)
+                continue
+            if touch:
+                self._entries.move_to_end(key)
             out[image] = entry[1]
-        self.stats.hits += 1
         return out
 
     def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
@@ -255,9 +273,13 @@ class PlaceCache:
             if isinstance(result, BaseException):
                 self.stats.fills_failed += 1
                 continue
-            self._store(key, result)
+            self.store(key, result)
 
-    def _store(self, key: CacheKey, result: Any) -> None:
+    def store(self, key: CacheKey, result: Any) -> None:
+        """Store the inspection result of ``key`` (an image for one credential identity,
+        :func:`cache_keys`), as of now: the background fills and
+        :class:`webhook.admitinspect.AdmissionInspector` store here. Only successful
+        results belong here (failures are the controller's to report)."""
         self._entries[key] = (self._clock(), result)
         self._entries.move_to_end(key)
         self.stats.stored += 1
