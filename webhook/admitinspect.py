@@ -338,6 +338,11 @@ class AdmissionInspector:
         # shield: one flight's timeout or cancellation must not cancel the others' read
         return await asyncio.shield(task)
 
+    async def idle(self) -> None:
+        """Wait until no flight runs (tests; each flight ends within ``flight_timeout``)."""
+        while self._flights:
+            await asyncio.gather(*list(self._flights.values()), return_exceptions=True)
+
     async def aclose(self) -> None:
         """Cancel the running flights and Secret reads."""
         tasks = [*self._flights.values(), *self._reads.values()]

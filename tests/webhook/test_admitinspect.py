@@ -155,10 +155,7 @@ async def test_a_review_leaves_after_its_budget_and_the_flight_fills_the_cache()
     assert at.stats.budget_exceeded == 1 and at.in_flight() == 1
     assert cache.lookup(pod, "ns", CFG) is None
     inspector.gate.set()
-    for _ in range(100):
-        if at.in_flight() == 0:
-            break
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(at.idle(), 5)
     assert cache.lookup(pod, "ns", CFG) is not None
     assert (await at.pod_images(pod, "ns", CFG)).complete and len(inspector.calls) == 1
 
