@@ -3,7 +3,7 @@
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(issue 14, "The webhook after the policy", item 3). The decision is not re-implemented here:
+(README "The webhook after the policy"). The decision is not re-implemented here:
 :func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
 exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
 patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
@@ -94,8 +94,8 @@ class AdmissionPlacement:
 
 def fast_path_applies(config: PlacementConfig | None) -> bool:
     """True when ``config`` lets the webhook place pods at admission: fast paths
-    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (issue 14: NUMA
-    never takes a fast path)."""
+    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (NUMA never takes a
+    fast path)."""
     return (config is not None and config.admission_fast_paths == FAST_PATHS_ENABLED
             and not config.topology.enabled)
 

@@ -320,8 +320,8 @@ def decide(
             computed them (:func:`controller.plan.plan` does, once per pod); else computed
             here.
         path: the admission path that places the pod, written first into the annotation
-            as ``"path"`` (``"webhook"`` for the webhook's fast path, issue 14 item 3); None
-            (the controller) writes no ``path``.
+            as ``"path"`` (``"webhook"`` for the webhook, README "The webhook after the
+            policy"); None (the controller) writes no ``path``.
         give_up: set when no later attempt will follow (the webhook deciding at admission
             while no controller runs): an image without a result means the fallback at
             once, whatever ``failures`` says, and these words replace "after N attempts"

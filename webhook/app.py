@@ -125,7 +125,7 @@ class WebhookMetrics:
     per process in tests). Names start with ``podplacement_webhook_``:
 
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
-    * ``admissions_total{path}``: pod creations by the path they took (issue 14):
+    * ``admissions_total{path}``: pod creations by the path they took:
       ``policy-placed`` (the MutatingAdmissionPolicy placed the pod from its params object),
       ``webhook-placed``, ``gated`` (by the policy or the webhook; the controller places
       them) and ``skipped``; ``policy-placed / (policy-placed + gated)`` is the hit ratio of

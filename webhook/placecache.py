@@ -1,20 +1,23 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
 The webhook places a pod at admission only when it already knows every image of the pod
-(:func:`controller.admission.admission_placement`; issue 14 item 3). It never does network
-I/O while answering: on a miss the pod stays gated for the controller and
+(:func:`controller.admission.admission_placement`; README "The webhook after the policy").
+The fast path never does network I/O while answering: on a miss the pod stays gated for the
+controller and
 :meth:`PlaceCache.schedule_fill` queues a background fill, which reads the pod's pull Secrets
 through the Kubernetes API, inspects the images with those credentials and stores the
 results. The next pod with the same images and the same credentials is then placed by the
 webhook (the replicas of a Deployment of a private image, pods with existing required
-terms).
+terms). A review with ``dryRun`` only reads the cache (``lookup(touch=False)``) and
+schedules no fill. While no controller runs, :mod:`webhook.admitinspect` inspects at
+admission and stores its results here too (:meth:`PlaceCache.store`).
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
 controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
 reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
 result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
-pod of A naming other secrets (issue 14 item 2: no namespace learns what
-another's credentials opened). Entries expire after the config's
+pod of A naming other secrets (no namespace learns what another's credentials
+opened). Entries expire after the config's
 ``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
 are not stored: the controller reports them. Fills are deduplicated per key, run at most
 ``max_concurrent_fills`` at a time, and at most ``max_queued_fills`` wait (more are dropped
