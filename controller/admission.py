@@ -3,7 +3,7 @@
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(issue 14, "The webhook after the policy", item 3). The decision is not re-implemented here:
+(README "The webhook after the policy"). The decision is not re-implemented here:
 :func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
 exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
 patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
@@ -11,6 +11,8 @@ has no resourceVersion), so do the gate ops when the pod does not carry the gate
 server without the admission policy), and the decision annotation says ``"path":"webhook"``.
 Only placements that leave the pod ungated and need no cluster view take this path: never
 NUMA placement (it needs the nodes' NRTs and in-flight holds), never a fallback or retry.
+While no controller runs, :func:`outage_placement` decides the same way but once and for all:
+an image without a result means the controller's fallback at once, NUMA aside.
 Pure: no I/O.
 """
 
@@ -23,12 +25,14 @@ from typing import Any
 
 from controller.config import FAST_PATHS_ENABLED, SCHEDULING_GATE, PlacementConfig
 from controller.decision import (
+    FALLBACK,
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM,
     NO_SUPPORTED_PLATFORM_EVENT,
     NOT_SET,
     PARTIALLY_COMPATIBLE_AFFINITY,
+    PLACEMENT_FALLBACK,
     SET,
     WARNING,
     Outcome,
@@ -44,6 +48,7 @@ __all__ = [
     "AdmissionPlacement",
     "admission_placement",
     "fast_path_applies",
+    "outage_placement",
 ]
 
 #: The ``path`` the decision annotation carries for a pod the webhook placed.
@@ -56,10 +61,12 @@ MAX_WARNING_CHARS = 300
 
 #: The decision outcomes the webhook may answer with: the pod leaves admission ungated.
 _PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
-#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it": the
-#: ones the user should see at ``kubectl`` time (issue 14 item 5).
+#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", and
+#: the fallback of :func:`outage_placement` (placed without its images' platforms): the ones
+#: the user should see at ``kubectl`` time.
 _WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
-                     PARTIALLY_COMPATIBLE_AFFINITY, NO_SUPPORTED_PLATFORM_EVENT})
+                     PARTIALLY_COMPATIBLE_AFFINITY, NO_SUPPORTED_PLATFORM_EVENT,
+                     PLACEMENT_FALLBACK})
 #: The resourceVersion of the gated copy the controller's decision is taken on.
 _PLACEHOLDER_RV = "0"
 
@@ -87,8 +94,8 @@ class AdmissionPlacement:
 
 def fast_path_applies(config: PlacementConfig | None) -> bool:
     """True when ``config`` lets the webhook place pods at admission: fast paths
-    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (issue 14: NUMA
-    never takes a fast path)."""
+    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (NUMA never takes a
+    fast path)."""
     return (config is not None and config.admission_fast_paths == FAST_PATHS_ENABLED
             and not config.topology.enabled)
 
@@ -139,8 +146,9 @@ def admission_placement(
         ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
         controller's patch does not fit. Otherwise the
         :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
-        ``"path":"webhook"``) as the controller's PATCH of the gated pod (issue 14 item 3,
-        KEP-3838 narrowing rules via :func:`controller.plan.plan`).
+        ``"path":"webhook"``) as the controller's PATCH of the gated pod (README "The
+        webhook after the policy", KEP-3838 narrowing rules via
+        :func:`controller.plan.plan`).
 
     Never raises for odd pod specs (they give None).
     """
@@ -154,11 +162,64 @@ def admission_placement(
             # imagePullPolicy Always: the controller revalidates the tag with the registry
             # for every pod; a cached result cannot (the admission policy skips these too).
             return None
+    return _decided_at_admission(pod, images, config, _PLACED, give_up=None)
+
+
+def outage_placement(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+    *,
+    give_up: str,
+) -> AdmissionPlacement | None:
+    """The placement of a pod being created while no controller runs: the webhook is the
+    only one left to decide, so it decides once and for all (README "No cluster-wide stall
+    when the controller is down").
+
+    The controller's decision (:func:`controller.plan.plan`) on the gated copy, as in
+    :func:`admission_placement`, with two differences. An image without a result (an
+    exception or missing) means the controller's fallback at once
+    (:func:`controller.decision.decide` with ``give_up``: ``fallbackArchitecture``
+    required when set, else no architecture requirement; outcome ``fallback``, a
+    ``PlacementFallback`` warning). And ``fastPaths`` is not consulted, nor NUMA placement
+    (no node view at admission: the architecture requirement only, as the controller's own
+    NUMA fallback). The caller answers for freshness: results of images pulled with
+    ``imagePullPolicy: Always`` must have been revalidated with the registry for this
+    admission.
+
+    Args:
+        pod: the AdmissionReview's ``request.object`` (gated by the policy or not).
+        images: per distinct image reference (as written), the result or the exception.
+        config: the PodPlacementConfig in force.
+        give_up: why no later attempt follows, for the fallback's reason (e.g. ``"at
+            admission (no controller running)"``).
+
+    Returns:
+        the :class:`AdmissionPlacement` (outcome ``set``, ``not-set``,
+        ``no-supported-platform`` or ``fallback``), or None for a pod whose shape the
+        controller's patch does not fit. Never raises for odd pod specs.
+    """
+    return _decided_at_admission(pod, images, config, _PLACED | {FALLBACK},
+                                 give_up=give_up)
+
+
+def _decided_at_admission(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+    outcomes: frozenset[Outcome],
+    *,
+    give_up: str | None,
+) -> AdmissionPlacement | None:
+    """:func:`controller.plan.plan` on the gated copy of ``pod``, its PATCH turned into a
+    patch of the admission object; None for an outcome outside ``outcomes`` or a pod whose
+    shape the patch does not fit."""
     gated = _gated_copy(pod)
     if gated is None:
         return None
-    decision = plan(gated, images, config, nodes=None, nrts={}, now=0.0, path=PATH_WEBHOOK)
-    if decision.outcome not in _PLACED or not decision.ungate:
+    decision = plan(gated, images, config, nodes=None, nrts={}, now=0.0, path=PATH_WEBHOOK,
+                    give_up=give_up)
+    if decision.outcome not in outcomes or not decision.ungate:
         return None
     ops = [dict(op) for op in decision.patch]
     if not ops or ops[0] != {"op": "test", "path": "/metadata/resourceVersion",

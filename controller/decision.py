@@ -33,6 +33,8 @@ Rules (issue 5 items 3-9, issue 6 items 5-7):
 - Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
   one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``:
   ``fallbackArchitecture`` when set, else ungated without an architecture requirement.
+  The webhook, deciding at admission while no controller runs, falls back at once
+  (``give_up``): no later attempt would follow.
 - NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term, preferred
   hostname terms weighted by score and the label ``podplacement.io/numa=placed`` (the
   controller's binding feed watches only pods with it); none → ``wait-numa`` (label
@@ -299,6 +301,7 @@ def decide(
     config_error: str | None = None,
     platforms: PlatformSet | None = None,
     path: str | None = None,
+    give_up: str | None = None,
 ) -> Decision:
     """Decide placement for ``pod``.
 
@@ -317,8 +320,12 @@ def decide(
             computed them (:func:`controller.plan.plan` does, once per pod); else computed
             here.
         path: the admission path that places the pod, written first into the annotation
-            as ``"path"`` (``"webhook"`` for the webhook's fast path, issue 14 item 3); None
-            (the controller) writes no ``path``.
+            as ``"path"`` (``"webhook"`` for the webhook, README "The webhook after the
+            policy"); None (the controller) writes no ``path``.
+        give_up: set when no later attempt will follow (the webhook deciding at admission
+            while no controller runs): an image without a result means the fallback at
+            once, whatever ``failures`` says, and these words replace "after N attempts"
+            in the reason (e.g. ``"at admission, no controller running"``).
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
@@ -341,7 +348,7 @@ def decide(
     if config_error:
         record["configError"] = config_error[:200]
 
-    if errors and failures < config.image_inspection.max_retries:
+    if errors and give_up is None and failures < config.image_inspection.max_retries:
         first = next(iter(errors))
         msg = (
             f"inspecting image {first} failed (attempt {failures + 1} of "
@@ -363,16 +370,17 @@ def decide(
     if errors:
         fallback = config.fallback_architecture
         names = ", ".join(errors)
+        when = give_up if give_up is not None else f"after {failures + 1} attempts"
         if fallback and ARCH_LABEL not in node_selector:
             plan.require(expression(ARCH_LABEL, "In", [fallback]))
             archs = (fallback,)
             reason = (
-                f"image inspection failed after {failures + 1} attempts ({names}); "
+                f"image inspection failed {when} ({names}); "
                 f"fallbackArchitecture {fallback} required"
             )
         else:
             reason = (
-                f"image inspection failed after {failures + 1} attempts ({names}); "
+                f"image inspection failed {when} ({names}); "
                 "ungated without an architecture requirement"
             )
         outcome = FALLBACK

@@ -71,6 +71,7 @@ def plan(
     config_error: str | None = None,
     on_numa_error: NumaErrorHandler | None = None,
     path: str | None = None,
+    give_up: str | None = None,
 ) -> Decision:
     """Decide the placement of one gated pod.
 
@@ -92,6 +93,8 @@ def plan(
         path: the admission path placing the pod (``"webhook"``), written as ``"path"``
             into the decision annotation (:func:`controller.decision.decide`); None for
             the controller.
+        give_up: no later attempt follows: an image without a result falls back at once
+            (:func:`controller.decision.decide`, whose reason then says these words).
 
     Returns:
         the :class:`controller.decision.Decision`; its ``numa`` carries the typed NUMA
@@ -127,7 +130,7 @@ def plan(
         pod, images, config,
         nodes=node_inventory(nodes) if nodes is not None else None,
         numa=numa, failures=failures, numa_waited_seconds=waited,
-        config_error=config_error, platforms=platforms, path=path,
+        config_error=config_error, platforms=platforms, path=path, give_up=give_up,
     )
 
 

@@ -372,8 +372,10 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
 ) -> None:
     """With the gate inside the API server, a stopped controller must not hold every new pod:
     once its Lease has not been renewed for the threshold (5 s here, 60 s by default), the
-    webhook releases pods at admission (decision ``controller-unavailable``, a warning);
-    when the controller is back, pods are gated and placed again."""
+    webhook answers pods at admission itself. This webhook cannot reach the plain-HTTP
+    registry (no ``--insecure-registry``), so it releases them with the controller's
+    fallback (``result: fallback``, a warning); when the controller is back, pods are gated
+    and placed again."""
     product: Product = product_factory(webhook_options=("--controller-unavailable-after", "5"))
     wait_for(lambda: _policy_gates(cluster, ns), 30)
     controller = product.controllers[0]
@@ -391,7 +393,8 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
         pod = wait_for(released, 30, every=0.5)
         after = time.monotonic() - stopped
         decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
-        assert decision["result"] == "controller-unavailable"
+        assert decision["result"] == "fallback" and decision["path"] == "webhook", decision
+        assert "at admission (no podplacement controller" in decision["reason"]
         assert pod["metadata"]["labels"][GATE_LABEL] == "removed"
     finally:
         controller.popen.send_signal(signal.SIGCONT)
@@ -404,6 +407,54 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
     wait_for(lambda: not _still_gated(cluster, ns), 30)
     print(f"controller stopped: pods released at admission {after:.1f} s later "
           "(threshold 5 s), gated again once it renewed its Lease")
+
+
+def test_controller_stopped_the_webhook_places_pods_of_images_never_seen(
+    cluster: KubeEnv, product_factory: Any, ns: str, registry: Registry, make_pusher: Any
+) -> None:
+    """The controller stopped, the webhook up with a short ``--controller-unavailable-after``:
+    pods of amd64-only images nobody inspected before are inspected by the webhook at
+    admission and placed there (README "No cluster-wide stall when the controller is
+    down"), so kube-scheduler binds every one to an amd64 node, never the arm64 or Windows
+    ones."""
+    pusher = make_pusher(registry)
+    images = []
+    for _ in range(30):
+        repo = f"outage-{uuid.uuid4().hex[:8]}/app"
+        pusher.image(repo, "v1", architecture="amd64")
+        images.append(f"{registry.host}/{repo}:v1")
+    product: Product = product_factory(webhook_options=(
+        "--controller-unavailable-after", "3", "--insecure-registry", registry.host))
+    wait_for(lambda: _policy_gates(cluster, ns), 30)
+    product.controllers[0].stop()
+    t0 = time.monotonic()
+    # a dry run is neither inspected nor held once the webhook sees no controller
+    wait_for(lambda: not _policy_gates(cluster, ns), 30, every=0.5)
+    unheld = time.monotonic() - t0
+
+    def create(i: int) -> dict[str, Any]:
+        return cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"o-{i}", images[i]))
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        created = list(pool.map(create, range(len(images))))
+    took = time.monotonic() - t0
+    for pod in created:
+        assert not _gated(pod), pod["metadata"]["name"]
+        decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+        assert decision["path"] == "webhook" and decision["result"] == "set", decision
+        assert decision["archs"] == ["amd64"] and decision["oses"] == ["linux"]
+    assert check_bindings(cluster, ns, within=60) == len(images)
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"]
+             for n in cluster.get("/api/v1/nodes")["items"]}
+    wrong = [(p["metadata"]["name"], p["spec"]["nodeName"])
+             for p in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+             if nodes[p["spec"]["nodeName"]].get("kubernetes.io/arch") != "amd64"
+             or nodes[p["spec"]["nodeName"]].get("kubernetes.io/os") != "linux"]
+    assert wrong == []
+    print(f"controller stopped: the webhook held no pod {unheld:.1f} s later (threshold 3 s); "
+          f"{len(images)} pods of {len(images)} new amd64-only images created in {took:.1f} s, "
+          "all placed at admission and bound to amd64 nodes, 0 wrong-arch bindings")
 
 
 @pytest.mark.parametrize("outage", [5.0, 25.0])

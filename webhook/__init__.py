@@ -3,8 +3,12 @@
 Modules: :mod:`webhook.gating` (pure: should this pod be gated, and why not),
 :mod:`webhook.patch` (pure: the JSONPatch), :mod:`webhook.app` (the FastAPI app: ``/mutate``,
 ``/healthz``, ``/readyz``, ``/metrics``), :mod:`webhook.configsource` (the cached
-PodPlacementConfig), :mod:`webhook.tls` and :mod:`webhook.server` (uvicorn over TLS with
-certificate reload), :mod:`webhook.cli` (``podplacement webhook``).
+PodPlacementConfig), :mod:`webhook.leasewatch` (is a controller running?),
+:mod:`webhook.placecache` (per-credential inspection results, filled in the background),
+:mod:`webhook.admitinspect` (inspection at admission within a budget, one per image and
+credentials at a time), :mod:`webhook.outage` (the answer while no controller runs),
+:mod:`webhook.tls` and :mod:`webhook.server` (uvicorn over TLS with certificate reload),
+:mod:`webhook.cli` (``podplacement webhook``).
 
 Namespace opt-out (``podplacement.io/exclude-pod-placement`` and the config's
 ``namespaceSelector``) is not checked here: an AdmissionReview carries no namespace labels, so

@@ -10,8 +10,10 @@ HTTP 400 (the API server then applies failurePolicy), an unexpected error while 
 ``allowed: true`` without a patch plus a ``warnings`` entry and an error count. A body over
 ``max_body_bytes`` gets HTTP 413 and one not received within ``body_timeout`` seconds HTTP
 408 (:func:`read_body`; the other read limits are in :mod:`webhook.limits`). Other resources,
-subresources and operations are allowed unchanged. Dry-run requests get the same patch (the
-webhook has no side effects: ``sideEffects: None``).
+subresources and operations are allowed unchanged. Dry-run requests (``request.dryRun``)
+get the same answers, but cause nothing beyond them (``sideEffects: None``): no registry
+request and no cache fill, only cache reads. While no controller runs, gated pods are placed
+at admission or released with the fallback (:mod:`webhook.outage`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import msgspec
 import orjson
@@ -44,7 +46,11 @@ from webhook.gating import (
     should_gate,
 )
 from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
-from webhook.patch import gate_patch, patch_shape, release_patch
+from webhook.outage import UNPLACED_REASONS, OutageAnswer, answer_during_outage
+from webhook.patch import gate_patch, patch_shape
+
+if TYPE_CHECKING:
+    from webhook.admitinspect import AdmissionInspector
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +66,17 @@ PATH_GATED = "gated"
 PATH_SKIPPED = "skipped"
 
 OUTCOME_GATED = "gated"
-#: A pod the webhook placed from its cache (issue 14 item 3): ungated, final affinity.
+#: A pod the webhook placed (from its cache, or inspected at admission while no controller
+#: runs): ungated, final affinity.
 OUTCOME_PLACED = "placed"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_IGNORED = "ignored"
 OUTCOME_BAD_REQUEST = "bad_request"
 OUTCOME_ERROR = "error"
-#: A pod gated by the admission policy, released at admission because no controller runs.
+#: A pod released at admission without its images' platforms because no controller runs
+#: (the controller's fallback applied; :mod:`webhook.outage`).
 OUTCOME_RELEASED = "released"
-#: Reason of ``released`` and of a pod not gated for the same cause (issue 14 item 4).
+#: Reason of ``placed`` and ``released`` while no controller runs.
 REASON_CONTROLLER_UNAVAILABLE = "controller_unavailable"
 
 #: ``reason`` for requests that are not a pod CREATE.
@@ -117,11 +125,14 @@ class WebhookMetrics:
     per process in tests). Names start with ``podplacement_webhook_``:
 
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
-    * ``admissions_total{path}``: pod creations by the path they took (issue 14):
+    * ``admissions_total{path}``: pod creations by the path they took:
       ``policy-placed`` (the MutatingAdmissionPolicy placed the pod from its params object),
       ``webhook-placed``, ``gated`` (by the policy or the webhook; the controller places
       them) and ``skipped``; ``policy-placed / (policy-placed + gated)`` is the hit ratio of
       the params object while the policy is in force;
+    * ``released_unplaced_total{reason}``: pods released at admission without their images'
+      platforms while no controller runs (the config's ``fallbackArchitecture`` required
+      when set), by why (:data:`webhook.outage.UNPLACED_REASONS`);
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;
@@ -147,6 +158,12 @@ class WebhookMetrics:
         self.error = self._requests.labels(OUTCOME_ERROR, "")
         self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
         self.placed = self._requests.labels(OUTCOME_PLACED, "")
+        self.placed_in_outage = self._requests.labels(OUTCOME_PLACED,
+                                                      REASON_CONTROLLER_UNAVAILABLE)
+        unplaced = Counter(f"{p}released_unplaced", "Pods released at admission without "
+                           "their images' platforms while no controller runs.", ("reason",),
+                           registry=self.registry)
+        self.released_unplaced = {r: unplaced.labels(r) for r in UNPLACED_REASONS}
         admissions = Counter(f"{p}admissions", "Pod creations by the path they took.",
                              ("path",), registry=self.registry)
         self.policy_placed = admissions.labels(PATH_POLICY_PLACED)
@@ -263,6 +280,7 @@ class _Request(TypedDict, total=False):
     operation: Any
     subResource: Any
     namespace: Any
+    dryRun: Any
     object: _Pod | None
 
 
@@ -423,49 +441,53 @@ def _allowed(api_version: str, uid: str, tail: bytes = b"") -> Response:
     return Response(body, media_type=_JSON)
 
 
-def _release(api_version: str, uid: str, pod: Mapping[str, Any], would_gate: bool,
-             m: WebhookMetrics, silent_for: float) -> Response:
-    """The answer while no controller runs: not gated, or released from the policy's gate,
-    with a warning kubectl prints."""
-    reason = (f"no podplacement controller has renewed its Lease for {silent_for:.0f} s; "
-              "the pod is admitted without placement")
-    warning = f"podplacement: {reason}"
-    if would_gate:
-        m.decided(REASON_CONTROLLER_UNAVAILABLE)
-        return _review_response(api_version, {"uid": uid, "allowed": True,
-                                              "warnings": [warning]})
-    m.released.inc()
-    m.path_skipped.inc()
-    patch = base64.b64encode(orjson.dumps(release_patch(pod, reason))).decode()
-    return _review_response(api_version, {"uid": uid, "allowed": True, "warnings": [warning],
-                                          "patchType": "JSONPatch", "patch": patch})
+def _outage_response(api_version: str, uid: str, answer: OutageAnswer,
+                     m: WebhookMetrics) -> Response:
+    """The answer while no controller runs (:func:`webhook.outage.answer_during_outage`),
+    counted: placed, or released unplaced and why."""
+    if answer.unplaced is None:
+        m.placed_in_outage.inc()
+        m.webhook_placed.inc()
+    else:
+        m.released.inc()
+        m.path_skipped.inc()
+        m.released_unplaced[answer.unplaced].inc()
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if answer.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(list(answer.patch))).decode()
+    if answer.warnings:
+        response["warnings"] = list(answer.warnings)
+    return _review_response(api_version, response)
 
 
 class PlaceCacheLike(Protocol):
     """What :func:`create_app` needs of :class:`webhook.placecache.PlaceCache`."""
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str,
-               config: PlacementConfig) -> Mapping[str, Any] | None: ...
+    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
+               touch: bool = True) -> Mapping[str, Any] | None: ...
     def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
                       config: PlacementConfig) -> Any: ...
     async def aclose(self) -> None: ...
 
 
 def _webhook_placement(place_cache: PlaceCacheLike, body: bytes, namespace: str,
-                       config: PlacementConfig | None,
-                       m: WebhookMetrics) -> AdmissionPlacement | None:
-    """The fast path (issue 14 item 3): the placement of the pod of ``body`` when the cache
-    knows all its images, else None after scheduling a background fill. No I/O here; an
-    error is logged and counted, and the pod is then handled as without the cache."""
+                       config: PlacementConfig | None, m: WebhookMetrics,
+                       dry_run: bool) -> AdmissionPlacement | None:
+    """The fast path: the placement of the pod of ``body`` when the cache knows all its
+    images, else None after scheduling a background fill (not for a ``dry_run`` review,
+    which only reads the cache: ``sideEffects: None``). No I/O here; an error is logged and
+    counted, and the pod is then handled as without the cache."""
     if not fast_path_applies(config):
         return None
     assert config is not None
     try:
         # The selective decoder kept only the gating fields: the decision reads the whole pod.
         pod = orjson.loads(body)["request"]["object"]
-        images = place_cache.lookup(pod, namespace, config)
+        images = place_cache.lookup(pod, namespace, config, touch=not dry_run)
         if images is None:
-            place_cache.schedule_fill(pod, namespace, config)
+            if not dry_run:
+                place_cache.schedule_fill(pod, namespace, config)
             return None
         return admission_placement(pod, images, config)
     except Exception:
@@ -637,6 +659,7 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     controller_lease: ControllerLeaseLike | None = None,
     place_cache: PlaceCacheLike | None = None,
+    admission_inspector: AdmissionInspector | None = None,
 ) -> FastAPI:
     """Build the webhook app.
 
@@ -651,10 +674,11 @@ def create_app(
         body_timeout: seconds to receive a body whole, else HTTP 408 (:func:`read_body`).
         controller_lease: tells whether a controller runs
             (:class:`webhook.leasewatch.ControllerLease`; started and stopped with the app).
-            While it says no, pods are not held: a pod the admission policy gated is released
-            at admission (outcome ``released``, decision ``controller-unavailable``, a
-            ``warnings`` entry), and no pod gets the gate (skip reason
-            ``controller_unavailable``). None: always hold (no escape).
+            While it says no, pods are not held: a pod the admission policy gated, or one
+            the webhook would gate, is placed at admission by the webhook itself or
+            released with the controller's fallback (:mod:`webhook.outage`; outcome
+            ``placed`` or ``released``, reason ``controller_unavailable``). None: always
+            hold (no escape).
         place_cache: the per-credential inspection cache of the fast path
             (:class:`webhook.placecache.PlaceCache`; closed with the app). A pod the webhook
             would gate, or that the admission policy gated, whose images the cache knows for
@@ -662,8 +686,11 @@ def create_app(
             :func:`controller.admission.admission_placement`: final affinity, labels,
             annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
             images cannot run on), counted as ``admissions_total{path="webhook-placed"}``;
-            on a miss the pod is handled as without it and a background fill is scheduled.
-            None: no fast path.
+            on a miss the pod is handled as without it and a background fill is scheduled
+            (none for a ``dryRun`` review). None: no fast path.
+        admission_inspector: inspects a pod's images at admission within its budget
+            (:class:`webhook.admitinspect.AdmissionInspector`; closed with the app), while
+            no controller runs; None: such pods are released with the fallback.
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
@@ -688,6 +715,8 @@ def create_app(
         finally:
             if controller_lease is not None:
                 await controller_lease.stop()
+            if admission_inspector is not None:
+                await admission_inspector.aclose()
             if place_cache is not None:
                 await place_cache.aclose()
             await config_source.stop()
@@ -729,15 +758,22 @@ def create_app(
                 pod, namespace = _pod_and_namespace(review_request)
                 decision = should_gate(pod, namespace=namespace, config=config,
                                        own_namespace=own_namespace)
+                dry_run = review_request.get("dryRun") is True
                 if (controller_lease is not None and config is not None
                         and (decision.gate or decision.reason == REASON_ALREADY_GATED)
                         and not controller_lease.available()):
-                    return _release(api_version, uid, pod, decision.gate, m,
-                                    controller_lease.seconds_since_renewal())
-                # --- fast path: place from the cache (issue 14 item 3) ---
+                    budget = (admission_inspector.budget if admission_inspector else 0.0)
+                    answer = await answer_during_outage(
+                        orjson.loads(body)["request"]["object"], namespace, config,
+                        inspector=admission_inspector,
+                        budget=budget - (perf_counter() - started), dry_run=dry_run,
+                        silent_for=controller_lease.seconds_since_renewal())
+                    return _outage_response(api_version, uid, answer, m)
+                # --- fast path: place from the cache ---
                 if place_cache is not None and (decision.gate
                                                 or decision.reason == REASON_ALREADY_GATED):
-                    placement = _webhook_placement(place_cache, body, namespace, config, m)
+                    placement = _webhook_placement(place_cache, body, namespace, config, m,
+                                                   dry_run)
                     if placement is not None:
                         m.placed.inc()
                         m.webhook_placed.inc()

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.config import DEFAULT_NAMESPACE
+from controller.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 from imageinspect.cli import add_registry_arguments, registry_settings
 from podplacement.cli import one_line, positive_float, positive_int
+from webhook.admitinspect import DEFAULT_BUDGET
 from webhook.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -27,6 +29,7 @@ from webhook.limits import (
 )
 
 if TYPE_CHECKING:
+    from webhook.admitinspect import AdmissionInspector
     from webhook.configsource import ConfigSource
     from webhook.leasewatch import ControllerLease
     from webhook.placecache import PlaceCache
@@ -78,9 +81,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--controller-unavailable-after", type=positive_float, default=60.0,
                    metavar="SECONDS",
                    help="when no renewal of the controller's leader Lease was seen for this "
-                        "long, pods are not held at the gate: those the admission policy "
-                        "gated are released at admission, with a warning (default: "
-                        "%(default)s; not with --config-file)")
+                        "long, pods are not held at the gate: the webhook places them at "
+                        "admission itself, inspecting their images within "
+                        "--admission-inspection-budget, or releases them with the config's "
+                        "fallbackArchitecture (default: %(default)s; not with --config-file)")
+    p.add_argument("--admission-inspection-budget", type=_budget, default=DEFAULT_BUDGET,
+                   metavar="SECONDS",
+                   help="seconds, counted from the start of a review, that the webhook may "
+                        "wait for a pod's image inspections while answering (while no "
+                        "controller runs); must stay below the webhook configuration's "
+                        f"timeoutSeconds ({DEFAULT_TIMEOUT_SECONDS}) (default: %(default)s)")
     p.add_argument("--no-place-cache", action="store_true",
                    help="never place a gated pod at admission from the webhook's own cache of "
                         "inspected images (default: place pods whose images were inspected "
@@ -90,9 +100,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _budget(text: str) -> float:
+    """argparse type of ``--admission-inspection-budget``: > 0 and below the webhook
+    configuration's ``timeoutSeconds`` (after which the API server stops waiting)."""
+    value = positive_float(text)
+    if value >= DEFAULT_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} s is not below the webhook timeout of {DEFAULT_TIMEOUT_SECONDS} s")
+    return value
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from imageinspect import Inspector
     from kubeclient import KubeAPI
+    from webhook.admitinspect import AdmissionInspector
     from webhook.configsource import StaticConfigSource, WatchingConfigSource
     from webhook.leasewatch import ControllerLease
     from webhook.placecache import PlaceCache
@@ -108,15 +129,17 @@ async def _serve(args: argparse.Namespace) -> int:
         lease = ControllerLease(api, args.namespace,
                                 threshold=args.controller_unavailable_after)
         cache = None if args.no_place_cache else PlaceCache(api, inspector)
-        return await _serve_with(args, WatchingConfigSource(api), lease, cache)
+        at_admission = AdmissionInspector(api, inspector, cache=cache,
+                                          budget=args.admission_inspection_budget)
+        return await _serve_with(args, WatchingConfigSource(api), lease, cache, at_admission)
     finally:
         await inspector.aclose()
         await api.close()
 
 
 async def _serve_with(args: argparse.Namespace, source: ConfigSource,
-                      lease: ControllerLease | None, place_cache: PlaceCache | None = None
-                      ) -> int:
+                      lease: ControllerLease | None, place_cache: PlaceCache | None = None,
+                      admission_inspector: AdmissionInspector | None = None) -> int:
     """Serve with ``source`` (and ``lease``) until SIGINT/SIGTERM; returns 0."""
     from webhook.app import WebhookMetrics, create_app
     from webhook.limits import ConnectionLimits
@@ -134,6 +157,7 @@ async def _serve_with(args: argparse.Namespace, source: ConfigSource,
         body_timeout=args.body_timeout,
         controller_lease=lease,
         place_cache=place_cache,
+        admission_inspector=admission_inspector,
     )
     server = WebhookServer(
         app,

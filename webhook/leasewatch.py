@@ -11,9 +11,9 @@ compared with this clock (clocks of different hosts may disagree); only the time
 
 :meth:`ControllerLease.available` is False once no change was observed for longer than
 ``threshold`` seconds (default 60; a missing Lease counts from the webhook's start). The
-webhook then stops holding new pods (issue 14 item 4): it removes the gate at admission, with
-the decision ``"result": "controller-unavailable"`` and a warning. Normal gating resumes as
-soon as the Lease is renewed again.
+webhook then stops holding new pods: it places them at admission itself, or releases them
+with the controller's fallback (:mod:`webhook.outage`; README "No cluster-wide stall when
+the controller is down"). Normal gating resumes as soon as the Lease is renewed again.
 """
 
 from __future__ import annotations

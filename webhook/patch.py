@@ -73,10 +73,11 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     """The JSONPatch ops that release ``pod`` from our gate at admission (no controller is
-    running; issue 14 item 4): remove our entry of ``spec.schedulingGates`` (other gates
-    stay), set the label ``podplacement.io/scheduling-gate=removed`` and the decision
-    annotation ``{"result": "controller-unavailable", "reason": reason}``; ``[]`` when the
-    pod does not carry our gate. Missing label or annotation maps are created whole."""
+    running, and the pod's shape does not fit the decision's patch; :mod:`webhook.outage`):
+    remove our entry of ``spec.schedulingGates`` (other gates stay), set the label
+    ``podplacement.io/scheduling-gate=removed`` and the decision annotation
+    ``{"result": "controller-unavailable", "reason": reason}``; ``[]`` when the pod does not
+    carry our gate. Missing label or annotation maps are created whole."""
     index = gate_index(pod)
     if index is None:
         return []

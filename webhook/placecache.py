@@ -1,20 +1,23 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
 The webhook places a pod at admission only when it already knows every image of the pod
-(:func:`controller.admission.admission_placement`; issue 14 item 3). It never does network
-I/O while answering: on a miss the pod stays gated for the controller and
+(:func:`controller.admission.admission_placement`; README "The webhook after the policy").
+The fast path never does network I/O while answering: on a miss the pod stays gated for the
+controller and
 :meth:`PlaceCache.schedule_fill` queues a background fill, which reads the pod's pull Secrets
 through the Kubernetes API, inspects the images with those credentials and stores the
 results. The next pod with the same images and the same credentials is then placed by the
 webhook (the replicas of a Deployment of a private image, pods with existing required
-terms).
+terms). A review with ``dryRun`` only reads the cache (``lookup(touch=False)``) and
+schedules no fill. While no controller runs, :mod:`webhook.admitinspect` inspects at
+admission and stores its results here too (:meth:`PlaceCache.store`).
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
 controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
 reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
 result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
-pod of A naming other secrets (issue 14 item 2: no namespace learns what
-another's credentials opened). Entries expire after the config's
+pod of A naming other secrets (no namespace learns what another's credentials
+opened). Entries expire after the config's
 ``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
 are not stored: the controller reports them. Fills are deduplicated per key, run at most
 ``max_concurrent_fills`` at a time, and at most ``max_queued_fills`` wait (more are dropped
@@ -36,7 +39,8 @@ from controller.decision import unique_images
 from controller.podspec import pull_secret_refs
 from imageinspect import PullSecretReader
 
-__all__ = ["CacheKey", "KubeClientLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
+__all__ = ["CacheKey", "InspectorLike", "KubeClientLike", "PlaceCache", "PlaceCacheStats",
+           "cache_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -156,25 +160,42 @@ class PlaceCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str,
-               config: PlacementConfig) -> dict[str, Any] | None:
+    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
+               touch: bool = True) -> dict[str, Any] | None:
         """Every distinct image of ``pod`` → its stored result, or None when any image is
         missing or expired (older than ``config.image_inspection.cache_ttl_seconds``) for
-        the pod's credentials. No I/O."""
+        the pod's credentials. No I/O. ``touch``: see :meth:`cached`."""
         keys = cache_keys(pod, namespace, config)
+        out = self.cached(keys, config, touch=touch)
+        if len(out) != len(keys):
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        return out
+
+    def cached(self, keys: Mapping[str, CacheKey], config: PlacementConfig, *,
+               touch: bool = True) -> dict[str, Any]:
+        """The stored result of each of ``keys`` (image → :data:`CacheKey`, as
+        :func:`cache_keys` gives them) that has one younger than the config's
+        ``cacheTTL``: image → result; the others are left out. No I/O.
+
+        ``touch`` (default): found entries become the most recently used and expired ones
+        are dropped. ``touch=False`` only reads (an AdmissionReview with ``dryRun``: it
+        must leave the cache as it was)."""
         ttl = config.image_inspection.cache_ttl_seconds
         now = self._clock()
         out: dict[str, Any] = {}
         for image, key in keys.items():
             entry = self._entries.get(key)
-            if entry is None or now - entry[0] >= ttl:
-                if entry is not None:
+            if entry is None:
+                continue
+            if now - entry[0] >= ttl:
+                if touch:
                     del self._entries[key]
-                self.stats.misses += 1
-                return None
-            self._entries.move_to_end(key)
+                continue
+            if touch:
+                self._entries.move_to_end(key)
             out[image] = entry[1]
-        self.stats.hits += 1
         return out
 
     def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
@@ -255,9 +276,13 @@ class PlaceCache:
             if isinstance(result, BaseException):
                 self.stats.fills_failed += 1
                 continue
-            self._store(key, result)
+            self.store(key, result)
 
-    def _store(self, key: CacheKey, result: Any) -> None:
+    def store(self, key: CacheKey, result: Any) -> None:
+        """Store the inspection result of ``key`` (an image for one credential identity,
+        :func:`cache_keys`), as of now: the background fills and
+        :class:`webhook.admitinspect.AdmissionInspector` store here. Only successful
+        results belong here (failures are the controller's to report)."""
         self._entries[key] = (self._clock(), result)
         self._entries.move_to_end(key)
         self.stats.stored += 1

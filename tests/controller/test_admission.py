@@ -1,4 +1,6 @@
-"""The webhook's fast path decides as the controller does (issue 14 items 3 and 5).
+"""The webhook's fast path decides as the controller does (README "The webhook after the
+policy"), and so does its answer while no controller runs (``outage_placement``: the
+controller's decision after its last retry).
 
 For generated pods as the webhook receives them (with or without our gate, other gates,
 labels or none, existing required terms with and without arch pins, nodeSelector pins,
@@ -17,7 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.admission import PATH_WEBHOOK, admission_placement, fast_path_applies
+from controller.admission import (
+    PATH_WEBHOOK,
+    admission_placement,
+    fast_path_applies,
+    outage_placement,
+)
 from controller.affinity import expression
 from controller.config import (
     ARCH_LABEL,
@@ -121,16 +128,19 @@ def _json_patch(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
     return out
 
 
-def _controller_path(admission: dict[str, Any], config: PlacementConfig
+def _controller_path(admission: dict[str, Any], config: PlacementConfig,
+                     images: dict[str, Any] | None = None, failures: int = 0
                      ) -> tuple[Any, dict[str, Any]]:
-    """The pod created with the webhook's gate, then the controller's decision and PATCH."""
+    """The pod created with the webhook's gate, then the controller's decision and PATCH
+    (after ``failures`` failed rounds)."""
     created = (admission if any(g.get("name") == SCHEDULING_GATE
                                 for g in admission["spec"].get("schedulingGates") or [])
                else _json_patch(admission, gate_patch(admission)))
     created = copy.deepcopy(created)
     created["metadata"]["resourceVersion"] = "41"
     created["metadata"]["uid"] = "u-1"
-    decision = plan(created, IMAGES, config, nodes=None, nrts={}, now=0.0)
+    decision = plan(created, IMAGES if images is None else images, config, nodes=None,
+                    nrts={}, now=0.0, failures=failures)
     return decision, apply(created, list(decision.patch))
 
 
@@ -260,3 +270,78 @@ def test_decide_without_path_writes_no_path() -> None:
     record.pop("path")
     assert record == json.loads(plain.annotation)
     assert plain.patch[:-3] == marked.patch[:-3]
+
+
+# --- while no controller runs ---------------------------------------------------------------
+
+GIVE_UP = "at admission (no podplacement controller has renewed its Lease for 61 s)"
+#: reg/down:1 could not be inspected (registry down, or not within the budget)
+WITH_FAILURES: dict[str, Any] = {**IMAGES, "reg/down:1": ConnectionError("registry down")}
+
+
+@st.composite
+def outage_pod_st(draw: st.DrawFn) -> dict[str, Any]:
+    """An admission pod, one of its containers maybe of an image that could not be
+    inspected."""
+    pod = draw(admission_pod_st())
+    if draw(st.booleans()):
+        pod["spec"]["containers"].append({"name": "down", "image": "reg/down:1"})
+    return pod
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(admission=outage_pod_st(), config=config_st)
+def test_outage_placement_is_the_controllers_decision_after_its_last_retry(
+        admission: dict[str, Any], config: PlacementConfig) -> None:
+    placement = outage_placement(admission, WITH_FAILURES, config, give_up=GIVE_UP)
+    decision, by_controller = _controller_path(
+        admission, config, WITH_FAILURES, failures=config.image_inspection.max_retries)
+    assert placement is not None and placement.outcome == decision.outcome
+    by_webhook = _json_patch(admission, list(placement.patch))
+    webhook_view, controller_view = _view(by_webhook), _view(by_controller)
+    if decision.outcome == "fallback":
+        # the same fallback; only the sentence says when inspection was given up
+        webhook_reason = webhook_view["decision"].pop("reason")
+        controller_reason = controller_view["decision"].pop("reason")
+        assert webhook_reason == controller_reason.replace(
+            f"after {config.image_inspection.max_retries + 1} attempts", GIVE_UP)
+        assert placement.warnings[0].startswith(
+            "podplacement: image inspection failed at admission")
+    else:
+        assert placement == admission_placement(admission, WITH_FAILURES, config)
+    assert webhook_view == controller_view
+    assert _record(by_webhook)["path"] == PATH_WEBHOOK
+
+
+def test_outage_fallback_requires_the_fallback_architecture_in_every_term() -> None:
+    pod = _pod("reg/down:1", gated=True)
+    pod["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [ZONE]},
+            {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}]}}}
+    placement = outage_placement(pod, WITH_FAILURES,
+                                 PlacementConfig(fallback_architecture="arm64"),
+                                 give_up=GIVE_UP)
+    assert placement is not None and placement.outcome == "fallback"
+    placed = _json_patch(pod, list(placement.patch))
+    terms = placed["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all(expression(ARCH_LABEL, "In", ["arm64"]) in t["matchExpressions"]
+               for t in terms)
+    assert "schedulingGates" not in placed["spec"]
+    record = _record(placed)
+    assert record["fallback"] == "arm64" and record["reason"] == (
+        f"image inspection failed {GIVE_UP} (reg/down:1); fallbackArchitecture arm64 required")
+
+
+@pytest.mark.parametrize("config", [
+    PlacementConfig(admission_fast_paths=FAST_PATHS_DISABLED),
+    PlacementConfig(topology=TopologyConfig(enabled=True)),
+])
+def test_outage_placement_places_whatever_fast_paths_and_numa_say(
+        config: PlacementConfig) -> None:
+    pod = _pod("reg/amd:1", "reg/multi:1")
+    pod["spec"]["containers"][1]["imagePullPolicy"] = "Always"  # revalidated by the caller
+    placement = outage_placement(pod, IMAGES, config, give_up=GIVE_UP)
+    assert placement is not None and placement.outcome == "set"
+    assert json.loads(placement.annotation)["archs"] == ["amd64"]

@@ -1,6 +1,8 @@
-"""No cluster-wide stall when no controller runs (issue 14 item 4): the webhook watches the
-controller's Lease and, once it has not been renewed for the threshold, releases pods the
-admission policy gated and gates no new ones."""
+"""No cluster-wide stall when no controller runs (README "No cluster-wide stall when the
+controller is down"): the webhook watches the controller's Lease and, once it has not been
+renewed for the threshold, holds no pod at the gate. Placing them at admission is
+tests/webhook/test_outage.py; here, without an inspector, they are released with the
+fallback."""
 
 from __future__ import annotations
 
@@ -83,7 +85,8 @@ def test_release_patch_removes_only_our_gate_and_records_why() -> None:
     assert release_patch(pod, "x") == []
 
 
-async def test_app_releases_policy_gated_pods_only_while_no_controller_runs() -> None:
+async def test_without_an_inspector_pods_are_released_with_the_fallback_while_no_controller_runs(
+) -> None:
     clock = FakeClock()
     lease = _lease(clock, threshold=10)
     lease._apply(_lease_obj("t1"))
@@ -96,14 +99,22 @@ async def test_app_releases_policy_gated_pods_only_while_no_controller_runs() ->
     status, answer = await asgi_post(app, body)
     response = answer["response"]
     assert status == 200 and response["allowed"] is True
-    assert "no podplacement controller" in response["warnings"][0]
+    assert ("image inspection failed at admission (no podplacement controller has renewed "
+            "its Lease for 11 s)") in response["warnings"][0]
     ops = json.loads(base64.b64decode(response["patch"]))
     new = _apply(review["request"]["object"], ops)
     assert [g["name"] for g in new["spec"]["schedulingGates"]] == ["other"]
+    decision = json.loads(new["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision["result"] == "fallback" and decision["path"] == "webhook"
+    assert decision["fallback"] is None  # no fallbackArchitecture: affinity unchanged
+    assert new["spec"].get("affinity") == review["request"]["object"]["spec"].get("affinity")
     # a pod the policy did not gate is not gated by the webhook either
     plain = json.loads(raw_body("a-plain-pod"))
     status, answer = await asgi_post(app, json.dumps(plain).encode())
-    assert "patch" not in answer["response"] and answer["response"]["warnings"]
+    new = _apply(plain["request"]["object"],
+                 json.loads(base64.b64decode(answer["response"]["patch"])))
+    assert not new["spec"].get("schedulingGates") and answer["response"]["warnings"]
+    assert new["metadata"]["labels"][GATE_LABEL] == "removed"
     # the Lease is renewed: normal gating again
     lease._apply(_lease_obj("t2"))
     status, answer = await asgi_post(app, json.dumps(plain).encode())

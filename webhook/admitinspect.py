@@ -1,0 +1,353 @@
+"""Inspect a pod's images while its AdmissionReview waits: within a time budget, one registry
+inspection per (credentials, image) however many reviews ask at once, results kept in the
+place cache.
+
+The API server waits for the webhook at most the configuration's ``timeoutSeconds``
+(:data:`controller.webhookconfig.DEFAULT_TIMEOUT_SECONDS`, 5 s) and then applies
+``failurePolicy: Ignore``: the pod passes unanswered. So an inspection at admission gets a
+*budget* well inside that (:data:`DEFAULT_BUDGET`), after which the caller answers with what
+it has. An inspection is a *flight*, an asyncio task of its own keyed by
+``(place-cache key, revalidate)``: the place-cache key (:func:`webhook.placecache.cache_keys`)
+names the pod's namespace, the pull Secrets it is inspected with (the controller's rule,
+:func:`controller.podspec.pull_secret_refs`) and the image as written, so N concurrent
+reviews of one image with the same credentials wait for one flight (singleflight), and a
+result learned with one namespace's Secrets never answers another's. The Secrets of a flight
+are read once per set of refs at a time as well. A review whose budget runs out leaves; its
+flight goes on (bounded by ``flight_timeout``) and stores its result, so the next pod of that
+image is answered from the cache. Failures are not stored.
+
+``dry_run=True`` (an AdmissionReview with ``request.dryRun``: the webhook declares
+``sideEffects: None``) answers from the cache only, read without touching it: no Secret read,
+no registry request, no cache write.
+
+``revalidate=True`` treats images pulled with ``imagePullPolicy: Always`` as the controller
+does: never answered from the place cache, always asked of the registry
+(:meth:`imageinspect.Inspector.inspect` with ``pull_always``: a HEAD digest check when its own
+cache holds the tag). Used while no controller runs (:mod:`webhook.outage`); the same call
+serves a cache miss of the fast path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller.config import PlacementConfig
+from controller.decision import unique_images
+from controller.podspec import pull_secret_refs
+from imageinspect import PullSecretReader
+from webhook.placecache import CacheKey, InspectorLike, KubeClientLike, cache_keys
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_FLIGHT_TIMEOUT",
+    "DEFAULT_MAX_FLIGHTS",
+    "AdmissionInspectionError",
+    "AdmissionInspector",
+    "AdmissionInspectorStats",
+    "NotInspected",
+    "NotInspectedInTime",
+    "PodImages",
+    "TooManyInspections",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a review may wait for inspections (from the start of ``/mutate`` when the caller
+#: says so). The API server gives the webhook 5 s (``timeoutSeconds``); 2 s leave 3 s for
+#: the connection, the body, the decision and a loaded event loop on a small node.
+DEFAULT_BUDGET = 2.0
+#: Flights running at once; a review needing another one gets :class:`TooManyInspections`.
+DEFAULT_MAX_FLIGHTS = 256
+#: Seconds a flight may run in all (Secret reads, registry retries and backoff included).
+DEFAULT_FLIGHT_TIMEOUT = 30.0
+
+#: (place-cache key, revalidate with the registry)
+FlightKey = tuple[CacheKey, bool]
+
+
+class AdmissionInspectionError(Exception):
+    """An image the admission inspection has no result for (the base class)."""
+
+
+class NotInspectedInTime(AdmissionInspectionError):
+    """The image's inspection did not finish within the review's budget (``seconds``); it
+    goes on in the background and fills the cache."""
+
+    def __init__(self, image: str, seconds: float) -> None:
+        super().__init__(f"{image}: not inspected within {seconds:.1f} s at admission")
+        self.image = image
+        self.seconds = seconds
+
+
+class TooManyInspections(AdmissionInspectionError):
+    """``max_flights`` inspections were running: this one was not started."""
+
+    def __init__(self, image: str, limit: int) -> None:
+        super().__init__(f"{image}: not inspected, {limit} inspections already running")
+        self.image = image
+        self.limit = limit
+
+
+class NotInspected(AdmissionInspectionError):
+    """The image was not in the cache and was not to be inspected (``dry_run``, or an image
+    pulled with ``Always`` that must be revalidated)."""
+
+    def __init__(self, image: str, why: str) -> None:
+        super().__init__(f"{image}: not inspected ({why})")
+        self.image = image
+        self.why = why
+
+
+class CacheLike(Protocol):
+    """What :class:`AdmissionInspector` needs of :class:`webhook.placecache.PlaceCache`."""
+
+    def cached(self, keys: Mapping[str, CacheKey], config: PlacementConfig, *,
+               touch: bool = True) -> dict[str, Any]: ...
+    def store(self, key: CacheKey, result: Any) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodImages:
+    """What :meth:`AdmissionInspector.pod_images` learned about one pod's images.
+
+    Attributes:
+        results: every distinct image reference of the pod (as written, pod order) → its
+            result (``imageinspect.ImageInfo``) or the exception standing for it: the
+            inspection's own error (``imageinspect.RegistryError``, a Secret read's error),
+            or an :class:`AdmissionInspectionError`.
+        from_cache: the images answered from the place cache.
+        inspected: the images whose inspection this call started or joined and saw finish.
+    """
+
+    results: Mapping[str, Any]
+    from_cache: tuple[str, ...] = ()
+    inspected: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """True when every image has a result (no exception)."""
+        return not any(isinstance(r, BaseException) for r in self.results.values())
+
+    def errors(self) -> dict[str, BaseException]:
+        """image → exception, for the images without a result."""
+        return {i: r for i, r in self.results.items() if isinstance(r, BaseException)}
+
+
+@dataclass(slots=True)
+class AdmissionInspectorStats:
+    """Counters (plain ints, read by tests and benchmarks).
+
+    Attributes:
+        flights_started: inspections started (one per flight key at a time).
+        flights_joined: reviews that waited for a flight another review had started.
+        flights_failed: flights that ended with an error (not stored).
+        stored: results stored in the place cache.
+        cache_answers: images answered from the place cache.
+        budget_exceeded: images a review stopped waiting for (budget spent).
+        refused: images not inspected because ``max_flights`` were running.
+        secret_reads: reads of a set of pull Secrets (one per set at a time).
+    """
+
+    flights_started: int = 0
+    flights_joined: int = 0
+    flights_failed: int = 0
+    stored: int = 0
+    cache_answers: int = 0
+    budget_exceeded: int = 0
+    refused: int = 0
+    secret_reads: int = 0
+
+
+class AdmissionInspector:
+    """Inspects the images of pods under admission within a budget, one flight per key.
+
+    Args:
+        client: reads the pull Secrets (:class:`webhook.placecache.KubeClientLike`); 403
+            and 404 skip a Secret, any other error fails the images that needed it.
+        inspector: inspects images (:class:`imageinspect.Inspector`, shared with the place
+            cache's fills); not closed here.
+        cache: where results are looked up and stored (:class:`webhook.placecache.PlaceCache`
+            or None: nothing is cached here).
+        budget: default seconds :meth:`pod_images` waits (> 0).
+        max_flights: flights running at once (>= 1).
+        flight_timeout: seconds one flight may run in all (> 0).
+
+    Raises:
+        ValueError: a bound out of range.
+
+    Call :meth:`aclose` on shutdown (cancels the flights).
+    """
+
+    def __init__(
+        self,
+        client: KubeClientLike,
+        inspector: InspectorLike,
+        *,
+        cache: CacheLike | None = None,
+        budget: float = DEFAULT_BUDGET,
+        max_flights: int = DEFAULT_MAX_FLIGHTS,
+        flight_timeout: float = DEFAULT_FLIGHT_TIMEOUT,
+    ) -> None:
+        if not budget > 0 or not flight_timeout > 0 or max_flights < 1:
+            raise ValueError("budget and flight_timeout must be > 0, max_flights >= 1")
+        # Read fresh for every flight (no TTL): concurrent reviews share one read anyway,
+        # and a rotated Secret counts at once.
+        self._secrets = PullSecretReader(client, ttl=0.0)
+        self._inspector = inspector
+        self._cache = cache
+        self.budget = budget
+        self._max_flights = max_flights
+        self._flight_timeout = flight_timeout
+        self._flights: dict[FlightKey, asyncio.Task[Any]] = {}
+        self._reads: dict[tuple[tuple[str, str], ...], asyncio.Task[Any]] = {}
+        self.stats = AdmissionInspectorStats()
+
+    def in_flight(self) -> int:
+        """Flights running now."""
+        return len(self._flights)
+
+    async def pod_images(
+        self,
+        pod: Mapping[str, Any],
+        namespace: str,
+        config: PlacementConfig,
+        *,
+        budget: float | None = None,
+        dry_run: bool = False,
+        revalidate: bool = False,
+    ) -> PodImages:
+        """The results of ``pod``'s images, from the place cache or inspected now.
+
+        Args:
+            pod: the AdmissionReview's ``request.object``.
+            namespace: the pod's namespace (its Secrets are read there).
+            config: the PodPlacementConfig in force (cache TTL, global pull secret).
+            budget: seconds to wait for the inspections started or joined (default: the
+                instance's ``budget``; <= 0: start them, wait for none). Flights left
+                behind go on and fill the cache.
+            dry_run: answer from the cache only and leave it untouched: no Secret read, no
+                registry request, no cache write (``request.dryRun``).
+            revalidate: images pulled with ``imagePullPolicy: Always`` are not answered
+                from the cache but inspected with ``pull_always`` (the controller's rule);
+                with ``dry_run`` they get :class:`NotInspected`.
+
+        Returns:
+            :class:`PodImages`: a result or an exception for every distinct image. Never
+            raises for an image's failure; cancelling the call leaves the flights running.
+        """
+        keys = cache_keys(pod, namespace, config)
+        pulls = unique_images(pod)
+        found = (self._cache.cached(keys, config, touch=not dry_run)
+                 if self._cache is not None else {})
+        results: dict[str, Any] = {}
+        from_cache: list[str] = []
+        wanted: dict[str, FlightKey] = {}
+        for image, key in keys.items():
+            always = revalidate and pulls.get(image, False)
+            if image in found and not always:
+                results[image] = found[image]
+                from_cache.append(image)
+            elif dry_run:
+                results[image] = NotInspected(
+                    image, "dry run" if not always else "dry run, imagePullPolicy Always")
+            else:
+                wanted[image] = (key, always)
+        self.stats.cache_answers += len(from_cache)
+        if not wanted:
+            return PodImages(results, tuple(from_cache))
+        refs = tuple(pull_secret_refs(pod, config, namespace))
+        tasks: dict[str, asyncio.Task[Any]] = {}
+        for image, flight_key in wanted.items():
+            task = self._flight(flight_key, refs, image)
+            if task is None:
+                results[image] = TooManyInspections(image, self._max_flights)
+            else:
+                tasks[image] = task
+        seconds = self.budget if budget is None else budget
+        if tasks:
+            await asyncio.wait(set(tasks.values()), timeout=max(0.0, seconds))
+        inspected: list[str] = []
+        for image, task in tasks.items():
+            if not task.done():
+                self.stats.budget_exceeded += 1
+                results[image] = NotInspectedInTime(image, seconds)
+            elif task.cancelled():
+                results[image] = NotInspectedInTime(image, seconds)
+            else:
+                error = task.exception()
+                results[image] = error if error is not None else task.result()
+                inspected.append(image)
+        return PodImages({i: results[i] for i in keys}, tuple(from_cache), tuple(inspected))
+
+    def _flight(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
+                image: str) -> asyncio.Task[Any] | None:
+        """The running flight of ``key``, joined, or a new one; None when ``max_flights``
+        are running."""
+        task = self._flights.get(key)
+        if task is not None:
+            self.stats.flights_joined += 1
+            return task
+        if len(self._flights) >= self._max_flights:
+            self.stats.refused += 1
+            return None
+        task = asyncio.get_running_loop().create_task(self._fly(key, refs, image))
+        self._flights[key] = task
+        self.stats.flights_started += 1
+
+        def done(t: asyncio.Task[Any]) -> None:
+            if self._flights.get(key) is t:
+                del self._flights[key]
+            if not t.cancelled() and t.exception() is not None:
+                self.stats.flights_failed += 1
+
+        task.add_done_callback(done)
+        return task
+
+    async def _fly(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
+                   image: str) -> Any:
+        cache_key, always = key
+        async with asyncio.timeout(self._flight_timeout):
+            credentials = await self._credentials(refs)
+            result = await self._inspector.inspect(image, credentials, pull_always=always)
+        if self._cache is not None:
+            self._cache.store(cache_key, result)
+            self.stats.stored += 1
+        return result
+
+    async def _credentials(self, refs: tuple[tuple[str, str], ...]) -> Sequence[Any]:
+        """The credentials of ``refs``, read once for all flights that need them now."""
+        if not refs:
+            return ()
+        task = self._reads.get(refs)
+        if task is None:
+            self.stats.secret_reads += 1
+            task = asyncio.get_running_loop().create_task(self._secrets.credentials(refs))
+            self._reads[refs] = task
+
+            def done(t: asyncio.Task[Any]) -> None:
+                if self._reads.get(refs) is t:
+                    del self._reads[refs]
+                if not t.cancelled():
+                    t.exception()  # retrieved here: the flights re-raise it
+
+            task.add_done_callback(done)
+        # shield: one flight's timeout or cancellation must not cancel the others' read
+        return await asyncio.shield(task)
+
+    async def idle(self) -> None:
+        """Wait until no flight runs (tests; each flight ends within ``flight_timeout``)."""
+        while self._flights:
+            await asyncio.gather(*list(self._flights.values()), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel the running flights and Secret reads."""
+        tasks = [*self._flights.values(), *self._reads.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._flights.clear()
+        self._reads.clear()
