@@ -10,7 +10,12 @@ compared with this clock (clocks of different hosts may disagree); only the time
 *observed* counts.
 
 :meth:`ControllerLease.available` is False once no change was observed for longer than
-``threshold`` seconds (default 60; a missing Lease counts from the webhook's start). The
+``threshold`` seconds (default 60; before the first read, the time counts from the
+webhook's start), and at once when the Lease is seen released (no holder) or missing: a
+controller that stops gracefully releases it, and the last one to stop stands down
+(:meth:`controller.lifecycle.Lifecycle.last_stop`), so nobody would release a pod gated
+now; while another controller takes over (one retry period, about 2 s) pods are placed by
+the webhook instead, which is as exact. The
 webhook then stops holding new pods: it places them at admission itself, or releases them
 with the controller's fallback (:mod:`webhook.outage`; README "No cluster-wide stall when
 the controller is down"). Normal gating resumes as soon as the Lease is renewed again.
@@ -61,20 +66,23 @@ class ControllerLease(NamedObjectWatch):
         self._clock = clock
         self._record: tuple[Any, ...] | None = None
         self._observed = clock()
+        self._released = False
         super().__init__(api, lease_list_path(namespace), name, backoff_max=5.0,
                          watch_timeout=watch_timeout)
 
     def _apply(self, obj: Mapping[str, Any] | None) -> None:
         record = lease_record(obj)
+        self._released = record is None
         if record != self._record:
             self._record = record
             if record is not None:
                 self._observed = self._clock()
 
     def available(self) -> bool:
-        """True while a renewal of the Lease was observed within ``threshold`` seconds
-        (or less than ``threshold`` seconds have passed since the webhook started)."""
-        return self._clock() - self._observed <= self.threshold
+        """True while the Lease has a holder whose renewal was observed within
+        ``threshold`` seconds (before the first read: less than ``threshold`` seconds since
+        the webhook started); False at once for a Lease seen released or missing."""
+        return not self._released and self._clock() - self._observed <= self.threshold
 
     def seconds_since_renewal(self) -> float:
         """Seconds since the last observed change of the Lease record (or the start)."""

@@ -66,6 +66,23 @@ def test_availability_follows_observed_renewals_not_the_lease_timestamps() -> No
     assert lease_record({"spec": {"holderIdentity": ""}}) is None
 
 
+def test_a_released_or_missing_lease_means_no_controller_at_once() -> None:
+    """A stopping leader releases the Lease, and the last one stands down: nobody would
+    release a pod the webhook gated now, so the webhook places pods itself at once, not
+    after the threshold. A holder again makes the controller available again."""
+    clock = FakeClock()
+    lease = _lease(clock)
+    lease._apply(_lease_obj("2000-01-01T00:00:00.000000Z"))
+    assert lease.available()
+    clock.now += 1
+    lease._apply({"spec": {"holderIdentity": "", "renewTime": "2000-01-01T00:00:01Z"}})
+    assert not lease.available()
+    lease._apply(_lease_obj("2000-01-01T00:00:03.000000Z", holder="c-2"))
+    assert lease.available()
+    lease._apply(None)  # deleted (its namespace is being deleted)
+    assert not lease.available()
+
+
 def _gated_pod() -> dict[str, Any]:
     review = json.loads(raw_body("a-plain-pod"))
     pod = review["request"]["object"]
