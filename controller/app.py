@@ -39,6 +39,7 @@ from controller.config import (
     GATE_LABEL_GATED,
     GROUP,
     LEASE_NAME,
+    LEASE_RELEASED_GRACE_SECONDS,
     LOG_VERBOSITY_LOGGERS,
     NRT_GROUP,
     NRT_PLURAL,
@@ -553,7 +554,10 @@ class Controller:
         """Stand down (or finish the uninstall) unless another controller takes the lease
         within ``standby_wait`` seconds. Never raises: the process is ending."""
         assert self.lifecycle is not None
-        if await self._successor(identity, self.options.standby_wait):
+        # Past the webhook's grace for a released Lease, so the pods it gated meanwhile
+        # are released below too.
+        wait = max(self.options.standby_wait, LEASE_RELEASED_GRACE_SECONDS + 1.0)
+        if await self._successor(identity, wait):
             return
         try:
             await self.lifecycle.last_stop()

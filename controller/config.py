@@ -41,6 +41,12 @@ WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 #: The controller's leader-election Lease (in its own namespace); the webhook watches it.
 LEASE_NAME = "podplacement-controller"
+#: Seconds a released (or missing) controller Lease may stay without a holder before the
+#: webhook treats the controller as gone and places pods itself: longer than a handover
+#: (a standby takes a released Lease within one retry period, about 2 s), shorter than the
+#: wait of a stopping leader before it stands down and releases the gated pods (at least
+#: this plus one second: controller.app), so no pod the webhook gated meanwhile is left.
+LEASE_RELEASED_GRACE_SECONDS = 4.0
 #: deploy/'s ServiceAccount of the controller (the one whose finalizer guards the uninstall).
 CONTROLLER_SERVICE_ACCOUNT = "podplacement-controller"
 #: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
