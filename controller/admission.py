@@ -3,7 +3,7 @@
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(issue 14, "The webhook after the policy", item 3). The decision is not re-implemented here:
+(README "How it decides", "The webhook after the policy"). The decision is not re-implemented here:
 :func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
 exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
 patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
@@ -29,6 +29,7 @@ from controller.decision import (
     NO_SUPPORTED_PLATFORM_EVENT,
     NOT_SET,
     PARTIALLY_COMPATIBLE_AFFINITY,
+    PLATFORMS_LEFT_OUT,
     SET,
     WARNING,
     Outcome,
@@ -56,10 +57,12 @@ MAX_WARNING_CHARS = 300
 
 #: The decision outcomes the webhook may answer with: the pod leaves admission ungated.
 _PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
-#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it": the
-#: ones the user should see at ``kubectl`` time (issue 14 item 5).
+#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", or
+#: that platforms were left out of its terms: the ones the user should see at ``kubectl``
+#: time (README "The webhook after the policy": a ``warnings`` entry).
 _WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
-                     PARTIALLY_COMPATIBLE_AFFINITY, NO_SUPPORTED_PLATFORM_EVENT})
+                     PARTIALLY_COMPATIBLE_AFFINITY, PLATFORMS_LEFT_OUT,
+                     NO_SUPPORTED_PLATFORM_EVENT})
 #: The resourceVersion of the gated copy the controller's decision is taken on.
 _PLACEHOLDER_RV = "0"
 
@@ -87,8 +90,8 @@ class AdmissionPlacement:
 
 def fast_path_applies(config: PlacementConfig | None) -> bool:
     """True when ``config`` lets the webhook place pods at admission: fast paths
-    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (issue 14: NUMA
-    never takes a fast path)."""
+    ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (NUMA never takes a
+    fast path: it needs the nodes' NRTs and in-flight holds)."""
     return (config is not None and config.admission_fast_paths == FAST_PATHS_ENABLED
             and not config.topology.enabled)
 
@@ -139,8 +142,8 @@ def admission_placement(
         ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
         controller's patch does not fit. Otherwise the
         :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
-        ``"path":"webhook"``) as the controller's PATCH of the gated pod (issue 14 item 3,
-        KEP-3838 narrowing rules via :func:`controller.plan.plan`).
+        ``"path":"webhook"``) as the controller's PATCH of the gated pod (KEP-3838
+        narrowing rules and exact (os, architecture) pairs via :func:`controller.plan.plan`).
 
     Never raises for odd pod specs (they give None).
     """
