@@ -305,7 +305,8 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
       nothing when its supported values already lie inside the group; otherwise the pin is
       narrowed by appending ``key In`` the pinned values inside the group plus the pinned
       values no image supports (those stay the user's explicit choice, as before). A pin
-      whose values are all elsewhere is kept as written.
+      whose values are all elsewhere is kept as written. A ``nodeSelector`` pin names one
+      value, so nothing is ever written for its key.
 
     So every node the written terms admit runs a supported pair, unless a value of its
     os or arch is one the user's own pins name explicitly; and a supported pair the user's

@@ -28,9 +28,8 @@ Rules (README "How it decides", "The controller: one gated pod"):
   ``PartiallyCompatibleAffinity`` (the user may rely on emulation); when the pins let no
   term admit a supported pair, the Warning ``IncompatibleNodeAffinity``.
 - A ``nodeSelector`` pinning ``kubernetes.io/arch`` (or ``os``) is the user's explicit pin
-  (ANDed with every term): nothing is written for that key unless a term must be narrowed
-  to one OS group; a pin that admits no supported pair gives the Warning
-  ``IncompatibleNodeSelector``.
+  (ANDed with every term): nothing is written for that key; a pin that admits no supported
+  pair gives the Warning ``IncompatibleNodeSelector``.
 - Empty intersection: the requirement ``podplacement.io/no-supported-platform Exists`` and
   Warning ``NoSupportedPlatform``.
 - Supported architectures that no node has: Warning ``ArchitectureNotInCluster``.
@@ -383,8 +382,7 @@ def decide(
             here.
         path: the admission path that places the pod, written first into the annotation
             as ``"path"`` (``"webhook"`` for the webhook's fast path, README "The webhook
-            after the policy"); None
-            (the controller) writes no ``path``.
+            after the policy"); None (the controller) writes no ``path``.
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
