@@ -78,6 +78,10 @@ REGISTRIES_CONF_KEY = "registries.conf"
 # --- Well-known Kubernetes names --------------------------------------------------------
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
+#: The ``kubernetes.io/os`` value of Linux nodes (also assumed for a node without the label,
+#: as the kubelet sets it on every node); the OS a term keeps first when one term cannot name
+#: several OSes exactly (``controller.affinity.platform_requirement``).
+LINUX = "linux"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "podplacement-system"
