@@ -6,9 +6,10 @@ and podplacement installed from deploy/ (``kubectl apply -k``, then the webhook 
 controller as processes with deploy/'s ServiceAccount tokens, see
 :mod:`podplacement.sandbox.product`), then prints what an operator would want to know:
 
-- ``uninstall``: ``--pods`` pods (default 200) are created while the controller is stopped
-  (SIGSTOP), so they are all gated; then ``kubectl delete -k deploy/`` runs, the controller is
-  let go and, as a kubelet would for pods being deleted, SIGTERM goes to both processes.
+- ``uninstall``: ``--pods`` pods (default 200), each of an image tag never seen, are created
+  while the controller is stopped (SIGSTOP), so they are all gated; then ``kubectl delete
+  -k deploy/`` runs, the controller is let go and, as a kubelet would for pods being
+  deleted, SIGTERM goes to both processes.
   Printed: seconds until no pod carries the gate, seconds until nothing of ours is left
   (policy, binding, webhook configuration, params object, uninstall ClusterRole and binding,
   namespace, CRDs), pods still gated after 60 s, pods released with a placement.
@@ -147,13 +148,15 @@ def uninstall(plane: ControlPlane, product: Product, registry: Registry, pods: i
     """The ``uninstall`` scenario (module docstring)."""
     p = Pusher(registry)
     try:
-        p.multiarch("life/multi", "v1", ["linux/amd64", "linux/arm64"])
+        # a tag per pod: none is known to the webhook's cache, so every pod stays gated
+        for i in range(pods):
+            p.multiarch("life/multi", f"u{i}", ["linux/amd64", "linux/arm64"])
     finally:
         p.close()
-    image = f"{registry.host}/life/multi:v1"
     _user_namespace(plane, USER_NS)
     product.controllers[0].popen.send_signal(signal.SIGSTOP)
-    _create(plane, USER_NS, [_pod(f"u-{i}", image) for i in range(pods)])
+    _create(plane, USER_NS, [_pod(f"u-{i}", f"{registry.host}/life/multi:u{i}")
+                             for i in range(pods)])
     print(f"{_gated_anywhere(plane)} of {pods} pods gated; kubectl delete -k deploy/")
     started = time.monotonic()
     kubectl(plane, "delete", "-k", str(REPO / "deploy"), "--wait=false", check=False)
