@@ -68,6 +68,7 @@ from controller.registriessource import (
 )
 from kubeclient import (
     ApiError,
+    Conflict,
     Informer,
     KubeAPI,
     object_key,
@@ -258,7 +259,7 @@ class Controller:
     # --- pieces --------------------------------------------------------------------------
     def _new_queue(self) -> WorkQueue:
         o = self.options
-        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst,
+        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst, retry_now=(Conflict,),
                          base_delay=o.retry_base_delay, max_delay=o.retry_max_delay)
 
     @staticmethod
