@@ -272,7 +272,8 @@ class ParamsStore:
 
     def mark_clean(self, version: int) -> None:
         """Record that the content of ``version`` (the :attr:`version` read before taking
-        :meth:`images`) was written. Changes made since keep the store dirty."""
+        :meth:`images` and :meth:`learned`) was written. Changes made since keep the store
+        dirty."""
         self._clean_version = version
 
     def mark_dirty(self) -> None:
@@ -289,8 +290,10 @@ class ParamsStore:
         served from its own cache carries the time of the registry answer it copies
         (:attr:`imageinspect.ImageInfo.fetched_at`), so re-recording it does not make the
         entry younger. An older result than the entry's (a cached copy, a lookup that
-        started before the entry's) changes nothing: the newest registry answer wins. An
-        image whose pairs cannot be published (:func:`platforms_value`: none, a malformed
+        started before the entry's) changes nothing but the entry's place in the bounds'
+        order: the newest registry answer wins. A new tag reference whose ``learned`` is
+        already ``ttl_seconds`` old is not recorded (it would expire at once). An image
+        whose pairs cannot be published (:func:`platforms_value`: none, a malformed
         pair, too long) is not recorded, and an entry it had is removed (the tag may have
         moved; the old value would be stale). A string that is not an image reference, or
         an entry larger than ``max_bytes`` on its own, is not recorded. Recording may evict
