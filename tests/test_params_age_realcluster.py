@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from controller.config import DECISION_ANNOTATION, SCHEDULING_GATE
-from podplacement.sandbox.product import Product, install_manifests, start_product
+from controller.paramswriter import params_path
+from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
 from tests.harness.registry import Registry
@@ -31,8 +32,8 @@ from tests.harness.registry import Registry
 pytestmark = pytest.mark.realcluster
 
 TTL = 20.0
-#: The params object and the config (cluster-scoped singletons).
-PARAMS = "/apis/podplacement.io/v1beta1/imageplatforms/cluster"
+#: The params object (in the product's namespace) and the config (cluster-scoped).
+PARAMS = params_path(NAMESPACE)
 CONFIG = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
 #: Paths of the decision annotation that mean "placed at admission".
 AT_ADMISSION = ("admission", "webhook")
