@@ -58,9 +58,9 @@ ADMISSION_WEBHOOK = "Webhook"
 FAST_PATHS_ENABLED = "Enabled"
 FAST_PATHS_DISABLED = "Disabled"
 #: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
-#: product's namespace, ``spec.images``: image reference as written in pods → sorted, comma-separated
-#: ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a registry answered
-#: for it; anonymous inspection results only (:mod:`controller.imageparams`).
+#: product's namespace, ``spec.images``: image reference as written in pods → sorted,
+#: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
+#: registry answered for it; anonymous inspection results only (:mod:`controller.imageparams`).
 PARAMS_KIND = "ImagePlatforms"
 PARAMS_PLURAL = "imageplatforms"
 PARAMS_NAME = "cluster"
