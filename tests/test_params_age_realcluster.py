@@ -4,16 +4,21 @@ and the controller as processes (:mod:`podplacement.sandbox.product`).
 
 With ``imageInspection.cacheTTL: 20s``: a tag is warmed as amd64+arm64 through a pod (the
 controller publishes it in ImagePlatforms ``cluster``, with its learned time in
-``spec.learned``), then re-pushed amd64-only, and the controller is restarted twice. Each new
-leader keeps the entry's learned time; the entry leaves the params object within TTL + 2 s of
-it, with no pod needed to trigger that, and no pod created after that deadline is placed at
-admission (by the policy or by the webhook's cache) with arm64. Pods are created every half
-second throughout, so the test measures the latest stale placement.
+``spec.learned``), then re-pushed amd64-only, and the controller is restarted twice with the
+params object left in place: a rolling restart (a new controller process starts, the leader
+stops gracefully and the new one takes over) and a crash (the leader killed, a new process
+leads once the Lease expired). The only controller stopping gracefully is no such case: it
+stands down and deletes the params object. Each new leader keeps the entry's learned time;
+the entry leaves the params object within TTL + 2 s of it, with no pod needed to trigger
+that, and no pod created after that deadline is placed at admission (by the policy or by the
+webhook) with arm64. Pods are created every half second throughout, so the test measures the
+latest stale placement.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -128,6 +133,15 @@ class _ParamsWatch:
                     None)
 
 
+def _learned(cluster: KubeEnv, image: str) -> int | None:
+    """``spec.learned`` of ``image`` in the live params object (None: no entry)."""
+    spec = cluster.get(PARAMS).get("spec") or {}
+    if image not in (spec.get("images") or {}):
+        return None
+    value = (spec.get("learned") or {}).get(image)
+    return value if isinstance(value, int) else None
+
+
 def _leading(product: Product, proc_index: int, line: str, limit: float = 30.0) -> None:
     """Wait until the log of controller process ``proc_index`` has ``line``."""
     proc = product.controllers[proc_index]
@@ -165,15 +179,20 @@ def test_a_moved_tag_leaves_the_params_object_within_its_ttl_across_two_restarts
         pusher.image("age/moving", "v1", architecture="amd64")
         moved = time.time()
         learned_after: list[int | None] = []
-        for restart in (1, 2):
-            product.controllers[-1].stop()
-            product.start_controller()
-            # leading, and its params writer read the object
-            _leading(product, restart, "params object cluster: adopted")
-            live = cluster.get(PARAMS).get("spec") or {}
-            learned_after.append((live.get("learned") or {}).get(image)
-                                 if image in (live.get("images") or {}) else None)
+        # a rolling restart: the new process campaigns, then the leader stops gracefully
+        product.start_controller()
+        _leading(product, 1, "controller started")
+        product.controllers[0].stop()
+        # a crash: the leader is killed, a new process leads once the Lease expired
+        _leading(product, 1, "params object cluster: adopted")
+        learned_after.append(_learned(cluster, image))
+        product.controllers[1].stop(signal.SIGKILL)
+        product.start_controller()
+        _leading(product, 2, "params object cluster: adopted")
+        learned_after.append(_learned(cluster, image))
         restarted = time.time()
+        for proc in product.controllers:
+            assert "standing down:" not in proc.log(), proc.name  # the object stayed
 
         # pods every half second until well past the TTL; the writer alone must expire it
         n = 0
@@ -210,7 +229,7 @@ def test_a_moved_tag_leaves_the_params_object_within_its_ttl_across_two_restarts
     # The learned time: when the registry answered, kept across both restarts.
     assert learned is not None and before_first - 1 <= learned <= seen_published
     assert all(v in (learned, None) for v in learned_after), learned_after
-    assert learned_after[0] == learned, "the first restart dropped or renewed the entry"
+    assert learned_after[0] == learned, "the leader change dropped or renewed the entry"
     assert gone <= learned + TTL + 2
     assert latest_stale is None or latest_stale <= learned + TTL + 2
     # Pods created after that: none placed with arm64 by the policy or the webhook; the
