@@ -57,13 +57,15 @@ ADMISSION_WEBHOOK = "Webhook"
 #: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
 FAST_PATHS_ENABLED = "Enabled"
 FAST_PATHS_DISABLED = "Disabled"
-#: The params object of the admission policy: cluster-scoped ``ImagePlatforms`` named
-#: ``cluster``, ``spec.images``: image reference as written in pods → sorted, comma-separated
-#: ``os/arch`` platforms; anonymous inspection results only (issue 14).
+#: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
+#: product's namespace, ``spec.images``: image reference as written in pods → sorted,
+#: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
+#: registry answered for it; anonymous inspection results only (:mod:`controller.imageparams`).
 PARAMS_KIND = "ImagePlatforms"
 PARAMS_PLURAL = "imageplatforms"
 PARAMS_NAME = "cluster"
-#: Bounds of ``spec.images`` (also in the CRD's schema): entries, and bytes of the whole map.
+#: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
+#: ``spec.images`` and ``spec.learned`` maps together.
 PARAMS_MAX_ENTRIES = 5000
 PARAMS_MAX_BYTES = 1_000_000
 FIELD_MANAGER = "podplacement"
