@@ -690,9 +690,10 @@ class _InspectorProxy:
 
     async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
                       pull_always: bool = False) -> ImageLike:
-        return await self._controller.inspector().inspect(
+        result: ImageLike = await self._controller.inspector().inspect(
             image, credentials, pull_always=pull_always
         )
+        return result
 
 
 def config_from(obj: Mapping[str, Any] | None) -> PlacementConfig:

@@ -148,10 +148,10 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str | Non
             return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or None
         except OSError:
             return None
-    from kubernetes import config as kconfig
+    from kubeclient import kubeconfig_contexts
 
     try:
-        contexts, active = kconfig.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, active = kubeconfig_contexts(kubeconfig)
     except Exception:  # the loader raises several unrelated types; connecting reports it
         return None
     chosen = next((c for c in contexts or [] if c.get("name") == context), None) \

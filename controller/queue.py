@@ -144,7 +144,7 @@ class WorkQueue:
         """Count a failure of ``key`` and queue it after its backoff; returns the delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay = min(self.max_delay, self.base_delay * (2**n))
+        delay = float(min(self.max_delay, self.base_delay * (2**n)))
         delay *= 1.0 + self.jitter * random.random()
         self.add_after(key, delay)
         return delay

@@ -7,6 +7,7 @@ list+watch loop (with or without a cache). Errors form one family rooted in
 :class:`ApiError`. This package imports nothing else of ours.
 """
 
+from kubeclient._kubeconfig import kubeconfig_contexts
 from kubeclient.client import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -59,6 +60,7 @@ __all__ = [
     "Unavailable",
     "api_error",
     "default_kubeconfig",
+    "kubeconfig_contexts",
     "load_configuration",
     "next_backoff",
     "object_key",

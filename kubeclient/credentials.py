@@ -189,14 +189,13 @@ async def load_configuration(path: str | None, context: str | None = None) -> tu
         kubernetes.config.ConfigException: no usable configuration (unreadable file, unknown
             context, failing exec plugin, not in a pod).
     """
-    from kubernetes.aio import config as kconfig
     from kubernetes.aio.client import Configuration
+
+    from kubeclient._kubeconfig import load_incluster, load_kubeconfig
 
     cfg = Configuration()
     if path is None:
-        kconfig.load_incluster_config(client_configuration=cfg)
+        load_incluster(cfg)
         return cfg, None
-    loader = await kconfig.load_kube_config(
-        config_file=path, context=context, client_configuration=cfg, persist_config=False
-    )
+    loader = await load_kubeconfig(path, context, cfg)
     return cfg, loader

@@ -146,7 +146,8 @@ def apply_json_patch(obj: dict[str, Any], operations: Any) -> dict[str, Any]:
             ``[]handlers.jsonPatchOp``); the generic 422 when an operation fails.
     """
     if operations is None:
-        return _gojson.clone(obj)
+        copied: dict[str, Any] = _gojson.clone(obj)
+        return copied
     if not isinstance(operations, list):
         raise _cannot_unmarshal(operations, "[]handlers.jsonPatchOp")
     for op in operations:

@@ -69,7 +69,7 @@ def _type_ok(schema: dict[str, Any], v: Any) -> bool:
         return actual in ("number", "integer")
     if t == "integer" and isinstance(v, float) and v.is_integer():
         return True
-    return actual == t
+    return bool(actual == t)
 
 
 def _join(path: str, key: str) -> str:

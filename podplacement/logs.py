@@ -38,7 +38,7 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-class _StderrHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A StreamHandler writing to whatever ``sys.stderr`` is when a record is emitted (as
     :data:`logging.lastResort` does), so a replaced or closed stderr (an embedding program,
     a test runner's capture) never breaks logging."""

@@ -9,13 +9,14 @@ falls back to the node-by-node reference code (``_fit``, ``_score``) where array
 ``decide_numa(..., reference=True)`` forces the reference code (same result).
 """
 
-from controller.numa._decide import NO_TOPOLOGY, NodeVerdict, NumaDecision, decide_numa
+from controller.numa._decide import NodeVerdict, NumaDecision, decide_numa
 from controller.numa._fingerprint import pod_fingerprint, pod_hash
 from controller.numa._fit import align, fit_container_scope, fit_pod_scope
 from controller.numa._inflight import InFlight
 from controller.numa._quantity import format_quantity
 from controller.numa._score import STRATEGIES
 from controller.numa._topology import (
+    NO_TOPOLOGY,
     Topology,
     TopologyCache,
     Zone,
