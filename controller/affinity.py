@@ -35,6 +35,10 @@ from controller.config import (
 
 _AFF = "/spec/affinity"
 _NA = _AFF + "/nodeAffinity"
+#: JSON pointers of ``spec.affinity`` and its ``nodeAffinity`` (what a pod without node
+#: affinity gets in one ``add``: :func:`restriction_ops`).
+AFFINITY_PATH = _AFF
+NODE_AFFINITY_PATH = _NA
 _REQ = _NA + "/requiredDuringSchedulingIgnoredDuringExecution"
 _TERMS = _REQ + "/nodeSelectorTerms"
 _PREF = _NA + "/preferredDuringSchedulingIgnoredDuringExecution"
@@ -183,6 +187,14 @@ def _chosen(groups: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     return next((g for g in groups if LINUX in g), groups[0])
 
 
+def group_expressions(archs: Iterable[str], oses: Iterable[str]) -> list[dict[str, Any]]:
+    """The expressions admitting exactly an OS group's pairs when nothing is pinned:
+    ``kubernetes.io/arch In [sorted archs]`` then ``kubernetes.io/os In [sorted oses]`` (a
+    new term of :func:`platform_requirement`; for linux-only images the one term of a pod
+    without terms, which the admission policy writes too)."""
+    return [expression(ARCH_LABEL, "In", sorted(archs)), expression(OS_LABEL, "In", sorted(oses))]
+
+
 def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Sequence[str],
                supported: Sequence[Pair]) -> list[dict[str, Any]]:
     """The expressions that restrict ``term`` to the supported pairs of ``oses``:
@@ -198,10 +210,12 @@ def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Seque
         ARCH_LABEL: set.intersection(*(archs_of[o] for o in oses)),
         OS_LABEL: set(oses),
     }
+    pins = {key: _pins(term, selector, key) for key in (ARCH_LABEL, OS_LABEL)}
+    if pins[ARCH_LABEL] is None and pins[OS_LABEL] is None:
+        return group_expressions(wanted[ARCH_LABEL], wanted[OS_LABEL])
     known = {ARCH_LABEL: {a for _, a in supported}, OS_LABEL: {o for o, _ in supported}}
     out: list[dict[str, Any]] = []
-    for key in (ARCH_LABEL, OS_LABEL):
-        pinned = _pins(term, selector, key)
+    for key, pinned in pins.items():
         if pinned is None:
             out.append(expression(key, "In", sorted(wanted[key])))
         elif not (pinned & known[key]) <= wanted[key]:
@@ -598,14 +612,13 @@ def arch_preferences(
     choice wins; ``spec.plugins.nodeAffinityScoring``)."""
     if has_preference_on(pod, ARCH_LABEL):
         return []
-    return [
-        {
-            "weight": weights[a],
-            "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", [a])]},
-        }
-        for a in archs
-        if a in weights
-    ]
+    return [arch_preference(a, weights[a]) for a in archs if a in weights]
+
+
+def arch_preference(arch: str, weight: int) -> dict[str, Any]:
+    """The PreferredSchedulingTerm ``kubernetes.io/arch In [arch]`` with ``weight``."""
+    return {"weight": weight,
+            "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", [arch])]}}
 
 
 def hostname_requirement(hostnames: Sequence[str]) -> dict[str, Any]:

@@ -156,6 +156,13 @@ RECORD_FIELDS = (RECORD_PATH, RECORD_IMAGES, RECORD_CONFIG_ERROR, RECORD_FALLBAC
                  RECORD_RESULT, RECORD_REASON)
 
 
+#: The pod's container lists whose images are placed, in the order they are read (the
+#: admission policy's ``images`` reads the same).
+CONTAINER_LISTS = ("initContainers", "containers")
+#: The ``imagePullPolicy`` that makes the controller revalidate a tag on every pod.
+PULL_ALWAYS = "Always"
+
+
 def reason_text(template: str, values: Sequence[str]) -> str:
     """``template`` (one of the ``REASON_*`` with ``{}``) with ``values`` joined by
     :data:`LIST_SEPARATOR`."""
@@ -293,7 +300,7 @@ def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
     """The images of ``initContainers`` then ``containers`` (as written, duplicates kept)."""
     spec = pod.get("spec") or {}
     out: list[ContainerImage] = []
-    for kind, init in (("initContainers", True), ("containers", False)):
+    for kind in CONTAINER_LISTS:
         for c in spec.get(kind) or []:
             if isinstance(c, Mapping) and c.get("image"):
                 out.append(
@@ -301,7 +308,7 @@ def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
                         str(c.get("name") or ""),
                         str(c["image"]),
                         str(c.get("imagePullPolicy") or "IfNotPresent"),
-                        init,
+                        kind == "initContainers",
                     )
                 )
     return out
@@ -312,7 +319,7 @@ def unique_images(pod: Mapping[str, Any]) -> dict[str, bool]:
     has ``imagePullPolicy: Always``)."""
     out: dict[str, bool] = {}
     for ci in pod_images(pod):
-        out[ci.image] = out.get(ci.image, False) or ci.pull_policy == "Always"
+        out[ci.image] = out.get(ci.image, False) or ci.pull_policy == PULL_ALWAYS
     return out
 
 
