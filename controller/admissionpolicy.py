@@ -195,9 +195,11 @@ def cel_typed(type_name: str, value: Any) -> str:
     if isinstance(value, Cel):
         return str(value)
     if isinstance(value, Mapping):
-        fields = ", ".join(f"{k}: {cel_typed(f'{type_name}.{str(k).lstrip(chr(63))}', v)}"
-                           for k, v in value.items())
-        return f"{type_name}{{{fields}}}"
+        fields = []
+        for key, item in value.items():
+            field_type = f"{type_name}.{str(key).removeprefix('?')}"
+            fields.append(f"{key}: {cel_typed(field_type, item)}")
+        return f"{type_name}{{{', '.join(fields)}}}"
     if isinstance(value, list | tuple):
         if len(value) == 1 and isinstance(value[0], CelList):
             return str(value[0])

@@ -668,15 +668,15 @@ def _restrictions(pod: Mapping[str, Any], parts: Sequence[_Part | _Numa]
                   ) -> tuple[tuple[TermRestriction, ...], tuple[dict[str, Any], ...]]:
     """What the parts AND into the required terms, in order (the platform requirement
     first), and the preferred terms they append (:class:`controller.affinity.AffinityPlan`)."""
-    plan = AffinityPlan(pod)
+    terms = AffinityPlan(pod)
     for part in parts:
         if isinstance(part, _Part) and part.requirement is not None:
-            plan.apply_platforms(part.requirement)
+            terms.apply_platforms(part.requirement)
         for expr, unless_key in part.required:
-            plan.require(expr, unless_key=unless_key)
+            terms.require(expr, unless_key=unless_key)
         for term in part.preferred:
-            plan.prefer(term["weight"], term["preference"]["matchExpressions"])
-    return plan.restrictions(), plan.preferred_terms()
+            terms.prefer(term["weight"], term["preference"]["matchExpressions"])
+    return terms.restrictions(), terms.preferred_terms()
 
 
 def _events(warnings: Sequence[EventSpec], reason: str) -> tuple[tuple[EventSpec, ...],
