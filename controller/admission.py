@@ -1,47 +1,43 @@
-"""The webhook's fast path: the controller's own placement decision, answered at admission.
+"""The webhook's fast path: the controller's own placement rule, answered at admission.
 
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(README "How it decides", "The webhook after the policy"). The decision is not re-implemented here:
-:func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
-exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
-patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
-has no resourceVersion), so do the gate ops when the pod does not carry the gate yet (the API
-server without the admission policy), and the decision annotation says ``"path":"webhook"``.
-Only placements that leave the pod ungated and need no cluster view take this path: never
-NUMA placement (it needs the nodes' NRTs and in-flight holds), never a fallback or retry.
-While no controller runs, :func:`outage_placement` decides the same way but once and for all:
-an image without a result means the controller's fallback at once, NUMA aside.
+(README "How it decides", "The webhook after the policy"). The rule is not re-implemented
+here: :func:`admission_placement` takes the facts of
+:func:`controller.placement.placement_facts`, the same the controller would write on the
+gated pod, and renders them for the object being created
+(:func:`controller.render.admission_patch`: no resourceVersion ``test``, the gate ops only
+when the admission policy already added our gate), with ``"path":"webhook"`` in the decision
+annotation. Only placements that leave the pod ungated and need no cluster view take this
+path: never NUMA placement (it needs the nodes' NRTs and in-flight holds), never a fallback
+or retry. While no controller runs, :func:`outage_placement` decides the same way but once
+and for all: an image without a result means the controller's fallback at once, NUMA aside.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import FAST_PATHS_ENABLED, SCHEDULING_GATE, PlacementConfig
-from controller.decision import (
-    FALLBACK,
+from controller.config import FAST_PATHS_ENABLED, PlacementConfig
+from controller.placement import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
-    NO_SUPPORTED_PLATFORM,
     NO_SUPPORTED_PLATFORM_EVENT,
-    NOT_SET,
     PARTIALLY_COMPATIBLE_AFFINITY,
     PLACEMENT_FALLBACK,
     PLATFORMS_LEFT_OUT,
-    SET,
     WARNING,
     Outcome,
+    Placement,
+    placement_facts,
     unique_images,
 )
-from controller.plan import plan
 from controller.platforms import ImageLike
-from controller.podspec import gate_index, has_gate
+from controller.render import admission_patch
 
 __all__ = [
     "PATH_WEBHOOK",
@@ -60,8 +56,8 @@ WARNING_PREFIX = "podplacement: "
 #: short line is what a user reads in a terminal).
 MAX_WARNING_CHARS = 300
 
-#: The decision outcomes the webhook may answer with: the pod leaves admission ungated.
-_PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
+#: The outcomes the webhook may answer with: the pod leaves admission ungated.
+_PLACED = frozenset({Outcome.SET, Outcome.NOT_SET, Outcome.NO_SUPPORTED_PLATFORM})
 #: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", that
 #: platforms were left out of its terms, and the fallback of :func:`outage_placement`
 #: (placed without its images' platforms): the ones the user should see at ``kubectl`` time
@@ -69,8 +65,6 @@ _PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
 _WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
                      PARTIALLY_COMPATIBLE_AFFINITY, PLATFORMS_LEFT_OUT,
                      NO_SUPPORTED_PLATFORM_EVENT, PLACEMENT_FALLBACK})
-#: The resourceVersion of the gated copy the controller's decision is taken on.
-_PLACEHOLDER_RV = "0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,26 +96,6 @@ def fast_path_applies(config: PlacementConfig | None) -> bool:
             and not config.topology.enabled)
 
 
-def _gated_copy(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``pod`` as the controller would read it once gated: our gate in
-    ``spec.schedulingGates`` (appended when absent) and a placeholder resourceVersion. The
-    labels are left as they are, so the label ops of the decision apply to the admission
-    object too (the controller would see ``scheduling-gate=gated``; both end in
-    ``removed``). None when the spec is not the shape the API gives."""
-    gated: dict[str, Any] = copy.deepcopy(dict(pod))
-    spec = gated.setdefault("spec", {})
-    meta = gated.setdefault("metadata", {})
-    if not isinstance(spec, dict) or not isinstance(meta, dict):
-        return None
-    gates = spec.setdefault("schedulingGates", [])
-    if not isinstance(gates, list):
-        return None
-    if not has_gate(gated):
-        gates.append({"name": SCHEDULING_GATE})
-    meta["resourceVersion"] = _PLACEHOLDER_RV
-    return gated
-
-
 def _warning(message: str) -> str:
     line = WARNING_PREFIX + " ".join(message.split())
     return line if len(line) <= MAX_WARNING_CHARS else line[:MAX_WARNING_CHARS - 3] + "..."
@@ -145,11 +119,11 @@ def admission_placement(
         None when the webhook must leave the pod to the controller: an image without a
         result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or
         NUMA placement on (:func:`fast_path_applies`), an outcome other than
-        ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
-        controller's patch does not fit. Otherwise the
-        :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
-        ``"path":"webhook"``) as the controller's PATCH of the gated pod (KEP-3838
-        narrowing rules and exact (os, architecture) pairs via :func:`controller.plan.plan`).
+        ``set``/``not-set``/``no-supported-platform``, or an object that is not the shape
+        the API gives. Otherwise the :class:`AdmissionPlacement`: the same affinity, labels
+        and decision (plus ``"path":"webhook"``) as the controller's PATCH of the gated pod
+        (the facts of :func:`controller.placement.placement_facts`: KEP-3838 narrowing
+        rules and exact (os, architecture) pairs).
 
     Never raises for odd pod specs (they give None).
     """
@@ -177,10 +151,10 @@ def outage_placement(
     only one left to decide, so it decides once and for all (README "No cluster-wide stall
     when the controller is down").
 
-    The controller's decision (:func:`controller.plan.plan`) on the gated copy, as in
+    The controller's facts (:func:`controller.placement.placement_facts`), as in
     :func:`admission_placement`, with two differences. An image without a result (an
     exception or missing) means the controller's fallback at once
-    (:func:`controller.decision.decide` with ``give_up``: ``fallbackArchitecture``
+    (``give_up``: ``fallbackArchitecture``
     required when set, else no architecture requirement; outcome ``fallback``, a
     ``PlacementFallback`` warning). And ``fastPaths`` is not consulted, nor NUMA placement
     (no node view at admission: the architecture requirement only, as the controller's own
@@ -197,11 +171,18 @@ def outage_placement(
 
     Returns:
         the :class:`AdmissionPlacement` (outcome ``set``, ``not-set``,
-        ``no-supported-platform`` or ``fallback``), or None for a pod whose shape the
-        controller's patch does not fit. Never raises for odd pod specs.
+        ``no-supported-platform`` or ``fallback``), or None for an object that is not the
+        shape the API gives. Never raises for odd pod specs.
     """
-    return _decided_at_admission(pod, images, config, _PLACED | {FALLBACK},
+    return _decided_at_admission(pod, images, config, _PLACED | {Outcome.FALLBACK},
                                  give_up=give_up)
+
+
+def admission_warnings(placement: Placement) -> tuple[str, ...]:
+    """The AdmissionReview ``warnings`` of ``placement``: its Event when that is a Warning
+    the user should see at ``kubectl`` time (``"podplacement: <message>"``, one line)."""
+    return tuple(_warning(e.message) for e in placement.events
+                 if e.type == WARNING and e.reason in _WARNED)
 
 
 def _decided_at_admission(
@@ -212,31 +193,15 @@ def _decided_at_admission(
     *,
     give_up: str | None,
 ) -> AdmissionPlacement | None:
-    """:func:`controller.plan.plan` on the gated copy of ``pod``, its PATCH turned into a
-    patch of the admission object; None for an outcome outside ``outcomes`` or a pod whose
-    shape the patch does not fit."""
-    gated = _gated_copy(pod)
-    if gated is None:
+    """The facts of ``pod`` (:func:`controller.placement.placement_facts`, as the
+    controller decides the gated pod) rendered as its admission patch; None for an outcome
+    outside ``outcomes`` or an object that is not the shape the API gives."""
+    spec, meta = pod.get("spec", {}), pod.get("metadata", {})
+    if (not isinstance(spec, Mapping) or not isinstance(meta, Mapping)
+            or not isinstance(spec.get("schedulingGates", []), list)):
         return None
-    decision = plan(gated, images, config, nodes=None, nrts={}, now=0.0, path=PATH_WEBHOOK,
-                    give_up=give_up)
-    if decision.outcome not in outcomes or not decision.ungate:
+    placement = placement_facts(pod, images, config, path=PATH_WEBHOOK, give_up=give_up)
+    if placement.outcome not in outcomes or not placement.ungate:
         return None
-    ops = [dict(op) for op in decision.patch]
-    if not ops or ops[0] != {"op": "test", "path": "/metadata/resourceVersion",
-                             "value": _PLACEHOLDER_RV}:
-        return None
-    ops = ops[1:]
-    if not has_gate(pod):
-        # The gate exists only on the copy: its trailing test + remove must not reach the
-        # admission object (the index would name another gate, or nothing).
-        index = gate_index(gated)
-        tail = [{"op": "test", "path": f"/spec/schedulingGates/{index}/name",
-                 "value": SCHEDULING_GATE},
-                {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
-        if ops[-2:] != tail:
-            return None
-        ops = ops[:-2]
-    warnings = tuple(_warning(e.message) for e in decision.events
-                     if e.type == WARNING and e.reason in _WARNED)
-    return AdmissionPlacement(tuple(ops), warnings, decision.outcome, decision.annotation)
+    return AdmissionPlacement(admission_patch(pod, placement), admission_warnings(placement),
+                              placement.outcome, placement.annotation)

@@ -19,15 +19,17 @@ own namespace, the opt-out label and the config's selector), and ``matchConditio
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
 carrying our gate.
 
-For each other pod the policy does one of two things (issue 14 item 1):
+For each other pod the policy does one of two things (README "How it decides", "Placement
+inside the API server"):
 
 - **place**: every image (init and app) is a key of the params object (the ImagePlatforms
   ``cluster``: image reference → sorted "os/arch" pairs) and none is pulled with
   ``imagePullPolicy: Always`` (the controller revalidates those), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
   nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
-  A JSONPatch mutation then writes exactly what :func:`controller.decision.decide` would
-  write once the pod were gated: one required term ``kubernetes.io/arch In [archs]`` AND
+  A JSONPatch mutation then writes exactly the facts :func:`controller.placement.
+  placement_facts` decides for the pod once gated, rendered in CEL (every text imported
+  from the Python rule): one required term ``kubernetes.io/arch In [archs]`` AND
   ``kubernetes.io/os In [linux]`` (or the unsatisfiable marker), the preferred weights of
   ``nodeAffinityScoring``, the labels ``scheduling-gate=removed`` and ``node-affinity=set``
   and the decision annotation with ``"path":"admission"``. JSONPatch, because an
@@ -67,7 +69,7 @@ test_admissionpolicy_place_realcluster.py):
 ``failurePolicy: Ignore``: a CEL error admits the pod unchanged (the product never denies a
 pod). Escape hatch, one line: ``kubectl delete mutatingadmissionpolicybinding
 podplacement-gate`` (the controller re-creates it within its resync unless the config says
-``mechanism: Webhook``). Rule sources: issue 14, KEP-3962 (MutatingAdmissionPolicy), KEP-3838
+``mechanism: Webhook``). Rule sources: KEP-3962 (MutatingAdmissionPolicy), KEP-3838
 (a gated pod's affinity may only be narrowed, which is why pods with terms are gated).
 """
 
@@ -75,21 +77,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+from controller.affinity import (
+    AFFINITY_PATH,
+    NODE_AFFINITY_PATH,
+    arch_preference,
+    group_expressions,
+    unsatisfiable_marker,
+)
 from controller.config import (
     ADMISSION_POLICY_NAME,
-    AFFINITY_LABEL,
-    AFFINITY_LABEL_SET,
     API_VERSION,
     ARCH_LABEL,
     DECISION_ANNOTATION,
     FAST_PATHS_ENABLED,
     GATE_LABEL,
     GATE_LABEL_GATED,
-    GATE_LABEL_REMOVED,
     LINUX,
-    NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
     PARAMS_KIND,
     PARAMS_NAME,
@@ -97,7 +102,23 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
-from controller.decision import NO_SUPPORTED_PLATFORM, SET
+from controller.placement import (
+    CONTAINER_LISTS,
+    LIST_SEPARATOR,
+    PULL_ALWAYS,
+    REASON_NO_SUPPORTED_PLATFORM,
+    REASON_REQUIRED_ARCHITECTURES,
+    RECORD_ARCHS,
+    RECORD_FIELDS,
+    RECORD_OSES,
+    RECORD_PATH,
+    RECORD_PLATFORMS,
+    RECORD_REASON,
+    RECORD_RESULT,
+    Outcome,
+    Placement,
+    placed_labels,
+)
 from controller.webhookconfig import WebhookNamespaceSelection
 
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
@@ -108,8 +129,6 @@ BINDING_RESOURCE = "mutatingadmissionpolicybindings"
 
 #: The ``path`` of the decision annotation written by the policy (the controller writes none).
 ADMISSION_PATH = "admission"
-#: The only OS the place branch handles: a non-linux pair in the intersection means gate.
-PLACED_OS = LINUX
 
 #: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``.
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
@@ -132,13 +151,21 @@ GATE_MUTATION = (
 )
 
 
-# --- the place branch, in CEL (issue 14 item 1) ------------------------------------------
+# --- the place branch, in CEL: the third renderer of the placement facts -----------------
 #
-# The ``CEL_*`` constants are the policy's ``variables`` (``variables.<name>``), listed by
-# :func:`place_variables` in order (a variable reads only the ones before it); the typed
-# fragments further down are inlined into the JSONPatch. Variables are evaluated lazily and
-# ``&&`` short-circuits on false, so the pieces that index the params are only evaluated for
-# a pod whose images are all in the params.
+# The policy's ``variables`` compute, in CEL, the facts :func:`controller.placement.
+# placement_facts` computes for the pods the policy places (every image in the params, no
+# node affinity, no os/arch pin, linux-only or no common platform); the JSONPatch writes
+# them as :func:`controller.render.controller_patch` would. Every text (label keys and
+# values, annotation fields, outcomes, reasons, expression keys and operators) comes from
+# the Python rule, and the typed node affinity is rendered from the values the Python
+# builders return (:func:`cel_typed` with :class:`Cel` holes). Variables are listed by
+# :func:`place_variables` in order (a variable reads only the ones before it); they are
+# evaluated lazily and ``&&`` short-circuits on false, so the pieces that index the params
+# are only evaluated for a pod whose images are all in the params. The plain variables are
+# checked offline against the Python rule (tests/controller/test_admissionpolicy_cel.py);
+# the typed ``Object{}`` parts only by the API server
+# (tests/controller/test_admissionpolicy_place_realcluster.py).
 
 
 def cel_string(text: str) -> str:
@@ -149,63 +176,97 @@ def cel_string(text: str) -> str:
     return json.dumps(text)
 
 
-def _cel_list(items: Sequence[str]) -> str:
-    return "[" + ", ".join(items) + "]"
+class Cel(str):
+    """A CEL expression standing for a value in a Python structure that :func:`cel_typed`
+    renders: written verbatim (a string, int or object of the right type in CEL)."""
 
 
-# Typed object names of the pod schema (KEP-3962: ``Object.<field path>{...}`` constructs a
-# typed value that the API server converts back to JSON for a JSONPatch ``value``).
+class CelList(Cel):
+    """A CEL expression standing for a whole list: ``[CelList(e)]`` renders as ``e``."""
+
+
+def cel_typed(type_name: str, value: Any) -> str:
+    """``value`` (JSON-like: dicts, lists, strings, ints, :class:`Cel` holes) as a CEL
+    literal; dicts become typed objects ``<type_name>{field: ...}`` whose fields are typed
+    ``<type_name>.<field>`` and list elements take the list field's type (KEP-3962:
+    ``Object.<field path>{...}``, which the API server converts back to JSON for a
+    JSONPatch ``value``). A key starting with ``?`` is an optional field (its value a CEL
+    optional)."""
+    if isinstance(value, Cel):
+        return str(value)
+    if isinstance(value, Mapping):
+        fields = []
+        for key, item in value.items():
+            field_type = f"{type_name}.{str(key).removeprefix('?')}"
+            fields.append(f"{key}: {cel_typed(field_type, item)}")
+        return f"{type_name}{{{', '.join(fields)}}}"
+    if isinstance(value, list | tuple):
+        if len(value) == 1 and isinstance(value[0], CelList):
+            return str(value[0])
+        return "[" + ", ".join(cel_typed(type_name, v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return cel_string(value)
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+def _json_text(text: str) -> str:
+    """``text`` as it stands inside a JSON string; the policy concatenates JSON, so a text
+    that JSON would escape is refused (the reasons and names are plain ASCII)."""
+    if json.dumps(text)[1:-1] != text:
+        raise ValueError(f"{text!r} needs escaping inside JSON")
+    return text
+
+
+def cel_template(template: str, values: str) -> str:
+    """A ``REASON_*`` template of :mod:`controller.placement` in CEL: its ``{}`` replaced
+    by the CEL string expression ``values``."""
+    before, _, after = template.partition("{}")
+    parts = [cel_string(_json_text(before)) if before else "", values,
+             cel_string(_json_text(after)) if after else ""]
+    return "(" + " + ".join(p for p in parts if p) + ")"
+
+
+#: The place branch writes only linux pairs (one term ``arch In [archs]`` AND ``os In
+#: [linux]``): several OSes need one term per OS group, so such pods take the gate branch.
+PLACED_OS = LINUX
+#: The typed ``spec.affinity`` of the pod schema.
 _T_AFFINITY = "Object.spec.affinity"
 _T_NODE_AFFINITY = _T_AFFINITY + ".nodeAffinity"
-_T_REQUIRED = _T_NODE_AFFINITY + ".requiredDuringSchedulingIgnoredDuringExecution"
-_T_TERM = _T_REQUIRED + ".nodeSelectorTerms"
-_T_EXPRESSION = _T_TERM + ".matchExpressions"
-_T_PREFERRED = _T_NODE_AFFINITY + ".preferredDuringSchedulingIgnoredDuringExecution"
-_T_PREFERENCE = _T_PREFERRED + ".preference"
-_T_PREF_EXPRESSION = _T_PREFERENCE + ".matchExpressions"
 _T_GATE = "Object.spec.schedulingGates"
+_ANY_PAIRS = "size(variables.pairs) > 0"
 
-
-def _requirement(type_name: str, key: str, operator: str, values: str | None = None) -> str:
-    """A NodeSelectorRequirement constructor; ``values`` is a CEL list expression."""
-    fields = f"key: {cel_string(key)}, operator: {cel_string(operator)}"
-    if values is not None:
-        fields += f", values: {values}"
-    return f"{type_name}{{{fields}}}"
-
-
-#: ``images``: the pod's image references, initContainers then containers, as written (the
-#: controller's ``decision.unique_images`` order; duplicates do not change an intersection).
-#: ``.?``/``orValue``: a field a pod may lack never raises (an error would admit the pod
-#: unchanged: failurePolicy Ignore).
-CEL_IMAGES = (
-    "object.spec.?initContainers.orValue([]).map(c, c.?image.orValue(''))"
-    " + object.spec.?containers.orValue([]).map(c, c.?image.orValue(''))"
-)
+#: ``images``: the pod's image references, initContainers then containers, as written
+#: (``placement.pod_images``; duplicates do not change an intersection). ``.?``/``orValue``:
+#: a field a pod may lack never raises (an error would admit the pod unchanged:
+#: failurePolicy Ignore).
+CEL_IMAGES = " + ".join(
+    f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS)
 
 #: ``table``: ``spec.images`` of the ImagePlatforms params (image → "os/arch,..."). The
 #: ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
 CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
 
-#: ``known``: every image of the pod is a key of the params (issue 14 item 1, "place"), and
-#: no container pulls with ``imagePullPolicy: Always`` (the API server's default for
-#: ``:latest`` and untagged references): the controller revalidates such an image with the
-#: registry on every pod (``pull_always``), which a params entry cannot do.
+#: ``known``: every image of the pod is a key of the params, and no container pulls with
+#: ``imagePullPolicy: Always`` (the API server's default for ``:latest`` and untagged
+#: references): the controller revalidates such an image with the registry on every pod
+#: (``placement.unique_images``' ``pull_always``), which a params entry cannot do.
 CEL_KNOWN = (
     "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
-    " && !(object.spec.?initContainers.orValue([]) + object.spec.?containers.orValue([]))"
-    ".exists(c, c.?imagePullPolicy.orValue('') == 'Always')"
+    " && !(" + " + ".join(f"object.spec.?{kind}.orValue([])" for kind in CONTAINER_LISTS)
+    + f").exists(c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)})"
 )
 
 #: ``free``: no ``spec.affinity.nodeAffinity`` (existing terms take the gate branch: the
 #: append-to-every-term rule of KEP-3838 is the controller's) and no ``nodeSelector`` pin on
 #: ``kubernetes.io/arch`` or ``kubernetes.io/os`` (the controller then adds no requirement on
-#: that key and warns; issue 13).
-CEL_FREE = (
-    "!object.spec.?affinity.?nodeAffinity.hasValue()"
-    f" && !({cel_string(ARCH_LABEL)} in object.spec.?nodeSelector.orValue({{}}))"
-    f" && !({cel_string(OS_LABEL)} in object.spec.?nodeSelector.orValue({{}}))"
-)
+#: that key and warns).
+CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
+    f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
+    for key in (ARCH_LABEL, OS_LABEL))
 
 #: ``lists``: the "os/arch" pairs of each image (only read once ``known`` holds).
 CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
@@ -215,8 +276,7 @@ CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
 CEL_PAIRS = "variables.lists[0].filter(p, variables.lists.all(l, p in l))"
 
 #: ``placed``: take the place branch: all images known, no affinity/pin to merge with, and
-#: the intersection empty (unsatisfiable marker) or linux only (the controller's
-#: ``kubernetes.io/os In [linux]``; other OSes are left to the controller).
+#: the intersection empty (unsatisfiable marker) or linux only.
 CEL_PLACED = (
     "variables.known && variables.free"
     f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
@@ -224,6 +284,7 @@ CEL_PLACED = (
 
 #: ``archs``: the supported architectures, sorted (the pairs are sorted and all linux).
 CEL_ARCHS = "variables.pairs.map(p, p.split('/')[1])"
+
 
 def _weights_literal(weights: Mapping[str, int]) -> str:
     return "{" + ", ".join(f"{cel_string(a)}: {int(w)}" for a, w in sorted(weights.items())) + "}"
@@ -237,74 +298,101 @@ def cel_preferred_archs(weights: Mapping[str, int]) -> str:
     return f"variables.archs.filter(a, a in {_weights_literal(weights)})"
 
 
-# The fragments below build typed pod objects, which the API server declares only in
-# mutation expressions (a variable using ``Object.spec...`` fails to compile on v1.36.2), so
-# they are inlined into :func:`place_patch_mutation` rather than being variables.
+def _json_strings(list_expr: str) -> str:
+    """A CEL list of strings as the text of a JSON array (values match the CRD's
+    ``[a-z0-9_.-/]`` pattern: nothing to escape)."""
+    return f"'[' + {list_expr}.map(s, '\"' + s + '\"').join(',') + ']'"
 
-#: The required expressions of the one new NodeSelectorTerm ``decision.decide`` writes for a
-#: pod without node affinity: ``kubernetes.io/arch In [archs]`` then ``kubernetes.io/os In
-#: [linux]`` (``affinity.platform_requirement``: one OS group, arch first), or the
-#: unsatisfiable marker (``affinity.unsatisfiable_marker``) when no platform is common to
-#: all images. Several OSes need one term per OS group: such pods take the gate branch.
-CEL_REQUIREMENTS = (
-    "(size(variables.pairs) == 0 ? "
-    + _cel_list([_requirement(_T_EXPRESSION, NO_SUPPORTED_PLATFORM_KEY, "Exists")])
-    + " : "
-    + _cel_list([
-        _requirement(_T_EXPRESSION, ARCH_LABEL, "In", "variables.archs"),
-        _requirement(_T_EXPRESSION, OS_LABEL, "In", _cel_list([cel_string(PLACED_OS)])),
-    ])
-    + ")"
-)
+
+def _json_string(string_expr: str) -> str:
+    return f"'\"' + {string_expr} + '\"'"
+
+
+#: The annotation's fields the policy writes, as CEL giving each field's JSON text, and the
+#: condition under which the field is written (None: always). The per-image entries
+#: (digests) are the controller's alone.
+_RECORD: dict[str, tuple[str, str | None]] = {
+    RECORD_PATH: (cel_string(json.dumps(ADMISSION_PATH)), None),
+    RECORD_PLATFORMS: (_json_strings("variables.pairs"), None),
+    RECORD_OSES: (cel_string(json.dumps([PLACED_OS])), _ANY_PAIRS),
+    RECORD_ARCHS: (_json_strings("variables.archs"), None),
+    RECORD_RESULT: (_json_string(f"({_ANY_PAIRS} ? {cel_string(Outcome.SET)} : "
+                                 f"{cel_string(Outcome.NO_SUPPORTED_PLATFORM)})"), None),
+    RECORD_REASON: (_json_string(
+        f"({_ANY_PAIRS} ? "
+        + cel_template(REASON_REQUIRED_ARCHITECTURES,
+                       f"variables.archs.join({cel_string(LIST_SEPARATOR)})")
+        + f" : {cel_string(_json_text(REASON_NO_SUPPORTED_PLATFORM))})"), None),
+}
+#: The annotation's fields the policy writes, in the order of the controller's record.
+POLICY_RECORD_FIELDS = tuple(f for f in RECORD_FIELDS if f in _RECORD)
+
+
+def _cel_record() -> str:
+    """``decision``: the compact JSON of :data:`POLICY_RECORD_FIELDS`, in order (the first
+    is always written, so every later one starts with its comma)."""
+    parts = []
+    for n, name in enumerate(POLICY_RECORD_FIELDS):
+        value, condition = _RECORD[name]
+        if n == 0 and condition is not None:
+            raise ValueError("the first field of the policy's decision must always be written")
+        key = cel_string(("," if n else "{") + json.dumps(name) + ":")
+        parts.append(f"{key} + {value}" if condition is None
+                     else f"({condition} ? {key} + {value} : '')")
+    return " + ".join([*parts, "'}'"])
+
+
+#: ``decision``: the compact JSON of the ``podplacement.io/decision`` annotation with the
+#: facts the controller records (:func:`admission_record`) and ``"path":"admission"``.
+CEL_DECISION = _cel_record()
+
+
+def admission_record(placement: Placement) -> dict[str, Any]:
+    """The decision annotation the policy writes for a pod it places, from the Python
+    facts of the same pod (:func:`controller.placement.placement_facts`): ``"path":
+    "admission"`` and the facts' :data:`POLICY_RECORD_FIELDS`. What ``variables.decision``
+    must equal, byte for byte, once compact (:func:`controller.placement.compact_json`)."""
+    record = {RECORD_PATH: ADMISSION_PATH, **placement.record}
+    return {k: record[k] for k in POLICY_RECORD_FIELDS if k in record}
+
+
+def _requirements() -> Cel:
+    """The required expressions of the one new term a placed pod gets
+    (``affinity.group_expressions`` of its archs and linux), or the unsatisfiable marker
+    (``affinity.unsatisfiable_marker``) when no platform is common to all images."""
+    term_type = (_T_NODE_AFFINITY + ".requiredDuringSchedulingIgnoredDuringExecution"
+                 ".nodeSelectorTerms.matchExpressions")
+    marker = cel_typed(term_type, [unsatisfiable_marker()])
+    group = cel_typed(term_type, group_expressions([CelList("variables.archs")], [PLACED_OS]))
+    return Cel(f"(size(variables.pairs) == 0 ? {marker} : {group})")
 
 
 def cel_preferred(weights: Mapping[str, int]) -> str:
     """One PreferredSchedulingTerm ``kubernetes.io/arch In [a]`` with its weight per
-    ``variables.preferredArchs`` entry (``affinity.arch_preferences``)."""
-    return (
-        f"variables.preferredArchs.map(a, {_T_PREFERRED}{{weight: {_weights_literal(weights)}[a], "
-        f"preference: {_T_PREFERENCE}{{matchExpressions: "
-        + _cel_list([_requirement(_T_PREF_EXPRESSION, ARCH_LABEL, "In", "[a]")])
-        + "}})"
-    )
+    ``variables.preferredArchs`` entry (``affinity.arch_preference``)."""
+    weight = cast(int, Cel(f"{_weights_literal(weights)}[a]"))  # an int in CEL
+    term = arch_preference(Cel("a"), weight)
+    term_type = _T_NODE_AFFINITY + ".preferredDuringSchedulingIgnoredDuringExecution"
+    return f"variables.preferredArchs.map(a, {cel_typed(term_type, term)})"
+
+
+def _node_affinity_value(weights: Mapping[str, int]) -> dict[str, Any]:
+    """The NodeAffinity of a placed pod, with :class:`Cel` holes: the required term of
+    :func:`_requirements` and, when some supported architecture has a weight, the preferred
+    terms (the field is omitted when there are none, as the controller does)."""
+    value: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": _requirements()}]}}
+    if weights:
+        value["?preferredDuringSchedulingIgnoredDuringExecution"] = Cel(
+            "size(variables.preferredArchs) > 0 ? "
+            f"optional.of({cel_preferred(weights)}) : optional.none()")
+    return value
 
 
 def cel_node_affinity(weights: Mapping[str, int]) -> str:
-    """The NodeAffinity of a placed pod: the required term of :data:`CEL_REQUIREMENTS` and,
-    when some supported architecture has a weight, the preferred terms (the field is
-    omitted when there are none, as the controller does)."""
-    fields = (
-        f"requiredDuringSchedulingIgnoredDuringExecution: {_T_REQUIRED}{{nodeSelectorTerms: "
-        f"[{_T_TERM}{{matchExpressions: {CEL_REQUIREMENTS}}}]}}"
-    )
-    if weights:
-        fields += (
-            ", ?preferredDuringSchedulingIgnoredDuringExecution: "
-            "size(variables.preferredArchs) > 0 ? "
-            f"optional.of({cel_preferred(weights)}) : optional.none()"
-        )
-    return f"{_T_NODE_AFFINITY}{{{fields}}}"
+    """The typed NodeAffinity of a placed pod (:func:`_node_affinity_value`)."""
+    return cel_typed(_T_NODE_AFFINITY, _node_affinity_value(weights))
 
-
-#: ``decision``: the compact JSON of the ``podplacement.io/decision`` annotation, with the
-#: facts ``decision.decide`` records (``platforms``, ``oses``, ``archs``, ``result``,
-#: ``reason``; the per-image digests are the controller's alone) and ``"path":"admission"``.
-#: Concatenation is safe: pairs and arch names match ``[a-z0-9_.-]+`` (the CRD's pattern).
-CEL_DECISION = " + ".join([
-    cel_string('{"path":' + json.dumps(ADMISSION_PATH) + ',"platforms":['),
-    "variables.pairs.map(p, '\"' + p + '\"').join(',')",
-    cel_string("]"),
-    "(size(variables.pairs) > 0 ? " + cel_string(',"oses":[' + json.dumps(PLACED_OS) + "]")
-    + " : '')",
-    cel_string(',"archs":['),
-    "variables.archs.map(a, '\"' + a + '\"').join(',')",
-    cel_string('],"result":"'),
-    f"(size(variables.pairs) > 0 ? {cel_string(SET)} : {cel_string(NO_SUPPORTED_PLATFORM)})",
-    cel_string('","reason":"'),
-    "(size(variables.pairs) > 0 ? 'required architectures ' + variables.archs.join(', ')"
-    " : 'no platform is supported by every image of the pod')",
-    cel_string('"}'),
-])
 
 def _add(path: str, value: str) -> str:
     return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
@@ -312,15 +400,21 @@ def _add(path: str, value: str) -> str:
 
 def _map_ops(field: str, values: Mapping[str, str]) -> str:
     """The ``add`` ops of ``metadata.<field>`` entries, or of the whole map when the pod has
-    none (``podpatch.map_ops``); keys with '/' are escaped with ``jsonpatch.escapeKey``."""
-    whole = "{" + ", ".join(f"{cel_string(k)}: {cel_string(v)}" for k, v in values.items()) + "}"
+    none (``podpatch.map_ops``); keys with '/' are escaped with ``jsonpatch.escapeKey``. A
+    value may be a :class:`Cel` expression."""
+    whole = "{" + ", ".join(f"{cel_string(k)}: {cel_typed('', v)}"
+                            for k, v in values.items()) + "}"
     each = [
         _add(f"{cel_string(f'/metadata/{field}/')} + jsonpatch.escapeKey({cel_string(k)})",
-             cel_string(v))
+             cel_typed("", v))
         for k, v in values.items()
     ]
     return (f"(has(object.metadata.{field}) ? {_cel_list(each)} : "
             f"[{_add(cel_string(f'/metadata/{field}'), whole)}])")
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(items) + "]"
 
 
 def gate_ops() -> str:
@@ -341,29 +435,24 @@ def gate_ops() -> str:
 
 def place_patch_mutation(weights: Mapping[str, int]) -> str:
     """The one JSONPatch expression of the place policy: for a placed pod the final
-    placement (``nodeAffinity``, the two labels, the decision annotation), else the gate
-    (:func:`gate_ops`). One JSONPatch and no ApplyConfiguration: an apply runs the
-    structured merge on every pod, a cost the warm path cannot afford (bench/cluster.py).
-    ``spec.affinity`` is created whole when absent, else only its ``nodeAffinity`` is added
-    (a pod with e.g. podAntiAffinity keeps it), as ``AffinityPlan.ops`` does; label and
-    annotation maps are created when absent."""
-    node_affinity = cel_node_affinity(weights)
+    placement (``nodeAffinity``, the labels of ``placement.placed_labels``, the decision
+    annotation), else the gate (:func:`gate_ops`). One JSONPatch and no
+    ApplyConfiguration: an apply runs the structured merge on every pod, a cost the warm
+    path cannot afford (bench/cluster.py). ``spec.affinity`` is created whole when absent,
+    else only its ``nodeAffinity`` is added (a pod with e.g. podAntiAffinity keeps it), as
+    ``affinity.restriction_ops`` does; label and annotation maps are created when absent."""
+    node_affinity = _node_affinity_value(weights)
     return (
         f"!variables.placed ? {gate_ops()} : ["
         "has(object.spec.affinity) ? "
-        + _add(cel_string("/spec/affinity/nodeAffinity"), node_affinity)
+        + _add(cel_string(NODE_AFFINITY_PATH), cel_typed(_T_NODE_AFFINITY, node_affinity))
         + " : "
-        + _add(cel_string("/spec/affinity"), f"{_T_AFFINITY}{{nodeAffinity: {node_affinity}}}")
+        + _add(cel_string(AFFINITY_PATH),
+               cel_typed(_T_AFFINITY, {"nodeAffinity": node_affinity}))
         + "] + "
-        + _map_ops("labels", {GATE_LABEL: GATE_LABEL_REMOVED, AFFINITY_LABEL: AFFINITY_LABEL_SET})
+        + _map_ops("labels", placed_labels(affinity_set=True))
         + " + "
-        + "(has(object.metadata.annotations) ? ["
-        + _add(f"{cel_string('/metadata/annotations/')} + "
-               f"jsonpatch.escapeKey({cel_string(DECISION_ANNOTATION)})", "variables.decision")
-        + "] : ["
-        + _add(cel_string("/metadata/annotations"),
-               f"{{{cel_string(DECISION_ANNOTATION)}: variables.decision}}")
-        + "])"
+        + _map_ops("annotations", {DECISION_ANNOTATION: Cel("variables.decision")})
     )
 
 
@@ -389,7 +478,7 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
 def places(config: PlacementConfig) -> bool:
     """True when the policy has a place branch: ``spec.admission.fastPaths`` is
     ``Enabled`` and NUMA placement is off (NUMA candidates need the controller's view of
-    the nodes; issue 14 item 1)."""
+    the nodes)."""
     return config.admission_fast_paths == FAST_PATHS_ENABLED and not config.topology.enabled
 
 

@@ -35,6 +35,10 @@ from controller.config import (
 
 _AFF = "/spec/affinity"
 _NA = _AFF + "/nodeAffinity"
+#: JSON pointers of ``spec.affinity`` and its ``nodeAffinity`` (what a pod without node
+#: affinity gets in one ``add``: :func:`restriction_ops`).
+AFFINITY_PATH = _AFF
+NODE_AFFINITY_PATH = _NA
 _REQ = _NA + "/requiredDuringSchedulingIgnoredDuringExecution"
 _TERMS = _REQ + "/nodeSelectorTerms"
 _PREF = _NA + "/preferredDuringSchedulingIgnoredDuringExecution"
@@ -183,6 +187,14 @@ def _chosen(groups: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     return next((g for g in groups if LINUX in g), groups[0])
 
 
+def group_expressions(archs: Iterable[str], oses: Iterable[str]) -> list[dict[str, Any]]:
+    """The expressions admitting exactly an OS group's pairs when nothing is pinned:
+    ``kubernetes.io/arch In [sorted archs]`` then ``kubernetes.io/os In [sorted oses]`` (a
+    new term of :func:`platform_requirement`; for linux-only images the one term of a pod
+    without terms, which the admission policy writes too)."""
+    return [expression(ARCH_LABEL, "In", sorted(archs)), expression(OS_LABEL, "In", sorted(oses))]
+
+
 def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Sequence[str],
                supported: Sequence[Pair]) -> list[dict[str, Any]]:
     """The expressions that restrict ``term`` to the supported pairs of ``oses``:
@@ -198,10 +210,12 @@ def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Seque
         ARCH_LABEL: set.intersection(*(archs_of[o] for o in oses)),
         OS_LABEL: set(oses),
     }
+    pins = {key: _pins(term, selector, key) for key in (ARCH_LABEL, OS_LABEL)}
+    if pins[ARCH_LABEL] is None and pins[OS_LABEL] is None:
+        return group_expressions(wanted[ARCH_LABEL], wanted[OS_LABEL])
     known = {ARCH_LABEL: {a for _, a in supported}, OS_LABEL: {o for o, _ in supported}}
     out: list[dict[str, Any]] = []
-    for key in (ARCH_LABEL, OS_LABEL):
-        pinned = _pins(term, selector, key)
+    for key, pinned in pins.items():
         if pinned is None:
             out.append(expression(key, "In", sorted(wanted[key])))
         elif not (pinned & known[key]) <= wanted[key]:
@@ -364,9 +378,26 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
                                tuple(sorted(outside[OS_LABEL])), tuple(sorted(outside_pairs)))
 
 
+@dataclass(frozen=True, slots=True)
+class TermRestriction:
+    """The expressions ANDed into one required NodeSelectorTerm.
+
+    Attributes:
+        index: the index of the pod's existing term in ``nodeSelectorTerms``; None for a
+            new term (a pod without terms gets new terms; KEP-3838 forbids them otherwise).
+        expressions: the NodeSelectorRequirements appended after the term's own, in order
+            (for a new term, all of its expressions).
+    """
+
+    index: int | None
+    expressions: tuple[dict[str, Any], ...]
+
+
 class AffinityPlan:
-    """Accumulates required expressions and preferred terms for one pod, then emits the
-    JSON-patch ops that apply them while obeying KEP-3838 (appends only).
+    """Accumulates required expressions and preferred terms for one pod: what to AND into
+    each required term (:meth:`restrictions`) and which preferred terms to append
+    (:meth:`preferred_terms`), obeying KEP-3838 (appends only). :meth:`ops` renders them
+    as JSON-patch ops (:func:`restriction_ops`).
 
     ``require(expr, unless_key=K)`` ANDs ``expr`` into every existing required term that
     does not restrict ``K`` with an ``In`` expression (default: ``expr``'s own key; ``""``:
@@ -378,24 +409,10 @@ class AffinityPlan:
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         self._pod = pod
-        spec = _spec(pod)
-        self._has_affinity = isinstance(spec.get("affinity"), Mapping)
-        na = node_affinity(pod)
-        self._has_node_affinity = self._has_affinity and isinstance(
-            (spec.get("affinity") or {}).get("nodeAffinity"), Mapping
-        )
-        req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
-        self._has_required = isinstance(req, Mapping)
-        self._has_terms_field = self._has_required and isinstance(
-            (req or {}).get("nodeSelectorTerms"), list
-        )
         self._terms = required_terms(pod)
         # additions per existing term index; for a pod without terms, one list per new term
         self._added: list[list[dict[str, Any]]] = [[] for _ in self._terms] or [[]]
         self._new_term = not self._terms
-        self._has_preferred = isinstance(
-            na.get("preferredDuringSchedulingIgnoredDuringExecution"), list
-        )
         self._preferred: list[dict[str, Any]] = []
 
     def require(self, expr: Mapping[str, Any], *, unless_key: str | None = None) -> int:
@@ -422,10 +439,8 @@ class AffinityPlan:
 
     def require_platforms(self, supported: Iterable[Pair]) -> PlatformRequirement:
         """Narrow the required terms to the (os, architecture) pairs ``supported`` (every
-        image's platforms), as :func:`platform_requirement` computes it: its expressions are
-        appended to the existing terms, or its new terms are created for a pod without
-        terms. Call it once per plan, before other requirements (they are then ANDed into
-        every new term as well).
+        image's platforms), as :func:`platform_requirement` computes it (see
+        :meth:`apply_platforms`).
 
         Returns:
             the :class:`PlatformRequirement` that was applied.
@@ -434,20 +449,31 @@ class AffinityPlan:
             ValueError: called on a plan that already created several new terms.
         """
         requirement = platform_requirement(self._pod, supported)
+        self.apply_platforms(requirement)
+        return requirement
+
+    def apply_platforms(self, requirement: PlatformRequirement) -> None:
+        """Apply ``requirement`` (:func:`platform_requirement` of this plan's pod): its
+        expressions are appended to the existing terms, or its new terms are created for a
+        pod without terms. Call it once per plan, before other requirements (they are then
+        ANDed into every new term as well).
+
+        Raises:
+            ValueError: called on a plan that already created several new terms.
+        """
         if self._new_term:
             if len(self._added) != 1:
                 raise ValueError("the platform requirement is applied once per plan")
             prior = self._added[0]
             self._added = [[*copy.deepcopy(prior), *(dict(e) for e in t.expressions)]
                            for t in requirement.terms] or [prior]
-            return requirement
+            return
         for t in requirement.terms:
             assert t.index is not None
             term, added = self._terms[t.index], self._added[t.index]
             for expr in t.expressions:
                 if not any(e == expr for e in [*(term.get("matchExpressions") or []), *added]):
                     added.append(dict(expr))
-        return requirement
 
     def prefer(self, weight: int, exprs: Sequence[Mapping[str, Any]]) -> None:
         """Append a PreferredSchedulingTerm (``weight`` clamped to 1..100, the API range)."""
@@ -457,6 +483,18 @@ class AffinityPlan:
                 "preference": {"matchExpressions": [dict(e) for e in exprs]},
             }
         )
+
+    def restrictions(self) -> tuple[TermRestriction, ...]:
+        """What to AND into each existing required term (one entry per term, in order,
+        possibly without expressions), or the new terms of a pod without terms (only those
+        with expressions: a term without expressions would match no node)."""
+        if self._new_term:
+            return tuple(TermRestriction(None, tuple(a)) for a in self._added if a)
+        return tuple(TermRestriction(i, tuple(a)) for i, a in enumerate(self._added))
+
+    def preferred_terms(self) -> tuple[dict[str, Any], ...]:
+        """The PreferredSchedulingTerms to append, in order."""
+        return tuple(self._preferred)
 
     def result_terms(self) -> list[dict[str, Any]]:
         """The required terms as they will be after the patch (for explain/tests)."""
@@ -471,53 +509,77 @@ class AffinityPlan:
         return out
 
     def ops(self) -> list[Op]:
-        """The JSON-patch ops (``add`` only) that apply the plan."""
-        ops: list[Op] = []
-        required_obj: dict[str, Any] | None = None
-        if self._new_term and any(self._added):
-            # a term without expressions would match no node: only non-empty ones are written
-            required_obj = {"nodeSelectorTerms": self.result_terms()}
-        preferred = list(self._preferred)
-        # Build the biggest absent container in one op.
-        if not self._has_node_affinity and (required_obj or preferred):
-            na: dict[str, Any] = {}
-            if required_obj:
-                na["requiredDuringSchedulingIgnoredDuringExecution"] = required_obj
-            if preferred:
-                na["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
-            if self._has_affinity:
-                ops.append({"op": "add", "path": _NA, "value": na})
-            else:
-                ops.append({"op": "add", "path": _AFF, "value": {"nodeAffinity": na}})
-            return ops
-        if required_obj:
-            if not self._has_required:
-                ops.append({"op": "add", "path": _REQ, "value": required_obj})
-            else:
-                # required exists with no (or an empty) terms list: set the list whole
-                ops.append(
-                    {"op": "add", "path": _TERMS, "value": required_obj["nodeSelectorTerms"]}
-                )
-        elif not self._new_term:
-            for i, (term, added) in enumerate(zip(self._terms, self._added, strict=True)):
-                if not added:
-                    continue
-                if isinstance(term.get("matchExpressions"), list):
-                    for expr in added:
-                        ops.append(
-                            {"op": "add", "path": f"{_TERMS}/{i}/matchExpressions/-", "value": expr}
-                        )
-                else:
-                    # a term with only matchFields: create its matchExpressions
-                    ops.append(
-                        {"op": "add", "path": f"{_TERMS}/{i}/matchExpressions", "value": added}
-                    )
-        if preferred:
-            if self._has_preferred:
-                ops.extend({"op": "add", "path": f"{_PREF}/-", "value": p} for p in preferred)
-            else:
-                ops.append({"op": "add", "path": _PREF, "value": preferred})
-        return ops
+        """The JSON-patch ops (``add`` only) that apply the plan (:func:`restriction_ops`)."""
+        return restriction_ops(self._pod, self.restrictions(), self.preferred_terms())
+
+
+def restriction_ops(pod: Mapping[str, Any], required: Sequence[TermRestriction],
+                    preferred: Sequence[Mapping[str, Any]]) -> list[Op]:
+    """The JSON-patch ops (``add`` only, KEP-3838) that AND ``required`` into ``pod``'s
+    required terms (or create its new terms) and append ``preferred``.
+
+    The biggest absent container is created in one op (``/spec/affinity``, then
+    ``nodeAffinity``, ``requiredDuring...``, ``nodeSelectorTerms``); expressions of an
+    existing term are appended with ``/-`` (a term with only ``matchFields`` gets its
+    ``matchExpressions`` list). The same ops apply to the gated pod (the controller's PATCH)
+    and to the object being created (the webhook's admission patch): gates do not change
+    the affinity's shape.
+
+    Args:
+        pod: the Pod dict whose shape the paths follow.
+        required: :meth:`AffinityPlan.restrictions` of ``pod`` (new terms: index None).
+        preferred: PreferredSchedulingTerms to append.
+    """
+    spec = _spec(pod)
+    affinity = spec.get("affinity")
+    has_affinity = isinstance(affinity, Mapping)
+    na = node_affinity(pod)
+    has_node_affinity = has_affinity and isinstance((affinity or {}).get("nodeAffinity"),
+                                                    Mapping)
+    new_terms = [{"matchExpressions": list(t.expressions)}
+                 for t in required if t.index is None and t.expressions]
+    preferred_list = [dict(p) for p in preferred]
+    if not has_node_affinity and (new_terms or preferred_list):
+        value: dict[str, Any] = {}
+        if new_terms:
+            value["requiredDuringSchedulingIgnoredDuringExecution"] = {
+                "nodeSelectorTerms": new_terms}
+        if preferred_list:
+            value["preferredDuringSchedulingIgnoredDuringExecution"] = preferred_list
+        if has_affinity:
+            return [{"op": "add", "path": _NA, "value": value}]
+        return [{"op": "add", "path": _AFF, "value": {"nodeAffinity": value}}]
+    ops = _required_ops(pod, na, required, new_terms)
+    if preferred_list:
+        if isinstance(na.get("preferredDuringSchedulingIgnoredDuringExecution"), list):
+            ops.extend({"op": "add", "path": f"{_PREF}/-", "value": p} for p in preferred_list)
+        else:
+            ops.append({"op": "add", "path": _PREF, "value": preferred_list})
+    return ops
+
+
+def _required_ops(pod: Mapping[str, Any], na: Mapping[str, Any],
+                  required: Sequence[TermRestriction],
+                  new_terms: list[dict[str, Any]]) -> list[Op]:
+    """The required part of :func:`restriction_ops` for a pod that has ``nodeAffinity``."""
+    if new_terms:
+        if not isinstance(na.get("requiredDuringSchedulingIgnoredDuringExecution"), Mapping):
+            return [{"op": "add", "path": _REQ, "value": {"nodeSelectorTerms": new_terms}}]
+        # required exists with no (or an empty) terms list: set the list whole
+        return [{"op": "add", "path": _TERMS, "value": new_terms}]
+    terms = required_terms(pod)
+    ops: list[Op] = []
+    for t in required:
+        if t.index is None or not t.expressions:
+            continue
+        if isinstance(terms[t.index].get("matchExpressions"), list):
+            ops.extend({"op": "add", "path": f"{_TERMS}/{t.index}/matchExpressions/-",
+                        "value": expr} for expr in t.expressions)
+        else:
+            # a term with only matchFields: create its matchExpressions
+            ops.append({"op": "add", "path": f"{_TERMS}/{t.index}/matchExpressions",
+                        "value": list(t.expressions)})
+    return ops
 
 
 def require_architectures(pod: Mapping[str, Any], archs: Iterable[str]) -> list[Op]:
@@ -550,14 +612,13 @@ def arch_preferences(
     choice wins; ``spec.plugins.nodeAffinityScoring``)."""
     if has_preference_on(pod, ARCH_LABEL):
         return []
-    return [
-        {
-            "weight": weights[a],
-            "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", [a])]},
-        }
-        for a in archs
-        if a in weights
-    ]
+    return [arch_preference(a, weights[a]) for a in archs if a in weights]
+
+
+def arch_preference(arch: str, weight: int) -> dict[str, Any]:
+    """The PreferredSchedulingTerm ``kubernetes.io/arch In [arch]`` with ``weight``."""
+    return {"weight": weight,
+            "preference": {"matchExpressions": [expression(ARCH_LABEL, "In", [arch])]}}
 
 
 def hostname_requirement(hostnames: Sequence[str]) -> dict[str, Any]:

@@ -1,13 +1,14 @@
 """The one placement pipeline: pod, image results, config and cluster view → :class:`Decision`.
 
-The reconciler, ``podplacement explain`` and the admission fast paths all decide through
-:func:`plan` (README "explain: a dry run of the whole decision"), so ``explain`` cannot
-disagree with what the controller then does: the supported platforms are computed once per
-pod, the NUMA candidates come from :func:`controller.numa.decide_numa` with the same node
-eligibility (the supported (os, architecture) pairs, less those the platform requirement of
+The reconciler and ``podplacement explain`` decide through :func:`plan` (README "explain:
+a dry run of the whole decision"), so ``explain`` cannot disagree with what the controller
+then does: the supported platforms are computed once per pod, the NUMA candidates come from
+:func:`controller.numa.decide_numa` with the same node eligibility (the supported (os,
+architecture) pairs, less those the platform requirement of
 :func:`controller.affinity.platform_requirement` leaves out of every term) and the same
-in-flight holds, and :func:`controller.decision.decide` builds the one patch. Pure: no I/O, no clock
-(``now`` is an argument).
+in-flight holds, and :func:`controller.decision.decide` builds the one patch. The admission
+paths, which have no cluster view (no NUMA), take the same facts directly
+(:mod:`controller.admission`). Pure: no I/O, no clock (``now`` is an argument).
 
 :func:`inflight_from_pods` rebuilds the in-flight holds from the pods themselves (their
 ``podplacement.io/numa=placed`` label and decision annotation), for a process that did not

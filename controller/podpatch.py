@@ -1,6 +1,6 @@
 """The one JSON patch that records a placement decision on a gated pod (pure, no I/O).
 
-One write per pod (issue 5 item 7): a JSON patch that starts with
+One write per pod: a JSON patch that starts with
 ``test /metadata/resourceVersion`` (optimistic concurrency: a stale pod gets 422 with a
 generic message from the real server, not 409 — ``reference/optimistic-concurrency.json``),
 then the affinity ``add`` ops, the labels, the decision annotation, and finally
@@ -18,7 +18,7 @@ from typing import Any
 from controller.config import SCHEDULING_GATE
 from controller.podspec import escape_token, gate_index
 
-__all__ = ["Op", "build_pod_patch", "map_ops"]
+__all__ = ["Op", "build_pod_patch", "gate_removal_ops", "map_ops", "resource_version_test"]
 
 Op = dict[str, Any]
 
@@ -47,6 +47,30 @@ def map_ops(
     return ops
 
 
+def resource_version_test(pod: Mapping[str, Any]) -> Op:
+    """``test /metadata/resourceVersion``: optimistic concurrency for a PATCH (a stale pod
+    gets 422 from the real server, ``reference/optimistic-concurrency.json``).
+
+    Raises:
+        ValueError: the pod has no ``metadata.resourceVersion`` (not from the API server).
+    """
+    rv = (pod.get("metadata") or {}).get("resourceVersion")
+    if not rv:
+        raise ValueError("pod has no metadata.resourceVersion")
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+
+
+def gate_removal_ops(pod: Mapping[str, Any], gate: str = SCHEDULING_GATE) -> list[Op]:
+    """``test`` + ``remove`` of ``gate`` at its current index in ``spec.schedulingGates``
+    (the ``test`` on the name guards against removing another gate when indexes shifted);
+    ``[]`` when the pod does not carry it. Other gates stay [KEP-3521]."""
+    idx = gate_index(pod, gate)
+    if idx is None:
+        return []
+    return [{"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": gate},
+            {"op": "remove", "path": f"/spec/schedulingGates/{idx}"}]
+
+
 def build_pod_patch(
     pod: Mapping[str, Any],
     affinity_ops: Sequence[Op] = (),
@@ -66,16 +90,10 @@ def build_pod_patch(
     Raises:
         ValueError: the pod has no ``metadata.resourceVersion`` (not from the API server).
     """
-    rv = (pod.get("metadata") or {}).get("resourceVersion")
-    if not rv:
-        raise ValueError("pod has no metadata.resourceVersion")
-    ops: list[Op] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
+    ops: list[Op] = [resource_version_test(pod)]
     ops.extend(affinity_ops)
     ops.extend(map_ops(pod, "labels", labels or {}, remove_labels))
     ops.extend(map_ops(pod, "annotations", annotations or {}))
     if ungate:
-        idx = gate_index(pod, gate)
-        if idx is not None:
-            ops.append({"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": gate})
-            ops.append({"op": "remove", "path": f"/spec/schedulingGates/{idx}"})
+        ops.extend(gate_removal_ops(pod, gate))
     return ops

@@ -1,5 +1,11 @@
 """The place branch of the MutatingAdmissionPolicy ``podplacement-gate``, evaluated by the
-real kube-apiserver v1.36.2 (issue 14 items 1 and 6): no re-implementation of its CEL.
+real kube-apiserver v1.36.2 (README "How it decides", "Placement inside the API server").
+
+The policy's plain ``variables`` are also checked offline with a CEL runtime
+(tests/controller/test_admissionpolicy_cel.py); this module checks what only the API server
+evaluates: the typed ``Object{}`` node affinity of the JSONPatch, the whole mutation, the
+``matchConditions`` (against the webhook's own skip rules, :func:`webhook.gating.should_gate`)
+and the server's facts the module docstring of :mod:`controller.admissionpolicy` lists.
 
 The policy, its binding and an ImagePlatforms params object are installed directly (no
 controller). Each PodPlacementConfig variant gets its own copy of the policy, bound to its
@@ -191,7 +197,7 @@ def world(cluster: KubeEnv) -> World:
 
 def _expect_placed(pod: Mapping[str, Any], pool: Mapping[str, str],
                    config: PlacementConfig) -> bool:
-    """Issue 14 item 1's conditions for the place branch."""
+    """The place branch's conditions (README "Placement inside the API server")."""
     spec = pod["spec"]
     images = [c["image"] for k in ("initContainers", "containers") for c in spec.get(k) or []]
     if not ap.places(config) or not all(i in pool for i in images):
@@ -322,7 +328,8 @@ VARIANT_MIX = ("plain", "weighted", "plain", "weighted", "disabled", "numa")
 def test_every_placed_pod_equals_the_controllers_decision_and_the_rest_are_gated(
     world: World,
 ) -> None:
-    """The property of issue 14 item 6, over generated pods, params and configs."""
+    """The property over generated pods, params and configs: a placed pod is what the
+    controller writes, every other pod is gated."""
     seen: dict[tuple[str, str], int] = {}
     pool = tuple(sorted(world.pool))
 
@@ -421,3 +428,93 @@ def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> N
                              "resourceVersion": current["metadata"]["resourceVersion"]}}
     r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)
     assert r.status_code == 200, r.text[:300]
+
+
+# --- the match conditions are the webhook's pod-level skip rules --------------------------
+
+def _owner(kind: str, controller: bool | None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "name": f"{kind.lower()}-x",
+                           "uid": "6f1c3c9e-0000-4000-8000-00000000000" + str(len(kind) % 10)}
+    if controller is not None:
+        ref["controller"] = controller
+    return ref
+
+
+OWNERS: tuple[list[dict[str, Any]] | None, ...] = (
+    None,
+    [_owner("DaemonSet", True)],
+    [_owner("DaemonSet", False)],
+    [_owner("DaemonSet", None)],
+    [_owner("ReplicaSet", True)],
+    [_owner("ReplicaSet", False), _owner("DaemonSet", True)],
+)
+NODE_NAMES = (None, "", "mapplace-node-0")
+MATCH_GATES: tuple[list[dict[str, str]] | None, ...] = (
+    None, [{"name": "example.com/other"}], [{"name": SCHEDULING_GATE}])
+
+
+def _match_pod(image: str, owners: list[dict[str, Any]] | None, node_name: str | None,
+               gates: list[dict[str, str]] | None) -> dict[str, Any]:
+    pod = _probe(image)
+    if owners is not None:
+        pod["metadata"]["ownerReferences"] = copy.deepcopy(owners)
+    if node_name is not None:
+        pod["spec"]["nodeName"] = node_name
+    if gates is not None:
+        pod["spec"]["schedulingGates"] = copy.deepcopy(gates)
+    return pod
+
+
+def test_match_conditions_skip_exactly_the_pods_should_gate_skips(world: World) -> None:
+    """Pods with ``spec.nodeName``, with a controlling DaemonSet ownerReference (and the
+    near misses: a DaemonSet that is not the controller, a controlling ReplicaSet), with and
+    without gates, of a known and an unknown image, created against the real policy in its
+    place and gate-only variants: the policy mutates a pod (gate or place) exactly when
+    :func:`webhook.gating.should_gate` gates it."""
+    from webhook.gating import should_gate
+
+    known = next(ref for ref, pairs in world.pool.items() if "windows" not in pairs)
+    seen: dict[tuple[str, bool], int] = {}
+    for variant in ("plain", "disabled"):
+        ns = world.namespaces[variant]
+        for image in (known, UNKNOWN[0]):
+            for owners in OWNERS:
+                for node_name in NODE_NAMES:
+                    for gates in MATCH_GATES:
+                        if node_name and gates:
+                            continue  # gates are forbidden on a bound pod (KEP-3521)
+                        pod = _match_pod(image, owners, node_name, gates)
+                        got = _dry_create(world.env, ns, pod)
+                        # the webhook's rules on the pod as sent (the policy runs first)
+                        verdict = should_gate(pod, namespace=ns, config=CONFIGS[variant],
+                                              own_namespace=PARAMS_NS)
+                        assert _admitted_by_policy(got) == verdict.gate, (verdict, pod, got)
+                        seen[(verdict.reason, verdict.gate)] = seen.get(
+                            (verdict.reason, verdict.gate), 0) + 1
+    assert {"node_name_set", "daemonset", "already_gated", "gated"} <= {r for r, _ in seen}, seen
+
+
+def test_bound_and_daemonset_pods_are_created_untouched(world: World) -> None:
+    """Real creates (not dry runs) of a bound pod and of a DaemonSet's pod: admitted with
+    neither gate nor label, as the webhook would leave them; an ordinary pod beside them is
+    mutated."""
+    env, ns = world.env, world.namespaces["plain"]
+    image = next(ref for ref, pairs in world.pool.items() if "windows" not in pairs)
+    pods = {"bound": _match_pod(image, None, "mapplace-node-0", None),
+            "daemon": _match_pod(image, [_owner("DaemonSet", True)], None, None),
+            "plain": _match_pod(image, None, None, None)}
+    try:
+        for name, pod in pods.items():
+            pod["metadata"]["name"] = f"match-{name}"
+            pod["spec"]["terminationGracePeriodSeconds"] = 0
+            r = env.request("POST", f"/api/v1/namespaces/{ns}/pods", json=pod)
+            assert r.status_code == 201, r.text
+        stored = {name: env.get(f"/api/v1/namespaces/{ns}/pods/match-{name}") for name in pods}
+        for name in ("bound", "daemon"):
+            meta, spec = stored[name]["metadata"], stored[name]["spec"]
+            assert GATE_LABEL not in (meta.get("labels") or {}), stored[name]
+            assert not spec.get("schedulingGates") and "affinity" not in spec
+        assert _admitted_by_policy(stored["plain"])
+    finally:
+        for name in pods:
+            env.delete(f"/api/v1/namespaces/{ns}/pods/match-{name}")

@@ -1,0 +1,291 @@
+"""The admission policy's plain CEL variables equal the Python rule, evaluated offline.
+
+The policy ``podplacement-gate`` (:func:`controller.admissionpolicy.desired_policy`) computes
+in CEL the facts :func:`controller.placement.placement_facts` computes in Python, for the
+pods it places (README "How it decides", "Placement inside the API server"). Here its
+``variables`` are evaluated with Google's CEL runtime (``cel-expr-python``: the optional
+library's ``.?``/``orValue``, the strings library's ``split``/``join``) on generated pods and
+params tables, with no cluster, and each one is compared with what the Python rule says:
+
+- ``images``: :func:`controller.placement.pod_images`, initContainers then containers;
+- ``known``: every distinct image is in the table and none is pulled ``Always``;
+- ``free``: no ``nodeAffinity`` and no ``kubernetes.io/os``/``arch`` nodeSelector pin;
+- ``lists``/``pairs``: the table's entries and their intersection
+  (:func:`controller.platforms.supported_platforms`);
+- ``placed``: known, free, and the common platforms linux only or none;
+- for a placed pod, ``archs``, ``preferredArchs`` and ``decision``: the architectures, the
+  preferred terms and the annotation (:func:`controller.admissionpolicy.admission_record`,
+  byte for byte) of the Python facts of the same pod once gated.
+
+The typed ``Object{}`` parts of the JSONPatch only the API server evaluates; they are checked
+there (tests/controller/test_admissionpolicy_place_realcluster.py). A changed variable is
+caught: :func:`test_a_changed_variable_is_caught` mutates each in turn.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import pytest
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_optional, ext_strings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller import admissionpolicy as ap
+from controller.affinity import expression
+from controller.config import (
+    ARCH_LABEL,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    LINUX,
+    OS_LABEL,
+    SCHEDULING_GATE,
+    PlacementConfig,
+    PlatformWeight,
+)
+from controller.imageparams import platforms_value
+from controller.placement import (
+    Outcome,
+    compact_json,
+    placement_facts,
+    pod_images,
+    unique_images,
+)
+from controller.platforms import supported_platforms
+from tests.controller._pods import img
+
+_ENV = cel.NewEnv(
+    variables={"object": cel.Type.DYN, "params": cel.Type.DYN, "variables": cel.Type.DYN},
+    extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()])
+
+
+@cache
+def _program(expression_text: str) -> Any:
+    return _ENV.compile(expression_text)
+
+
+def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
+             table: Mapping[str, str]) -> dict[str, Any]:
+    """Each variable in order, as the API server binds them: ``object``, ``params`` (the
+    ImagePlatforms object) and the variables before it. A variable whose evaluation is an
+    error (``variables.table[i]`` for an image not in the table) is left out, as the API
+    server would never read it (``&&`` short-circuits on a false ``known``)."""
+    params = {"spec": {"images": dict(table)}}
+    values: dict[str, Any] = {}
+    for var in variables:
+        result = _program(var["expression"]).eval(
+            data={"object": pod, "params": params, "variables": values})
+        if result.type() != cel.Type.ERROR:
+            values[var["name"]] = result.plain_value()
+    return values
+
+
+# --- the Python rule ----------------------------------------------------------------------
+
+
+def _images(table: Mapping[str, str]) -> dict[str, Any]:
+    """The inspection results the table's entries stand for."""
+    return {ref: img(ref, *value.split(",")) for ref, value in table.items()}
+
+
+def _as_gated(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as the gate branch stores it (what the controller then decides on)."""
+    out = copy.deepcopy(dict(pod))
+    out["metadata"]["resourceVersion"] = "1"
+    out["metadata"]["labels"] = {**(out["metadata"].get("labels") or {}),
+                                 GATE_LABEL: GATE_LABEL_GATED}
+    out["spec"]["schedulingGates"] = [*(out["spec"].get("schedulingGates") or []),
+                                      {"name": SCHEDULING_GATE}]
+    return out
+
+
+def expected(pod: Mapping[str, Any], table: Mapping[str, str],
+             config: PlacementConfig) -> dict[str, Any]:
+    """What the Python rule says each variable is (the module docstring's list)."""
+    spec = pod["spec"]
+    images = unique_images(pod)
+    out: dict[str, Any] = {
+        "images": [c.image for c in pod_images(pod)],
+        "known": bool(images) and all(i in table for i in images)
+        and not any(images.values()),
+        "free": "nodeAffinity" not in (spec.get("affinity") or {})
+        and not {ARCH_LABEL, OS_LABEL} & set(spec.get("nodeSelector") or {}),
+    }
+    if not out["known"]:
+        out["placed"] = False
+        return out
+    results = _images(table)
+    out["lists"] = [table[c.image].split(",") for c in pod_images(pod)]
+    common = supported_platforms([results[i] for i in images])
+    out["pairs"] = common.strings()
+    out["placed"] = out["free"] and (common.empty or common.all_linux)
+    if out["placed"]:
+        facts = placement_facts(_as_gated(pod), results, config)
+        assert facts.outcome in (Outcome.SET, Outcome.NO_SUPPORTED_PLATFORM), facts.reason
+        out["archs"] = list(facts.architectures)
+        if config.preferred_platforms:
+            out["preferredArchs"] = [t["preference"]["matchExpressions"][0]["values"][0]
+                                     for t in facts.preferred]
+        out["decision"] = compact_json(ap.admission_record(facts))
+    return out
+
+
+def mismatches(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
+               table: Mapping[str, str], config: PlacementConfig) -> dict[str, Any]:
+    """The variables whose CEL value differs from the Python rule: name → (cel, python)."""
+    got = evaluate(variables, pod, table)
+    return {k: (got.get(k), v) for k, v in expected(pod, table, config).items()
+            if got.get(k) != v}
+
+
+# --- generated pods and tables ------------------------------------------------------------
+
+PLATFORMS = ("linux/amd64", "linux/arm64", "linux/ppc64le", "linux/s390x", "linux/arm",
+             "windows/amd64", "windows/arm64", "freebsd/amd64")
+REFS = (*(f"reg.example/team/app-{i}:1.{i}" for i in range(8)),
+        "reg.example/team/pinned@sha256:" + "ab" * 32, "docker.io/library/busybox:latest")
+ZONE = expression("topology.kubernetes.io/zone", "In", ["a"])
+AFFINITIES: tuple[dict[str, Any], ...] = (
+    {},
+    {"nodeAffinity": {}},
+    {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}},
+         "topologyKey": "kubernetes.io/hostname"}]}},
+    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [ZONE]}]}}},
+    {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 5, "preference": {"matchExpressions": [
+            expression(ARCH_LABEL, "In", ["arm64"])]}}]}},
+)
+SELECTORS: tuple[dict[str, str], ...] = (
+    {"disktype": "ssd"}, {ARCH_LABEL: "amd64"}, {OS_LABEL: LINUX},
+    {ARCH_LABEL: "arm64", "disktype": "ssd"})
+CONFIGS = (
+    PlacementConfig(),
+    PlacementConfig(preferred_platforms=(PlatformWeight("amd64", 10), PlatformWeight("arm64", 60),
+                                         PlatformWeight("s390x", 100))),
+    PlacementConfig(preferred_platforms=(PlatformWeight("riscv64", 7),)),
+)
+
+tables = st.dictionaries(
+    st.sampled_from(REFS),
+    st.sets(st.sampled_from(PLATFORMS), min_size=1, max_size=5).map(
+        lambda pairs: platforms_value(tuple(p.split("/")) for p in pairs) or ""),
+    max_size=len(REFS))
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    """A pod as the API server admits it: 1-4 containers and 0-2 init containers of the
+    images above (in the table or not), pull policies, pins, affinities, labels, gates."""
+    def container(prefix: str, i: int) -> dict[str, Any]:
+        c = {"name": f"{prefix}{i}", "image": draw(st.sampled_from(REFS))}
+        policy = draw(st.sampled_from([None, None, None, "IfNotPresent", "Never", "Always"]))
+        if policy is not None:
+            c["imagePullPolicy"] = policy
+        return c
+
+    spec: dict[str, Any] = {"containers": [container("c", i)
+                                           for i in range(draw(st.integers(1, 4)))]}
+    inits = draw(st.integers(0, 2))
+    if inits:
+        spec["initContainers"] = [container("i", i) for i in range(inits)]
+    for key, choices in (("nodeSelector", SELECTORS), ("affinity", AFFINITIES)):
+        value = draw(st.one_of(st.none(), st.none(), st.sampled_from(choices)))
+        if value is not None:
+            spec[key] = copy.deepcopy(value)
+    gates = draw(st.sampled_from([None, [], [{"name": "example.com/other"}]]))
+    if gates is not None:
+        spec["schedulingGates"] = gates
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
+    if draw(st.booleans()):
+        meta["labels"] = {"app": "web"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def test_the_policy_variables_are_the_python_rule() -> None:
+    """The property, over generated pods, tables and configs; the generator reaches both
+    branches and both placed outcomes."""
+    seen: dict[str, int] = {}
+
+    @settings(max_examples=500, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(pod=pods(), table=tables, config=st.sampled_from(CONFIGS))
+    def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig) -> None:
+        variables = ap.place_variables(config)
+        assert mismatches(variables, pod, table, config) == {}
+        decision = evaluate(variables, pod, table)
+        result = (json.loads(decision["decision"])["result"] if decision.get("placed")
+                  else "gated")
+        seen[result] = seen.get(result, 0) + 1
+
+    check()
+    assert {"set", "no-supported-platform", "gated"} <= set(seen), seen
+
+
+# --- a changed variable is caught --------------------------------------------------------
+
+LINUX_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+             "spec": {"containers": [{"name": "c", "image": REFS[0]}]}}
+EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
+    (LINUX_POD, {REFS[0]: "linux/amd64,linux/arm64,linux/s390x"}),
+    (LINUX_POD, {REFS[0]: "linux/amd64,windows/amd64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0],
+                                             "imagePullPolicy": "Always"}]}},
+     {REFS[0]: "linux/amd64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "initContainers": [{"name": "i", "image": REFS[1]}]}},
+     {REFS[0]: "linux/amd64", REFS[1]: "linux/arm64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "nodeSelector": {OS_LABEL: LINUX}}},
+     {REFS[0]: "linux/amd64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "affinity": {"nodeAffinity": {}}}},
+     {REFS[0]: "linux/amd64"}),
+)
+
+#: One edit per variable: (variable, text to replace, replacement).
+MUTATIONS = (
+    ("images", "initContainers", "containers"),
+    # the imagePullPolicy clause dropped from ``known``
+    ("known", "".join(ap.CEL_KNOWN.partition(" && !(")[1:]), ""),
+    ("free", f" && !('{OS_LABEL}' in object.spec.?nodeSelector.orValue({{}}))", ""),
+    ("pairs", "variables.lists.all(", "variables.lists.exists("),
+    ("placed", "variables.free && ", ""),
+    ("archs", "[1]", "[0]"),
+    ("preferredArchs", "'arm64': 60", "'arm65': 60"),
+    ("decision", "'required architectures '", "'required archs '"),
+    ("decision", "'no-supported-platform'", "'not-set'"),
+)
+
+
+@pytest.mark.parametrize(("name", "old", "new"), MUTATIONS)
+def test_a_changed_variable_is_caught(name: str, old: str, new: str) -> None:
+    """Each mutation of one variable makes the comparison fail on one of a few pods."""
+    config = CONFIGS[1]
+    variables = ap.place_variables(config)
+    assert all(mismatches(variables, pod, table, config) == {} for pod, table in EXAMPLES)
+    mutated = []
+    for var in variables:
+        if var["name"] == name:
+            assert old in var["expression"], (name, old)
+            var = {**var, "expression": var["expression"].replace(old, new, 1)}
+        mutated.append(var)
+    assert any(mismatches(mutated, pod, table, config) for pod, table in EXAMPLES)
+
+
+def test_the_policys_texts_are_the_python_rules() -> None:
+    """The place branch writes the labels the controller writes for a placed pod and marks
+    its decision as the webhook's configuration recognises it."""
+    from controller.config import ADMISSION_PATH_MARK
+    from controller.placement import RECORD_PATH, placed_labels
+
+    assert compact_json({RECORD_PATH: ap.ADMISSION_PATH})[1:-1] == ADMISSION_PATH_MARK
+    patch = ap.place_patch_mutation({})
+    for key, value in placed_labels(affinity_set=True).items():
+        assert f"escapeKey('{key}'), value: '{value}'" in patch
