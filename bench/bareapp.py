@@ -4,7 +4,7 @@
 constant) and ``POST /bare-validate`` (also checks that the body is JSON: the least /mutate
 has to do). :func:`add_baselines` adds those two routes to an app built by
 :func:`webhook.app.create_app`; run as a script, this module starts ``podplacement webhook``
-(same flags) with them added, so the product's app has no benchmark routes (issue 12).
+(same flags) with them added, so the product's app has no benchmark routes.
 
 Usage: ``python bench/bareapp.py --host 127.0.0.1 --port N --cert-dir D --config-file F``
 """

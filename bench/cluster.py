@@ -19,7 +19,7 @@ round, and prints for each:
 ``--light`` creates pods one at a time (1 client) and prints the create latency and
 create-to-bound latency, and what the product adds to each.
 
-``--scenario`` picks what the product run measures (issue 14):
+``--scenario`` picks what the product run measures:
 
 - ``cold`` (default): the images are new to the product: every pod is gated (by the
   MutatingAdmissionPolicy ``podplacement-gate``) and placed by the controller's PATCH;

@@ -15,7 +15,7 @@ Grid: 100, 1,000 and 5,000 nodes x 2, 4 and 8 NUMA zones x pod and container sco
 ``--reference`` times the node-by-node reference code instead of the numpy fast path (both
 give the same decisions; the property tests check it).
 
-Target (issue 6): <= 2 ms per pod at 1,000 nodes x 2 zones. Run:
+Target: <= 2 ms per pod at 1,000 nodes x 2 zones. Run:
 ``python bench/numa.py [--strategy LeastAllocated] [--pods 5] [--reference]``.
 """
 

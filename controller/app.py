@@ -7,7 +7,7 @@ NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appe
 topology placement is on, a cache-less list+watch of the pods labelled
 ``podplacement.io/numa=placed`` feeds their bindings to the NUMA in-flight accounting. Every
 replica keeps its caches warm; only the leader runs the workers and the lifecycle, so only
-the leader writes (issue 5 item 13). When a replica becomes the leader it queues every pod
+the leader writes. When a replica becomes the leader it queues every pod
 still gated, which is also how a restarted controller finishes a batch.
 
 Registry rules (containers-registries.conf(5) v2) come from the ConfigMap named by

@@ -1,7 +1,7 @@
 """``podplacement controller``: run the gating controller until SIGTERM/SIGINT.
 
 Connects with ``--kubeconfig`` (and ``--context``), else ``$KUBECONFIG`` / ``~/.kube/config``
-when present, else the in-cluster service account (issue 5 item 15). Registry access takes the
+when present, else the in-cluster service account. Registry access takes the
 same ``--registries-conf`` / ``--insecure-registry`` / ``--ca-file`` flags as
 ``podplacement inspect``. Exit codes: 0 after SIGTERM/SIGINT, 1 without a usable Kubernetes
 configuration, 2 for unusable arguments, 130 on KeyboardInterrupt.

@@ -403,7 +403,7 @@ _PATHS = {
 
 
 def admission_path_taken(pod: Mapping[str, Any]) -> str:
-    """The path a created pod took (issue 14), from its ``podplacement.io/decision``
+    """The path a created pod took, from its ``podplacement.io/decision``
     annotation (``"path"``: ``admission``, ``webhook``; none: the controller) and gate."""
     import json
 

@@ -1,4 +1,4 @@
-"""Lease leader election for the controller (issue 5 item 13).
+"""Lease leader election for the controller.
 
 Built on ``kubernetes.aio.leaderelection`` (the algorithm of client-go's leader election:
 get the Lease, create it when absent, renew it by PUT with the read resourceVersion so that

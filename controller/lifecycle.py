@@ -633,7 +633,7 @@ class Lifecycle:
     ) -> bool:
         """Merge-patch ``status`` when the conditions, observedGeneration or ``admission``
         (which mechanism is in force: ``{"mechanism": "MutatingAdmissionPolicy" |
-        "Webhook", "fastPaths": "Enabled" | "Disabled"}``, issue 14) changed."""
+        "Webhook", "fastPaths": "Enabled" | "Disabled"}``) changed."""
         meta = config.get("metadata") or {}
         generation = int(meta.get("generation") or 0)
         status = config.get("status") or {}

@@ -1,5 +1,5 @@
 """Prometheus metrics of the controller and the small HTTP server for ``/metrics``,
-``/healthz`` and ``/readyz`` (issue 5 item 14; prefix ``podplacement_``).
+``/healthz`` and ``/readyz`` (prefix ``podplacement_``; README "Metrics").
 
 Each :class:`Metrics` has its own ``CollectorRegistry`` so several controllers can run in one
 process (tests). Counters kept elsewhere (API requests in :class:`~kubeclient.KubeAPI`,
@@ -87,7 +87,7 @@ class Metrics:
         conflicts: ``podplacement_patch_conflicts_total`` (409/422 on the guarded patch).
         events: ``podplacement_events_total{type}`` queued for sending.
         leader: ``podplacement_leader`` 1 while this replica leads.
-        params: the admission policy's params object (issue 14):
+        params: the admission policy's params object:
             ``podplacement_params_entries`` (entries last written to ImagePlatforms
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
             updated, conflict, error); the :class:`controller.paramswriter.ParamsMetrics`

@@ -1,6 +1,6 @@
 """The pod rules shared by the controller and the webhook (pure: no I/O, plain dicts in).
 
-One home for rules that used to be copied (issue 12):
+One home for rules that used to be copied:
 
 * :func:`parse_quantity` / :func:`quantity_exact` / :func:`quantity_milli`: Kubernetes
   ``resource.Quantity`` syntax (apimachinery ``pkg/api/resource``);

@@ -219,7 +219,7 @@ class Reconciler:
         images = await self.inspect_images(pod, creds)
         if not creds and self.publish is not None:
             # Learned anonymously: any pod of any namespace may be placed with it at
-            # admission (issue 14 item 2); a result behind a pull secret never is.
+            # admission; a result behind a pull secret never is.
             for image, result in images.items():
                 if not isinstance(result, BaseException):
                     self.publish(image, result)

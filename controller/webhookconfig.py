@@ -6,7 +6,7 @@ MutatingWebhookConfiguration ``podplacement-webhook``; :func:`webhook_drifted` t
 live object differs from it in a field we own. No I/O here: :mod:`controller.lifecycle` reads
 and writes the object.
 
-Namespace selection (issue 5 item 11). ``spec.namespaceSelector`` of the config is an
+Namespace selection. ``spec.namespaceSelector`` of the config is an
 *opt-out* selector (CRD description: "Namespaces matching this label selector are NOT
 processed"). A webhook's ``namespaceSelector`` says which namespaces *are* sent to it, so the
 config's selector has to be negated. A metav1.LabelSelector ANDs its requirements and cannot
@@ -178,7 +178,7 @@ def webhook_namespace_selection(
 #: The API server does not call the webhook for a pod the MutatingAdmissionPolicy already
 #: placed (it runs first; label ``scheduling-gate=removed`` and ``"path":"admission"`` in the
 #: decision annotation: ``webhook.gating``'s ``placed_at_admission`` rule): no round trip for
-#: the warm pods of the fast path (issue 14). A CEL error skips the webhook (failurePolicy
+#: the warm pods of the fast path. A CEL error skips the webhook (failurePolicy
 #: Ignore), as the webhook would skip the pod.
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
     {"name": "not-placed-at-admission",

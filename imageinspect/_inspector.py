@@ -12,7 +12,7 @@ a remembered challenge that fails is replaced by one fresh challenge and one ret
 through a per-registry semaphore. Only connection failures and 429/503 (the registry says
 "later", with ``Retry-After`` honoured) are retried here, a few times with exponential
 backoff and jitter; every other answer (502/504 included) is the caller's to retry: the
-controller's work queue owns that backoff (issue 12).
+controller's work queue owns that backoff.
 """
 
 from __future__ import annotations

@@ -527,7 +527,7 @@ def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
     text = raw.decode("utf-8", "replace")[:2000]
     return api_error(status, reason, text, decoded if isinstance(decoded, dict) else None)
 #: Longest wait between retries while the API server is unreachable or answers 429/5xx:
-#: once it is back (``/readyz`` 200), watches resume within this (+ jitter), issue 13.
+#: once it is back (``/readyz`` 200), watches resume within this (+ jitter).
 UNAVAILABLE_RETRY_SECONDS = 1.0
 _UNAVAILABLE = frozenset({0, 429, 500, 502, 503, 504})
 

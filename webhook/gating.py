@@ -2,7 +2,7 @@
 
 The webhook gates every pod the controller is responsible for: even a pod whose
 architecture is pinned by the user may be pinned to an architecture its images can't run
-on, and only the images tell (issue 13). Every
+on, and only the images tell. Every
 "no" carries a short snake_case reason that the webhook uses as a metrics label. The input is
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
@@ -108,7 +108,8 @@ def should_gate(
     config: PlacementConfig | None,
     own_namespace: str,
 ) -> GateDecision:
-    """Decide whether a pod being created gets the scheduling gate (issue 4, webhook rule 2).
+    """Decide whether a pod being created gets the scheduling gate (README "The webhook:
+    which pods get the gate").
 
     Args:
         pod: the Pod object of the AdmissionReview (``request.object``), a plain dict.
@@ -124,10 +125,10 @@ def should_gate(
         controlling ownerReference is a DaemonSet (its pods are bound per node); the
         MutatingAdmissionPolicy ``podplacement-gate`` placed the pod already (it runs before
         the webhooks: label ``podplacement.io/scheduling-gate=removed`` and a decision
-        annotation with ``"path":"admission"``, issue 14); the pod already carries our gate.
+        annotation with ``"path":"admission"``); the pod already carries our gate.
         Every other pod is gated: whether its placement needs a change (an architecture
         requirement, a Warning for a pin its images can't run on, a NUMA placement) depends
-        on its images, which only the controller inspects (issue 13).
+        on its images, which only the controller inspects.
     """
     if config is None:
         return _SKIPPED[REASON_NO_CONFIG]

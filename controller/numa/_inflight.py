@@ -1,5 +1,5 @@
 """In-flight accounting: pods we ungated towards NUMA candidates count against those nodes
-until the node's NodeResourceTopology reflects them (issue 6, item 8).
+until the node's NodeResourceTopology reflects them (docs/numa.md).
 
 NRTs lag 10-60 s behind the kubelet. Like the scheduler-plugins over-reserve cache, a pod
 ungated towards a set of nodes has its effective request subtracted pessimistically from

@@ -1,6 +1,6 @@
 """``podplacement demo``: the product run for real on this machine, start to finish.
 
-Steps (issue 7 item 4): start two real registries and push real multi-arch busybox images
+Steps: start two real registries and push real multi-arch busybox images
 (:mod:`podplacement.demo.seed`); start an API server (localkube as a subprocess by default, the
 real etcd + kube-apiserver (+ kube-scheduler) of ``KUBEBUILDER_ASSETS`` through the test
 harness, or an existing cluster with ``--kubeconfig``); apply the CRDs, nodes,
