@@ -49,6 +49,19 @@ from kubeclient import Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
+#: ``(method, path template)`` of every request the monitor sends (pods: the list+watch, the
+#: read and the guarded patch; the pod's pull secrets for verification; Events). All are in
+#: :data:`controller.app.API_REQUESTS`, whose grants ``tests/deploy`` checks: the monitor
+#: needs no other permission.
+API_REQUESTS: tuple[tuple[str, str], ...] = (
+    ("GET", PODS_PATH),
+    ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
+    ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+    ("POST", "/api/v1/namespaces/{namespace}/events"),
+)
+
 #: The watch's label selector: the label every decision writes (``set`` or ``not-set``).
 WATCH_SELECTOR = AFFINITY_LABEL
 #: Pods remembered per digest while its verification runs (to queue them when it ends).

@@ -221,3 +221,10 @@ def test_config_switch_defaults_on() -> None:
     with pytest.raises(ConfigError):
         PlacementConfig.from_object(
             {"spec": {"plugins": {"execFormatErrorMonitor": {"enabled": "yes"}}}})
+
+
+def test_the_monitor_needs_no_request_beyond_the_controllers_table() -> None:
+    from controller.app import API_REQUESTS
+    from controller.execformatmonitor import API_REQUESTS as MONITOR
+
+    assert set(MONITOR) <= set(API_REQUESTS)
