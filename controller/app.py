@@ -16,6 +16,10 @@ it, else from ``--registries-conf``; ``--insecure-registry`` applies on top of e
 ConfigMap is read with a plain GET when the config changes and every
 ``registries_refresh_seconds``; a missing or malformed one is logged and the last good
 registry rules stay in use (pods are never held back for it).
+
+The leader also runs the exec-format-error monitor (:mod:`controller.execformatmonitor`): a
+cache-less watch of the pods labelled ``podplacement.io/node-affinity``, its own small work
+queue, and one verification per image digest; it uses requests already listed below.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from controller.config import (
 )
 from controller.decision import plain_ungate
 from controller.events import EventSink
+from controller.execformatmonitor import ExecFormatMonitor
+from controller.findings import FindingsStore
 from controller.imageparams import ParamsStore
 from controller.metrics import HealthServer, Metrics
 from controller.numa import InFlight
@@ -238,6 +244,14 @@ class Controller:
             failures=lambda key: self.queue.failures(key), publish=self._publish,
             is_leader=lambda: self.leading or self.releasing > 0,
         )
+        #: Exec format errors of the pods placed (leader only; spec.plugins.
+        #: execFormatErrorMonitor), and the evidence per (digest, architecture).
+        self.findings = FindingsStore()
+        self.execformat = ExecFormatMonitor(
+            api, nodes=self.nodes, events=self.events, metrics=self.metrics,
+            config_source=self.config_source, inspector=self.inspector,
+            credentials=self.reconciler.credentials, store=self.findings,
+            watch_timeout=o.watch_timeout)
         self.leading = False
         #: > 0 while the ordered uninstall or the stand-down releases gated pods: the
         #: reconciler may then write although this process may no longer lead
@@ -402,6 +416,7 @@ class Controller:
         self._apply_params_ttl()
         self._config_changed.set()
         self._registries_changed.set()
+        self.execformat.config_changed()
         if self.lifecycle is not None and self.leading:
             self.lifecycle.notify()
 
@@ -425,6 +440,7 @@ class Controller:
         for pod in list(self.pods.cache.values()):
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
+        self.execformat.start()
         if self.lifecycle is not None:
             self.lifecycle.start()
             self.lifecycle.notify()
@@ -443,6 +459,7 @@ class Controller:
         self.leading = False
         self.metrics.leader.set(0)
         await self.queue.shutdown()
+        await self.execformat.stop()
         await self._stop_params_writer()
         if self.lifecycle is not None:
             if self.elector is not None and not self.elector.shutting_down:

@@ -37,6 +37,13 @@ NUMA_LABEL_PLACED = "placed"
 DECISION_ANNOTATION = f"{GROUP}/decision"
 EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
 NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
+#: Label set on a pod once a container of it failed with an exec format error; the annotation
+#: of the same key holds what was seen (:mod:`controller.execformat`).
+EXEC_FORMAT_LABEL = f"{GROUP}/exec-format-error"
+EXEC_FORMAT_LABEL_TRUE = "true"
+EXEC_FORMAT_ANNOTATION = f"{GROUP}/exec-format-error"
+#: The Warning Event reason of a detection.
+EXEC_FORMAT_REASON = "ExecFormatError"
 WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 #: The controller's leader-election Lease (in its own namespace); the webhook watches it.
@@ -186,7 +193,8 @@ class PlacementConfig:
 
     ``namespace_selector`` is a metav1.LabelSelector dict (opt-out: matching namespaces are
     not processed); ``preferred_platforms`` is empty unless
-    ``plugins.nodeAffinityScoring.enabled`` is true.
+    ``plugins.nodeAffinityScoring.enabled`` is true; ``exec_format_monitor`` is
+    ``plugins.execFormatErrorMonitor.enabled`` (default true: detection, Events, metrics).
     """
 
     log_verbosity: str = "Normal"
@@ -197,6 +205,7 @@ class PlacementConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     admission_mechanism: str = ADMISSION_AUTO
     admission_fast_paths: str = FAST_PATHS_ENABLED
+    exec_format_monitor: bool = True
     generation: int = 0
 
     @classmethod
@@ -209,7 +218,8 @@ class PlacementConfig:
         spec = obj.get("spec") or {}
         if not isinstance(spec, Mapping):
             raise ConfigError("spec", "must be an object")
-        scoring = _mapping(spec, "plugins", "spec").get("nodeAffinityScoring") or {}
+        plugins = _mapping(spec, "plugins", "spec")
+        scoring = plugins.get("nodeAffinityScoring") or {}
         platforms: list[PlatformWeight] = []
         if scoring.get("enabled"):
             seen: set[str] = set()
@@ -253,6 +263,11 @@ class PlacementConfig:
         if fast_paths not in (FAST_PATHS_ENABLED, FAST_PATHS_DISABLED):
             raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
                               f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
+        monitor = _mapping(plugins, "execFormatErrorMonitor", "spec.plugins")
+        monitor_enabled = monitor.get("enabled", True)
+        if not isinstance(monitor_enabled, bool):
+            raise ConfigError("spec.plugins.execFormatErrorMonitor.enabled",
+                              f"must be a boolean, got {monitor_enabled!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -262,6 +277,7 @@ class PlacementConfig:
             topology=topology,
             admission_mechanism=str(mechanism),
             admission_fast_paths=str(fast_paths),
+            exec_format_monitor=monitor_enabled,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 

@@ -22,6 +22,7 @@ import yaml
 
 from controller.config import ARCH_LABEL, LINUX, OS_LABEL, SCHEDULING_GATE, PlacementConfig
 from controller.decision import FALLBACK, Decision, unique_images
+from controller.execformat import recorded
 from controller.numa import InFlight
 from controller.plan import plan, pod_platforms
 from controller.platforms import ImageLike, PlatformSet
@@ -146,7 +147,10 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "platforms": ["os/arch"], "pairs": ["os/arch"], "architectures": [...],
         "outcome": str, "reason": str, "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
-        "affinity": {nodeAffinity as injected}}``. ``platforms`` is the intersection of
+        "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
+        ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
+        (containers seen failing, and the verification of their digests), when it has one.
+        ``platforms`` is the intersection of
         the images' (os, arch) pairs, ``pairs`` those the written required terms admit
         (:attr:`controller.affinity.PlatformRequirement.pairs`; empty without a platform
         requirement). Image-inspection failures are decided
@@ -207,7 +211,13 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "numa": numa_info,
         "nodes": rows,
         "affinity": affinity,
+        "execFormatErrors": _exec_format_errors(pod),
     }
+
+
+def _exec_format_errors(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    record = recorded(pod)
+    return record if record["containers"] or record["verified"] else None
 
 
 def _inspected(result: ImageLike | BaseException | None) -> bool:
@@ -275,6 +285,16 @@ def render_table(report: Mapping[str, Any]) -> str:
          n["reason"] or ""]
         for n in report["nodes"]
     ])
+    xfe = report.get("execFormatErrors")
+    if xfe:
+        out += ["", "Exec format errors:"]
+        for name, c in sorted(xfe["containers"].items()):
+            out.append(f"  container {name}: restart {c.get('restartCount')}, digest "
+                       f"{c.get('digest')}, node {c.get('node')} ({c.get('arch')})")
+        for digest, v in sorted(xfe["verified"].items()):
+            flagged = ", ".join(v.get("mismatched") or []) or "none"
+            out.append(f"  verified {digest}: {v.get('status')} ({v.get('reason')}); "
+                       f"platforms flagged: {flagged}")
     out += ["", "nodeAffinity:"]
     if report["affinity"]:
         body = yaml.safe_dump(report["affinity"], sort_keys=False, default_flow_style=False)

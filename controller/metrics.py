@@ -87,6 +87,11 @@ class Metrics:
         conflicts: ``podplacement_patch_conflicts_total`` (409/422 on the guarded patch).
         events: ``podplacement_events_total{type}`` queued for sending.
         leader: ``podplacement_leader`` 1 while this replica leads.
+        exec_format_errors: ``podplacement_exec_format_errors_total{arch}``: containers
+            seen failing with an exec format error, by the node's architecture (one per pod,
+            container and restart).
+        image_verifications: ``podplacement_image_verifications_total{status}``: platform
+            checks of ``inspect --verify`` run after an exec format error, by status.
         params: the admission policy's params object:
             ``podplacement_params_entries`` (entries last written to ImagePlatforms
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
@@ -116,6 +121,12 @@ class Metrics:
         )
         self.events = Counter(P + "events", "Events queued, by type", ["type"], registry=r)
         self.leader = Gauge(P + "leader", "1 while this replica is the leader", registry=r)
+        self.exec_format_errors = Counter(
+            P + "exec_format_errors", "Containers seen failing with an exec format error, by "
+            "the node's architecture", ["arch"], registry=r)
+        self.image_verifications = Counter(
+            P + "image_verifications", "Image platforms verified after an exec format error, "
+            "by status", ["status"], registry=r)
         self.params = ParamsMetrics(
             Gauge(P + "params_entries", "Entries of the admission policy's params object "
                   "(ImagePlatforms cluster), as last written", registry=r),

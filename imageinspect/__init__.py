@@ -11,6 +11,8 @@ Entry point::
     async with Inspector() as inspector:
         info = await inspector.inspect("nginx", credentials_from_pull_secrets(secrets))
         [str(p) for p in info.platforms]   # ["linux/amd64", "linux/arm64/v8", ...]
+        report = await verify_image(inspector, "nginx")   # the program's ELF machine
+        report.mismatched                                 # platforms it cannot run on
 """
 
 from imageinspect._credentials import (
@@ -42,14 +44,18 @@ from imageinspect._manifest import ImageInfo, Platform
 from imageinspect._pullsecrets import PullSecretReader, SecretRequester
 from imageinspect._reference import Reference, parse_reference
 from imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
+from imageinspect._rootfs import FileVerdict
+from imageinspect._verify import DEFAULT_MAX_BYTES, PlatformReport, VerifyReport, verify_image
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "Blocked",
     "ConnectionFailed",
     "Credential",
     "CredentialError",
     "Denied",
     "DigestMismatch",
+    "FileVerdict",
     "ImageInfo",
     "Inspector",
     "InspectorStats",
@@ -58,6 +64,7 @@ __all__ = [
     "Mirror",
     "NotFound",
     "Platform",
+    "PlatformReport",
     "PullSecretReader",
     "RateLimited",
     "Reference",
@@ -71,8 +78,10 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "UnsafeAddress",
+    "VerifyReport",
     "credentials_from_docker_config",
     "credentials_from_pull_secrets",
     "match_credentials",
     "parse_reference",
+    "verify_image",
 ]

@@ -18,11 +18,12 @@ controller's work queue owns that backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -66,7 +67,7 @@ from imageinspect._manifest import (
 )
 from imageinspect._reference import Reference, parse_reference
 from imageinspect._registries import PullSource, RegistriesConfig
-from imageinspect._transport import AiohttpTransport, Response, Transport
+from imageinspect._transport import AiohttpTransport, Response, StreamResponse, Transport
 
 log = logging.getLogger("imageinspect")
 T = TypeVar("T")
@@ -453,6 +454,59 @@ class Inspector:
         )
         _raise_for_status(resp, what, sref.domain, str(ref), cred)
         return resp.headers.get("docker-content-digest") or None
+
+    @contextlib.asynccontextmanager
+    async def _open_blob(
+        self, src: PullSource, cred: Credential | None, digest: str, reference: str
+    ) -> AsyncIterator[StreamResponse]:
+        """Stream a blob of ``src``'s repository: a ``HEAD`` through the usual
+        authentication (it learns the challenge and fetches the token), then a streaming
+        ``GET`` with the same ``Authorization``, following redirects (credentials only to
+        the registry's own origin).
+
+        Raises:
+            NotFound, Unauthorized, Denied, ServerError, RegistryError: the registry's answer;
+            Timeout, ConnectionFailed, UnsafeAddress: the transport's; InvalidManifest: bad or
+            too many redirects.
+        """
+        sref = src.reference
+        host = sref.api_host
+        what = f"blob {digest}"
+        base = await self._base_url(host, src.insecure)
+        url = f"{base}/v2/{sref.path}/blobs/{digest}"
+        head, headers = await self._authorized(
+            src, cred, "HEAD", url, "*/*", pull_scope(sref.path), 0, what, reference
+        )
+        if head.status not in _REDIRECT_STATUSES:
+            _raise_for_status(head, what, sref.domain, reference, cred)
+        target, send = url, dict(headers)
+        for _ in range(_MAX_REDIRECTS + 1):
+            target_host = urlsplit(target).netloc
+            insecure = (src.insecure and target_host == host) or self._registries.is_insecure(
+                target_host)
+            ssl_ctx: ssl.SSLContext | bool = (
+                self._ssl_context(target_host, insecure) if target.startswith("https://")
+                else False)
+            self._stats.requests += 1
+            async with self._transport.stream("GET", target, headers=send,
+                                              ssl_context=ssl_ctx) as resp:
+                if resp.status in _REDIRECT_STATUSES:
+                    location = resp.headers.get("location")
+                    if not location:
+                        raise InvalidManifest(f"{what}: redirect without a Location",
+                                              status=resp.status)
+                    nxt = urljoin(target, location)
+                    send = {"Accept": headers.get("Accept", "*/*")}
+                    if _origin(nxt) == _origin(url) and "Authorization" in headers:
+                        send["Authorization"] = headers["Authorization"]
+                    target = nxt
+                    continue
+                if not 200 <= resp.status < 300:
+                    _raise_for_status(Response(resp.status, resp.headers, resp.www_authenticate,
+                                               b"", target), what, sref.domain, reference, cred)
+                yield resp
+                return
+        raise InvalidManifest(f"{what}: too many redirects")
 
     # -- HTTP with auth -----------------------------------------------------------------
 

@@ -309,3 +309,77 @@ def parse_config(data: bytes) -> tuple[Platform, ...]:
         InvalidManifest: malformed JSON or missing fields.
     """
     return platform_from_config(_load_json(data, "image config"))
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """An OCI content descriptor (image-spec ``descriptor.md``): ``media_type``, ``digest``,
+    ``size`` in bytes (None when absent)."""
+
+    media_type: str
+    digest: str
+    size: int | None = None
+
+
+def _descriptor(obj: Any, what: str) -> Descriptor:
+    if not isinstance(obj, dict) or not isinstance(obj.get("digest"), str):
+        raise InvalidManifest(f"{what} is not a descriptor with a digest")
+    size = obj.get("size")
+    return Descriptor(str(obj.get("mediaType") or ""), obj["digest"],
+                      size if isinstance(size, int) and not isinstance(size, bool) else None)
+
+
+def index_children(data: bytes) -> tuple[tuple[Platform, Descriptor], ...]:
+    """The runnable entries of an image index / manifest list: (platform, descriptor), in
+    the index's order, with the same skipping rules as :func:`platforms_from_index`
+    (attestations, ``unknown`` platforms and entries without a platform are left out).
+
+    Raises:
+        InvalidManifest: not an index, or malformed entries.
+    """
+    doc = _load_json(data, "image index")
+    entries = doc.get("manifests")
+    if not isinstance(entries, list):
+        raise InvalidManifest("image index has no 'manifests' list")
+    out: list[tuple[Platform, Descriptor]] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InvalidManifest(f"image index entry {i} is not an object")
+        annotations = entry.get("annotations") or {}
+        if isinstance(annotations, dict) and ATTESTATION_ANNOTATION in annotations:
+            continue
+        platform = entry.get("platform")
+        if not isinstance(platform, dict):
+            continue
+        p = _platform_of(platform, f"image index entry {i} platform")
+        if p is not None:
+            out.append((p, _descriptor(entry, f"image index entry {i}")))
+    return tuple(out)
+
+
+def image_parts(data: bytes) -> tuple[Descriptor, tuple[Descriptor, ...]]:
+    """The config descriptor and the layer descriptors (oldest first, as listed) of a
+    single OCI image manifest or Docker v2 schema 2 manifest.
+
+    Raises:
+        InvalidManifest: malformed JSON or descriptors.
+    """
+    doc = _load_json(data, "image manifest")
+    config = _descriptor(doc.get("config"), "image manifest config")
+    layers = doc.get("layers")
+    if not isinstance(layers, list):
+        raise InvalidManifest("image manifest has no 'layers' list")
+    return config, tuple(_descriptor(x, f"image manifest layer {i}")
+                         for i, x in enumerate(layers))
+
+
+def config_process(data: bytes) -> tuple[tuple[Platform, ...], dict[str, Any]]:
+    """An image config blob's platform and its ``config`` object (``Entrypoint``, ``Cmd``,
+    ``Env``, ``WorkingDir``; OCI image-spec ``config.md``), empty when absent.
+
+    Raises:
+        InvalidManifest: malformed JSON or platform fields.
+    """
+    doc = _load_json(data, "image config")
+    process = doc.get("config")
+    return platform_from_config(doc), dict(process) if isinstance(process, dict) else {}

@@ -16,10 +16,11 @@ connect is not possible. It never logs request headers (they carry credentials).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -162,6 +163,31 @@ class Response:
     url: str
 
 
+@dataclass(frozen=True, slots=True)
+class StreamResponse:
+    """An HTTP response whose body is read as it arrives (:meth:`Transport.stream`).
+
+    Attributes:
+        status, headers, www_authenticate, url: as for :class:`Response`.
+        chunks: the body, chunk by chunk (at most 64 KiB each); errors while reading raise
+            the transport's errors (Timeout, ConnectionFailed).
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    www_authenticate: tuple[str, ...]
+    url: str
+    chunks: AsyncIterator[bytes]
+
+
+def _merged_headers(raw: Any) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for name, value in raw.items():
+        key = name.lower()
+        merged[key] = f"{merged[key]}, {value}" if key in merged else value
+    return merged
+
+
 class Transport(Protocol):
     """What the inspector needs from an HTTP library."""
 
@@ -179,6 +205,23 @@ class Transport(Protocol):
 
         Raises:
             Timeout, ConnectionFailed, UnsafeAddress, TooLarge.
+        """
+        ...
+
+    def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        ssl_context: ssl.SSLContext | bool,
+    ) -> contextlib.AbstractAsyncContextManager[StreamResponse]:
+        """Send one request without following redirects and give the body as it arrives;
+        leaving the context closes the connection if the body was not read to its end. No
+        limit on the whole exchange's duration: connecting and each read have the timeout.
+
+        Raises:
+            Timeout, ConnectionFailed, UnsafeAddress.
         """
         ...
 
@@ -270,10 +313,7 @@ class AiohttpTransport:
                                 status=resp.status,
                             )
                     body = bytes(buf)
-                merged: dict[str, str] = {}
-                for name, value in resp.headers.items():
-                    key = name.lower()
-                    merged[key] = f"{merged[key]}, {value}" if key in merged else value
+                merged = _merged_headers(resp.headers)
                 return Response(
                     resp.status,
                     merged,
@@ -297,6 +337,46 @@ class AiohttpTransport:
                 f"{type(exc).__name__}: {exc}",
                 registry=netloc,
             ) from exc
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        ssl_context: ssl.SSLContext | bool,
+    ) -> AsyncIterator[StreamResponse]:
+        """See :meth:`Transport.stream`."""
+        self._check_literal(url)
+        netloc = urlsplit(url).netloc
+        session = self._get_session()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect,
+                                        sock_read=self._timeout.sock_read)
+
+        async def chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+            async for chunk in resp.content.iter_chunked(65536):
+                yield chunk
+
+        try:
+            async with session.request(method, url, headers=dict(headers),
+                                       allow_redirects=False, ssl=ssl_context,
+                                       timeout=timeout) as resp:
+                yield StreamResponse(resp.status, _merged_headers(resp.headers),
+                                     tuple(resp.headers.getall("WWW-Authenticate", ())),
+                                     url, chunks(resp))
+        except TimeoutError as exc:
+            raise Timeout(f"no data within the timeout for {method} {url}",
+                          registry=netloc) from exc
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, _UnsafeAddressOSError):
+                raise UnsafeAddress(str(exc.os_error), registry=netloc) from None
+            raise ConnectionFailed(f"cannot connect: {exc.os_error or exc}",
+                                   registry=netloc) from exc
+        except (aiohttp.ClientError, ssl.SSLError) as exc:
+            raise ConnectionFailed(
+                f"connection failed during {method} {urlsplit(url).path}: "
+                f"{type(exc).__name__}: {exc}", registry=netloc) from exc
 
     async def aclose(self) -> None:
         """See :meth:`Transport.aclose`."""

@@ -5,6 +5,11 @@ Example::
     podplacement inspect --pull-secret regcred.json --insecure-registry 127.0.0.1:5000 \\
         nginx 127.0.0.1:5000/team/app:v1
 
+With ``--verify`` it also reads, for each platform, the ELF header of the program the image
+runs (``Entrypoint``, else ``Cmd[0]``, through ``PATH``, symlinks and whiteouts; a ``#!``
+script's interpreter too) and reports each platform whose binary is for another architecture;
+``--max-bytes`` caps the bytes read per platform. Exit code 3 when a platform is flagged.
+
 ``--pull-secret`` takes a Kubernetes Secret (JSON or YAML, ``kubernetes.io/dockerconfigjson``
 or ``kubernetes.io/dockercfg``) or a docker ``config.json``. Exit code 0 when every image was
 inspected, 1 when any failed (each failure is printed with its registry, reference and status),
@@ -37,7 +42,11 @@ from imageinspect._inspector import Inspector
 from imageinspect._manifest import ImageInfo
 from imageinspect._reference import parse_reference
 from imageinspect._registries import RegistriesConfig
+from imageinspect._verify import DEFAULT_MAX_BYTES, PlatformReport, VerifyReport, verify_image
 from podplacement.cli import one_line, positive_float, yaml_error_line
+
+#: Exit code of ``inspect --verify`` when a platform's program is for another architecture.
+EXIT_MISMATCH = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,14 +136,32 @@ def register(subparsers: Any) -> None:
         help="show the platforms of container images",
         description="Fetch image manifests and print each image's digest, media type and "
         "platforms (os/architecture/variant). Exit code 0 when every image was inspected, "
-        "1 when one failed, 2 for an unusable argument (an invalid image reference too).",
+        "1 when one failed, 2 for an unusable argument (an invalid image reference too), "
+        "3 when --verify flags a platform.",
     )
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image references")
     p.add_argument("--json", action="store_true", help="print one JSON array")
+    p.add_argument("--verify", action="store_true",
+                   help="read each platform's program (ELF header of the entrypoint) and "
+                   "flag platforms whose binary is for another architecture")
+    p.add_argument("--max-bytes", type=_positive_int, default=DEFAULT_MAX_BYTES,
+                   metavar="BYTES",
+                   help="with --verify: bytes read per platform at most, manifests and "
+                   "compressed layers (default: %(default)s)")
     add_registry_arguments(p)
     p.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="seconds per registry request, > 0 (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
 
 
 def load_credentials(path: str) -> list[Credential]:
@@ -204,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     credentials = settings.credentials
     inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
                           timeout=args.timeout)
+    if getattr(args, "verify", False):
+        return _run_verify(args, inspector, credentials)
     results = asyncio.run(_inspect_all(list(args.images), inspector, credentials))
     failed = False
     out: list[dict[str, Any]] = []
@@ -224,3 +253,58 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     return 1 if failed else 0
+
+
+async def _verify_all(images: list[str], inspector: Inspector, credentials: list[Credential],
+                      max_bytes: int) -> list[VerifyReport | RegistryError]:
+    async def one(image: str) -> VerifyReport | RegistryError:
+        try:
+            return await verify_image(inspector, image, credentials, max_bytes=max_bytes)
+        except RegistryError as exc:
+            return exc
+
+    try:
+        return [await one(i) for i in images]
+    finally:
+        await inspector.aclose()
+
+
+def _platform_lines(p: PlatformReport) -> list[str]:
+    flag = "MISMATCH" if p.status == "mismatch" else p.status
+    lines = [f"  {p.platform}: {flag}: {p.reason}"]
+    for f in p.files:
+        where = f.path or "(not found)"
+        via = f" (via {', '.join(f.via)})" if f.via else ""
+        lines.append(f"    {f.name} -> {where}{via}: {f.detail or f.kind}")
+    cap = ", byte cap reached" if p.cap_hit else ""
+    lines.append(f"    read {p.bytes_read} bytes, {p.layers_read}/{p.layers} layers, "
+                 f"{p.seconds:.2f} s{cap}")
+    return lines
+
+
+def _run_verify(args: argparse.Namespace, inspector: Inspector,
+                credentials: list[Credential]) -> int:
+    """``inspect --verify``: 0 all platforms fine, 1 an image failed, 3 a platform flagged."""
+    results = asyncio.run(_verify_all(list(args.images), inspector, credentials,
+                                      args.max_bytes))
+    failed = flagged = False
+    out: list[dict[str, Any]] = []
+    for image, result in zip(args.images, results, strict=True):
+        if isinstance(result, RegistryError):
+            failed = True
+            out.append({"image": image, "error": str(result), "errorType": type(result).__name__})
+            if not args.json:
+                print(f"{image}: error: {type(result).__name__}: {result}", file=sys.stderr)
+            continue
+        flagged = flagged or bool(result.mismatched)
+        failed = failed or any(p.status == "error" for p in result.platforms)
+        out.append({"image": image, **result.to_dict()})
+        if not args.json:
+            print(result.reference)
+            print(f"  digest:     {result.digest}")
+            print(f"  mismatched: {', '.join(result.mismatched) or '(none)'}")
+            for p in result.platforms:
+                print("\n".join(_platform_lines(p)))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return EXIT_MISMATCH if flagged else 1 if failed else 0

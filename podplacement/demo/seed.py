@@ -78,6 +78,10 @@ def start_registries(work: Path) -> DemoRegistryPair:
     return DemoRegistryPair(public, private)
 
 
+#: The images' config runs ``sh`` (busybox's applet, through PATH), as the busybox image does.
+SHELL: dict[str, Any] = {"Cmd": ["sh"]}
+
+
 def _split(tag_ref: str) -> tuple[str, str]:
     repo, _, tag = tag_ref.rpartition(":")
     return repo, tag
@@ -108,7 +112,7 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
         for arch in ("amd64", "arm64", "ppc64le", "s390x"):
             b = busybox[arch]
             image = pusher.image(repo, None, architecture=arch, variant=b.variant, fmt="oci",
-                                 layers=[b.layer])
+                                 layers=[b.layer], process=SHELL)
             children.append((image, _platform(b)))
             attestations.append(pusher.attestation(repo, image))
         # BuildKit lists the images first, then their attestation manifests.
@@ -119,13 +123,14 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
         for arch in ("amd64", "arm64"):
             b = busybox[arch]
             image = pusher.image(repo, None, architecture=arch, variant=b.variant,
-                                 fmt="docker", layers=[b.layer])
+                                 fmt="docker", layers=[b.layer], process=SHELL)
             entries.append((image, _platform(b)))
         digests[LIST] = pusher.index(repo, tag, entries, fmt="docker").digest
 
         repo, tag = _split(S390X)
         digests[S390X] = pusher.image(repo, tag, architecture="s390x", fmt="docker",
-                                      layers=[busybox["s390x"].layer]).digest
+                                      layers=[busybox["s390x"].layer],
+                                      process=SHELL).digest
 
         repo, tag = _split(WINONLY)
         windows = parse_platform("windows/amd64")
@@ -139,7 +144,7 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
         for arch in ("amd64", "arm64"):
             b = busybox[arch]
             image = pusher.image(repo, None, architecture=arch, variant=b.variant, fmt="oci",
-                                 layers=[b.layer])
+                                 layers=[b.layer], process=SHELL)
             entries.append((image, _platform(b)))
         digests[PRIVATE] = pusher.index(repo, tag, entries, fmt="oci").digest
     return digests

@@ -42,6 +42,7 @@ __all__ = [
     "OCI_CONFIG",
     "OCI_INDEX",
     "OCI_LAYER_GZIP",
+    "OCI_LAYER_ZSTD",
     "OCI_MANIFEST",
     "WINDOWS_OS_VERSION",
     "PushError",
@@ -59,6 +60,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -143,6 +145,11 @@ def layer_tar(files: dict[str, bytes]) -> bytes:
 
 
 def _diff_id(layer: bytes) -> str:
+    if layer.startswith(b"\x28\xb5\x2f\xfd"):  # zstd frame (RFC 8878)
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(layer, read_across_frames=True)
+        return sha256_digest(reader.read())
     try:
         return sha256_digest(gzip.decompress(layer))
     except (OSError, EOFError):
@@ -358,6 +365,8 @@ class Pusher:
         fmt: str = "docker",
         layers: list[bytes] | None = None,
         os_version: str | None = None,
+        process: dict[str, Any] | None = None,
+        layer_media_type: str | None = None,
     ) -> Pushed:
         """Push a single-platform image: config blob (OCI image-spec ``config.md`` fields
         ``os``/``architecture``/``variant``/``os.version``, ``rootfs.diff_ids`` = sha256 of
@@ -369,8 +378,13 @@ class Pusher:
             os, architecture, variant, os_version: the platform written in the config.
             fmt: ``"docker"`` (Docker image manifest v2 schema 2) or ``"oci"`` (OCI image
                 manifest); sets the manifest, config and layer media types.
-            layers: layer bytes (gzip'd tars expected; default: one tiny tar naming the
-                platform, so each platform has its own layer).
+            layers: layer bytes, oldest first (gzip'd tars expected; default: one tiny tar
+                naming the platform, so each platform has its own layer).
+            process: fields merged into the config's ``config`` object (``Entrypoint``,
+                ``Cmd``, ``Env``, ``WorkingDir``; the default ``Env`` is
+                ``PATH=/usr/local/bin:/usr/bin:/bin``).
+            layer_media_type: the layers' media type (default: gzip'd tar of ``fmt``; e.g.
+                :data:`OCI_LAYER_ZSTD` for zstd-compressed layers).
 
         Returns:
             the manifest's :class:`Pushed` descriptor.
@@ -389,12 +403,12 @@ class Pusher:
             config["variant"] = variant
         if os_version:
             config["os.version"] = os_version
-        config["config"] = {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]}
+        config["config"] = {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], **(process or {})}
         config["rootfs"] = {"type": "layers", "diff_ids": [_diff_id(x) for x in layers]}
         config["created"] = "2024-01-01T00:00:00Z"
         oci = fmt == "oci"
         config_blob = self.blob(repo, _dumps(config), OCI_CONFIG if oci else DOCKER_CONFIG)
-        layer_type = OCI_LAYER_GZIP if oci else DOCKER_LAYER_GZIP
+        layer_type = layer_media_type or (OCI_LAYER_GZIP if oci else DOCKER_LAYER_GZIP)
         layer_blobs = [self.blob(repo, data, layer_type) for data in layers]
         media_type = OCI_MANIFEST if oci else DOCKER_MANIFEST
         manifest = {

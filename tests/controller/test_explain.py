@@ -331,3 +331,23 @@ def test_cli_kubeconfig_without_the_nrt_crd(tmp_path: Path,
     assert report["nodes"] == [{"name": "n1", "feasible": True, "reason": None, "score": None,
                                 "policy": None, "scope": None}]
     assert report["architectures"] == ["amd64"]
+
+
+def test_the_exec_format_error_record_is_shown() -> None:
+    from controller.config import EXEC_FORMAT_ANNOTATION
+
+    nodes, nrts = _cluster()
+    assert explain(_pod(), nodes, nrts, {IMAGE: AMD_ARM}, NUMA)["execFormatErrors"] is None
+    digest = "sha256:" + "a" * 64
+    record = {"containers": {"app": {"restartCount": 2, "imageID": f"{IMAGE}@{digest}",
+                                     "digest": digest, "arch": "arm64", "node": "pi"}},
+              "verified": {digest: {"status": "mismatch", "mismatched": ["linux/arm64"],
+                                    "reason": "/bin/app is ELF 64-bit LSB EM_X86_64 (amd64), "
+                                              "not arm64"}}}
+    pod = _pod()
+    pod["metadata"].setdefault("annotations", {})[EXEC_FORMAT_ANNOTATION] = json.dumps(record)
+    report = explain(pod, nodes, nrts, {IMAGE: AMD_ARM}, NUMA)
+    assert report["execFormatErrors"] == record
+    text = render(report, "table")
+    assert f"container app: restart 2, digest {digest}, node pi (arm64)" in text
+    assert "platforms flagged: linux/arm64" in text and "EM_X86_64" in text
