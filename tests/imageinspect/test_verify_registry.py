@@ -79,7 +79,8 @@ def images(registry: Registry, pusher: object) -> str:
     _index(p, "verify/nowhiteout", "v1", {"arm64": [lower, layer([file("etc/x", b"x", 0o644)])]},
            {"Cmd": ["app"], "Env": ["PATH=/usr/local/bin:/bin"]})
     # a big incompressible bottom layer under a top layer holding the program
-    big = layer([file("bin/tool", elf("amd64") + os.urandom(2 * 1024 * 1024))])
+    # the tool after 2 MiB of incompressible filler: a 300 kB cap always stops before it
+    big = layer([file("filler", os.urandom(2 * 1024 * 1024)), file("bin/tool", elf("amd64"))])
     top = layer([file("app", elf("arm64"))])
     _index(p, "verify/big", "v1", {"arm64": [big, top]}, {"Entrypoint": ["/app"]})
     _index(p, "verify/bigtool", "v1", {"arm64": [big, top]}, {"Entrypoint": ["/bin/tool"]})
