@@ -14,6 +14,7 @@ carry a binary whose ELF machine matches their platform, and the log says so.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import io
 import logging
@@ -169,11 +170,11 @@ def default_debs_dir(checkout: Path | None) -> Path:
 
 
 def download_debs(deb_dir: Path, deb_archs: list[str], timeout: float = 120.0) -> str:
-    """``apt-get download busybox-static:<arch>`` for each of ``deb_archs`` into
-    ``deb_dir`` (created), one at a time so one unknown architecture does not stop the
-    others. Returns the last error line of the ones that failed ("" when all succeeded);
-    never raises for a failed download (apt-get missing, no network, an architecture dpkg
-    does not know)."""
+    """``apt-get download busybox-static:<arch>`` for ``deb_archs`` into ``deb_dir``
+    (created): all in one call, then, when that failed, one call per package still missing
+    (one unknown architecture must not stop the others). Returns the last error line of the
+    calls that failed ("" when all succeeded); never raises for a failed download (apt-get
+    missing, no network, an architecture dpkg does not know)."""
     apt = shutil.which("apt-get")
     if apt is None:
         return "apt-get not found"
@@ -181,21 +182,26 @@ def download_debs(deb_dir: Path, deb_archs: list[str], timeout: float = 120.0) -
         deb_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"cannot create {deb_dir}: {exc.strerror or exc}"
-    error = ""
-    for deb_arch in deb_archs:
-        log.info("downloading busybox-static:%s with apt-get download into %s", deb_arch,
-                 deb_dir)
+
+    def download(archs: list[str]) -> str:
+        log.info("downloading busybox-static for %s with apt-get download into %s",
+                 ", ".join(archs), deb_dir)
         try:
-            proc = subprocess.run([apt, "download", "-q", f"busybox-static:{deb_arch}"],
-                                  cwd=deb_dir, capture_output=True, text=True,
-                                  timeout=timeout, check=False)
+            proc = subprocess.run(
+                [apt, "download", "-q", *(f"busybox-static:{a}" for a in archs)],
+                cwd=deb_dir, capture_output=True, text=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            error = f"apt-get download busybox-static:{deb_arch}: {exc}"
-            continue
-        if proc.returncode != 0 or _find_deb(deb_dir, deb_arch) is None:
-            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines()
-                     if ln.strip() and "unsandboxed" not in ln]
-            error = lines[-1].strip() if lines else f"exit code {proc.returncode}"
+            return f"apt-get download: {exc}"
+        if proc.returncode == 0 and all(_find_deb(deb_dir, a) for a in archs):
+            return ""
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines()
+                 if ln.strip() and "unsandboxed" not in ln]
+        return lines[-1].strip() if lines else f"apt-get exit code {proc.returncode}"
+
+    error = download(deb_archs)
+    if error and len(deb_archs) > 1:
+        for deb_arch in [a for a in deb_archs if _find_deb(deb_dir, a) is None]:
+            error = download([deb_arch]) or error
     return error
 
 
@@ -215,16 +221,19 @@ def prepare_busybox(deb_dir: Path, download: bool = True,
     error = ""
     if missing and download:
         error = fetch(deb_dir, missing)
-    out: dict[str, BusyboxBinary] = {}
-    standins = []
-    for deb_arch, (arch, variant) in DEBIAN_TO_OCI.items():
+    standins = [d for d in DEBIAN_TO_OCI if _find_deb(deb_dir, d) is None]
+
+    def load(deb_arch: str) -> BusyboxBinary:
+        arch, variant = DEBIAN_TO_OCI[deb_arch]
         deb = _find_deb(deb_dir, deb_arch)
         if deb is not None:
-            out[arch] = _binary_from_deb(deb, arch, variant)
-            continue
+            return _binary_from_deb(deb, arch, variant)
         binary = standin_binary(arch)
-        out[arch] = BusyboxBinary(arch, variant, make_layer(binary), len(binary), "stand-in")
-        standins.append(deb_arch)
+        return BusyboxBinary(arch, variant, make_layer(binary), len(binary), "stand-in")
+
+    # dpkg-deb runs and zlib compresses outside the GIL: four at once
+    with concurrent.futures.ThreadPoolExecutor(len(DEBIAN_TO_OCI)) as pool:
+        out = {b.architecture: b for b in pool.map(load, DEBIAN_TO_OCI)}
     if standins:
         why = f" ({error})" if error else (" (downloads off)" if not download else "")
         log.warning(
