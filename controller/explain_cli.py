@@ -415,7 +415,7 @@ def is_stored(pod: Mapping[str, Any]) -> bool:
 
 
 def admission_path_taken(pod: Mapping[str, Any]) -> str:
-    """The path a created pod took (issue 14), from its ``podplacement.io/decision``
+    """The path a created pod took, from its ``podplacement.io/decision``
     annotation (``"path"``: ``admission``, ``webhook``; none: the controller) and gate."""
     import json
 
