@@ -59,6 +59,7 @@ import asyncio  # noqa: E402
 import base64  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import ssl  # noqa: E402
@@ -272,10 +273,13 @@ PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
 
 def seed_params(plane: ControlPlane, entries: int) -> None:
     """Create the params object ImagePlatforms ``cluster`` with ``entries`` filler images
-    (~100-character references) before the controller starts: it adopts them, so the policy
-    reads a full-size object during the run."""
-    images = {f"registry.example.internal:5000/team-{i % 50:02d}/service-{i:05d}:v1-"
-              + "x" * 40: "linux/amd64,linux/arm64" for i in range(max(0, entries))}
+    (~110-character references by digest) before the controller starts: it adopts them, so
+    the policy reads a full-size object during the run. By digest, because a tag reference
+    also has a ``spec.learned`` item, and 5,000 long tag references with theirs exceed the
+    controller's 1 MB bound (it would evict some on adoption)."""
+    images = {f"registry.example.internal/t{i % 50:02d}/s{i:05d}@sha256:"
+              + hashlib.sha256(str(i).encode()).hexdigest(): "linux/amd64,linux/arm64"
+              for i in range(max(0, entries))}
     with plane.client() as c:
         r = c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
                                       "kind": "ImagePlatforms",

@@ -3,7 +3,7 @@
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(README "The webhook after the policy"). The decision is not re-implemented here:
+(README "How it decides", "The webhook after the policy"). The decision is not re-implemented here:
 :func:`admission_placement` runs :func:`controller.plan.plan` on a gated copy of the pod,
 exactly as the reconciler would on the gated pod, and turns the controller's PATCH into a
 patch for the admission object: the optimistic-concurrency ``test`` goes (a pod being created
@@ -33,6 +33,7 @@ from controller.decision import (
     NOT_SET,
     PARTIALLY_COMPATIBLE_AFFINITY,
     PLACEMENT_FALLBACK,
+    PLATFORMS_LEFT_OUT,
     SET,
     WARNING,
     Outcome,
@@ -61,12 +62,13 @@ MAX_WARNING_CHARS = 300
 
 #: The decision outcomes the webhook may answer with: the pod leaves admission ungated.
 _PLACED = frozenset({SET, NOT_SET, NO_SUPPORTED_PLATFORM})
-#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", and
-#: the fallback of :func:`outage_placement` (placed without its images' platforms): the ones
-#: the user should see at ``kubectl`` time.
+#: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", that
+#: platforms were left out of its terms, and the fallback of :func:`outage_placement`
+#: (placed without its images' platforms): the ones the user should see at ``kubectl`` time
+#: (README "The webhook after the policy": a ``warnings`` entry).
 _WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
-                     PARTIALLY_COMPATIBLE_AFFINITY, NO_SUPPORTED_PLATFORM_EVENT,
-                     PLACEMENT_FALLBACK})
+                     PARTIALLY_COMPATIBLE_AFFINITY, PLATFORMS_LEFT_OUT,
+                     NO_SUPPORTED_PLATFORM_EVENT, PLACEMENT_FALLBACK})
 #: The resourceVersion of the gated copy the controller's decision is taken on.
 _PLACEHOLDER_RV = "0"
 
@@ -95,7 +97,7 @@ class AdmissionPlacement:
 def fast_path_applies(config: PlacementConfig | None) -> bool:
     """True when ``config`` lets the webhook place pods at admission: fast paths
     ``Enabled`` (``spec.admission.fastPaths``) and NUMA placement off (NUMA never takes a
-    fast path)."""
+    fast path: it needs the nodes' NRTs and in-flight holds)."""
     return (config is not None and config.admission_fast_paths == FAST_PATHS_ENABLED
             and not config.topology.enabled)
 
@@ -146,9 +148,8 @@ def admission_placement(
         ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
         controller's patch does not fit. Otherwise the
         :class:`AdmissionPlacement`: the same affinity, labels and decision (plus
-        ``"path":"webhook"``) as the controller's PATCH of the gated pod (README "The
-        webhook after the policy", KEP-3838 narrowing rules via
-        :func:`controller.plan.plan`).
+        ``"path":"webhook"``) as the controller's PATCH of the gated pod (KEP-3838
+        narrowing rules and exact (os, architecture) pairs via :func:`controller.plan.plan`).
 
     Never raises for odd pod specs (they give None).
     """

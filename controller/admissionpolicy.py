@@ -88,6 +88,7 @@ from controller.config import (
     GATE_LABEL,
     GATE_LABEL_GATED,
     GATE_LABEL_REMOVED,
+    LINUX,
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
     PARAMS_KIND,
@@ -108,7 +109,7 @@ BINDING_RESOURCE = "mutatingadmissionpolicybindings"
 #: The ``path`` of the decision annotation written by the policy (the controller writes none).
 ADMISSION_PATH = "admission"
 #: The only OS the place branch handles: a non-linux pair in the intersection means gate.
-PLACED_OS = "linux"
+PLACED_OS = LINUX
 
 #: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``.
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
@@ -242,8 +243,9 @@ def cel_preferred_archs(weights: Mapping[str, int]) -> str:
 
 #: The required expressions of the one new NodeSelectorTerm ``decision.decide`` writes for a
 #: pod without node affinity: ``kubernetes.io/arch In [archs]`` then ``kubernetes.io/os In
-#: [linux]`` (``AffinityPlan.restrict``, arch first), or the unsatisfiable marker
-#: (``affinity.unsatisfiable_marker``) when no platform is common to all images.
+#: [linux]`` (``affinity.platform_requirement``: one OS group, arch first), or the
+#: unsatisfiable marker (``affinity.unsatisfiable_marker``) when no platform is common to
+#: all images. Several OSes need one term per OS group: such pods take the gate branch.
 CEL_REQUIREMENTS = (
     "(size(variables.pairs) == 0 ? "
     + _cel_list([_requirement(_T_EXPRESSION, NO_SUPPORTED_PLATFORM_KEY, "Exists")])

@@ -8,7 +8,10 @@ that append with ``/-`` (``reference/gates-c-mutable-directives-gated.json``).
 
 Required terms are ORed and the expressions inside a term are ANDed, so a requirement is
 ANDed into **every** term (never added as a new ORed term, which would loosen the user's
-constraints). When there are no terms, one new term is created. Preferred terms are fully
+constraints). When there are no terms, new terms are created: one for a plain requirement,
+one per OS group for the platform requirement (:func:`platform_requirement`: a node is
+admitted only when its (os, architecture) *pair* is one every image supports, which
+``arch In A`` AND ``os In O`` over several OSes would not ensure). Preferred terms are fully
 mutable; they are appended as well so the user's own preferences stay untouched.
 
 Use :class:`AffinityPlan` to combine several requirements into one op list, or the
@@ -22,7 +25,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import ARCH_LABEL, HOSTNAME_LABEL, NO_SUPPORTED_PLATFORM_KEY, OS_LABEL
+from controller.config import (
+    ARCH_LABEL,
+    HOSTNAME_LABEL,
+    LINUX,
+    NO_SUPPORTED_PLATFORM_KEY,
+    OS_LABEL,
+)
 
 _AFF = "/spec/affinity"
 _NA = _AFF + "/nodeAffinity"
@@ -104,24 +113,255 @@ def has_preference_on(pod: Mapping[str, Any], key: str) -> bool:
     return any(term_has_key(t.get("preference") or {}, key) for t in preferred_terms(pod))
 
 
+# --- the platform requirement: exact (os, architecture) pairs ---------------------------
+
+#: An (os, architecture) pair: the ``kubernetes.io/os`` and ``kubernetes.io/arch`` of a node.
+Pair = tuple[str, str]
+
+
+def _expression_admits(expr: Mapping[str, Any], value: str) -> bool:
+    """True when one NodeSelectorRequirement admits a node whose label (its key) is
+    ``value`` (scheduler semantics, k8s.io/component-helpers nodeaffinity: ``Gt``/``Lt``
+    compare integers, and a value that is no integer matches neither)."""
+    op = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return True
+    if op in ("Gt", "Lt"):
+        try:
+            have, bound = int(value), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False  # DoesNotExist, or an operator the API server would have refused
+
+
+def _admits(term: Mapping[str, Any], selector: Mapping[str, Any], pair: Pair) -> bool:
+    """True when ``term``'s expressions on ``kubernetes.io/os`` and ``kubernetes.io/arch``
+    and the pod's ``nodeSelector`` on those keys admit a node of ``pair`` (its other
+    expressions, on other labels, are not judged here)."""
+    for key, value in zip((OS_LABEL, ARCH_LABEL), pair, strict=True):
+        pin = selector.get(key)
+        if pin is not None and str(pin) != value:
+            return False
+        for e in term.get("matchExpressions") or []:
+            if isinstance(e, Mapping) and e.get("key") == key and not _expression_admits(e, value):
+                return False
+    return True
+
+
+def _pins(term: Mapping[str, Any], selector: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    """The values of ``key`` the user pinned for ``term``: its ``In`` lists
+    (:func:`allowed_values`) and the pod's ``nodeSelector`` value, ANDed; None: no pin."""
+    pinned = allowed_values(term, key)
+    pin = selector.get(key)
+    if pin is not None:
+        pinned = frozenset({str(pin)}) if pinned is None else pinned & {str(pin)}
+    return pinned
+
+
+def _os_groups(pairs: Iterable[Pair]) -> list[tuple[str, ...]]:
+    """The OSes of ``pairs``, grouped by their set of architectures in ``pairs`` (OSes with
+    the same architectures share a group: ``os In [group] AND arch In [archs]`` is then exactly
+    their pairs), each group sorted, the groups ordered by their first OS."""
+    archs: dict[str, set[str]] = {}
+    for os_, arch in pairs:
+        archs.setdefault(os_, set()).add(arch)
+    groups: dict[frozenset[str], list[str]] = {}
+    for os_ in sorted(archs):
+        groups.setdefault(frozenset(archs[os_]), []).append(os_)
+    return sorted(tuple(g) for g in groups.values())
+
+
+def _chosen(groups: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """The group a term keeps when it cannot keep them all: the one with Linux, else the
+    first (its first OS sorts first)."""
+    return next((g for g in groups if LINUX in g), groups[0])
+
+
+def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Sequence[str],
+               supported: Sequence[Pair]) -> list[dict[str, Any]]:
+    """The expressions that restrict ``term`` to the supported pairs of ``oses``:
+    ``kubernetes.io/arch In [archs every OS of the group supports]`` then
+    ``kubernetes.io/os In [oses]``. A key the user pinned (:func:`_pins`) gets nothing when
+    its supported pinned values already lie inside the group; else the narrowed pin
+    ``key In [pinned values inside the group, plus pinned values no image supports]`` (a pin
+    is never narrowed to nothing: it is then left as written)."""
+    archs_of: dict[str, set[str]] = {}
+    for os_, arch in supported:
+        archs_of.setdefault(os_, set()).add(arch)
+    wanted = {
+        ARCH_LABEL: set.intersection(*(archs_of[o] for o in oses)),
+        OS_LABEL: set(oses),
+    }
+    known = {ARCH_LABEL: {a for _, a in supported}, OS_LABEL: {o for o, _ in supported}}
+    out: list[dict[str, Any]] = []
+    for key in (ARCH_LABEL, OS_LABEL):
+        pinned = _pins(term, selector, key)
+        if pinned is None:
+            out.append(expression(key, "In", sorted(wanted[key])))
+        elif not (pinned & known[key]) <= wanted[key]:
+            keep = (pinned & wanted[key]) | (pinned - known[key])
+            if keep:
+                out.append(expression(key, "In", sorted(keep)))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
-class Restriction:
-    """What :meth:`AffinityPlan.restrict` did for one label ``key``.
+class TermPlatforms:
+    """The platform requirement of one required NodeSelectorTerm.
 
     Attributes:
-        key: the node label (``kubernetes.io/arch`` or ``kubernetes.io/os``).
-        supported: the values the images run on, sorted.
-        appended: how many terms got ``key In supported`` (a new term counts as one).
-        outside: values the user's ``In`` pins admit that the images do not support, sorted.
-        compatible: some required term can still admit a node with a supported value
-            (False: the pod's own terms only admit values no image runs on).
+        index: the index of the pod's existing term in ``nodeSelectorTerms``; None for a
+            new term (a pod without terms).
+        expressions: the NodeSelectorRequirements to AND into the term, after its own.
+        pairs: the supported (os, architecture) pairs the term admits once they are
+            appended (sorted; judged by its ``kubernetes.io/os``/``arch`` expressions and the
+            pod's ``nodeSelector``, not by its expressions on other labels).
+        left_out: the supported pairs the term admitted before and no longer does: a term
+            keeps the pairs of one OS group when one term cannot name all of them exactly.
     """
 
-    key: str
-    supported: tuple[str, ...]
-    appended: int
-    outside: tuple[str, ...]
-    compatible: bool
+    index: int | None
+    expressions: tuple[dict[str, Any], ...]
+    pairs: tuple[Pair, ...]
+    left_out: tuple[Pair, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformRequirement:
+    """What :func:`platform_requirement` does to a pod's required node affinity.
+
+    Attributes:
+        supported: the (os, architecture) pairs every image supports, sorted.
+        terms: one :class:`TermPlatforms` per existing required term, in order, or the new
+            terms of a pod without terms.
+        selected: the supported pairs the pod's ``nodeSelector`` admits (empty: its
+            ``kubernetes.io/os``/``arch`` pin names no supported platform).
+        compatible: False when the pod has required terms and the user's pins (``In`` lists
+            and the ``nodeSelector``) let no term admit a supported pair.
+        outside_architectures / outside_oses: values that the terms' ``In`` lists admit
+            and no image supports, sorted (the user's explicit choice, e.g. emulation; a key
+            the ``nodeSelector`` pins is not reported here).
+        outside_pairs: pairs of a supported os and a supported architecture that are not
+            supported together and that a term still admits because the user's own pins
+            name them (a pin is never narrowed to nothing), sorted.
+    """
+
+    supported: tuple[Pair, ...]
+    terms: tuple[TermPlatforms, ...]
+    selected: tuple[Pair, ...]
+    compatible: bool = True
+    outside_architectures: tuple[str, ...] = ()
+    outside_oses: tuple[str, ...] = ()
+    outside_pairs: tuple[Pair, ...] = ()
+
+    @property
+    def pairs(self) -> tuple[Pair, ...]:
+        """The supported pairs some term admits after the requirement, sorted."""
+        return tuple(sorted({p for t in self.terms for p in t.pairs}))
+
+    @property
+    def excluded(self) -> tuple[Pair, ...]:
+        """The supported pairs a term left out and no term admits any more, sorted: the
+        nodes of these platforms are no longer candidates because of the narrowing."""
+        admitted = set(self.pairs)
+        return tuple(sorted({p for t in self.terms for p in t.left_out} - admitted))
+
+    @property
+    def appended(self) -> int:
+        """How many expressions the requirement writes."""
+        return sum(len(t.expressions) for t in self.terms)
+
+
+def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> PlatformRequirement:
+    """The required node affinity that admits only nodes whose (os, architecture) pair is
+    one every image supports.
+
+    Rule (README "How it decides", item 4): required terms are ORed and the expressions of a
+    term are ANDed (scheduler NodeSelectorTerm semantics), and ``kubernetes.io/arch In A``
+    AND ``kubernetes.io/os In O`` admits every pair of A and O combined. So one term is exact for a
+    group of OSes that support the same architectures, and never for OSes that differ.
+
+    - A pod without required terms gets one new term per such group (for the usual
+      linux-only set that is the one term ``arch In [archs]`` AND ``os In [linux]``):
+      ``kubernetes.io/arch In [the group's archs]`` AND ``kubernetes.io/os In [the group]``.
+      The pairs are those the pod's ``nodeSelector`` admits; when it admits none (its pin
+      names no supported platform) there is one term, for the group chosen as below.
+    - A pod with required terms keeps its terms [KEP-3838: a gated pod's node affinity may
+      only be narrowed: expressions appended to existing terms, never a new term]. Each term
+      gets the expressions of one group: of the supported pairs the term already admits (its
+      own ``kubernetes.io/os``/``arch`` expressions, ``NotIn`` and the rest included, and the
+      ``nodeSelector``), grouped as above, the group with Linux, else the group whose first
+      OS sorts first. When the term admits no supported pair, the group is chosen the same
+      way from all supported pairs. The pairs the term admitted outside that group are
+      ``left_out`` (the caller warns). A term pinning ``kubernetes.io/os In [windows]``
+      therefore keeps the windows pairs.
+    - A key the user pinned (an ``In`` list in the term, or the ``nodeSelector``) gets
+      nothing when its supported values already lie inside the group; otherwise the pin is
+      narrowed by appending ``key In`` the pinned values inside the group plus the pinned
+      values no image supports (those stay the user's explicit choice, as before). A pin
+      whose values are all elsewhere is kept as written. A ``nodeSelector`` pin names one
+      value, so nothing is ever written for its key.
+
+    So every node the written terms admit runs a supported pair, unless a value of its
+    os or arch is one the user's own pins name explicitly; and a supported pair the user's
+    terms admitted is still admitted unless it is ``left_out`` of that term.
+
+    Args:
+        pod: the Pod dict (its required terms and ``nodeSelector`` are read).
+        supported: the (os, architecture) pairs every image supports
+            (:func:`controller.platforms.supported_platforms`); empty gives no terms.
+
+    Returns:
+        the :class:`PlatformRequirement`. Pure; never raises for odd specs.
+    """
+    pairs = tuple(sorted(set(supported)))
+    spec = _spec(pod)
+    raw_selector = spec.get("nodeSelector")
+    selector: Mapping[str, Any] = raw_selector if isinstance(raw_selector, Mapping) else {}
+    selected = tuple(p for p in pairs if _admits({}, selector, p))
+    if not pairs:
+        return PlatformRequirement(pairs, (), selected)
+    fallback = _chosen(_os_groups(pairs))
+    terms = required_terms(pod)
+    out: list[TermPlatforms] = []
+    if not terms:
+        for group in _os_groups(selected) or [fallback]:
+            exprs = _narrowing({}, selector, group, pairs)
+            after = tuple(p for p in pairs if _admits({"matchExpressions": exprs}, selector, p))
+            out.append(TermPlatforms(None, tuple(exprs), after))
+        return PlatformRequirement(pairs, tuple(out), selected)
+    compatible = False
+    outside: dict[str, set[str]] = {ARCH_LABEL: set(), OS_LABEL: set()}
+    known = {ARCH_LABEL: {a for _, a in pairs}, OS_LABEL: {o for o, _ in pairs}}
+    mixed = [(o, a) for o in sorted(known[OS_LABEL]) for a in sorted(known[ARCH_LABEL])
+             if (o, a) not in pairs]
+    outside_pairs: set[Pair] = set()
+    for index, term in enumerate(terms):
+        before = [p for p in pairs if _admits(term, selector, p)]
+        groups = _os_groups(before)
+        exprs = _narrowing(term, selector, _chosen(groups) if groups else fallback, pairs)
+        narrowed = {"matchExpressions": [*(term.get("matchExpressions") or []), *exprs]}
+        after = tuple(p for p in before if _admits(narrowed, selector, p))
+        outside_pairs.update(p for p in mixed if _admits(narrowed, selector, p))
+        out.append(TermPlatforms(index, tuple(exprs), after,
+                                 tuple(p for p in before if p not in after)))
+        os_pin, arch_pin = _pins(term, selector, OS_LABEL), _pins(term, selector, ARCH_LABEL)
+        compatible = compatible or any(
+            (os_pin is None or o in os_pin) and (arch_pin is None or a in arch_pin)
+            for o, a in pairs)
+        for key in (ARCH_LABEL, OS_LABEL):
+            allowed = allowed_values(term, key)
+            if allowed is not None and key not in selector:
+                outside[key] |= allowed - known[key]
+    return PlatformRequirement(pairs, tuple(out), selected, compatible,
+                               tuple(sorted(outside[ARCH_LABEL])),
+                               tuple(sorted(outside[OS_LABEL])), tuple(sorted(outside_pairs)))
 
 
 class AffinityPlan:
@@ -130,9 +370,10 @@ class AffinityPlan:
 
     ``require(expr, unless_key=K)`` ANDs ``expr`` into every existing required term that
     does not restrict ``K`` with an ``In`` expression (default: ``expr``'s own key; ``""``:
-    every term); with no terms it goes into one new term. An identical expression already in
-    a term is not added twice. :meth:`restrict` does the same for a supported value set and
-    reports how the terms it left alone relate to that set.
+    every term); with no terms it goes into the new term(s). An identical expression already
+    in a term is not added twice. :meth:`require_platforms` applies
+    :func:`platform_requirement` (exact (os, architecture) pairs; for a pod without terms,
+    one new term per OS group).
     """
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -149,7 +390,7 @@ class AffinityPlan:
             (req or {}).get("nodeSelectorTerms"), list
         )
         self._terms = required_terms(pod)
-        # additions per existing term index; for a pod without terms, index 0 of a new term
+        # additions per existing term index; for a pod without terms, one list per new term
         self._added: list[list[dict[str, Any]]] = [[] for _ in self._terms] or [[]]
         self._new_term = not self._terms
         self._has_preferred = isinstance(
@@ -179,30 +420,34 @@ class AffinityPlan:
             count += 1
         return count
 
-    def restrict(self, key: str, supported: Iterable[str]) -> Restriction:
-        """Make every required term admit only ``supported`` values of label ``key``, except
-        the terms where the user pinned ``key`` with ``In`` (the user's explicit choice).
+    def require_platforms(self, supported: Iterable[Pair]) -> PlatformRequirement:
+        """Narrow the required terms to the (os, architecture) pairs ``supported`` (every
+        image's platforms), as :func:`platform_requirement` computes it: its expressions are
+        appended to the existing terms, or its new terms are created for a pod without
+        terms. Call it once per plan, before other requirements (they are then ANDed into
+        every new term as well).
 
-        A term without an ``In`` expression on ``key`` (none at all, or ``NotIn``,
-        ``Exists``, ``DoesNotExist``) gets ``key In [sorted supported]`` appended (KEP-3838:
-        a gated pod's terms may only be narrowed). A pinned term is left as written and
-        classified against ``supported``: inside it, overlapping it in part, or disjoint.
+        Returns:
+            the :class:`PlatformRequirement` that was applied.
 
-        Returns: a :class:`Restriction` (what was appended, what the pins allow outside
-        ``supported``, whether any term can still admit a supported value).
+        Raises:
+            ValueError: called on a plan that already created several new terms.
         """
-        wanted = sorted(set(supported))
-        appended = self.require(expression(key, "In", wanted))
-        outside: set[str] = set()
-        compatible = appended > 0
-        for term in self._terms if not self._new_term else ():
-            allowed = allowed_values(term, key)
-            if allowed is None:
-                continue
-            if allowed & set(wanted):
-                compatible = True
-            outside |= allowed - set(wanted)
-        return Restriction(key, tuple(wanted), appended, tuple(sorted(outside)), compatible)
+        requirement = platform_requirement(self._pod, supported)
+        if self._new_term:
+            if len(self._added) != 1:
+                raise ValueError("the platform requirement is applied once per plan")
+            prior = self._added[0]
+            self._added = [[*copy.deepcopy(prior), *(dict(e) for e in t.expressions)]
+                           for t in requirement.terms] or [prior]
+            return requirement
+        for t in requirement.terms:
+            assert t.index is not None
+            term, added = self._terms[t.index], self._added[t.index]
+            for expr in t.expressions:
+                if not any(e == expr for e in [*(term.get("matchExpressions") or []), *added]):
+                    added.append(dict(expr))
+        return requirement
 
     def prefer(self, weight: int, exprs: Sequence[Mapping[str, Any]]) -> None:
         """Append a PreferredSchedulingTerm (``weight`` clamped to 1..100, the API range)."""
@@ -216,7 +461,7 @@ class AffinityPlan:
     def result_terms(self) -> list[dict[str, Any]]:
         """The required terms as they will be after the patch (for explain/tests)."""
         if self._new_term:
-            return [{"matchExpressions": list(self._added[0])}] if self._added[0] else []
+            return [{"matchExpressions": list(a)} for a in self._added if a]
         out = []
         for term, added in zip(self._terms, self._added, strict=True):
             t = copy.deepcopy(dict(term))
@@ -228,10 +473,10 @@ class AffinityPlan:
     def ops(self) -> list[Op]:
         """The JSON-patch ops (``add`` only) that apply the plan."""
         ops: list[Op] = []
-        new_terms = self._new_term and bool(self._added[0])
         required_obj: dict[str, Any] | None = None
-        if new_terms:
-            required_obj = {"nodeSelectorTerms": [{"matchExpressions": list(self._added[0])}]}
+        if self._new_term and any(self._added):
+            # a term without expressions would match no node: only non-empty ones are written
+            required_obj = {"nodeSelectorTerms": self.result_terms()}
         preferred = list(self._preferred)
         # Build the biggest absent container in one op.
         if not self._has_node_affinity and (required_obj or preferred):

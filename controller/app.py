@@ -39,6 +39,7 @@ from controller.config import (
     GATE_LABEL_GATED,
     GROUP,
     LEASE_NAME,
+    LEASE_RELEASED_GRACE_SECONDS,
     LOG_VERBOSITY_LOGGERS,
     NRT_GROUP,
     NRT_PLURAL,
@@ -67,6 +68,7 @@ from controller.registriessource import (
 )
 from kubeclient import (
     ApiError,
+    Conflict,
     Informer,
     KubeAPI,
     object_key,
@@ -220,9 +222,11 @@ class Controller:
         self._registries_task: asyncio.Task[None] | None = None
         self._config_cache: tuple[str, PlacementConfig, str | None] | None = None
         self.inflight = self._make_inflight()
-        #: The admission policy's params (image → platforms, anonymous results; issue 14),
-        #: written by the leader at most about once a second.
-        self.params = ParamsStore(PlacementConfig().image_inspection.cache_ttl_seconds)
+        #: The admission policy's params (image → platforms, anonymous results), written by
+        #: the leader at most about once a second. Its TTL follows the config's cacheTTL
+        #: from the first config event on (:meth:`_apply_params_ttl`), before the writer's
+        #: first tick.
+        self.params = ParamsStore(self.config_source()[0].image_inspection.cache_ttl_seconds)
         self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params,
                                           namespace=o.namespace)
         self._params_stop = asyncio.Event()
@@ -257,7 +261,7 @@ class Controller:
     # --- pieces --------------------------------------------------------------------------
     def _new_queue(self) -> WorkQueue:
         o = self.options
-        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst,
+        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst, retry_now=(Conflict,),
                          base_delay=o.retry_base_delay, max_delay=o.retry_max_delay)
 
     @staticmethod
@@ -343,16 +347,26 @@ class Controller:
         self._config_cache = (rv, parsed, error)
         return parsed, error
 
+    def _apply_params_ttl(self) -> None:
+        """Give the params store the config's ``imageInspection.cacheTTL`` (it applies to
+        existing entries at the writer's next tick)."""
+        self.params.ttl_seconds = self.config_source()[0].image_inspection.cache_ttl_seconds
+
     def _publish(self, image: str, result: Any) -> None:
         """Record an anonymously inspected image in the admission policy's params, while
-        this controller owns the policy and the policy has a place branch (issue 14)."""
+        this controller owns the policy and the policy has a place branch (README,
+        "Placement inside the API server"). The entry's learned time is the result's
+        ``fetched_at`` (when a registry answered; a result served from the inspector's
+        cache keeps the time of the answer it copies), or now for a result without one."""
         if self.lifecycle is None:
             return
         config = self.config_source()[0]
         if config.admission_mechanism != ADMISSION_AUTO or not admissionpolicy.places(config):
             return
         self.params.ttl_seconds = config.image_inspection.cache_ttl_seconds
-        self.params.record(image, image_platform_pairs(result), time.monotonic())
+        fetched_at = getattr(result, "fetched_at", None)
+        self.params.record(image, image_platform_pairs(result), time.time(),
+                           learned=fetched_at if isinstance(fetched_at, int | float) else None)
 
     # --- event handlers ----------------------------------------------------------------
     def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -385,6 +399,7 @@ class Controller:
 
     def _on_config(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         apply_log_verbosity(self.config_source()[0].log_verbosity)
+        self._apply_params_ttl()
         self._config_changed.set()
         self._registries_changed.set()
         if self.lifecycle is not None and self.leading:
@@ -413,6 +428,10 @@ class Controller:
         if self.lifecycle is not None:
             self.lifecycle.start()
             self.lifecycle.notify()
+            # The writer's first tick adopts and expires by the TTL: the configured one.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.configs.synced.wait(), 5.0)
+            self._apply_params_ttl()
             self._params_stop = asyncio.Event()
             self._params_task = asyncio.create_task(self.params_writer.run(self._params_stop),
                                                     name="params writer")
@@ -553,7 +572,10 @@ class Controller:
         """Stand down (or finish the uninstall) unless another controller takes the lease
         within ``standby_wait`` seconds. Never raises: the process is ending."""
         assert self.lifecycle is not None
-        if await self._successor(identity, self.options.standby_wait):
+        # Past the webhook's grace for a released Lease, so the pods it gated meanwhile
+        # are released below too.
+        wait = max(self.options.standby_wait, LEASE_RELEASED_GRACE_SECONDS + 1.0)
+        if await self._successor(identity, wait):
             return
         try:
             await self.lifecycle.last_stop()

@@ -41,6 +41,12 @@ WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 #: The controller's leader-election Lease (in its own namespace); the webhook watches it.
 LEASE_NAME = "podplacement-controller"
+#: Seconds a released (or missing) controller Lease may stay without a holder before the
+#: webhook treats the controller as gone and places pods itself: longer than a handover
+#: (a standby takes a released Lease within one retry period, about 2 s), shorter than the
+#: wait of a stopping leader before it stands down and releases the gated pods (at least
+#: this plus one second: controller.app), so no pod the webhook gated meanwhile is left.
+LEASE_RELEASED_GRACE_SECONDS = 4.0
 #: deploy/'s ServiceAccount of the controller (the one whose finalizer guards the uninstall).
 CONTROLLER_SERVICE_ACCOUNT = "podplacement-controller"
 #: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
@@ -51,13 +57,15 @@ ADMISSION_WEBHOOK = "Webhook"
 #: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
 FAST_PATHS_ENABLED = "Enabled"
 FAST_PATHS_DISABLED = "Disabled"
-#: The params object of the admission policy: cluster-scoped ``ImagePlatforms`` named
-#: ``cluster``, ``spec.images``: image reference as written in pods → sorted, comma-separated
-#: ``os/arch`` platforms; anonymous inspection results only (issue 14).
+#: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
+#: product's namespace, ``spec.images``: image reference as written in pods → sorted,
+#: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
+#: registry answered for it; anonymous inspection results only (:mod:`controller.imageparams`).
 PARAMS_KIND = "ImagePlatforms"
 PARAMS_PLURAL = "imageplatforms"
 PARAMS_NAME = "cluster"
-#: Bounds of ``spec.images`` (also in the CRD's schema): entries, and bytes of the whole map.
+#: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
+#: ``spec.images`` and ``spec.learned`` maps together.
 PARAMS_MAX_ENTRIES = 5000
 PARAMS_MAX_BYTES = 1_000_000
 FIELD_MANAGER = "podplacement"
@@ -72,6 +80,10 @@ REGISTRIES_CONF_KEY = "registries.conf"
 # --- Well-known Kubernetes names --------------------------------------------------------
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
+#: The ``kubernetes.io/os`` value of Linux nodes (also assumed for a node without the label,
+#: as the kubelet sets it on every node); the OS a term keeps first when one term cannot name
+#: several OSes exactly (``controller.affinity.platform_requirement``).
+LINUX = "linux"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "podplacement-system"

@@ -7,24 +7,29 @@ is a frozen :class:`Decision`: the one JSON patch to send, the labels and annota
 sets, the event to emit and the outcome. No I/O; the reconciler does the reading and the
 writing (STYLE.md, controller-runtime habits).
 
-Rules (issue 5 items 3-9, issue 6 items 5-7):
+Rules (README "How it decides", "The controller: one gated pod"):
 
 - Supported platforms = intersection over all images of (os, architecture)
   (:mod:`controller.platforms`).
-- Never a node the images can't run on (issue 13; README "How it decides"): a required
-  term *pins* ``kubernetes.io/arch`` when it has an ``In`` expression on it. Every other
-  term (also one with ``NotIn``/``Exists``/``DoesNotExist`` on arch) gets
-  ``kubernetes.io/arch In [supported, sorted]`` appended (KEP-3838 allows appending); with
-  no terms, one new term. The same for ``kubernetes.io/os`` with the supported OSes. Pinned
-  terms are kept as written: inside the supported set silently; overlapping it in part with
-  the Warning ``PartiallyCompatibleAffinity`` (the user may rely on emulation); when no term
-  can admit a supported value, the Warning ``IncompatibleNodeAffinity``.
-  Note: ``arch In A`` AND ``os In O`` can admit a pair outside the intersection (e.g.
-  windows/arm64 from {linux/arm64, windows/amd64}); exact pairs would need new ORed terms,
-  which KEP-3838 forbids on a gated pod with terms.
+- Never a node the images can't run on: a node is admissible only when its (os,
+  architecture) pair is one every image supports. The required affinity is
+  :func:`controller.affinity.platform_requirement`: required terms are ORed and the
+  expressions of a term ANDed (scheduler NodeSelectorTerm semantics), so ``arch In A`` AND
+  ``os In O`` is exact only for OSes that support the same architectures. A pod without
+  required terms gets one new term per such OS group (linux-only images: the one term
+  ``kubernetes.io/arch In [archs]`` AND ``kubernetes.io/os In [linux]``). A pod with terms
+  keeps them [KEP-3838: a gated pod's affinity may only be narrowed, expressions appended
+  to existing terms, never a new term]: each term is narrowed to one OS group (the one with
+  Linux, else the first by OS name, among the pairs the term admits) and the pairs it
+  admitted outside that group are named in the Warning ``PlatformsLeftOut``.
+- The user's pins: an ``In`` list on ``kubernetes.io/arch``/``os`` in a term is kept as
+  written when its supported values lie inside the term's group (else narrowed by an
+  appended ``In``); values it names that no image supports stay, with the Warning
+  ``PartiallyCompatibleAffinity`` (the user may rely on emulation); when the pins let no
+  term admit a supported pair, the Warning ``IncompatibleNodeAffinity``.
 - A ``nodeSelector`` pinning ``kubernetes.io/arch`` (or ``os``) is the user's explicit pin
-  (ANDed with every term): no requirement on that key is added; a pin outside the supported
-  set gives the Warning ``IncompatibleNodeSelector``.
+  (ANDed with every term): nothing is written for that key; a pin that admits no supported
+  pair gives the Warning ``IncompatibleNodeSelector``.
 - Empty intersection: the requirement ``podplacement.io/no-supported-platform Exists`` and
   Warning ``NoSupportedPlatform``.
 - Supported architectures that no node has: Warning ``ArchitectureNotInCluster``.
@@ -52,10 +57,11 @@ from typing import Any, Protocol
 
 from controller.affinity import (
     AffinityPlan,
-    Restriction,
+    PlatformRequirement,
     arch_preferences,
     expression,
     hostname_requirement,
+    required_terms,
     unsatisfiable_marker,
 )
 from controller.config import (
@@ -114,6 +120,7 @@ ARCH_NOT_IN_CLUSTER = "ArchitectureNotInCluster"
 INCOMPATIBLE_NODE_SELECTOR = "IncompatibleNodeSelector"
 INCOMPATIBLE_NODE_AFFINITY = "IncompatibleNodeAffinity"
 PARTIALLY_COMPATIBLE_AFFINITY = "PartiallyCompatibleAffinity"
+PLATFORMS_LEFT_OUT = "PlatformsLeftOut"
 WAITING_FOR_NUMA = "WaitingForNUMAResources"
 PLACEMENT_FALLBACK = "PlacementFallback"
 INVALID_PULL_SECRET = "InvalidPullSecret"
@@ -194,6 +201,10 @@ class Decision:
         events: Events to emit (at most one per decision).
         platforms: the supported platform set (None when images failed).
         architectures: the architectures required (empty: none).
+        requirement: the platform requirement written into the required node affinity
+            (:func:`controller.affinity.platform_requirement`: the exact (os, architecture)
+            pairs per term and those left out), or None when the images gave none
+            (inspection failed, no images, no common platform).
         numa: the NUMA decision the placement was made with (typed candidates, hostnames,
             scores and per-node verdicts), or None when NUMA placement was off.
         numa_placed: True when the patch narrows the pod to NUMA candidates (the
@@ -209,6 +220,7 @@ class Decision:
     events: tuple[EventSpec, ...] = ()
     platforms: PlatformSet | None = None
     architectures: tuple[str, ...] = ()
+    requirement: PlatformRequirement | None = None
     numa: NumaLike | None = None
     numa_placed: bool = False
 
@@ -255,25 +267,77 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
     return entry
 
 
-def _pin_warning(restriction: Restriction, noun: str) -> EventSpec | None:
-    """The Warning for the user's ``In`` pins on one label, or None when they are all inside
-    the supported set: ``IncompatibleNodeAffinity`` when no required term can admit a
-    supported value, else ``PartiallyCompatibleAffinity`` naming the values the pins admit
-    that no image runs on (the user may rely on emulation; issue 13)."""
-    key, supported = restriction.key, ", ".join(restriction.supported)
-    if not restriction.compatible:
-        return EventSpec(WARNING, INCOMPATIBLE_NODE_AFFINITY, _event_message(
-            f"no required nodeSelectorTerm admits a {key} the images support ({supported}); "
-            f"the terms allow only {', '.join(restriction.outside) or 'nothing'}; "
-            "the pod's affinity is kept as written"
-        ))
-    if restriction.outside:
-        return EventSpec(WARNING, PARTIALLY_COMPATIBLE_AFFINITY, _event_message(
-            f"required nodeSelectorTerms also admit {key} {', '.join(restriction.outside)}, "
-            f"where the images cannot run (supported {noun}: {supported}); "
-            "those terms are kept as written"
-        ))
-    return None
+def _pairs_text(pairs: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{o}/{a}" for o, a in pairs) or "none"
+
+
+def _platform_warnings(requirement: PlatformRequirement, node_selector: Mapping[str, Any],
+                       *, has_terms: bool) -> list[EventSpec]:
+    """The Warnings about the user's pins and the narrowing, for a non-empty supported set.
+
+    - ``IncompatibleNodeSelector``: the ``nodeSelector`` pins ``kubernetes.io/arch`` or
+      ``os`` so that no supported pair is left (a value no image supports, or an os and
+      arch that each are supported but not as a pair). Nothing else is said then.
+    - ``IncompatibleNodeAffinity``: the pod has required terms and their ``In`` pins let no
+      term admit a supported pair; the message names the pinned values no image supports.
+    - ``PlatformsLeftOut``: a term was narrowed to one OS group (KEP-3838 forbids the new
+      terms that would keep the others); the message names the pairs left out per term.
+    - ``PartiallyCompatibleAffinity``: the terms' ``In`` pins also admit values no image
+      supports (kept: the user may rely on emulation), or pin a supported os and a
+      supported architecture that no image supports together.
+
+    Rule sources: README "How it decides", :func:`controller.affinity.platform_requirement`.
+    """
+    out: list[EventSpec] = []
+    supported = requirement.supported
+    values = {ARCH_LABEL: (sorted({a for _, a in supported}), "architectures"),
+              OS_LABEL: (sorted({o for o, _ in supported}), "operating systems")}
+    if not requirement.selected:
+        for key, (known, noun) in values.items():
+            pin = node_selector.get(key)
+            if pin is not None and str(pin) not in known:
+                out.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
+                    f"nodeSelector {key}={pin} is not among the {noun} supported "
+                    f"by every image ({', '.join(known)}); the pod cannot run there")))
+        if not out:
+            pins = ", ".join(f"{k}={node_selector.get(k)}" for k in (OS_LABEL, ARCH_LABEL))
+            out.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR, _event_message(
+                f"nodeSelector {pins} names no platform every image supports "
+                f"({_pairs_text(supported)}); the pod cannot run there")))
+        return out
+    if not has_terms:
+        return out
+    outside = {ARCH_LABEL: requirement.outside_architectures,
+               OS_LABEL: requirement.outside_oses}
+    if not requirement.compatible:
+        named = "; ".join(f"{k} {', '.join(v)}" for k, v in outside.items() if v)
+        out.append(EventSpec(WARNING, INCOMPATIBLE_NODE_AFFINITY, _event_message(
+            f"no required nodeSelectorTerm admits a platform the images support "
+            f"({_pairs_text(supported)}); the terms' own pins allow only "
+            f"{named or 'other os/arch pairs'}; the pod's affinity is kept as written")))
+        return out
+    left: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for term in requirement.terms:
+        if term.left_out:
+            left.setdefault(term.left_out, []).append(str(term.index))
+    if left:
+        out.append(EventSpec(WARNING, PLATFORMS_LEFT_OUT, _event_message(
+            "each required nodeSelectorTerm keeps the platforms of one OS (a gated pod's "
+            "terms can only be narrowed, KEP-3838): left out "
+            + "; ".join(f"{_pairs_text(pairs)} from nodeSelectorTerms {', '.join(idx)}"
+                        for pairs, idx in left.items()))))
+    for key, (known, noun) in values.items():
+        if outside[key]:
+            out.append(EventSpec(WARNING, PARTIALLY_COMPATIBLE_AFFINITY, _event_message(
+                f"required nodeSelectorTerms also admit {key} {', '.join(outside[key])}, "
+                f"where the images cannot run (supported {noun}: {', '.join(known)}); "
+                "those terms are kept as written")))
+    if requirement.outside_pairs:
+        out.append(EventSpec(WARNING, PARTIALLY_COMPATIBLE_AFFINITY, _event_message(
+            f"required nodeSelectorTerms pin os/arch pairs the images do not support "
+            f"together ({_pairs_text(requirement.outside_pairs)}; supported: "
+            f"{_pairs_text(supported)}); those pins are kept as written")))
+    return out
 
 
 def _short_error(exc: BaseException) -> str:
@@ -364,6 +428,7 @@ def decide(
     warnings: list[EventSpec] = []
     given_platforms, platforms = platforms, None
     archs: tuple[str, ...] = ()
+    requirement: PlatformRequirement | None = None
     outcome: Outcome = SET
     reason = ""
 
@@ -409,31 +474,20 @@ def decide(
             archs = platforms.architectures
             record["oses"] = list(platforms.oses)
             pinned = node_selector.get(ARCH_LABEL)
-            added = 0
-            for key, values, noun in (
-                (ARCH_LABEL, archs, "architectures"),
-                (OS_LABEL, platforms.oses, "operating systems"),
-            ):
-                pin = node_selector.get(key)
-                if pin is not None:
-                    # The user's explicit pin, ANDed with every term: kept as written.
-                    if str(pin) not in values:
-                        warnings.append(EventSpec(WARNING, INCOMPATIBLE_NODE_SELECTOR,
-                            _event_message(
-                                f"nodeSelector {key}={pin} is not among the {noun} supported "
-                                f"by every image ({', '.join(values)}); the pod cannot run there"
-                            )))
-                    continue
-                restriction = plan.restrict(key, values)
-                added += restriction.appended
-                warning = _pin_warning(restriction, noun)
-                if warning is not None:
-                    warnings.append(warning)
+            requirement = plan.require_platforms(platforms.pairs)
+            if len(platforms.oses) > 1:
+                # archs and oses combined are not what the pod may run on: record the exact pairs
+                record["pairs"] = [f"{o}/{a}" for o, a in requirement.pairs]
+            added = requirement.appended
+            warnings.extend(_platform_warnings(requirement, node_selector,
+                                               has_terms=bool(required_terms(pod))))
             if pinned is None and config.preferred_platforms:
                 weights = {p.architecture: p.weight for p in config.preferred_platforms}
                 for term in arch_preferences(pod, archs, weights):
                     plan.prefer(term["weight"], term["preference"]["matchExpressions"])
-            if added:
+            if added and len(platforms.oses) > 1:
+                reason = "required platforms " + ", ".join(record["pairs"])
+            elif added:
                 reason = f"required architectures {', '.join(archs)}"
             elif pinned is not None:
                 outcome = NOT_SET
@@ -501,6 +555,7 @@ def decide(
                     events=wait_events,
                     platforms=platforms,
                     architectures=archs,
+                    requirement=requirement,
                     numa=numa,
                 )
             why = (
@@ -548,6 +603,7 @@ def decide(
         events=events,
         platforms=platforms,
         architectures=archs,
+        requirement=requirement,
         numa=numa,
         numa_placed=labels.get(NUMA_LABEL) == NUMA_LABEL_PLACED,
     )

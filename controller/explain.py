@@ -15,12 +15,12 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import yaml
 
-from controller.config import SCHEDULING_GATE, PlacementConfig
+from controller.config import ARCH_LABEL, LINUX, OS_LABEL, SCHEDULING_GATE, PlacementConfig
 from controller.decision import FALLBACK, Decision, unique_images
 from controller.numa import InFlight
 from controller.plan import plan, pod_platforms
@@ -50,10 +50,21 @@ def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[s
 
 
 def _ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
-                   platforms: PlatformSet | None) -> str | None:
-    """Why the architecture decision (or the pod's nodeSelector) excludes ``node``."""
+                   platforms: PlatformSet | None,
+                   excluded: Collection[tuple[str, str]] = ()) -> str | None:
+    """Why the platform decision (or the pod's nodeSelector) excludes ``node``: a pair no
+    image supports, or one the platform requirement left out of every required term
+    (``excluded``: one OS group per existing term, KEP-3838)."""
     pairs = set(platforms.pairs) if platforms is not None and platforms.image_count else None
-    return node_ineligibility(node, node_selector, pairs)
+    reason = node_ineligibility(node, node_selector, pairs)
+    if reason is None and excluded:
+        labels = _labels(node)
+        pair = (str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or ""))
+        if pair in excluded:
+            reason = (f"platform {pair[0]}/{pair[1]} is left out of the pod's required "
+                      "nodeSelectorTerms (each keeps one OS: a gated pod's terms can only be "
+                      "narrowed, KEP-3838)")
+    return reason
 
 
 
@@ -132,9 +143,13 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         now: UNIX seconds (default: the clock), for the NUMA wait of a gated pod.
     Returns:
         ``{"pod": "ns/name", "images": [{"image", "digest", "platforms": ["os/arch[/variant]"]}],
-        "architectures": [...], "outcome": str, "reason": str, "numa": {...} | None,
+        "platforms": ["os/arch"], "pairs": ["os/arch"], "architectures": [...],
+        "outcome": str, "reason": str, "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
-        "affinity": {nodeAffinity as injected}}``. Image-inspection failures are decided
+        "affinity": {nodeAffinity as injected}}``. ``platforms`` is the intersection of
+        the images' (os, arch) pairs, ``pairs`` those the written required terms admit
+        (:attr:`controller.affinity.PlatformRequirement.pairs`; empty without a platform
+        requirement). Image-inspection failures are decided
         as after the last retry (the controller's fallback); the reason then says that
         explain inspected once and how often the controller would retry first.
     Raises:
@@ -145,7 +160,6 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     results = {img: platforms_by_image.get(img) for img in images}
     platforms = pod_platforms(pod, {k: v for k, v in results.items() if v is not None})
     node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    reasons = {_node_name(n): _ineligibility(n, node_selector, platforms) for n in nodes}
 
     gated = _gated(pod)
     decision: Decision = plan(
@@ -153,6 +167,10 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
                 for k, v in results.items()},
         config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
         inflight=inflight, failures=config.image_inspection.max_retries)
+    requirement = decision.requirement
+    excluded = requirement.excluded if requirement is not None else ()
+    reasons = {_node_name(n): _ineligibility(n, node_selector, platforms, excluded)
+               for n in nodes}
     numa = decision.numa
     patched = apply_patch(gated, decision.patch) if decision.patch else gated
     affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
@@ -181,6 +199,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
         "images": [_image_entry(img, results[img]) for img in images],
         "platforms": platforms.strings() if platforms is not None else [],
+        "pairs": [f"{o}/{a}" for o, a in requirement.pairs] if requirement is not None else [],
         "architectures": list(decision.architectures),
         "outcome": str(decision.outcome),
         "reason": _reason(decision, [i for i in images if not _inspected(results[i])],
@@ -235,8 +254,12 @@ def render_table(report: Mapping[str, Any]) -> str:
          ", ".join(i["platforms"]) or f"error: {i.get('error', 'none')}"]
         for i in report["images"]
     ])
-    out += ["", f"Architectures: {', '.join(report['architectures']) or '-'}",
-            f"Outcome: {report['outcome']} ({report['reason']})"]
+    out += ["", f"Architectures: {', '.join(report['architectures']) or '-'}"]
+    pairs = report.get("pairs") or []
+    if len({p.split("/")[0] for p in pairs}) > 1:
+        # several OSes: the architectures alone do not say which node may run the pod
+        out.append(f"Platforms: {', '.join(pairs)}")
+    out.append(f"Outcome: {report['outcome']} ({report['reason']})")
     if report.get("path"):
         out.append(f"Path: {report['path']}")
     numa = report.get("numa")

@@ -1,22 +1,27 @@
 """The content of the admission policy's params object: image reference → platforms.
 
-Issue 14, item 2 ("The params object"): the MutatingAdmissionPolicy ``podplacement-gate``
-reads the cluster-scoped ``ImagePlatforms`` object named ``cluster``, whose ``spec.images``
-maps an image reference, exactly as written in pod specs, to its sorted, de-duplicated,
-comma-separated ``os/arch`` pairs (``"linux/amd64,linux/arm64"``). :class:`ParamsStore` keeps
-those entries in memory: tag references expire after the config's ``cacheTTL``, references by
-digest (content-addressed) do not, and the map is bounded in entries and in JSON bytes with
-the least recently recorded entry out first. It is pure (no I/O, no clock of its own: every
-call takes ``now``); :mod:`controller.paramswriter` publishes it.
+The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatforms`` object named
+``cluster`` (README, "Placement inside the API server"), whose ``spec.images`` maps an image
+reference, exactly as written in pod specs, to its sorted, de-duplicated, comma-separated
+``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose ``spec.learned`` maps each tag
+reference of ``spec.images`` to when the controller learned it: the unix second at which a
+registry answered for it. :class:`ParamsStore` keeps those entries in memory: tag references
+expire ``cacheTTL`` after that moment (a restart, a new leader or a re-record of a cached
+copy never makes them younger), references by digest (content-addressed) do not, and both
+maps together are bounded in entries and in JSON bytes with the least recently recorded
+entry out first. It is pure (no I/O, no clock of its own: every call takes ``now``);
+:mod:`controller.paramswriter` publishes it.
 
 Only anonymous results may be recorded: the caller records an image only when it inspected
 the pod with no credentials at all (no pull secret, no global pull secret), so that no
-namespace learns through the params object what another's credentials opened (issue 14).
-The store cannot tell, so that filtering is the caller's job.
+namespace learns through the params object what another's credentials opened. The store
+cannot tell, so that filtering is the caller's job.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -81,10 +86,24 @@ def is_pinned(image: str) -> bool | None:
         return None
 
 
-def _entry_bytes(image: str, value: str) -> int:
+def learned_value(raw: object) -> float | None:
+    """A ``spec.learned`` value as unix seconds, or None when it is not one: a JSON number
+    (``bool`` is not one), finite and not negative. The CRD allows integers only; a float
+    is taken as it is."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    seconds = float(raw)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _entry_bytes(image: str, value: str, learned: int | None) -> int:
     # "key":"value" plus its separator (a comma, or for the first entry one of the braces):
-    # the JSON object {"k1":"v1","k2":"v2"} is 1 + the sum of these.
-    return len(orjson.dumps(image)) + len(orjson.dumps(value)) + 2
+    # the JSON object {"k1":"v1","k2":"v2"} is 1 + the sum of these. A tag reference has
+    # such an item in spec.learned as well ("key":1732612345).
+    size = len(orjson.dumps(image)) + len(orjson.dumps(value)) + 2
+    if learned is not None:
+        size += len(orjson.dumps(image)) + len(str(learned)) + 2
+    return size
 
 
 class _Entry:
@@ -92,43 +111,60 @@ class _Entry:
 
     def __init__(self, value: str, learned: float, size: int, pinned: bool) -> None:
         self.value = value
-        self.learned = learned
+        self.learned = learned  # unix seconds: when a registry answered for it
         self.size = size
         self.pinned = pinned
 
+    @property
+    def published_learned(self) -> int | None:
+        """The ``spec.learned`` value: whole seconds, rounded down (an entry read back
+        after a restart is at most a second older, never younger); None for a digest."""
+        return None if self.pinned else math.floor(self.learned)
+
 
 class ParamsStore:
-    """The entries of ``ImagePlatforms/cluster`` ``spec.images``, kept by the controller.
+    """The entries of ``ImagePlatforms/cluster`` (``spec.images``, ``spec.learned``), kept
+    by the controller.
 
-    Rules (issue 14, item 2): an entry is what the controller learned by inspecting the
-    image anonymously; a tag reference expires ``ttl_seconds`` after it was last recorded
-    (the config's ``imageInspection.cacheTTL``); a reference by digest does not expire by
-    age but is evicted like any other by the bounds; at most ``max_entries`` entries and at
-    most ``max_bytes`` bytes of compact JSON for the whole ``spec.images`` map, the least
-    recently recorded entries out first.
+    Rules (README, "Placement inside the API server"): an entry is what the controller
+    learned by inspecting the image anonymously; a tag reference expires ``ttl_seconds``
+    after the moment a registry answered for it (the config's
+    ``imageInspection.cacheTTL``), which the caller passes as ``learned``: re-recording a
+    result the inspector served from its own cache keeps the entry's age, and so does a
+    controller restart (:meth:`adopt` reads ``spec.learned``). A reference by digest does
+    not expire by age (its content cannot change) but is evicted like any other by the
+    bounds; it has no ``spec.learned`` item. At most ``max_entries`` entries and at most
+    ``max_bytes`` bytes of compact JSON for ``spec.images`` and ``spec.learned`` together,
+    the least recently recorded entries out first.
 
-    Times (``now``) are seconds of one monotonic clock (``time.monotonic()``), the same for
-    every call, never decreasing. The store is not thread-safe; in the controller's event
-    loop no lock is needed (no method awaits).
+    Times (``now``, ``learned``) are wall-clock unix seconds (``time.time()``): they are
+    published and must mean the same after a restart, on another replica, which a monotonic
+    clock does not. A time in the future is taken as ``now``; when ``now`` goes back (the
+    wall clock was set back), entries learned after it count as learned at that ``now``,
+    so a clock step never makes an entry live longer than ``ttl_seconds`` past the step.
+    The store is not thread-safe; in the controller's event loop no lock is needed (no
+    method awaits).
 
-    Publishing: :attr:`version` grows on every change of the published content; a writer
-    takes ``version = store.version`` and ``store.images()``, writes them, and after a
-    successful write calls :meth:`mark_clean(version) <mark_clean>`. :attr:`dirty` stays
-    true after a failed write (``mark_clean`` was not called) and after a record that
-    happened while the write was in flight (the version moved past the written one).
+    Publishing: :attr:`version` grows on every change of the published content (including
+    a learned time); a writer takes ``version = store.version``, ``store.images()`` and
+    ``store.learned()``, writes them, and after a successful write calls
+    :meth:`mark_clean(version) <mark_clean>`. :attr:`dirty` stays true after a failed write
+    (``mark_clean`` was not called) and after a record that happened while the write was in
+    flight (the version moved past the written one).
 
     Args:
         ttl_seconds: the age (seconds) at which a tag reference expires; 0 expires every tag
-            reference at the next :meth:`expire`.
+            reference at the next :meth:`expire`. The caller sets the configured value from
+            the start (and :meth:`set_ttl` on every config change).
         max_entries: the bound on entries (default :data:`controller.config.PARAMS_MAX_ENTRIES`,
             the CRD's ``maxProperties``).
-        max_bytes: the bound on the compact JSON size of ``spec.images`` (default
-            :data:`controller.config.PARAMS_MAX_BYTES`), far below the API server's 1.5 MiB
-            object limit.
+        max_bytes: the bound on the compact JSON size of ``spec.images`` plus
+            ``spec.learned`` (default :data:`controller.config.PARAMS_MAX_BYTES`), far below
+            the API server's 1.5 MiB object limit.
 
     Raises:
-        ValueError: a negative TTL, or a bound below 1 (``max_bytes`` below 2, the size of
-            ``{}``).
+        ValueError: a negative TTL, or a bound below 1 (``max_bytes`` below 4, the size of
+            two ``{}``).
     """
 
     def __init__(
@@ -140,20 +176,22 @@ class ParamsStore:
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, not {max_entries}")
-        if max_bytes < 2:
-            raise ValueError(f"max_bytes must be at least 2, not {max_bytes}")
+        if max_bytes < 4:
+            raise ValueError(f"max_bytes must be at least 4, not {max_bytes}")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._ttl = 0.0
         self.set_ttl(ttl_seconds)
         # All entries, least recently recorded first (the LRU order of the bounds).
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        # Tag references only, in the same order: the oldest first, so expire() stops at the
-        # first entry that is still young.
-        self._tags: OrderedDict[str, None] = OrderedDict()
-        self._bytes = 0  # sum of _entry_bytes over _entries
+        # (learned, image) of tag references, oldest first; an item whose entry is gone or
+        # was learned again since is stale and skipped (rebuilt when stale ones pile up).
+        self._ages: list[tuple[float, str]] = []
+        self._bytes = 0  # sum of _Entry.size over _entries
+        self._tag_count = 0  # entries that are tag references (items of spec.learned)
         self._version = 0
         self._clean_version = 0
+        self._latest_now = -math.inf  # the largest `now` seen (clock steps back: see above)
 
     # --- settings ---------------------------------------------------------------------
     @property
@@ -167,7 +205,8 @@ class ParamsStore:
 
     def set_ttl(self, seconds: float) -> None:
         """Set the TTL of tag references (the config's ``imageInspection.cacheTTL``, in
-        seconds); it applies to existing entries at the next :meth:`expire`.
+        seconds); it applies to existing entries, by their learned time, at the next
+        :meth:`expire`.
 
         Raises:
             ValueError: ``seconds`` is negative.
@@ -188,21 +227,42 @@ class ParamsStore:
         entry = self._entries.get(image)
         return entry.value if entry is not None else None
 
+    def learned_at(self, image: str) -> float | None:
+        """When ``image``'s entry was learned (unix seconds, as kept in memory), or None."""
+        entry = self._entries.get(image)
+        return entry.learned if entry is not None else None
+
     def images(self) -> dict[str, str]:
         """The ``spec.images`` map to publish: image reference → sorted, comma-separated
         ``os/arch`` pairs, keys in sorted order (a stable object, whatever the LRU order)."""
         entries = self._entries
         return {image: entries[image].value for image in sorted(entries)}
 
+    def learned(self) -> dict[str, int]:
+        """The ``spec.learned`` map to publish: each tag reference of :meth:`images` → the
+        unix second it was learned (rounded down), keys in sorted order. References by
+        digest have no item (they never expire by age)."""
+        entries = self._entries
+        out: dict[str, int] = {}
+        for image in sorted(entries):
+            seconds = entries[image].published_learned
+            if seconds is not None:
+                out[image] = seconds
+        return out
+
     @property
     def json_size(self) -> int:
-        """The size in bytes of ``spec.images`` as compact JSON (``orjson.dumps``), kept as
-        a running count (never re-serialised)."""
-        return self._bytes + 1 if self._entries else 2
+        """The size in bytes of ``spec.images`` plus ``spec.learned`` as compact JSON
+        (``orjson.dumps`` of each), kept as a running count (never re-serialised)."""
+        # {...} is 1 + the sum of its items; an empty map is 2 bytes.
+        images = 1 if self._entries else 2
+        learned = 1 if self._tag_count else 2
+        return self._bytes + images + learned
 
     @property
     def version(self) -> int:
-        """A counter of changes to the published content (entries added, changed, removed)."""
+        """A counter of changes to the published content (entries added, changed, removed,
+        learned again)."""
         return self._version
 
     @property
@@ -212,7 +272,8 @@ class ParamsStore:
 
     def mark_clean(self, version: int) -> None:
         """Record that the content of ``version`` (the :attr:`version` read before taking
-        :meth:`images`) was written. Changes made since keep the store dirty."""
+        :meth:`images` and :meth:`learned`) was written. Changes made since keep the store
+        dirty."""
         self._clean_version = version
 
     def mark_dirty(self) -> None:
@@ -220,26 +281,39 @@ class ParamsStore:
         self._version += 1
 
     # --- changing ---------------------------------------------------------------------
-    def record(self, image: str, pairs: Iterable[tuple[str, str]], now: float) -> bool:
+    def record(self, image: str, pairs: Iterable[tuple[str, str]], now: float, *,
+               learned: float | None = None) -> bool:
         """Record what an anonymous inspection learned about ``image``.
 
-        The entry becomes the most recently recorded one, and a tag reference's age restarts
-        at ``now``. An image whose pairs cannot be published (:func:`platforms_value`: none,
-        a malformed pair, too long) is not recorded, and an entry it had is removed (the tag
-        may have moved; the old value would be stale). A string that is not an image
-        reference, or an entry larger than ``max_bytes`` on its own, is not recorded.
-        Recording may evict the least recently recorded entries to keep the bounds.
+        The entry becomes the most recently recorded one (for the bounds). Its learned time
+        becomes ``learned`` when that is newer than the entry's: a result the inspector
+        served from its own cache carries the time of the registry answer it copies
+        (:attr:`imageinspect.ImageInfo.fetched_at`), so re-recording it does not make the
+        entry younger. An older result than the entry's (a cached copy, a lookup that
+        started before the entry's) changes nothing but the entry's place in the bounds'
+        order: the newest registry answer wins. A new tag reference whose ``learned`` is
+        already ``ttl_seconds`` old is not recorded (it would expire at once). An image
+        whose pairs cannot be published (:func:`platforms_value`: none, a malformed
+        pair, too long) is not recorded, and an entry it had is removed (the tag may have
+        moved; the old value would be stale). A string that is not an image reference, or
+        an entry larger than ``max_bytes`` on its own, is not recorded. Recording may evict
+        the least recently recorded entries to keep the bounds.
 
         Args:
             image: the reference exactly as written in the pod spec (the policy's lookup key).
             pairs: the image's (os, architecture) pairs
                 (:func:`controller.platforms.image_platform_pairs`).
-            now: monotonic seconds.
+            now: unix seconds (``time.time()``).
+            learned: unix seconds when a registry answered for this result; None: ``now``
+                (a fresh answer). A time after ``now`` counts as ``now``.
 
         Returns:
-            True when the published content changed (an entry added, changed, removed or
-            evicted); False for a refresh of an identical entry or an ignored image.
+            True when the published content changed (an entry added, changed, removed,
+            evicted, or learned at a later second); False for a re-record that keeps the
+            entry as published, an older result, or an ignored image.
         """
+        self._observe(now)
+        learned = now if learned is None else min(learned, now)
         value = platforms_value(pairs)
         if value is None:
             return self.remove(image)
@@ -248,24 +322,27 @@ class ParamsStore:
             pinned = is_pinned(image)
             if pinned is None:
                 return False
-            size = _entry_bytes(image, value)
-            if size + 1 > self.max_bytes:
+            if not pinned and learned <= now - self._ttl:
+                return False  # already expired: never published
+            entry = _Entry(value, learned, 0, pinned)
+            entry.size = _entry_bytes(image, value, entry.published_learned)
+            if entry.size + (2 if pinned else 3) > self.max_bytes:
                 return False
-            self._entries[image] = _Entry(value, now, size, pinned)
-            self._bytes += size
-            if not pinned:
-                self._tags[image] = None
+            self._add(image, entry)
             self._version += 1
             self._evict()
             return True
         self._entries.move_to_end(image)
-        entry.learned = now
-        if not entry.pinned:
-            self._tags.move_to_end(image)
-        if entry.value == value:
+        if learned < entry.learned:
             return False
-        size = _entry_bytes(image, value)
-        if size + 1 > self.max_bytes:
+        published = (entry.value, entry.published_learned)
+        if learned > entry.learned:
+            entry.learned = learned
+            self._push_age(image, entry)
+        if (value, entry.published_learned) == published:
+            return False
+        size = _entry_bytes(image, value, entry.published_learned)
+        if size + (2 if entry.pinned else 3) > self.max_bytes:
             return self.remove(image)
         self._bytes += size - entry.size
         entry.value, entry.size = value, size
@@ -278,49 +355,59 @@ class ParamsStore:
         entry = self._entries.pop(image, None)
         if entry is None:
             return False
-        self._bytes -= entry.size
-        if not entry.pinned:
-            del self._tags[image]
+        self._forget(entry)
         self._version += 1
         return True
 
     def expire(self, now: float) -> int:
-        """Remove the tag references recorded ``ttl_seconds`` or longer before ``now``
+        """Remove the tag references learned ``ttl_seconds`` or longer before ``now``
         (references by digest never expire by age). Returns the number removed."""
+        self._observe(now)
         removed = 0
         deadline = now - self._ttl
-        entries, tags = self._entries, self._tags
-        while tags:
-            image = next(iter(tags))
-            if entries[image].learned > deadline:
-                break
-            self.remove(image)
-            removed += 1
+        ages, entries = self._ages, self._entries
+        while ages and ages[0][0] <= deadline:
+            learned, image = heapq.heappop(ages)
+            entry = entries.get(image)
+            if entry is not None and not entry.pinned and entry.learned == learned:
+                self.remove(image)
+                removed += 1
         return removed
 
-    def adopt(self, images: Mapping[str, object], now: float) -> int:
-        """Take over the entries of a live object (``spec.images``) on controller start.
+    def adopt(self, images: Mapping[str, object], now: float, *,
+              learned: Mapping[str, object] | None = None) -> int:
+        """Take over the entries of a live object (``spec.images``, ``spec.learned``) when
+        the controller starts leading, keeping their ages.
 
-        They count as learned at ``now`` (their age is unknown), but never as more recent
-        than an entry this store recorded itself: they go to the least recent end, at the
-        oldest recorded time. An image already in the store keeps its own (fresher) value.
-        Malformed entries (a key that is not an image reference, a value that is not
-        ``os/arch[,os/arch...]`` of the CRD's pattern) are dropped; a value not in canonical
-        form (unsorted, duplicated) is normalised. Either makes the store dirty, so the next
-        write repairs the object; adopting exactly what is live does not.
+        A tag reference keeps the learned time of ``learned`` (a time after ``now`` counts
+        as ``now``, and makes the store dirty so the corrected time is written). A tag
+        reference with no valid learned time (an object written before ``spec.learned``
+        existed, or edited by hand) is **not adopted**: it counts as expired. Its age is
+        unknown and may be anything up to the age of the object, so taking it as learned
+        now would give a possibly stale entry a whole new TTL, which is what the ages are
+        for; dropping it costs one anonymous inspection by the controller for the next pod
+        of that image. A tag reference already ``ttl_seconds`` old is not adopted either. A
+        reference by digest needs no learned time (it never expires by age). An image
+        already in the store keeps its own entry. Adopted entries go to the least recent
+        end of the bounds' order, oldest first. Malformed entries (a key that is not an
+        image reference, a value that is not ``os/arch[,os/arch...]`` of the CRD's pattern)
+        are dropped; a value not in canonical form (unsorted, duplicated) is normalised.
+        Anything dropped or changed makes the store dirty, so the next write repairs the
+        object; adopting exactly what is live does not.
 
         Args:
             images: the live ``spec.images`` (values other than strings are malformed).
-            now: monotonic seconds.
+            now: unix seconds (``time.time()``).
+            learned: the live ``spec.learned`` (image → unix seconds; None: absent).
 
         Returns:
             The number of entries adopted (after the bounds, which may evict some).
         """
-        learned = now
-        if self._entries:
-            learned = min(now, self._entries[next(iter(self._entries))].learned)
+        self._observe(now)
+        learned = learned or {}
+        deadline = now - self._ttl
         fresh: list[tuple[str, _Entry]] = []
-        differs = False
+        differs = any(image not in images for image in learned)
         for image, raw in images.items():
             if image in self._entries:
                 continue
@@ -331,31 +418,77 @@ class ParamsStore:
                 differs = True
                 continue
             differs = differs or value != raw
-            fresh.append((image, _Entry(value, learned, _entry_bytes(image, value), pinned)))
-        # Put them in front of the recorded entries (least recent), in the order given.
+            seconds = now if pinned else learned_value(learned.get(image))
+            if seconds is None or (not pinned and min(seconds, now) <= deadline):
+                differs = True  # unknown age, or already expired: not adopted
+                continue
+            if pinned:
+                differs = differs or image in learned
+            elif seconds > now:
+                seconds, differs = now, True
+            entry = _Entry(value, seconds, 0, pinned)
+            entry.size = _entry_bytes(image, value, entry.published_learned)
+            fresh.append((image, entry))
+        # Put them in front of the recorded entries (least recent), the oldest first.
+        fresh.sort(key=lambda item: item[1].learned)
         for image, entry in reversed(fresh):
-            self._entries[image] = entry
+            self._add(image, entry)
             self._entries.move_to_end(image, last=False)
-            self._bytes += entry.size
-            if not entry.pinned:
-                self._tags[image] = None
-                self._tags.move_to_end(image, last=False)
         if differs:
             self._version += 1
         self._evict()
         return sum(1 for image, _ in fresh if image in self._entries)
+
+    # --- internals ----------------------------------------------------------------------
+    def _observe(self, now: float) -> None:
+        """Note ``now``; when it went back (the wall clock was set back), entries learned
+        after it count as learned at ``now``."""
+        if now >= self._latest_now:
+            self._latest_now = now
+            return
+        self._latest_now = now
+        for image, entry in self._entries.items():
+            if entry.learned > now:
+                before = entry.published_learned
+                entry.learned = now
+                self._push_age(image, entry)
+                if entry.published_learned != before:
+                    size = _entry_bytes(image, entry.value, entry.published_learned)
+                    self._bytes += size - entry.size
+                    entry.size = size
+                    self._version += 1
+
+    def _add(self, image: str, entry: _Entry) -> None:
+        """Add a new entry at the most recent end (no version change, no bounds)."""
+        self._entries[image] = entry
+        self._bytes += entry.size
+        if not entry.pinned:
+            self._tag_count += 1
+        self._push_age(image, entry)
+
+    def _forget(self, entry: _Entry) -> None:
+        """Account for an entry just taken out of ``_entries`` (its age item goes stale)."""
+        self._bytes -= entry.size
+        if not entry.pinned:
+            self._tag_count -= 1
+
+    def _push_age(self, image: str, entry: _Entry) -> None:
+        if entry.pinned:
+            return
+        heapq.heappush(self._ages, (entry.learned, image))
+        if len(self._ages) > 2 * len(self._entries) + 64:
+            self._ages = [(e.learned, i) for i, e in self._entries.items() if not e.pinned]
+            heapq.heapify(self._ages)
 
     def _evict(self) -> int:
         """Drop the least recently recorded entries until both bounds hold; returns the
         number dropped (each is a change of the published content)."""
         evicted = 0
         while self._entries and (
-            len(self._entries) > self.max_entries or self._bytes + 1 > self.max_bytes
+            len(self._entries) > self.max_entries or self.json_size > self.max_bytes
         ):
-            image, entry = self._entries.popitem(last=False)
-            self._bytes -= entry.size
-            if not entry.pinned:
-                del self._tags[image]
+            _image, entry = self._entries.popitem(last=False)
+            self._forget(entry)
             evicted += 1
         if evicted:
             self._version += 1

@@ -1,12 +1,15 @@
 """Publish the :class:`~controller.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatforms`` named ``cluster`` in the
-product's own namespace (``deploy/crds/imageplatforms.yaml``), is written at most about once a
-second, batched, never once per pod. :class:`ParamsWriter` is that loop: each tick expires
-old tag references and, when the store changed, replaces the whole object (a map with
-removed keys needs a replace, not a merge) with the live ``resourceVersion``; it creates the
-object when it does not exist. A lost race (409) re-reads the object and writes on the next
-tick; any other failure is logged and retried on a later tick. The loop never raises.
+product's own namespace (``deploy/crds/imageplatforms.yaml``; README, "Placement inside the
+API server"), is written at most about once a second, batched, never once per pod.
+:class:`ParamsWriter` is that loop: each tick expires old tag references and, when the store
+changed, replaces the whole object (a map with removed keys needs a replace, not a merge)
+with the live ``resourceVersion``; it creates the object when it does not exist. Ticks run
+whether or not anything was recorded, so an expired tag reference leaves the object within
+one tick (``min_interval``) of its TTL with no pod to trigger it. A lost race (409) re-reads
+the object and writes on the next tick; any other failure is logged and retried on a later
+tick. The loop never raises.
 """
 
 from __future__ import annotations
@@ -122,7 +125,9 @@ class ParamsWriter:
         min_interval: seconds between the starts of two ticks of :meth:`run`, so at most one
             write per ``min_interval`` (a re-read after a lost race shares its tick).
         metrics: optional :class:`ParamsMetrics`.
-        clock: the monotonic clock the store's times come from (``time.monotonic``).
+        clock: the monotonic clock that paces the ticks (``time.monotonic``).
+        wall_clock: the clock of the store's times, unix seconds (``time.time``): the
+            learned times it publishes must mean the same after a restart.
         namespace: the product's namespace, where the object lives.
 
     Raises:
@@ -137,6 +142,7 @@ class ParamsWriter:
         min_interval: float = 1.0,
         metrics: ParamsMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         if min_interval <= 0:
@@ -146,6 +152,7 @@ class ParamsWriter:
         self.min_interval = min_interval
         self.metrics = metrics
         self.clock = clock
+        self.wall_clock = wall_clock
         self.namespace = namespace
         self.path = params_path(namespace)
         self.collection_path = params_collection_path(namespace)
@@ -159,8 +166,8 @@ class ParamsWriter:
 
     # --- public -----------------------------------------------------------------------
     async def load(self) -> int:
-        """Read the live object, if any, and adopt its entries into the store
-        (:meth:`ParamsStore.adopt`, as learned now). Only the first successful read adopts:
+        """Read the live object, if any, and adopt its entries into the store with their
+        learned times (:meth:`ParamsStore.adopt`). Only the first successful read adopts:
         after that, the store is the source of truth and later reads only refresh the
         ``resourceVersion``. :meth:`run` does this itself when it was not done.
 
@@ -213,7 +220,7 @@ class ParamsWriter:
                                 PARAMS_NAME, exc)
                     self._count(WRITE_ERROR)
                     return WRITE_ERROR
-            self.store.expire(self.clock())
+            self.store.expire(self.wall_clock())
             if not self.store.dirty:
                 return WRITE_CLEAN
             return await self._write()
@@ -229,8 +236,12 @@ class ParamsWriter:
         if self._adopted:
             return 0
         self._adopted = True
-        images = (obj.get("spec") or {}).get("images") or {}
-        adopted = self.store.adopt(images if isinstance(images, dict) else {}, self.clock())
+        spec = obj.get("spec") or {}
+        images = spec.get("images") or {}
+        learned = spec.get("learned") or {}
+        adopted = self.store.adopt(images if isinstance(images, dict) else {},
+                                   self.wall_clock(),
+                                   learned=learned if isinstance(learned, dict) else {})
         entries = (obj.get("status") or {}).get("entries")
         if entries != len(images) or len(images) != adopted:
             self.store.mark_dirty()
@@ -246,7 +257,7 @@ class ParamsWriter:
             "kind": PARAMS_KIND,
             "metadata": (dict(self._meta) if self._meta is not None
                          else {"name": PARAMS_NAME, "namespace": self.namespace}),
-            "spec": {"images": images},
+            "spec": {"images": images, "learned": self.store.learned()},
             "status": {"entries": len(images)},
         }
         creating = self._meta is None

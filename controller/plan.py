@@ -1,10 +1,12 @@
 """The one placement pipeline: pod, image results, config and cluster view → :class:`Decision`.
 
 The reconciler, ``podplacement explain`` and the admission fast paths all decide through
-:func:`plan` (issue 12 item 2), so ``explain`` cannot disagree with what the controller then
-does: the supported platforms are computed once per pod, the NUMA candidates come from
-:func:`controller.numa.decide_numa` with the same node eligibility and the same in-flight
-holds, and :func:`controller.decision.decide` builds the one patch. Pure: no I/O, no clock
+:func:`plan` (README "explain: a dry run of the whole decision"), so ``explain`` cannot
+disagree with what the controller then does: the supported platforms are computed once per
+pod, the NUMA candidates come from :func:`controller.numa.decide_numa` with the same node
+eligibility (the supported (os, architecture) pairs, less those the platform requirement of
+:func:`controller.affinity.platform_requirement` leaves out of every term) and the same
+in-flight holds, and :func:`controller.decision.decide` builds the one patch. Pure: no I/O, no clock
 (``now`` is an argument).
 
 :func:`inflight_from_pods` rebuilds the in-flight holds from the pods themselves (their
@@ -19,6 +21,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from controller.affinity import platform_requirement
 from controller.config import (
     DECISION_ANNOTATION,
     NUMA_LABEL,
@@ -108,8 +111,11 @@ def plan(
     satisfiable = platforms is not None and not (platforms.empty and platforms.image_count)
     if config.topology.enabled and nodes is not None and satisfiable:
         assert platforms is not None
-        # no pairs means no image at all: every node is eligible
+        # no pairs means no image at all: every node is eligible. A pair the written terms
+        # leave out (one OS group per existing term, KEP-3838) is no candidate either.
         pairs = set(platforms.pairs) or None
+        if pairs:
+            pairs -= set(platform_requirement(pod, platforms.pairs).excluded)
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         if not isinstance(selector, Mapping):
             selector = {}

@@ -2,9 +2,11 @@
 
 A pod runs on a node only if every one of its images (init and app containers) has a
 manifest for the node's (os, architecture). So the supported set is the intersection over
-images of their (os, architecture) pairs. Variants (``arm64/v8``, ``arm/v7``) are recorded
-for the decision annotation but never matched: nodes carry no variant label
-(``kubernetes.io/arch`` and ``kubernetes.io/os`` only). Pure code, no I/O.
+images of their (os, architecture) pairs, and a node is admissible only when its own pair is
+one of them (:func:`controller.affinity.platform_requirement` writes that into the pod).
+Variants (``arm64/v8``, ``arm/v7``) are recorded for the decision annotation but never
+matched: nodes carry no variant label (``kubernetes.io/arch`` and ``kubernetes.io/os``
+only). Pure code, no I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from controller.config import ARCH_LABEL, OS_LABEL
+from controller.config import ARCH_LABEL, LINUX, OS_LABEL
 
 
 class PlatformLike(Protocol):
@@ -66,9 +68,10 @@ class PlatformSet:
 
     @property
     def all_linux(self) -> bool:
-        """True when every supported pair is linux (no ``kubernetes.io/os`` requirement
-        is then needed: the issue adds one only when images are not all linux)."""
-        return bool(self.pairs) and all(os_ == "linux" for os_, _ in self.pairs)
+        """True when every supported pair is linux: the one case the admission policy
+        places (one term ``arch In [archs]`` AND ``os In [linux]``,
+        :mod:`controller.admissionpolicy`)."""
+        return bool(self.pairs) and all(os_ == LINUX for os_, _ in self.pairs)
 
     def strings(self) -> list[str]:
         """``["linux/amd64", ...]`` for the annotation."""
@@ -134,5 +137,5 @@ def node_inventory(nodes: Iterable[Mapping[str, Any]]) -> NodeInventory:
         arch = labels.get(ARCH_LABEL)
         if arch:
             archs.add(arch)
-            pairs.add((labels.get(OS_LABEL) or "linux", arch))
+            pairs.add((labels.get(OS_LABEL) or LINUX, arch))
     return NodeInventory(frozenset(archs), frozenset(pairs), count)

@@ -26,7 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE, PlacementConfig
+from controller.config import ARCH_LABEL, LINUX, OS_LABEL, SCHEDULING_GATE, PlacementConfig
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -484,7 +484,7 @@ def node_ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any]
             return f"nodeSelector {key}={value} does not match ({labels.get(key) or 'unset'})"
     if platforms is None:
         return None
-    pair = (str(labels.get(OS_LABEL) or "linux"), str(labels.get(ARCH_LABEL) or ""))
+    pair = (str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or ""))
     if pair in platforms:
         return None
     supported = ", ".join(f"{os_}/{arch}" for os_, arch in sorted(platforms)) or "none"
@@ -504,7 +504,7 @@ def node_eligible(node: Mapping[str, Any], node_selector: Mapping[str, Any],
             return False
     if platforms is None:
         return True
-    return (labels.get(OS_LABEL) or "linux", labels.get(ARCH_LABEL) or "") in platforms
+    return (labels.get(OS_LABEL) or LINUX, labels.get(ARCH_LABEL) or "") in platforms
 
 
 # --- pull secrets --------------------------------------------------------------------------

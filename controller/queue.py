@@ -7,8 +7,11 @@ keys per second all workers together start. Watches feed keys, never objects; wo
 re-read the latest object from the informer cache (STYLE.md).
 
 The handler returns ``None`` (done: the key's failure count is reset), a number of seconds
-(requeue after that delay without counting a failure) or raises (counted failure: retry
-after backoff).
+(requeue after that delay: the failure count is reset first, as controller-runtime's
+``Forget`` before ``AddAfter``) or raises. An exception of one of the queue's ``retry_now``
+types (a stale write: 409 Conflict) means "read again and retry": the key is requeued after
+``base_delay`` (jittered) and its failure count is left as it is, neither reset nor
+counted. Any other exception is a counted failure: retry after the exponential backoff.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class WorkQueue:
         base_delay: first retry delay in seconds; doubles per consecutive failure.
         max_delay: cap of the retry delay in seconds.
         jitter: the delay is multiplied by a random factor in ``[1, 1 + jitter]``.
+        retry_now: exception types that mean "retry with a fresh read", not a failure
+            (e.g. ``kubeclient.Conflict``: a stale write); at most ``max_quick_retries`` in a
+            row per key, then they count like any failure (no endless loop).
+        max_quick_retries: see ``retry_now``.
     """
 
     def __init__(
@@ -73,8 +80,13 @@ class WorkQueue:
         base_delay: float = 0.5,
         max_delay: float = 60.0,
         jitter: float = 0.2,
+        retry_now: tuple[type[BaseException], ...] = (),
+        max_quick_retries: int = 10,
     ) -> None:
         self.workers = max(1, workers)
+        self.retry_now = retry_now
+        self.max_quick_retries = max_quick_retries
+        self._quick: dict[str, int] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.jitter = jitter
@@ -151,6 +163,7 @@ class WorkQueue:
         if timer is not None:
             timer[1].cancel()
         self._failures.pop(key, None)
+        self._quick.pop(key, None)
         if key in self._dirty and key not in self._processing:
             self._dirty.discard(key)
             with contextlib.suppress(ValueError):
@@ -203,14 +216,21 @@ class WorkQueue:
                 self._processing.discard(key)
                 raise
             except Exception as exc:
-                self.errors += 1
-                delay = self.add_rate_limited(key)
-                log.info("work item %s failed (%s); retry in %.2fs", key, exc, delay)
+                quick = self._quick.get(key, 0)
+                if isinstance(exc, self.retry_now) and quick < self.max_quick_retries:
+                    self._quick[key] = quick + 1
+                    self.add_after(key, self.base_delay * (1.0 + self.jitter * random.random()))
+                    log.debug("work item %s: %s; retrying with a fresh read", key, exc)
+                else:
+                    self._quick.pop(key, None)
+                    self.errors += 1
+                    delay = self.add_rate_limited(key)
+                    log.info("work item %s failed (%s); retry in %.2fs", key, exc, delay)
             else:
                 self.processed += 1
-                if result is None:
-                    self.forget(key)
-                else:
+                self._quick.pop(key, None)
+                self.forget(key)
+                if result is not None:
                     self.add_after(key, float(result))
             finally:
                 self._processing.discard(key)

@@ -6,13 +6,15 @@ secrets from its own namespace (plus the optional global pull secret of the conf
 inspects all images concurrently, decides with :func:`controller.plan.plan` (the pipeline
 ``explain`` shares) and sends its single guarded JSON patch.
 
-Retries belong to the work queue, as in controller-runtime (issue 12): a reconcile returns
-None (done), a delay (a NUMA wait) or raises; the queue counts the raises and backs off, and
-its count is the decision's ``failures``. A stale pod (409, or the 422 a failed ``test``
-gets) raises :class:`~kubeclient.Conflict` and is decided again from the informer's
-newer copy; failed inspections raise :class:`RetryLater` until ``imageInspection.maxRetries``
-rounds, then the pod falls back. Anything unexpected (odd spec, a patch the server rejects
-as invalid) ends in a plain ungate: no pod stays gated forever (issue 5 item 9).
+Retries belong to the work queue, as in controller-runtime: a reconcile returns None
+(done), a delay (a NUMA wait; the queue forgets the failure count first) or raises; the
+queue counts the raises and backs off, and its count is the decision's ``failures``. A
+stale pod (409, or the 422 a failed ``test`` gets) raises :class:`~kubeclient.Conflict`,
+which the queue retries at once without counting (:class:`controller.queue.WorkQueue`
+``retry_now``), decided again from the informer's newer copy; failed inspections raise
+:class:`RetryLater` until ``imageInspection.maxRetries`` rounds, then the pod falls back.
+Anything unexpected (odd spec, a patch the server rejects as invalid) ends in a plain
+ungate: no pod stays gated forever (README "How it decides", failures and fallback).
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ class Reconciler:
         inflight: ``controller.numa.InFlight`` for NUMA accounting, optional.
         failures: the queue's count of consecutive failed rounds of a key
             (:meth:`controller.queue.WorkQueue.failures`): inspection failures
-            (:class:`RetryLater`), conflicts and API errors, as controller-runtime counts
-            them; the queue owns the backoff.
+            (:class:`RetryLater`) and API errors; conflicts are retried without counting;
+            the queue owns the backoff.
         secret_ttl: seconds a pull secret read stays cached (per namespace/name).
         is_leader: only the leader writes; others return without doing anything.
     """

@@ -189,6 +189,7 @@ class Inspector:
         ca_bundles: ``{"host[:port]": PEM bytes}`` extra CAs trusted for that registry.
         transport: an alternative :class:`~imageinspect._transport.Transport` (benchmarks).
         clock: monotonic clock for the cache and token expiry (tests).
+        wall_clock: wall clock in unix seconds for :attr:`ImageInfo.fetched_at` (tests).
 
     Use ``async with Inspector() as insp`` or call :meth:`aclose`.
     """
@@ -207,6 +208,7 @@ class Inspector:
         ca_bundles: dict[str, bytes] | None = None,
         transport: Transport | None = None,
         clock: Any = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._registries = registries or RegistriesConfig()
         self._cache_ttl = cache_ttl
@@ -218,6 +220,7 @@ class Inspector:
             allow_link_local=allow_link_local,
         )
         self._clock = clock
+        self._wall_clock = wall_clock
         self._cache: AsyncCache[ImageInfo] = AsyncCache(
             max_entries=max_entries,
             negative_ttl=negative_ttl,
@@ -270,6 +273,7 @@ class Inspector:
         credentials: Sequence[Credential] = (),
         *,
         pull_always: bool = False,
+        max_age: float | None = None,
     ) -> ImageInfo:
         """Return the platforms of ``image``.
 
@@ -279,10 +283,17 @@ class Inspector:
             credentials: the credentials this pod may use (its pull secrets, the node's config);
                 matched per the kubelet's rules and tried in order, anonymous last.
             pull_always: the pod has ``imagePullPolicy: Always``: a cached tag result is
-                revalidated with one ``HEAD`` digest check instead of being trusted.
+                revalidated with one ``HEAD`` digest check instead of being trusted (a
+                confirmed result is returned with ``fetched_at`` set to the check's time).
+            max_age: seconds; a cached tag result fetched this long ago or longer (by
+                :attr:`ImageInfo.fetched_at`) is fetched again. For a caller whose own
+                cache has a shorter TTL than this inspector's (the webhook's place cache
+                ages its entries by ``fetched_at``). None: the cache TTL alone decides.
 
         Returns:
-            :class:`ImageInfo` whose ``reference`` is the normalised reference.
+            :class:`ImageInfo` whose ``reference`` is the normalised reference and whose
+            ``fetched_at`` is when a registry answered for it: for a result served from the
+            cache, the time of the fetch it copies (not the time of this call).
 
         Raises:
             InvalidReference, Blocked, UnsafeAddress, NotFound, Unauthorized, Denied,
@@ -298,17 +309,24 @@ class Inspector:
         ttl = None if ref.pinned else self._cache_ttl
 
         async def fetch() -> tuple[ImageInfo, float | None]:
-            return await self._fetch(ref, plan), ttl
+            fetched_at = self._wall_clock()
+            return replace(await self._fetch(ref, plan), fetched_at=fetched_at), ttl
 
         if pull_always and not ref.pinned:
             cached = self._cache.peek(key)
             if cached is not None:
+                checked_at = self._wall_clock()
                 digest = await self._head_digest(ref, plan)
                 if digest == cached.digest:
                     self._stats.revalidations += 1
-                    return cached
+                    return replace(cached, fetched_at=checked_at)
                 self._cache.invalidate(key)
             return await self._cache.get_or_fetch(key, fetch, use_cached=False)
+        if max_age is not None and not ref.pinned:
+            cached = self._cache.peek(key)
+            if cached is not None and (cached.fetched_at is None
+                                       or self._wall_clock() - cached.fetched_at >= max_age):
+                return await self._cache.get_or_fetch(key, fetch, use_cached=False)
         return await self._cache.get_or_fetch(key, fetch)
 
     # -- fetching -----------------------------------------------------------------------

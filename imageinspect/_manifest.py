@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from imageinspect._errors import DigestMismatch, InvalidManifest
@@ -78,12 +78,18 @@ class ImageInfo:
         digest: digest of the top-level manifest (``sha256:...``).
         media_type: media type of that manifest (index, list, manifest or schema 1).
         platforms: distinct platforms, in the registry's order.
+        fetched_at: when a registry answered for this result, in wall-clock unix seconds
+            (``time.time()``, taken just before the manifest was requested, or the digest
+            revalidated with ``pull_always``); a result served from the inspector's cache
+            keeps the time of the answer it copies, so its age is the age of the fact.
+            None when the value was not built by the inspector. Not part of equality.
     """
 
     reference: str
     digest: str
     media_type: str
     platforms: tuple[Platform, ...]
+    fetched_at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

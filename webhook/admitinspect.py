@@ -260,9 +260,10 @@ class AdmissionInspector:
         if not wanted:
             return PodImages(results, tuple(from_cache))
         refs = tuple(pull_secret_refs(pod, config, namespace))
+        max_age = config.image_inspection.cache_ttl_seconds
         tasks: dict[str, asyncio.Task[Any]] = {}
         for image, flight_key in wanted.items():
-            task = self._flight(flight_key, refs, image)
+            task = self._flight(flight_key, refs, image, max_age)
             if task is None:
                 results[image] = TooManyInspections(image, self._max_flights)
             else:
@@ -284,9 +285,10 @@ class AdmissionInspector:
         return PodImages({i: results[i] for i in keys}, tuple(from_cache), tuple(inspected))
 
     def _flight(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
-                image: str) -> asyncio.Task[Any] | None:
+                image: str, max_age: float) -> asyncio.Task[Any] | None:
         """The running flight of ``key``, joined, or a new one; None when ``max_flights``
-        are running."""
+        are running. ``max_age``: the config's cacheTTL (seconds): a result the inspector
+        holds from an older registry answer is fetched again, not placed with."""
         task = self._flights.get(key)
         if task is not None:
             self.stats.flights_joined += 1
@@ -294,7 +296,7 @@ class AdmissionInspector:
         if len(self._flights) >= self._max_flights:
             self.stats.refused += 1
             return None
-        task = asyncio.get_running_loop().create_task(self._fly(key, refs, image))
+        task = asyncio.get_running_loop().create_task(self._fly(key, refs, image, max_age))
         self._flights[key] = task
         self.stats.flights_started += 1
 
@@ -308,11 +310,12 @@ class AdmissionInspector:
         return task
 
     async def _fly(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
-                   image: str) -> Any:
+                   image: str, max_age: float) -> Any:
         cache_key, always = key
         async with asyncio.timeout(self._flight_timeout):
             credentials = await self._credentials(refs)
-            result = await self._inspector.inspect(image, credentials, pull_always=always)
+            result = await self._inspector.inspect(image, credentials, pull_always=always,
+                                                   max_age=max_age)
         if self._cache is not None:
             self._cache.store(cache_key, result)
             self.stats.stored += 1

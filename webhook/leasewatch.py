@@ -11,11 +11,12 @@ compared with this clock (clocks of different hosts may disagree); only the time
 
 :meth:`ControllerLease.available` is False once no change was observed for longer than
 ``threshold`` seconds (default 60; before the first read, the time counts from the
-webhook's start), and at once when the Lease is seen released (no holder) or missing: a
-controller that stops gracefully releases it, and the last one to stop stands down
-(:meth:`controller.lifecycle.Lifecycle.last_stop`), so nobody would release a pod gated
-now; while another controller takes over (one retry period, about 2 s) pods are placed by
-the webhook instead, which is as exact. The
+webhook's start), and once the Lease has been seen released (no holder) or missing for
+``released_grace`` seconds (:data:`controller.config.LEASE_RELEASED_GRACE_SECONDS`, 4): a
+controller that stops gracefully releases it; a standby takes it within one retry period
+(about 2 s), so a handover keeps gating; the last controller to stop waits longer than the
+grace and then stands down (:meth:`controller.lifecycle.Lifecycle.last_stop`), releasing
+what was gated meanwhile. The
 webhook then stops holding new pods: it places them at admission itself, or releases them
 with the controller's fallback (:mod:`webhook.outage`; README "No cluster-wide stall when
 the controller is down"). Normal gating resumes as soon as the Lease is renewed again.
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controller.config import LEASE_NAME
+from controller.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
 from kubeclient import KubeAPI
 from webhook.configsource import NamedObjectWatch
 
@@ -53,26 +54,36 @@ class ControllerLease(NamedObjectWatch):
         clock: monotonic seconds (tests pass a fake).
         watch_timeout: ``timeoutSeconds`` of each watch call.
 
+        released_grace: seconds a released or missing Lease still counts as a running
+            controller (a handover).
+
     Raises:
         ValueError: ``threshold`` is not positive.
     """
 
     def __init__(self, api: KubeAPI, namespace: str, *,
                  threshold: float = DEFAULT_UNAVAILABLE_AFTER, name: str = LEASE_NAME,
-                 clock: Callable[[], float] = time.monotonic, watch_timeout: int = 300) -> None:
+                 clock: Callable[[], float] = time.monotonic, watch_timeout: int = 300,
+                 released_grace: float = LEASE_RELEASED_GRACE_SECONDS) -> None:
         if not threshold > 0:
             raise ValueError(f"threshold must be positive, got {threshold!r}")
         self.threshold = threshold
         self._clock = clock
         self._record: tuple[Any, ...] | None = None
         self._observed = clock()
-        self._released = False
+        self.released_grace = released_grace
+        #: when the Lease was first seen without a holder (None: it has one, or not read yet)
+        self._released_at: float | None = None
         super().__init__(api, lease_list_path(namespace), name, backoff_max=5.0,
                          watch_timeout=watch_timeout)
 
     def _apply(self, obj: Mapping[str, Any] | None) -> None:
         record = lease_record(obj)
-        self._released = record is None
+        if record is None:
+            if self._released_at is None:
+                self._released_at = self._clock()
+        else:
+            self._released_at = None
         if record != self._record:
             self._record = record
             if record is not None:
@@ -81,8 +92,12 @@ class ControllerLease(NamedObjectWatch):
     def available(self) -> bool:
         """True while the Lease has a holder whose renewal was observed within
         ``threshold`` seconds (before the first read: less than ``threshold`` seconds since
-        the webhook started); False at once for a Lease seen released or missing."""
-        return not self._released and self._clock() - self._observed <= self.threshold
+        the webhook started); for a Lease seen released or missing, only during its first
+        ``released_grace`` seconds."""
+        now = self._clock()
+        if self._released_at is not None:
+            return now - self._released_at <= self.released_grace
+        return now - self._observed <= self.threshold
 
     def seconds_since_renewal(self) -> float:
         """Seconds since the last observed change of the Lease record (or the start)."""

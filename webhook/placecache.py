@@ -16,9 +16,11 @@ Results are keyed by *who may see them*: (the pod's namespace and the pull Secre
 controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
 reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
 result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
-pod of A naming other secrets (no namespace learns what another's credentials
-opened). Entries expire after the config's
-``imageInspection.cacheTTL`` and the cache is bounded (least recently used out). Failures
+pod of A naming other secrets (no namespace learns what another's credentials opened).
+Entries expire the config's ``imageInspection.cacheTTL`` after a registry answered for
+them (the result's ``fetched_at``, not the time of the fill: a fill the inspector served
+from its own cache does not make an old result young; fills ask the inspector for results
+younger than the TTL), and the cache is bounded (least recently used out). Failures
 are not stored: the controller reports them. Fills are deduplicated per key, run at most
 ``max_concurrent_fills`` at a time, and at most ``max_queued_fills`` wait (more are dropped
 and counted).
@@ -61,10 +63,12 @@ class KubeClientLike(Protocol):
 
 
 class InspectorLike(Protocol):
-    """What the fills need of :class:`imageinspect.Inspector`."""
+    """What the fills need of :class:`imageinspect.Inspector`: results may carry
+    ``fetched_at`` (unix seconds of the registry's answer, :class:`imageinspect.ImageInfo`);
+    ``max_age`` asks for a result younger than that many seconds."""
 
     async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
-                      pull_always: bool = False) -> Any: ...
+                      pull_always: bool = False, max_age: float | None = None) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -98,6 +102,7 @@ class _Fill:
     refs: tuple[tuple[str, str], ...]  # the pull Secrets, in the kubelet's order
     images: tuple[tuple[str, bool], ...]  # (image, pull_always)
     keys: tuple[CacheKey, ...]
+    ttl: float  # the config's cacheTTL when the fill was queued (seconds)
 
 
 def cache_keys(pod: Mapping[str, Any], namespace: str,
@@ -122,9 +127,11 @@ class PlaceCache:
         max_queued_fills: fills waiting for a worker; more are dropped (counted in
             :attr:`stats`).
 
+        clock: wall-clock unix seconds (``time.time``; tests pass a fake): entries are
+            aged from their results' ``fetched_at``, which is on that clock.
+
     Raises:
         ValueError: a bound < 1.
-        clock: monotonic seconds (tests).
 
     Call :meth:`aclose` on shutdown (cancels the running fills).
     """
@@ -137,7 +144,7 @@ class PlaceCache:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_concurrent_fills: int = DEFAULT_MAX_CONCURRENT_FILLS,
         max_queued_fills: int = DEFAULT_MAX_QUEUED_FILLS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if min(max_entries, max_concurrent_fills, max_queued_fills) < 1:
             raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
@@ -149,7 +156,7 @@ class PlaceCache:
         self._max_workers = max_concurrent_fills
         self._max_queued = max_queued_fills
         self._clock = clock
-        #: key → (stored at, result), least recently used first.
+        #: key → (learned at: when a registry answered, result), least recently used first.
         self._entries: collections.OrderedDict[CacheKey, tuple[float, Any]] = (
             collections.OrderedDict())
         self._filling: set[CacheKey] = set()
@@ -163,8 +170,8 @@ class PlaceCache:
     def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
                touch: bool = True) -> dict[str, Any] | None:
         """Every distinct image of ``pod`` → its stored result, or None when any image is
-        missing or expired (older than ``config.image_inspection.cache_ttl_seconds``) for
-        the pod's credentials. No I/O. ``touch``: see :meth:`cached`."""
+        missing or expired (learned ``config.image_inspection.cache_ttl_seconds`` or longer
+        ago) for the pod's credentials. No I/O. ``touch``: see :meth:`cached`."""
         keys = cache_keys(pod, namespace, config)
         out = self.cached(keys, config, touch=touch)
         if len(out) != len(keys):
@@ -221,7 +228,7 @@ class PlaceCache:
             return False
         fill = _Fill(namespace, tuple(pull_secret_refs(pod, config, namespace)),
                      tuple((image, pulls[image]) for image, _ in missing),
-                     tuple(key for _, key in missing))
+                     tuple(key for _, key in missing), ttl)
         self._filling.update(fill.keys)
         self._queue.append(fill)
         self.stats.fills_scheduled += 1
@@ -265,7 +272,8 @@ class PlaceCache:
         async def one(image: str, pull_always: bool) -> Any:
             try:
                 return await self._inspector.inspect(image, credentials,
-                                                     pull_always=pull_always)
+                                                     pull_always=pull_always,
+                                                     max_age=fill.ttl)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -280,10 +288,15 @@ class PlaceCache:
 
     def store(self, key: CacheKey, result: Any) -> None:
         """Store the inspection result of ``key`` (an image for one credential identity,
-        :func:`cache_keys`), as of now: the background fills and
+        :func:`cache_keys`), aged from when a registry answered for it (its
+        ``fetched_at``, unix seconds; a result without one, or with one in the future,
+        counts as learned now): the background fills and
         :class:`webhook.admitinspect.AdmissionInspector` store here. Only successful
         results belong here (failures are the controller's to report)."""
-        self._entries[key] = (self._clock(), result)
+        now = self._clock()
+        fetched_at = getattr(result, "fetched_at", None)
+        learned = min(fetched_at, now) if isinstance(fetched_at, int | float) else now
+        self._entries[key] = (learned, result)
         self._entries.move_to_end(key)
         self.stats.stored += 1
         while len(self._entries) > self._max_entries:

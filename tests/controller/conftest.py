@@ -141,7 +141,8 @@ def _ours_only(pod: dict[str, Any]) -> bool:
 def check_bindings(env: KubeEnv, ns: str, within: float = 15.0) -> int:
     """Wait until each ungated pod of ``ns`` decided by podplacement is bound or reported
     Unschedulable by kube-scheduler; assert every bound pod's node runs an allowed
-    architecture and OS. Returns the number of bound pods checked.
+    architecture and OS, and, when the decision records ``pairs`` (images of several OSes),
+    one of those (os, arch) pairs. Returns the number of bound pods checked.
 
     Raises: AssertionError on a pod bound to a node its images can't run, or on a pod with
     only podplacement's requirements left unbound after ``within`` seconds."""
@@ -180,6 +181,13 @@ def check_bindings(env: KubeEnv, ns: str, within: float = 15.0) -> int:
                     assert labels.get(OS_LABEL) in _allowed(pod, OS_LABEL, oses), (
                         f"pod {ns}/{name} bound to {node} ({labels.get(OS_LABEL)}); "
                         f"its images run on {oses}")
+                pair = f"{labels.get(OS_LABEL)}/{labels.get(ARCH_LABEL)}"
+                if "pairs" in decision and labels.get(OS_LABEL) in (oses or []) and labels.get(
+                        ARCH_LABEL) in (archs or []):
+                    # several OSes: a supported os and a supported arch are not enough
+                    assert pair in decision["pairs"], (
+                        f"pod {ns}/{name} bound to {node} ({pair}); its affinity admits "
+                        f"{decision['pairs']}")
                 checked += 1
                 continue
             conditions = {c.get("type"): c for c in pod.get("status", {}).get("conditions")

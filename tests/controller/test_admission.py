@@ -38,7 +38,15 @@ from controller.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from controller.decision import WARNING, decide
+from controller.decision import (
+    INCOMPATIBLE_NODE_AFFINITY,
+    INCOMPATIBLE_NODE_SELECTOR,
+    NO_SUPPORTED_PLATFORM_EVENT,
+    PARTIALLY_COMPATIBLE_AFFINITY,
+    PLATFORMS_LEFT_OUT,
+    WARNING,
+    decide,
+)
 from controller.plan import plan
 from localkube.patch import apply_patch
 from tests.controller._pods import apply, img
@@ -52,6 +60,8 @@ IMAGES = {
         img("reg/arm:1", "linux/arm64/v8"),
         img("reg/s390:1", "linux/s390x"),
         img("reg/win:1", "windows/amd64"),
+        img("reg/mixed:1", "windows/amd64", "linux/arm64"),
+        img("reg/winlin:1", "windows/amd64", "linux/amd64", "linux/arm64"),
         img("reg/all:1", "linux/amd64", "linux/arm64", "linux/s390x", "linux/ppc64le"),
     )
 }
@@ -64,6 +74,8 @@ expr_st = st.sampled_from([
     expression(ARCH_LABEL, "NotIn", ["s390x"]),
     {"key": ARCH_LABEL, "operator": "Exists"},
     expression(OS_LABEL, "In", ["linux"]),
+    expression(OS_LABEL, "In", ["windows"]),
+    expression(OS_LABEL, "In", ["linux", "windows"]),
 ])
 
 
@@ -179,8 +191,8 @@ def test_webhook_placement_is_the_controllers_placement(
                                    by_webhook["spec"].get("schedulingGates") or []]
     assert not any(op["path"] == "/metadata/resourceVersion" for op in placement.patch)
     warned = [e for e in decision.events if e.type == WARNING and e.reason in {
-        "IncompatibleNodeAffinity", "IncompatibleNodeSelector",
-        "PartiallyCompatibleAffinity", "NoSupportedPlatform"}]
+        INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR, PARTIALLY_COMPATIBLE_AFFINITY,
+        PLATFORMS_LEFT_OUT, NO_SUPPORTED_PLATFORM_EVENT}]
     assert len(placement.warnings) == len(warned)
     for line, event in zip(placement.warnings, warned, strict=True):
         assert line.startswith("podplacement: ") and "\n" not in line
@@ -225,6 +237,34 @@ def test_pin_outside_the_images_gives_a_warning() -> None:
     assert placement is not None  # kubernetes.io/os In [linux] is still required
     assert len(placement.warnings) == 1
     assert placement.warnings[0].startswith("podplacement: nodeSelector kubernetes.io/arch=amd64")
+
+
+def test_two_oses_are_placed_as_two_exact_terms() -> None:
+    placement = admission_placement(_pod("reg/mixed:1"), IMAGES, PlacementConfig())
+    assert placement is not None and placement.outcome == "set" and placement.warnings == ()
+    terms = placement.patch[0]["value"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"]),
+                              expression(OS_LABEL, "In", ["linux"])]},
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
+                              expression(OS_LABEL, "In", ["windows"])]}]
+    assert json.loads(placement.annotation)["pairs"] == ["linux/arm64", "windows/amd64"]
+
+
+def test_existing_terms_narrowed_to_one_os_give_a_warning_naming_the_pairs() -> None:
+    pod = _pod("reg/mixed:1", gated=True)
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                {"nodeSelectorTerms": [
+                                                    {"matchExpressions": [ZONE]}]}}}
+    placement = admission_placement(pod, IMAGES, PlacementConfig())
+    assert placement is not None and placement.outcome == "set"
+    assert [op["value"] for op in placement.patch[:2]] == [
+        expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]
+    (warning,) = placement.warnings
+    assert warning.startswith("podplacement: each required nodeSelectorTerm keeps the "
+                              "platforms of one OS")
+    assert warning.endswith("left out windows/amd64 from nodeSelectorTerms 0")
 
 
 def test_no_supported_platform_is_placed_with_the_marker_and_warned() -> None:

@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 
 from controller.affinity import (
     AffinityPlan,
+    PlatformRequirement,
     arch_preferences,
     expression,
     hostname_requirement,
+    platform_requirement,
     require_architectures,
     require_oses,
     unsatisfiable_marker,
@@ -225,3 +227,165 @@ def test_preferred_weight_is_clamped_to_the_api_range(weight: int, expected: int
         ]
         == expected
     )
+
+
+# --- the platform requirement: exact (os, arch) pairs -------------------------------------
+
+WIN_AMD_LINUX_ARM = [("windows", "amd64"), ("linux", "arm64")]
+
+
+def _arch(*archs: str) -> dict[str, Any]:
+    return expression(ARCH_LABEL, "In", list(archs))
+
+
+def _os(*oses: str) -> dict[str, Any]:
+    return expression(OS_LABEL, "In", list(oses))
+
+
+def _planned(pod: dict[str, Any], pairs: list[tuple[str, str]]
+             ) -> tuple[PlatformRequirement, dict[str, Any]]:
+    plan = AffinityPlan(pod)
+    requirement = plan.require_platforms(pairs)
+    new = apply(pod, plan.ops())
+    assert_kep3838(pod, new)
+    assert plan.result_terms() == terms_of(new)
+    return requirement, new
+
+
+def test_two_oses_without_terms_get_one_exact_term_each() -> None:
+    # The real-server case: arch In [amd64, arm64] AND os In [linux, windows] admitted
+    # linux/amd64, which the image index does not have.
+    pod = gated_pod()
+    requirement, new = _planned(pod, WIN_AMD_LINUX_ARM)
+    assert terms_of(new) == [
+        {"matchExpressions": [_arch("arm64"), _os("linux")]},
+        {"matchExpressions": [_arch("amd64"), _os("windows")]},
+    ]
+    assert requirement.pairs == (("linux", "arm64"), ("windows", "amd64"))
+    assert requirement.excluded == () and requirement.appended == 4
+    assert [t.index for t in requirement.terms] == [None, None]
+
+
+def test_three_oses_get_three_terms_in_os_order() -> None:
+    pairs = [("linux", "amd64"), ("linux", "arm64"), ("windows", "amd64"),
+             ("freebsd", "riscv64")]
+    _, new = _planned(gated_pod(), pairs)
+    assert terms_of(new) == [
+        {"matchExpressions": [_arch("riscv64"), _os("freebsd")]},
+        {"matchExpressions": [_arch("amd64", "arm64"), _os("linux")]},
+        {"matchExpressions": [_arch("amd64"), _os("windows")]},
+    ]
+
+
+def test_oses_with_the_same_architectures_share_one_exact_term() -> None:
+    pairs = [("linux", "amd64"), ("windows", "amd64"), ("linux", "arm64"), ("windows", "arm64")]
+    _, new = _planned(gated_pod(), pairs)
+    assert terms_of(new) == [{"matchExpressions": [_arch("amd64", "arm64"),
+                                                   _os("linux", "windows")]}]
+
+
+def test_linux_only_stays_the_one_term_arch_then_os() -> None:
+    pod = gated_pod()
+    plan = AffinityPlan(pod)
+    plan.require_platforms([("linux", "arm64"), ("linux", "amd64")])
+    assert plan.ops() == [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [_arch("amd64", "arm64"), _os("linux")]}]}}}}]
+
+
+def test_one_existing_term_keeps_the_linux_pairs_and_reports_the_rest() -> None:
+    pod = gated_pod(affinity=required([ZONE]))
+    requirement, new = _planned(pod, WIN_AMD_LINUX_ARM)
+    assert terms_of(new) == [{"matchExpressions": [ZONE, _arch("arm64"), _os("linux")]}]
+    (term,) = requirement.terms
+    assert term.index == 0 and term.pairs == (("linux", "arm64"),)
+    assert term.left_out == (("windows", "amd64"),)
+    assert requirement.excluded == (("windows", "amd64"),)
+
+
+def test_several_terms_each_keep_one_os_and_an_os_pin_keeps_its_own() -> None:
+    pod = gated_pod(affinity=required([ZONE], [WORKER], [_os("windows")]))
+    requirement, new = _planned(pod, WIN_AMD_LINUX_ARM)
+    assert terms_of(new) == [
+        {"matchExpressions": [ZONE, _arch("arm64"), _os("linux")]},
+        {"matchExpressions": [WORKER, _arch("arm64"), _os("linux")]},
+        {"matchExpressions": [_os("windows"), _arch("amd64")]},  # the user's pin, kept
+    ]
+    assert [t.left_out for t in requirement.terms] == [
+        (("windows", "amd64"),), (("windows", "amd64"),), ()]
+    # windows/amd64 is still admitted through the third term: not excluded overall
+    assert requirement.excluded == ()
+    assert requirement.pairs == (("linux", "arm64"), ("windows", "amd64"))
+
+
+def test_an_os_pin_on_several_oses_is_narrowed_to_one() -> None:
+    pod = gated_pod(affinity=required([_os("linux", "windows")]))
+    requirement, new = _planned(pod, WIN_AMD_LINUX_ARM)
+    assert terms_of(new) == [{"matchExpressions": [
+        _os("linux", "windows"), _arch("arm64"), _os("linux")]}]
+    assert requirement.terms[0].left_out == (("windows", "amd64"),)
+
+
+def test_a_term_excluding_linux_keeps_the_other_os() -> None:
+    pod = gated_pod(affinity=required([expression(OS_LABEL, "NotIn", ["linux"])]))
+    requirement, new = _planned(pod, WIN_AMD_LINUX_ARM)
+    assert terms_of(new)[0]["matchExpressions"][1:] == [_arch("amd64"), _os("windows")]
+    assert requirement.terms[0].left_out == ()
+
+
+def test_without_linux_a_term_keeps_the_os_that_sorts_first() -> None:
+    pod = gated_pod(affinity=required([ZONE]))
+    requirement, new = _planned(pod, [("windows", "amd64"), ("freebsd", "arm64")])
+    assert terms_of(new)[0]["matchExpressions"][1:] == [_arch("arm64"), _os("freebsd")]
+    assert requirement.excluded == (("windows", "amd64"),)
+
+
+def test_an_exact_group_of_several_oses_is_kept_whole_in_a_term() -> None:
+    # arch In [amd64] leaves linux/amd64 and windows/amd64: one exact group, nothing left out
+    pairs = [("linux", "amd64"), ("linux", "arm64"), ("windows", "amd64")]
+    pod = gated_pod(affinity=required([_arch("amd64")]))
+    requirement, new = _planned(pod, pairs)
+    assert terms_of(new) == [{"matchExpressions": [_arch("amd64"), _os("linux", "windows")]}]
+    assert requirement.terms[0].left_out == ()
+
+
+def test_an_arch_pin_spanning_two_oses_is_narrowed_and_keeps_its_unsupported_values() -> None:
+    pairs = [("linux", "amd64"), ("windows", "arm64")]
+    pod = gated_pod(affinity=required([_arch("amd64", "arm64", "s390x")]))
+    requirement, new = _planned(pod, pairs)
+    # s390x is no image's: the user's explicit choice (emulation) stays
+    assert terms_of(new)[0]["matchExpressions"][1:] == [_arch("amd64", "s390x"), _os("linux")]
+    assert requirement.outside_architectures == ("s390x",)
+    assert requirement.terms[0].left_out == (("windows", "arm64"),)
+
+
+def test_pins_naming_no_supported_pair_are_kept_and_reported() -> None:
+    pairs = [("linux", "amd64"), ("windows", "arm64")]
+    pod = gated_pod(affinity=required([_arch("arm64"), _os("linux")]))
+    requirement, new = _planned(pod, pairs)
+    assert terms_of(new) == terms_of(pod)
+    assert not requirement.compatible
+    assert requirement.outside_pairs == (("linux", "arm64"),)
+
+
+def test_node_selector_arch_pin_over_two_oses_needs_only_the_os() -> None:
+    pairs = [("linux", "amd64"), ("linux", "arm64"), ("windows", "amd64")]
+    pod = gated_pod(node_selector={ARCH_LABEL: "amd64"})
+    requirement, new = _planned(pod, pairs)
+    assert terms_of(new) == [{"matchExpressions": [_os("linux", "windows")]}]
+    assert requirement.selected == (("linux", "amd64"), ("windows", "amd64"))
+
+
+def test_later_requirements_go_into_every_new_term() -> None:
+    pod = gated_pod()
+    plan = AffinityPlan(pod)
+    plan.require_platforms(WIN_AMD_LINUX_ARM)
+    assert plan.require(hostname_requirement(["h1"]), unless_key="") == 2
+    new = apply(pod, plan.ops())
+    assert [t["matchExpressions"][-1] for t in terms_of(new)] == [
+        hostname_requirement(["h1"])] * 2
+
+
+def test_no_supported_pairs_give_no_terms() -> None:
+    requirement = platform_requirement(gated_pod(), [])
+    assert requirement.terms == () and requirement.pairs == ()

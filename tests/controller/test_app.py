@@ -74,3 +74,50 @@ def test_log_verbosity_from_the_config_sets_and_restores_logger_levels() -> None
         assert apply_log_verbosity("Normal") == ()
     assert logging.getLogger("controller").level == logging.NOTSET
     assert logging.getLogger("aiohttp.client").level == logging.NOTSET
+
+
+async def test_the_params_store_takes_the_configured_cache_ttl_at_once() -> None:
+    """The TTL of the params object's entries is the config's cacheTTL from the first config
+    event (not the 6 h default until some pod is published), and follows every change."""
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
+    try:
+        assert ctl.params.ttl_seconds == PlacementConfig().image_inspection.cache_ttl_seconds
+        obj = {"metadata": {"name": CONFIG_NAME, "resourceVersion": "1"},
+               "spec": {"imageInspection": {"cacheTTL": "20s"}}}
+        ctl.configs.cache[CONFIG_NAME] = obj
+        ctl._on_config("ADDED", obj, None)
+        assert ctl.params.ttl_seconds == 20.0
+        changed = {"metadata": {"name": CONFIG_NAME, "resourceVersion": "2"},
+                   "spec": {"imageInspection": {"cacheTTL": "5s"}}}
+        ctl.configs.cache[CONFIG_NAME] = changed
+        ctl._on_config("MODIFIED", changed, obj)
+        assert ctl.params.ttl_seconds == 5.0
+    finally:
+        await api.close()
+
+
+async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> None:
+    """The reconciler publishes every anonymous lookup, also those the inspector answered
+    from its cache: the entry's learned time is the result's fetched_at (when the registry
+    answered), so it is not renewed by pods."""
+    import time
+
+    from imageinspect import ImageInfo, Platform
+
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
+    try:
+        ctl.lifecycle = object()  # type: ignore[assignment]  # owns the policy
+        fetched = time.time() - 15
+        info = ImageInfo("reg.example/app:v1", "sha256:" + "0" * 64,
+                         "application/vnd.oci.image.index.v1+json",
+                         (Platform("linux", "amd64"), Platform("linux", "arm64")),
+                         fetched_at=fetched)
+        ctl._publish("reg.example/app:v1", info)
+        ctl._publish("reg.example/app:v1", info)  # a second pod, the cached copy
+        assert ctl.params.learned_at("reg.example/app:v1") == fetched
+        assert ctl.params.learned() == {"reg.example/app:v1": int(fetched)}
+    finally:
+        ctl.lifecycle = None
+        await api.close()

@@ -330,3 +330,110 @@ def test_outcomes_serialise_as_the_plain_strings() -> None:
     counter = Counter("processed", "x", ["outcome"], registry=registry)
     counter.labels(dec.outcome).inc()
     assert b'processed_total{outcome="set"} 1.0' in generate_latest(registry)
+
+
+# --- exact (os, arch) pairs ---------------------------------------------------------------
+
+MIXED = {"reg/app:1": img("reg/app:1", "windows/amd64", "linux/arm64")}
+WORKER = expression("node-role.kubernetes.io/worker", "Exists")
+
+
+def test_windows_amd64_and_linux_arm64_give_two_exact_terms_never_the_cross_product() -> None:
+    pod = gated_pod()
+    dec = d.decide(pod, MIXED, CFG)
+    assert dec.outcome == d.SET
+    new = _apply(pod, dec)
+    assert terms_of(new) == [
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"]),
+                              expression(OS_LABEL, "In", ["linux"])]},
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
+                              expression(OS_LABEL, "In", ["windows"])]},
+    ]
+    ann = _annotation(new)
+    assert ann["pairs"] == ["linux/arm64", "windows/amd64"]
+    assert ann["platforms"] == ["linux/arm64", "windows/amd64"]
+    assert ann["reason"] == "required platforms linux/arm64, windows/amd64"
+    assert [e.reason for e in dec.events] == [d.PLACEMENT_DECIDED]
+
+
+def test_three_oses_decide_three_terms() -> None:
+    images = {"a": img("a", "linux/amd64", "linux/arm64", "windows/amd64", "freebsd/amd64",
+                       "freebsd/riscv64"),
+              "b": img("b", "linux/arm64", "windows/amd64", "freebsd/riscv64", "linux/amd64")}
+    pod = gated_pod(images=("a", "b"))
+    new = _apply(pod, d.decide(pod, images, CFG))
+    assert [(t["matchExpressions"][0]["values"], t["matchExpressions"][1]["values"])
+            for t in terms_of(new)] == [
+        (["riscv64"], ["freebsd"]), (["amd64", "arm64"], ["linux"]), (["amd64"], ["windows"])]
+    assert _annotation(new)["pairs"] == [
+        "freebsd/riscv64", "linux/amd64", "linux/arm64", "windows/amd64"]
+
+
+def test_linux_only_decision_is_the_one_term_and_the_annotation_of_before() -> None:
+    pod = gated_pod()
+    dec = d.decide(pod, {"reg/app:1": img("x", "linux/arm64", "linux/amd64")}, CFG)
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [
+        expression(ARCH_LABEL, "In", ["amd64", "arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
+    ann = _annotation(new)
+    assert "pairs" not in ann
+    assert [k for k in ann] == ["images", "platforms", "oses", "archs", "result", "reason"]
+    assert ann["reason"] == "required architectures amd64, arm64"
+
+
+def test_existing_term_is_narrowed_to_linux_and_the_left_out_pairs_are_warned() -> None:
+    pod = gated_pod(affinity=required([ZONE]))
+    dec = d.decide(pod, MIXED, CFG)
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [
+        ZONE, expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
+    (event,) = dec.events
+    assert event.type == d.WARNING and event.reason == d.PLATFORMS_LEFT_OUT
+    assert event.message == (
+        "each required nodeSelectorTerm keeps the platforms of one OS (a gated pod's terms "
+        "can only be narrowed, KEP-3838): left out windows/amd64 from nodeSelectorTerms 0")
+    assert _annotation(new)["pairs"] == ["linux/arm64"]
+    assert dec.requirement is not None and dec.requirement.excluded == (("windows", "amd64"),)
+
+
+def test_several_terms_and_a_windows_pin_keep_every_pair_reachable() -> None:
+    pod = gated_pod(affinity=required(
+        [ZONE], [WORKER], [expression(OS_LABEL, "In", ["windows"])]))
+    dec = d.decide(pod, MIXED, CFG)
+    new = _apply(pod, dec)
+    terms = terms_of(new)
+    assert terms[0]["matchExpressions"][1:] == terms[1]["matchExpressions"][1:] == [
+        expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]
+    assert terms[2]["matchExpressions"] == [
+        expression(OS_LABEL, "In", ["windows"]), expression(ARCH_LABEL, "In", ["amd64"])]
+    assert dec.events[0].reason == d.PLATFORMS_LEFT_OUT
+    assert dec.events[0].message.endswith("left out windows/amd64 from nodeSelectorTerms 0, 1")
+    assert _annotation(new)["pairs"] == ["linux/arm64", "windows/amd64"]
+
+
+def test_node_selector_naming_a_pair_no_image_has_warns() -> None:
+    pod = gated_pod(node_selector={OS_LABEL: "linux", ARCH_LABEL: "amd64"})
+    dec = d.decide(pod, MIXED, CFG)
+    assert dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
+    assert dec.events[0].message == (
+        "nodeSelector kubernetes.io/os=linux, kubernetes.io/arch=amd64 names no platform every "
+        "image supports (linux/arm64, windows/amd64); the pod cannot run there")
+
+
+def test_term_pins_naming_only_unsupported_pairs_warn_incompatible() -> None:
+    pod = gated_pod(affinity=required([expression(ARCH_LABEL, "In", ["amd64"]),
+                                       expression(OS_LABEL, "In", ["linux"])]))
+    dec = d.decide(pod, MIXED, CFG)
+    assert dec.outcome == d.NOT_SET
+    assert terms_of(_apply(pod, dec)) == terms_of(pod)
+    assert dec.events[0].reason == d.INCOMPATIBLE_NODE_AFFINITY
+    assert "(linux/arm64, windows/amd64)" in dec.events[0].message
+
+
+def test_a_pinned_pair_beside_a_compatible_term_is_partially_compatible() -> None:
+    pod = gated_pod(affinity=required([expression(OS_LABEL, "In", ["windows"])],
+                                      [expression(ARCH_LABEL, "In", ["amd64"]),
+                                       expression(OS_LABEL, "In", ["linux"])]))
+    dec = d.decide(pod, MIXED, CFG)
+    assert dec.events[0].reason == d.PARTIALLY_COMPATIBLE_AFFINITY
+    assert "(linux/amd64; supported: linux/arm64, windows/amd64)" in dec.events[0].message

@@ -101,6 +101,72 @@ def test_user_terms_keep_their_expressions_and_get_ours_appended() -> None:
         "big": (True, None), "ibm": (False, None), "pi": (True, None), "small": (True, None)}
 
 
+MIXED = ImageInfo(IMAGE, "sha256:" + "b" * 64, "application/vnd.oci.image.index.v1+json",
+                  (Platform("windows", "amd64"), Platform("linux", "arm64")))
+
+
+def _os_nodes() -> list[dict[str, Any]]:
+    win = node("win")
+    win["metadata"]["labels"]["kubernetes.io/os"] = "windows"
+    return [node("amd"), node("arm", arch="arm64"), win]
+
+
+def test_two_oses_are_explained_as_exact_pairs() -> None:
+    report = explain(_pod("1"), _os_nodes(), {}, {IMAGE: MIXED}, PlacementConfig())
+    assert report["pairs"] == ["linux/arm64", "windows/amd64"]
+    assert report["affinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+            {"matchExpressions": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}]}
+    rows = {r["name"]: (r["feasible"], r["reason"]) for r in report["nodes"]}
+    assert rows == {
+        "amd": (False, "platform linux/amd64 is not supported by every image "
+                       "(supported: linux/arm64, windows/amd64)"),
+        "arm": (True, None), "win": (True, None)}
+    table = render(report, "table")
+    assert "Platforms: linux/arm64, windows/amd64\n" in table
+    assert "Outcome: set (required platforms linux/arm64, windows/amd64)" in table
+
+
+def test_a_platform_left_out_of_every_term_is_an_infeasible_row() -> None:
+    pod = _pod("1")
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "NotIn", "values": ["b"]}]}]}}}
+    report = explain(pod, _os_nodes(), {}, {IMAGE: MIXED}, PlacementConfig())
+    assert report["pairs"] == ["linux/arm64"]
+    rows = {r["name"]: (r["feasible"], r["reason"]) for r in report["nodes"]}
+    assert rows["arm"] == (True, None)
+    assert rows["win"] == (False, "platform windows/amd64 is left out of the pod's required "
+                                  "nodeSelectorTerms (each keeps one OS: a gated pod's terms "
+                                  "can only be narrowed, KEP-3838)")
+    assert report["reason"] == "required platforms linux/arm64"
+
+
+def test_numa_candidates_skip_a_platform_left_out_of_every_term() -> None:
+    """A node of a supported pair that the narrowed terms no longer admit is no NUMA
+    candidate (plan's node eligibility uses the pairs the written terms keep)."""
+    pod = _pod("2")
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "NotIn", "values": ["b"]}]}]}}}
+    nrts = {n: nrt(n, [{"cpu": 8, "memory": "64Gi"}]) for n in ("amd", "arm", "win")}
+    report = explain(pod, _os_nodes(), nrts, {IMAGE: MIXED}, NUMA)
+    assert report["numa"]["candidates"] == ["arm"]
+    without_terms = explain(_pod("2"), _os_nodes(), nrts, {IMAGE: MIXED}, NUMA)
+    assert sorted(without_terms["numa"]["candidates"]) == ["arm", "win"]
+
+
+def test_linux_only_table_has_no_platforms_line() -> None:
+    nodes, nrts = _cluster()
+    table = render(explain(_pod(), nodes, nrts, {IMAGE: AMD_ARM}, PlacementConfig()), "table")
+    assert "Platforms:" not in table and "Architectures: amd64, arm64\n" in table
+
+
 def test_no_feasible_node_waits_and_injects_nothing() -> None:
     nodes, nrts = _cluster()
     report = explain(_pod("40"), nodes, nrts, {IMAGE: AMD_ARM}, NUMA)

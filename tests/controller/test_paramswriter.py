@@ -1,10 +1,11 @@
-"""The params object writer (controller.paramswriter, issue 14 item 2) against an API server:
-the real kube-apiserver v1.36.2 (marker ``realcluster``) and localkube, each with the
-project's CRDs (``deploy/crds/imageplatforms.yaml``). Shown: a burst of records is batched
-into at most a few writes, a minimum interval apart; the object holds exactly the store's
-``spec.images`` and ``status.entries``; a full-size object (5,000 realistic references) is
-accepted; TTL expiry removes keys on the server; a lost race (409) and a deleted object are
-survived; a live object is adopted on start; an unreachable server never stops the loop."""
+"""The params object writer (controller.paramswriter) against an API server: the real
+kube-apiserver v1.36.2 (marker ``realcluster``) and localkube, each with the project's CRDs
+(``deploy/crds/imageplatforms.yaml``). Shown: a burst of records is batched into at most a
+few writes, a minimum interval apart; the object holds exactly the store's ``spec.images``,
+``spec.learned`` and ``status.entries``; a full-size object (5,000 realistic references) is
+accepted; TTL expiry removes keys on the server within TTL + 2 s of when they were learned,
+with no record to trigger it, also after a restart (the learned times are adopted); a lost
+race (409) and a deleted object are survived; an unreachable server never stops the loop."""
 
 from __future__ import annotations
 
@@ -136,8 +137,14 @@ def images_of(obj: dict[str, Any]) -> dict[str, str]:
     return images
 
 
+def learned_of(obj: dict[str, Any]) -> dict[str, int]:
+    learned: dict[str, int] = (obj.get("spec") or {}).get("learned") or {}
+    return learned
+
+
 def assert_published(obj: dict[str, Any], store: ParamsStore) -> None:
     assert images_of(obj) == store.images()
+    assert learned_of(obj) == store.learned()
     assert obj["status"]["entries"] == len(store)
 
 
@@ -176,7 +183,7 @@ async def test_a_burst_of_200_records_is_batched_into_a_few_writes(
 
     async def burst() -> None:
         for i in range(200):
-            store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], time.monotonic())
+            store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], time.time())
             await asyncio.sleep(spread / 200)
         recorded.append(time.monotonic() - started)  # longer than `spread` on a busy machine
         await wait_live(api, lambda o: o.get("status", {}).get("entries") == 200)
@@ -207,9 +214,11 @@ async def test_a_clean_store_is_not_written(api: KubeAPI) -> None:
     store = ParamsStore(3600)
     writer = ParamsWriter(api, store, min_interval=0.1)
     writes = track_writes(api)
-    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    learned = time.time()
+    store.record(reference(1, pinned=False), AMD_ARM, learned)
     assert await writer.flush() == "created"
-    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())  # a refresh only
+    # a cached copy of the same answer: nothing new to publish
+    store.record(reference(1, pinned=False), AMD_ARM, time.time(), learned=learned)
     await running(writer, lambda: asyncio.sleep(0.5))
     assert len(writes) == 1
 
@@ -220,8 +229,8 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
     stores it; the store's running byte count is the size of the stored map; one more record
     evicts the least recent entry, so the object stays within the CRD's maxProperties."""
     store = ParamsStore(3600)
-    # learned just now, one millisecond apart (the writer expires by time.monotonic())
-    base = time.monotonic() - PARAMS_MAX_ENTRIES / 1000
+    # learned just now, one millisecond apart (the writer expires by time.time())
+    base = time.time() - PARAMS_MAX_ENTRIES / 1000
     for i in range(PARAMS_MAX_ENTRIES):
         store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], base + i / 1000)
     assert len(store) == PARAMS_MAX_ENTRIES
@@ -232,15 +241,22 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
     obj = await live(api)
     assert obj is not None
     assert_published(obj, store)
-    size = len(orjson.dumps(images_of(obj)))
+    size = len(orjson.dumps(images_of(obj))) + len(orjson.dumps(learned_of(obj)))
     assert size == store.json_size <= PARAMS_MAX_BYTES
     mean = sum(map(len, images_of(obj))) / len(store)
+    whole = len(orjson.dumps(obj))
     print(f"\nfull-size params object: {len(store)} entries (mean reference {mean:.0f} chars), "
-          f"spec.images {size} bytes, whole object {len(orjson.dumps(obj))} bytes, "
+          f"spec.images + spec.learned {size} bytes, whole object {whole} bytes "
+          f"(managedFields {len(orjson.dumps(obj['metadata'].get('managedFields')))}), "
           f"created in {write_seconds:.3f} s")
+    managed = obj["metadata"].get("managedFields")
+    if managed is not None:  # the real server: spec.learned is an atomic map, one
+        # managedFields entry instead of one per key (which would repeat every reference)
+        assert '"f:learned":{}' in orjson.dumps(managed).decode()
+    assert whole < 1_572_864  # etcd's default request limit (1.5 MiB)
 
     newest = reference(PARAMS_MAX_ENTRIES, pinned=True)
-    store.record(newest, AMD_ARM, time.monotonic())
+    store.record(newest, AMD_ARM, time.time())
     assert await writer.flush() == "updated"
     obj = await live(api)
     assert obj is not None
@@ -256,16 +272,87 @@ async def test_ttl_expiry_removes_tag_references_on_the_server(api: KubeAPI) -> 
     tag, pinned = reference(7, pinned=False), reference(8, pinned=True)
 
     async def body() -> None:
-        recorded = time.monotonic()
+        recorded = time.time()
         store.record(tag, AMD_ARM, recorded)
         store.record(pinned, AMD_ARM, recorded)
-        await wait_live(api, lambda o: len(images_of(o)) == 2)
+        obj = await wait_live(api, lambda o: len(images_of(o)) == 2)
+        assert learned_of(obj) == {tag: int(recorded)}  # no item for a digest
         obj = await wait_live(api, lambda o: tag not in images_of(o), within=5)
-        assert time.monotonic() - recorded >= 1.0
+        assert time.time() - recorded >= 1.0
         assert images_of(obj) == {pinned: "linux/amd64,linux/arm64"}
+        assert learned_of(obj) == {}
         assert obj["status"]["entries"] == 1
 
     await running(writer, body)
+
+
+async def wait_gone(api: KubeAPI, image: str, within: float) -> float:
+    """Poll every 0.1 s until ``image`` is not in spec.images; returns the wall time."""
+    await wait_live(api, lambda o: image not in images_of(o), within=within)
+    return time.time()
+
+
+async def test_an_expired_entry_leaves_the_object_within_ttl_plus_2_s_with_no_record(
+        api: KubeAPI) -> None:
+    """Production pacing (one tick a second), TTL 3 s, one record and then none: the
+    periodic tick alone expires and writes."""
+    store = ParamsStore(3.0)
+    writer = ParamsWriter(api, store)  # min_interval 1 s
+    tag = reference(11, pinned=False)
+    learned = time.time() - 0.5  # the registry answered half a second before the record
+
+    async def body() -> None:
+        store.record(tag, AMD_ARM, time.time(), learned=learned)
+        await wait_live(api, lambda o: tag in images_of(o))
+        gone = await wait_gone(api, tag, within=10)
+        print(f"\nexpired entry gone {gone - learned:.2f} s after it was learned (TTL 3 s)")
+        assert 3.0 <= gone - learned <= 3.0 + 2.0
+
+    await running(writer, body)
+
+
+async def test_a_restarted_writer_keeps_the_ages_of_the_live_entries(api: KubeAPI) -> None:
+    """A controller writes an entry, stops, and a new one (new store, new writer) adopts
+    the object twice over: the entry still leaves within TTL + 2 s of when it was first
+    learned, and its learned time is never rewritten younger."""
+    tag = reference(21, pinned=False)
+    learned = time.time()
+    first = ParamsStore(4.0)
+    first.record(tag, AMD_ARM, learned)
+    assert await ParamsWriter(api, first).flush() == "created"
+    for restart in range(2):
+        store = ParamsStore(4.0)
+        writer = ParamsWriter(api, store)
+        assert await writer.load() == 1 + restart  # tag, and the others recorded since
+        # something else makes it write
+        store.record(reference(22 + restart, pinned=False), AMD_ARM, time.time())
+        assert await writer.flush() == "updated"
+        obj = await live(api)
+        assert obj is not None and learned_of(obj)[tag] == int(learned)
+
+    async def body() -> None:
+        gone = await wait_gone(api, tag, within=10)
+        print(f"\nadopted entry gone {gone - learned:.2f} s after it was learned (TTL 4 s)")
+        assert gone - learned <= 4.0 + 2.0
+
+    await running(writer, body)
+
+
+async def test_tag_entries_of_unknown_age_are_dropped_on_start(api: KubeAPI) -> None:
+    """An object from before spec.learned: its tag references may be arbitrarily old, so a
+    new leader does not adopt them (digest references stay)."""
+    tag, pinned = reference(31, pinned=False), reference(32, pinned=True)
+    await api.request("POST", PARAMS_COLLECTION_PATH, body={
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "metadata": {"name": "cluster"},
+        "spec": {"images": {tag: "linux/amd64,linux/arm64", pinned: "linux/amd64"}},
+        "status": {"entries": 2}})
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store)
+    assert await writer.load() == 1
+    assert await writer.flush() == "updated"
+    obj = await live(api)
+    assert obj is not None and images_of(obj) == {pinned: "linux/amd64"}
 
 
 # --- races ------------------------------------------------------------------------------
@@ -280,13 +367,13 @@ async def test_a_write_that_lost_a_race_is_retried_after_a_re_read(
     first, second = reference(1, pinned=True), reference(2, pinned=False)
 
     async def body() -> None:
-        store.record(first, AMD_ARM, time.monotonic())
+        store.record(first, AMD_ARM, time.time())
         await wait_live(api, lambda o: first in images_of(o))
         # the other writer: a label and a foreign entry, as a merge patch (new resourceVersion)
         await api.request("PATCH", PARAMS_PATH, body={
             "metadata": {"labels": {"team": "other"}},
             "spec": {"images": {"other.example/x:1": "linux/s390x"}}})
-        store.record(second, [("linux", "amd64")], time.monotonic())
+        store.record(second, [("linux", "amd64")], time.time())
         await wait_live(api, lambda o: images_of(o) == store.images())
 
     await running(writer, body)
@@ -301,10 +388,10 @@ async def test_a_write_that_lost_a_race_is_retried_after_a_re_read(
 async def test_flush_retries_once_after_a_lost_race(api: KubeAPI) -> None:
     store = ParamsStore(3600)
     writer = ParamsWriter(api, store)
-    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    store.record(reference(1, pinned=True), AMD_ARM, time.time())
     assert await writer.flush() == "created"
     await api.request("PATCH", PARAMS_PATH, body={"metadata": {"annotations": {"x": "y"}}})
-    store.record(reference(2, pinned=True), AMD_ARM, time.monotonic())
+    store.record(reference(2, pinned=True), AMD_ARM, time.time())
     assert await writer.flush() == "updated"
     obj = await live(api)
     assert obj is not None
@@ -317,10 +404,10 @@ async def test_a_deleted_object_is_created_again(api: KubeAPI) -> None:
     writer = ParamsWriter(api, store, min_interval=0.2, metrics=metrics)
 
     async def body() -> None:
-        store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+        store.record(reference(1, pinned=True), AMD_ARM, time.time())
         await wait_live(api, lambda o: len(images_of(o)) == 1)
         await api.request("DELETE", PARAMS_PATH)
-        store.record(reference(2, pinned=True), AMD_ARM, time.monotonic())
+        store.record(reference(2, pinned=True), AMD_ARM, time.time())
         await wait_live(api, lambda o: len(images_of(o)) == 2)
 
     await running(writer, body)
@@ -333,17 +420,21 @@ async def test_load_adopts_the_live_object_and_later_writes_replace_it(
         api: KubeAPI) -> None:
     live_images = {reference(i, pinned=i % 2 == 0): platforms_value(PLATFORM_SETS[i % 4])
                    for i in range(10)}
+    learned = {image: int(time.time()) - 60 for image in live_images
+               if not image.count("@")}
     await api.request("POST", PARAMS_COLLECTION_PATH, body={
         "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
-        "metadata": {"name": "cluster"}, "spec": {"images": live_images},
+        "metadata": {"name": "cluster"},
+        "spec": {"images": live_images, "learned": learned},
         "status": {"entries": len(live_images)}})
     store = ParamsStore(3600)
     writer = ParamsWriter(api, store)
     writes = track_writes(api)
     assert await writer.load() == 10
-    assert store.images() == live_images and not store.dirty
+    assert store.images() == live_images and store.learned() == learned
+    assert not store.dirty
     assert await writer.flush() == "clean"
-    store.record(reference(99, pinned=False), AMD_ARM, time.monotonic())
+    store.record(reference(99, pinned=False), AMD_ARM, time.time())
     assert await writer.flush() == "updated"
     assert [w[0] for w in writes] == ["update"]
     obj = await live(api)
@@ -357,7 +448,7 @@ async def test_load_of_a_missing_object_then_create(api: KubeAPI) -> None:
     writer = ParamsWriter(api, store)
     assert await writer.load() == 0
     writes = track_writes(api)
-    store.record(reference(1, pinned=False), AMD_ARM, time.monotonic())
+    store.record(reference(1, pinned=False), AMD_ARM, time.time())
     assert await writer.flush() == "created"
     assert [w[0] for w in writes] == ["create"]
 
@@ -368,7 +459,7 @@ async def test_an_unreachable_server_never_stops_the_loop() -> None:
     store = ParamsStore(3600)
     metrics = FakeMetrics()
     writer = ParamsWriter(client, store, min_interval=0.1, metrics=metrics)
-    store.record(reference(1, pinned=True), AMD_ARM, time.monotonic())
+    store.record(reference(1, pinned=True), AMD_ARM, time.time())
     try:
         await running(writer, lambda: asyncio.sleep(0.5))
         assert await writer.flush() == "error"

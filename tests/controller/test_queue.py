@@ -87,6 +87,52 @@ async def test_requeue_after_and_discard() -> None:
     assert calls == Counter({"again": 3})
 
 
+async def test_a_requeue_after_forgets_the_failure_count() -> None:
+    """controller-runtime: ``RequeueAfter`` means ``Forget`` then ``AddAfter``: a key that
+    failed twice and then asks to come back later starts from zero failures."""
+    q = WorkQueue(workers=1, rate=0, base_delay=0.01, jitter=0.0)
+    seen: list[int] = []
+
+    async def handler(key: str) -> float | None:
+        seen.append(q.failures(key))
+        if len(seen) <= 2:
+            raise RuntimeError("boom")
+        return 0.01 if len(seen) == 3 else None
+
+    q.add("k")
+    q.start(handler)
+    await asyncio.wait_for(q.wait_idle(), 5)
+    await q.shutdown()
+    assert seen == [0, 1, 2, 0]
+
+
+class Stale(Exception):
+    pass
+
+
+async def test_stale_writes_are_retried_without_counting_as_failures() -> None:
+    """A conflict (stale write) is retried with a fresh read and leaves the failure count
+    alone; after ``max_quick_retries`` in a row it counts, so it cannot loop forever."""
+    q = WorkQueue(workers=1, rate=0, base_delay=0.01, jitter=0.0, retry_now=(Stale,),
+                  max_quick_retries=3)
+    seen: list[int] = []
+
+    async def handler(key: str) -> None:
+        seen.append(q.failures(key))
+        if len(seen) == 1:
+            raise RuntimeError("a real failure")
+        if len(seen) <= 6:
+            raise Stale("409")
+
+    q.add("k")
+    q.start(handler)
+    await asyncio.wait_for(q.wait_idle(), 5)
+    await q.shutdown()
+    # one counted failure, three free conflicts, then the fourth conflict in a row counts
+    assert seen == [0, 1, 1, 1, 1, 2, 2]
+    assert q.errors == 2
+
+
 async def test_token_bucket_limits_the_start_rate() -> None:
     bucket = TokenBucket(rate=1000, burst=2)
     loop = asyncio.get_running_loop()

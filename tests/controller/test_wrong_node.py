@@ -1,5 +1,7 @@
-"""Never a pod on a node its images can't run (issue 13): the decision's affinity, checked
-by evaluating it against node labels the way kube-scheduler's NodeAffinity filter does."""
+"""Never a pod on a node its images can't run (README "How it decides", item 4): the
+decision's affinity, checked by evaluating it against node labels the way kube-scheduler's
+NodeAffinity filter does. A node is admissible only when its (os, arch) *pair* is one every
+image supports."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tests.controller._pods import apply, assert_kep3838, gated_pod, img, requir
 
 CFG = PlacementConfig()
 ARCHS = ("amd64", "arm64", "ppc64le", "s390x")
-OSES = ("linux", "windows")
+OSES = ("linux", "windows", "freebsd")
 
 
 def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -77,7 +79,7 @@ def _admitted(pod: dict[str, Any]) -> set[str]:
 
 
 def test_a_term_with_notin_on_arch_gets_the_supported_set_appended() -> None:
-    # The three ORed terms seen bound to an arm64 node in issue 13.
+    # Three ORed terms, one of them with NotIn on arch: once seen bound to an arm64 node.
     pod = gated_pod(affinity=required(
         [expression(HOSTNAME_LABEL, "In", ["arm"]), expression(ARCH_LABEL, "In", ["amd64"])],
         [expression(ARCH_LABEL, "NotIn", ["s390x"])],
@@ -139,6 +141,21 @@ def test_linux_images_never_admit_a_windows_node() -> None:
     assert _admitted(win) == {"win"}
 
 
+def test_windows_amd64_and_linux_arm64_never_admit_linux_amd64() -> None:
+    # The real-server case: the cross product admitted the linux/amd64 node.
+    _, new = _decide(gated_pod(), "windows/amd64", "linux/arm64")
+    assert _admitted(new) == {"arm", "win"}
+
+
+def test_with_terms_each_term_admits_only_its_os_pairs() -> None:
+    pod = gated_pod(affinity=required([expression("zone", "DoesNotExist")],
+                                      [expression(OS_LABEL, "In", ["windows"])]))
+    assert _admitted(pod) == {"amd", "arm", "ibm", "win"}
+    dec, new = _decide(pod, "windows/amd64", "linux/arm64")
+    assert _admitted(new) == {"arm", "win"}
+    assert dec.events[0].reason == d.PLATFORMS_LEFT_OUT  # term 0 left windows/amd64 out
+
+
 _keys = st.sampled_from([ARCH_LABEL, ARCH_LABEL, OS_LABEL, "zone"])
 _ops = st.sampled_from(["In", "In", "NotIn", "Exists", "DoesNotExist"])
 _values = st.lists(st.sampled_from([*ARCHS, *OSES, "a"]), min_size=1, max_size=3, unique=True)
@@ -152,13 +169,13 @@ def _exprs(draw: st.DrawFn) -> dict[str, Any]:
 
 
 _terms = st.lists(st.lists(_exprs(), min_size=1, max_size=3), min_size=0, max_size=3)
+#: Mostly several OSes with different architectures: the case one term cannot name exactly.
 _plats = st.lists(
     st.tuples(st.sampled_from(OSES), st.sampled_from(ARCHS)).map("/".join),
-    min_size=1, max_size=4, unique=True,
+    min_size=1, max_size=5, unique=True,
 )
-_nodes = st.lists(
-    st.tuples(st.sampled_from(ARCHS), st.sampled_from(OSES)), min_size=1, max_size=8
-).map(lambda pairs: [_node(f"n{i}", a, o) for i, (a, o) in enumerate(pairs)])
+#: Every (os, arch) pair of the cluster has a node.
+ALL_NODES = [_node(f"{o}-{a}", a, o) for o in OSES for a in ARCHS]
 
 
 def _explicit(pod: Mapping[str, Any], key: str) -> set[str]:
@@ -168,26 +185,48 @@ def _explicit(pod: Mapping[str, Any], key: str) -> set[str]:
     return out | ({pin} if pin else set())
 
 
-@settings(max_examples=400, deadline=None)
-@given(_terms, _plats, _nodes, st.sampled_from([None, *ARCHS]))
-def test_property_no_admitted_node_outside_supported_or_the_users_pins(
-    terms: Sequence[list[dict[str, Any]]], plats: list[str], nodes: list[dict[str, Any]],
-    selector_arch: str | None,
+@settings(max_examples=600, deadline=None)
+@given(_terms, _plats, st.sampled_from([None, *ARCHS]), st.sampled_from([None, *OSES]))
+def test_property_no_admitted_node_outside_supported_pairs_or_the_users_pins(
+    terms: Sequence[list[dict[str, Any]]], plats: list[str],
+    selector_arch: str | None, selector_os: str | None,
 ) -> None:
+    """For every node of every (os, arch): a node the written affinity admits runs a pair
+    every image supports, unless the user's own pins name its arch or os (then the pair is
+    reported); a supported pair the user's terms admitted stays admitted unless a term
+    left it out, which is reported and warned."""
+    selector = {k: v for k, v in ((ARCH_LABEL, selector_arch), (OS_LABEL, selector_os)) if v}
     pod = gated_pod(affinity=required(*terms) if terms else None,
-                    node_selector={ARCH_LABEL: selector_arch} if selector_arch else None)
+                    node_selector=selector or None)
     dec, new = _decide(pod, *plats)
-    archs = {p.split("/")[1] for p in plats}
-    oses = {p.split("/")[0] for p in plats}
-    pairs = {tuple(p.split("/")) for p in plats}
-    ok_arch = archs | _explicit(pod, ARCH_LABEL)
-    ok_os = oses | _explicit(pod, OS_LABEL)
-    for node in nodes:
-        labels = node["labels"]
-        if admits(new, node):
-            assert labels[ARCH_LABEL] in ok_arch, (node, terms_of(new))
-            assert labels[OS_LABEL] in ok_os, (node, terms_of(new))
-        runs = (labels[OS_LABEL], labels[ARCH_LABEL]) in pairs
-        if runs and admits(pod, node):
-            assert admits(new, node), (node, terms_of(pod), terms_of(new))
     assert dec.outcome in (d.SET, d.NOT_SET)
+    requirement = dec.requirement
+    assert requirement is not None
+    pairs = {tuple(p.split("/")) for p in plats}
+    archs = {a for _, a in pairs}
+    oses = {o for o, _ in pairs}
+    pinned_arch, pinned_os = _explicit(pod, ARCH_LABEL), _explicit(pod, OS_LABEL)
+    left_out = {p for t in requirement.terms for p in t.left_out}
+    cannot_run = dec.events[0].reason in (d.INCOMPATIBLE_NODE_SELECTOR,
+                                          d.INCOMPATIBLE_NODE_AFFINITY)
+    for node in ALL_NODES:
+        labels = node["labels"]
+        pair = (labels[OS_LABEL], labels[ARCH_LABEL])
+        if admits(new, node):
+            assert pair[1] in archs | pinned_arch, (node, terms_of(new))
+            assert pair[0] in oses | pinned_os, (node, terms_of(new))
+            if pair not in pairs:
+                assert pair[1] in pinned_arch or pair[0] in pinned_os, (node, terms_of(new))
+                if pair[1] in archs and pair[0] in oses:
+                    assert cannot_run or pair in requirement.outside_pairs, (node, terms_of(new))
+            else:
+                assert pair in requirement.pairs
+        if pair in pairs and admits(pod, node) and not admits(new, node):
+            assert pair in left_out, (node, terms_of(pod), terms_of(new))
+    if not terms and not selector:
+        # no pins at all: exactly the supported pairs
+        assert {(n["labels"][OS_LABEL], n["labels"][ARCH_LABEL])
+                for n in ALL_NODES if admits(new, n)} == pairs
+    if left_out and not cannot_run:
+        assert dec.events[0].reason == d.PLATFORMS_LEFT_OUT
+        assert all(f"{o}/{a}" in dec.events[0].message for o, a in left_out)

@@ -156,6 +156,58 @@ async def test_pull_always_revalidates_with_one_head(
     assert moved.digest != first.digest
 
 
+class _WallClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_cached_result_carries_the_time_of_the_fetch_it_copies(
+    registry: Registry, pusher: object, make_inspector: InspectorFactory
+) -> None:
+    p: Pusher = pusher(registry)  # type: ignore[operator]
+    p.image("ii/aged", "v1", architecture="amd64")
+    wall = _WallClock()
+    insp = await make_inspector(registries=insecure(registry.host), wall_clock=wall)
+    image = f"{registry.host}/ii/aged:v1"
+    first = await insp.inspect(image)
+    assert first.fetched_at == 1_700_000_000.0
+    wall.now += 30
+    again = await insp.inspect(image)  # from the cache: not a new registry answer
+    assert insp.stats.cache_hits == 1
+    assert again.fetched_at == 1_700_000_000.0
+    # a revalidation (pull_always) asks the registry: the answer is as of the HEAD
+    revalidated = await insp.inspect(image, pull_always=True)
+    assert insp.stats.revalidations == 1 and revalidated.fetched_at == 1_700_000_030.0
+    assert revalidated == first  # the time is not part of equality
+
+
+async def test_max_age_refetches_a_cached_result_that_is_too_old(
+    registry: Registry, pusher: object, make_inspector: InspectorFactory
+) -> None:
+    """The inspector caches for 6 h; a caller aging by fetched_at with a 20 s TTL gets a
+    fresh answer once the cached one is 20 s old, and sees a tag that moved."""
+    p: Pusher = pusher(registry)  # type: ignore[operator]
+    p.multiarch("ii/maxage", "v1", ["linux/amd64", "linux/arm64"])
+    wall = _WallClock()
+    insp = await make_inspector(registries=insecure(registry.host), wall_clock=wall)
+    image = f"{registry.host}/ii/maxage:v1"
+    first = await insp.inspect(image, max_age=20)
+    p.image("ii/maxage", "v1", architecture="amd64")  # re-pushed amd64-only
+    wall.now += 19.9
+    young = await insp.inspect(image, max_age=20)
+    assert young.platforms == first.platforms and young.fetched_at == first.fetched_at
+    wall.now += 0.1
+    fresh = await insp.inspect(image, max_age=20)
+    assert fresh.platforms == (Platform("linux", "amd64"),)
+    assert fresh.fetched_at == 1_700_000_020.0
+    assert insp.stats.cache_misses == 2
+    # without max_age the (now refreshed) cache answers
+    assert (await insp.inspect(image)).fetched_at == 1_700_000_020.0
+
+
 async def test_plain_http_needs_an_insecure_entry(
     registry: Registry, plain: dict[str, object], make_inspector: InspectorFactory
 ) -> None:

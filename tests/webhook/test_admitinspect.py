@@ -65,12 +65,14 @@ class _Inspector:
     def __init__(self, platform: str = "linux/amd64") -> None:
         self.platform = platform
         self.calls: list[tuple[str, tuple[str, ...], bool]] = []
+        self.max_ages: list[float | None] = []
         self.gate: asyncio.Event | None = None
         self.fail: Exception | None = None
 
     async def inspect(self, image: str, credentials: Sequence[Credential] = (), *,
-                      pull_always: bool = False) -> Any:
+                      pull_always: bool = False, max_age: float | None = None) -> Any:
         self.calls.append((image, tuple(c.username for c in credentials), pull_always))
+        self.max_ages.append(max_age)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
@@ -127,6 +129,14 @@ async def test_concurrent_reviews_of_one_image_and_credentials_share_one_inspect
     again = await at.pod_images(pod, "ns", CFG)
     assert again.complete and set(again.from_cache) == set(again.results)
     assert len(inspector.calls) == 2 and at.in_flight() == 0
+
+
+async def test_a_flight_asks_for_a_result_younger_than_the_cache_ttl() -> None:
+    """The webhook's inspector caches for its own (longer) TTL: a flight must not place a
+    pod with a copy of a registry answer older than the config's cacheTTL."""
+    at, inspector, _, _ = _setup()
+    await at.pod_images(_pod("reg.example/app:1"), "ns", CFG, budget=5.0)
+    assert inspector.max_ages == [CFG.image_inspection.cache_ttl_seconds]
 
 
 async def test_other_credentials_are_another_flight() -> None:

@@ -49,7 +49,7 @@ class _Inspector:
         self.calls: list[str] = []
 
     async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
-                      pull_always: bool = False) -> Any:
+                      pull_always: bool = False, max_age: float | None = None) -> Any:
         self.calls.append(image)
         return img(image, "linux/arm64/v8")
 

@@ -66,20 +66,26 @@ def test_availability_follows_observed_renewals_not_the_lease_timestamps() -> No
     assert lease_record({"spec": {"holderIdentity": ""}}) is None
 
 
-def test_a_released_or_missing_lease_means_no_controller_at_once() -> None:
-    """A stopping leader releases the Lease, and the last one stands down: nobody would
-    release a pod the webhook gated now, so the webhook places pods itself at once, not
-    after the threshold. A holder again makes the controller available again."""
+def test_a_released_or_missing_lease_means_no_controller_after_the_grace() -> None:
+    """A stopping leader releases the Lease. A standby takes it within one retry period (a
+    handover: keep gating); the last controller stands down after longer than the grace.
+    So past the grace (4 s, not the 60 s threshold) the webhook places pods itself. A
+    holder again makes the controller available again."""
     clock = FakeClock()
     lease = _lease(clock)
     lease._apply(_lease_obj("2000-01-01T00:00:00.000000Z"))
     assert lease.available()
     clock.now += 1
     lease._apply({"spec": {"holderIdentity": "", "renewTime": "2000-01-01T00:00:01Z"}})
-    assert not lease.available()
+    clock.now += 2
+    lease._apply({"spec": {"holderIdentity": "", "renewTime": "2000-01-01T00:00:01Z"}})
+    assert lease.available()  # a handover takes this long
+    clock.now += 2.5
+    assert not lease.available()  # 4.5 s without a holder
     lease._apply(_lease_obj("2000-01-01T00:00:03.000000Z", holder="c-2"))
     assert lease.available()
     lease._apply(None)  # deleted (its namespace is being deleted)
+    clock.now += 4.5
     assert not lease.available()
 
 

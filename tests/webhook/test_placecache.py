@@ -1,10 +1,12 @@
-"""The webhook's per-credential cache (issue 14 item 3): background fills, TTL, LRU,
-deduplication, bounds, and results never crossing namespaces or pull secrets."""
+"""The webhook's per-credential cache: background fills, TTL counted from when a registry
+answered (the result's fetched_at, not the fill), LRU, deduplication, bounds, and results
+never crossing namespaces or pull secrets."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -54,14 +56,18 @@ class _Inspector:
     def __init__(self, needs: dict[str, str | None] | None = None) -> None:
         self.needs = needs or {}
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.max_ages: list[float | None] = []
+        #: image → the fetched_at its results carry (a copy from the inspector's cache)
+        self.fetched_at: dict[str, float] = {}
         self.gate: asyncio.Event | None = None
         self.running = 0
         self.max_running = 0
 
     async def inspect(self, image: str, credentials: Sequence[Credential] = (), *,
-                      pull_always: bool = False) -> Any:
+                      pull_always: bool = False, max_age: float | None = None) -> Any:
         users = tuple(c.username for c in credentials)
         self.calls.append((image, users))
+        self.max_ages.append(max_age)
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:
@@ -70,9 +76,20 @@ class _Inspector:
             need = self.needs.get(image)
             if need is not None and need not in users:
                 raise _Status(401)
+            if image in self.fetched_at:
+                return _Aged(image, self.fetched_at[image])
             return img(image, "linux/arm64")
         finally:
             self.running -= 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Aged:
+    """A result with the time a registry answered for it (as imageinspect.ImageInfo)."""
+
+    reference: str
+    fetched_at: float
+    platforms: tuple[Any, ...] = img("x", "linux/arm64").platforms
 
 
 class _Clock:
@@ -119,6 +136,42 @@ async def test_entries_expire_after_the_configs_ttl() -> None:
     await cache.idle()
     clock.now += 10.0
     assert cache.lookup(pod, "ns", shorter) is None
+
+
+async def test_entries_age_from_the_registry_answer_not_from_the_fill() -> None:
+    """A fill at 1000 gets a copy the inspector fetched at 950 (from its own cache): with a
+    60 s TTL the entry expires at 1010, not 1060."""
+    inspector, clock = _Inspector(), _Clock()
+    inspector.fetched_at["reg/a:1"] = 950.0
+    cache = PlaceCache(_Client({}), inspector, clock=clock)
+    pod = _pod("reg/a:1")
+    cache.schedule_fill(pod, "ns", CFG)
+    await cache.idle()
+    clock.now = 1009.9
+    assert cache.lookup(pod, "ns", CFG) is not None
+    clock.now = 1010.0
+    assert cache.lookup(pod, "ns", CFG) is None
+
+
+async def test_fills_ask_the_inspector_for_results_younger_than_the_ttl() -> None:
+    inspector = _Inspector()
+    cache = PlaceCache(_Client({}), inspector)
+    cache.schedule_fill(_pod("reg/a:1"), "ns", CFG)
+    await cache.idle()
+    assert inspector.max_ages == [60.0]
+
+
+async def test_a_fetch_time_in_the_future_counts_as_the_fill_time() -> None:
+    inspector, clock = _Inspector(), _Clock()
+    inspector.fetched_at["reg/a:1"] = 5000.0
+    cache = PlaceCache(_Client({}), inspector, clock=clock)
+    pod = _pod("reg/a:1")
+    cache.schedule_fill(pod, "ns", CFG)
+    await cache.idle()
+    clock.now = 1059.9
+    assert cache.lookup(pod, "ns", CFG) is not None
+    clock.now = 1060.0
+    assert cache.lookup(pod, "ns", CFG) is None
 
 
 async def test_least_recently_used_entries_go_first() -> None:
