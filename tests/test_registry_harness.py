@@ -464,6 +464,7 @@ def test_the_test_doubles_print_nothing_when_a_client_hangs_up(
         server.shutdown()
         server.server_close()
     _out, err = capfd.readouterr()
-    assert "Exception occurred" not in err and "Traceback" not in err, err
+    # (the logged error may reach stderr through a handler an earlier test installed)
+    assert "Exception occurred" not in err and "client gone" not in err, err
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "a bug in the double" in str(errors[0].exc_info[1])
