@@ -100,10 +100,14 @@ def register(subparsers: Any) -> None:
     gen = sub.add_parser(
         "generate", help="write a new CA and serving certificate",
         description=f"Write a new CA and a serving certificate signed by it into --out: "
-                    f"{files} (keys mode 0600). The directory is created if needed; existing "
+                    f"{files} (keys mode 0600), for the names of --dns, --ip and --service: "
+                    "at least one of --dns, --ip or --service is required. The directory "
+                    "is created if needed; existing "
                     "certificates or keys there are only replaced with --force. Prints "
                     '{"dir", "dns", "ip"} as JSON. Exit code 0 written, 1 the directory '
                     "could not be written, 2 an unusable argument.")
+    gen.usage = ("%(prog)s --out DIR (--dns NAME | --ip ADDR | --service SERVICE --namespace "
+                 "NAMESPACE)... [options]")
     gen.add_argument("--out", required=True, metavar="DIR",
                      help=f"output directory ({files} are written there)")
     gen.add_argument("--force", action="store_true",

@@ -353,6 +353,8 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     if not inputs.cluster:
         assert inputs.pod is not None
         pod = inputs.pod
+        if is_stored(pod):
+            path = admission_path_taken(pod)
         nodes = load_objects(args.nodes)
         nrt_list = load_objects(args.nrt) if args.nrt else []
         config = _config(args, inputs.config, bool(nrt_list))
@@ -369,7 +371,10 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
             else:
                 pod = _namespaced(inputs.pod, args.namespace,
                                   lambda: _context_namespace(kubeconfig, args.context))
-                path = await admission_path_dry_run(api, pod)
+                # a file may hold a pod as the API server stored it (kubectl get -o yaml):
+                # it went through admission already
+                path = (admission_path_taken(pod) if is_stored(pod)
+                        else await admission_path_dry_run(api, pod))
             nodes, nrt_list = await read_cluster_objects(api)
             config = _config(args, inputs.config, bool(nrt_list))
             if config.topology.enabled:
@@ -400,6 +405,13 @@ _PATHS = {
                "pod's pull secrets)",
     "controller": "gated at admission, placed by the controller's PATCH",
 }
+
+
+def is_stored(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` is an object the API server stored (it has a ``metadata.uid`` or
+    ``creationTimestamp``), not a manifest still to be created."""
+    meta = pod.get("metadata") or {}
+    return bool(meta.get("uid") or meta.get("creationTimestamp"))
 
 
 def admission_path_taken(pod: Mapping[str, Any]) -> str:

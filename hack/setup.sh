@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent setup on a Debian machine:
 #   - Debian packages: docker-registry (the real OCI registry of the tests and the demo),
-#     etcd-server (etcd for the real control plane of the envtest convention) and mmdebstrap,
-#     umoci and skopeo (hack/image.sh builds and pushes the image without a container daemon);
+#     etcd-server (etcd for the real control plane of the envtest convention), mmdebstrap,
+#     umoci and skopeo (hack/image.sh builds and pushes the image without a container daemon)
+#     and prometheus (its promtool checks and unit-tests the alerts of
+#     deploy/optional/monitoring; the server itself is never started);
 #   - a virtual environment in .venv/ (PEP 668: never the system Python) holding the project
 #     and its test extras. A second run reuses it.
 # Needs Python 3.11 or newer (PYTHON=/path/to/python3 picks another interpreter).
@@ -14,7 +16,7 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   exit 1
 fi
 need=()
-for pkg in docker-registry etcd-server xz-utils mmdebstrap umoci skopeo; do
+for pkg in docker-registry etcd-server xz-utils mmdebstrap umoci skopeo prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=("python3-venv")

@@ -302,7 +302,13 @@ class KubeServer:
             return self._status_response(exc)
         except web.HTTPException:
             raise
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            # the client went away (e.g. a watch closed before its headers were written):
+            # nobody to answer; aiohttp's attempt to send this fails quietly, where a raise
+            # would be logged as an error with a traceback
+            status = 499
+            return web.Response(status=status)
+        except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in localkube: answer 500 like the real server would
             log.exception("localkube internal error on %s %s", request.method, request.path_qs)

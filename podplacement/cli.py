@@ -146,10 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The subcommand names of ``parser``, in help order."""
+    for action in parser._actions:  # argparse keeps its subparsers here only
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Set up logging and run the chosen subcommand; unexpected errors become one line."""
     if not getattr(args, "func", None):
-        parser.print_help()
+        commands = ", ".join(_commands(parser))
+        print(f"{parser.prog}: error: a command is required: {commands} "
+              f"(see '{parser.prog} --help')", file=sys.stderr)
         return 2
     setup_logging(args.log_level, args.log_format)
     func = cast(Callable[[argparse.Namespace], int], args.func)

@@ -1,7 +1,82 @@
 """Session-wide pytest configuration: the harness fixtures (real registry, localkube or a
-real control plane, TLS material) are plugins under ``tests/harness``."""
+real control plane, TLS material) are plugins under ``tests/harness``.
+
+The real control plane (``realcluster`` tests) is found by
+:func:`podplacement.sandbox.controlplane.locate_assets`. Under ``CI=true`` a run without it
+stops at once with one line (a CI must never be green without having run against a real API
+server); elsewhere its tests skip, and the summary says how many did and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
 
 pytest_plugins = [
     "tests.harness.registry_fixtures",
     "tests.harness.kube_fixtures",
 ]
+
+#: The marker of the tests that need the real control plane.
+REALCLUSTER = "realcluster"
+
+
+def in_ci() -> bool:
+    """Whether this run is CI's (``CI`` set to ``true``/``1``/``yes``, as CI systems set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing_control_plane() -> str | None:
+    """Why the real control plane can't be used here (one line), or None when it can."""
+    from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
+
+    try:
+        locate_assets()
+    except AssetsNotFound as exc:
+        return str(exc)
+    return None
+
+
+def ci_refusal() -> str | None:
+    """Under CI without the real control plane: the one line that stops the run (also used
+    by ``hack/test.sh`` before lint and type checks); else None."""
+    if not in_ci():
+        return None
+    why = missing_control_plane()
+    if why is None:
+        return None
+    return ("CI=true but kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
+            f"(with etcd) were not found, so the {REALCLUSTER} tests would be skipped: {why}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI, refuse to run without the real control plane (the controller process of
+    a pytest-xdist run checks once; its workers do not)."""
+    if hasattr(config, "workerinput"):
+        return
+    refusal = ci_refusal()
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """One line per reason for the ``realcluster`` tests that were skipped, with their
+    count."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if REALCLUSTER not in getattr(report, "keywords", {}):
+            continue
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if not reasons:
+        return
+    total = sum(reasons.values())
+    terminalreporter.write_sep(
+        "=", f"{total} real-control-plane ({REALCLUSTER}) tests skipped", yellow=True)
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"{count} skipped: {reason}")

@@ -9,9 +9,20 @@ from podplacement import cli
 from podplacement.logs import JSONFormatter, setup_logging
 
 
-def test_no_subcommand_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_subcommand_is_one_error_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
-    assert "usage: podplacement" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("podplacement: error: a command is required: webhook, controller, certs, "
+                   "inspect, explain, demo (see 'podplacement --help')\n")
+
+
+def test_certs_generate_help_says_a_name_is_required(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["certs", "generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at least one of --dns, --ip or --service is required" in text
 
 
 def test_json_formatter_emits_one_object_with_extras() -> None:

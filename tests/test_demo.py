@@ -459,7 +459,10 @@ DEMO_PIECES = ("localkube.__main__", "webhook.cli", "controller.cli", "certs.cli
 
 
 def _debs_dir() -> Path | None:
-    candidates = [os.environ.get("PODPLACEMENT_DEMO_DEBS"), str(REPO / ".demo-cache" / "debs")]
+    from podplacement.demo.images import user_cache_dir
+
+    candidates = [os.environ.get("PODPLACEMENT_DEMO_DEBS"), str(REPO / ".demo-cache" / "debs"),
+                  str(user_cache_dir() / "debs")]
     for c in candidates:
         if c and list(Path(c).glob("busybox-static_*_s390x.deb")):
             return Path(c)
@@ -482,14 +485,12 @@ def _processes_with_marker(marker: str) -> list[str]:
 
 
 def _demo_env(marker: str) -> dict[str, str]:
-    env = {**os.environ, "PODPLACEMENT_DEMO_TEST_MARKER": marker}
-    env.pop("KUBEBUILDER_ASSETS", None)  # the localkube path; real binaries are not here
-    return env
+    return {**os.environ, "PODPLACEMENT_DEMO_TEST_MARKER": marker}
 
 
-def _demo_cmd(debs: Path) -> list[str]:
+def _demo_cmd(debs: Path, api_server: str = "localkube") -> list[str]:
     return [sys.executable, "-m", "podplacement", "--log-format", "text", "demo", "--debs",
-            str(debs)]
+            str(debs), "--no-download", "--api-server", api_server]
 
 
 def _assert_cleaned_up(marker: str, stderr: str) -> None:
@@ -500,21 +501,106 @@ def _assert_cleaned_up(marker: str, stderr: str) -> None:
     assert not Path(work.group(1)).exists()
 
 
-def test_demo_without_packages_fails_cleanly(tmp_path: Path) -> None:
+def test_without_real_binaries_the_first_line_says_localkube_and_how_to_get_them(
+        tmp_path: Path) -> None:
+    broken = tmp_path / "debs"
+    broken.mkdir()
+    (broken / "busybox-static_1_amd64.deb").write_bytes(b"not a package")
     marker = f"demo-test-{uuid.uuid4().hex}"
-    proc = subprocess.run(_demo_cmd(tmp_path), capture_output=True, text=True, cwd=REPO,
-                          env=_demo_env(marker), timeout=120, check=False)
+    env = {**_demo_env(marker), "PODPLACEMENT_K8S_BIN": str(tmp_path / "no-k8s-bin"),
+           "PODPLACEMENT_CACHE": str(tmp_path / "empty-cache")}
+    env.pop("KUBEBUILDER_ASSETS", None)
+    proc = subprocess.run(_demo_cmd(broken, "auto"), capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=120, check=False)
+    first = proc.stderr.splitlines()[0]
+    assert "API server: localkube, the API double, not the real control plane" in first
+    assert "KUBEBUILDER_ASSETS" in first and "shared/k8s-bin" in first and "to get one" in first
+    # the package that is not one fails the run, which stops what it started
     assert proc.returncode == 2, proc.stderr
-    assert "no busybox-static package for amd64" in proc.stderr
+    assert "dpkg-deb could not read" in proc.stderr
     assert proc.stdout == ""
     _assert_cleaned_up(marker, proc.stderr)
+
+
+def test_real_required_but_not_found_fails_with_the_reason(tmp_path: Path) -> None:
+    env = {**_demo_env("unused"), "PODPLACEMENT_K8S_BIN": str(tmp_path / "none"),
+           "PODPLACEMENT_CACHE": str(tmp_path / "empty-cache")}
+    env.pop("KUBEBUILDER_ASSETS", None)
+    proc = subprocess.run(_demo_cmd(tmp_path, "real"), capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "demo failed: --api-server real: no control plane" in proc.stderr
+
+
+# --- busybox binaries: packages, downloads, stand-ins ----------------------------------
+
+
+def test_missing_packages_are_downloaded_then_stood_in_for(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from podplacement.demo import images
+
+    asked: list[list[str]] = []
+    source = _debs_dir()
+
+    def fetch(deb_dir: Path, archs: list[str]) -> str:
+        asked.append(list(archs))
+        if source is not None:  # "downloads" arm64 only
+            shutil.copy(next(source.glob("busybox-static_*_arm64.deb")), deb_dir)
+        return "E: Unable to locate package busybox-static:s390x"
+
+    caplog.set_level("WARNING", logger="podplacement.demo")
+    got = images.prepare_busybox(tmp_path, fetch=fetch)
+    assert asked == [["amd64", "arm64", "ppc64el", "s390x"]]
+    assert set(got) == {"amd64", "arm64", "ppc64le", "s390x"}
+    for arch, binary in got.items():
+        real = arch == "arm64" and source is not None
+        assert binary.source.startswith("busybox-static_") if real else (
+            binary.source == "stand-in"), (arch, binary.source)
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "generated stand-in" in warning and "Unable to locate package" in warning
+    assert "dpkg --add-architecture" in warning
+
+
+#: ELF e_machine by architecture (System V gABI), written out here rather than imported.
+ELF = {"amd64": 62, "arm64": 183, "ppc64le": 21, "s390x": 22}
+
+
+@pytest.mark.parametrize("arch", sorted(ELF))
+def test_a_stand_in_is_a_static_elf_executable_of_its_architecture(arch: str,
+                                                                   tmp_path: Path) -> None:
+    from podplacement.demo import images
+
+    binary = images.standin_binary(arch)
+    assert images.elf_machine(binary) == ELF[arch]
+    readelf = shutil.which("readelf")
+    if readelf:
+        path = tmp_path / arch
+        path.write_bytes(binary)
+        out = subprocess.run([readelf, "-h", "-l", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        assert "EXEC (Executable file)" in out and "LOAD" in out
+    if arch == "amd64" and os.uname().machine == "x86_64":
+        path = tmp_path / "run"
+        path.write_bytes(binary)
+        path.chmod(0o755)
+        assert subprocess.run([str(path)], check=False, timeout=10).returncode == 0
+
+
+def test_no_download_means_no_apt_get(tmp_path: Path) -> None:
+    from podplacement.demo import images
+
+    def fetch(deb_dir: Path, archs: list[str]) -> str:
+        raise AssertionError("asked to download")
+
+    got = images.prepare_busybox(tmp_path, download=False, fetch=fetch)
+    assert {b.source for b in got.values()} == {"stand-in"}
 
 
 def _skip_unless_demo_can_run() -> Path:
     debs = _debs_dir()
     if debs is None:
-        pytest.skip("busybox-static .debs not found: run hack/demo.sh once (fills "
-                    ".demo-cache/debs) or set PODPLACEMENT_DEMO_DEBS")
+        pytest.skip("busybox-static .debs not found: run hack/fetch-debs.sh (fills "
+                    ".demo-cache/debs) or podplacement demo once, or set PODPLACEMENT_DEMO_DEBS")
     missing = [m for m in DEMO_PIECES if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"demo pieces not importable yet: {', '.join(missing)}")
@@ -650,12 +736,30 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
         pytest.skip(str(exc))
     debs = _skip_unless_demo_can_run()
     marker = f"demo-test-{uuid.uuid4().hex}"
-    env = {**_demo_env(marker), "KUBEBUILDER_ASSETS": str(assets.directory)}
-    proc = subprocess.run(_demo_cmd(debs), capture_output=True, text=True, cwd=REPO, env=env,
-                          timeout=300, check=False)
+    # found by itself, as a newcomer runs it: no KUBEBUILDER_ASSETS needed
+    proc = subprocess.run(_demo_cmd(debs, "auto"), capture_output=True, text=True, cwd=REPO,
+                          env=_demo_env(marker), timeout=300, check=False)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert "API server: the real control plane" in proc.stderr.splitlines()[0]
     _assert_cleaned_up(marker, proc.stderr)
     _check_demo_output(proc.stdout, scheduler=assets.binary("kube-scheduler") is not None)
+    # every component's start and stop is logged, and the API server stops within seconds
+    for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
+                 "webhook", "controller"):
+        assert f"started {name} (pid " in proc.stderr and f"stopped {name} (pid " in proc.stderr
+    stop = re.search(r"stopped kube-apiserver \(pid \d+, exit code (\S+), ([\d.]+) s\)",
+                     proc.stderr)
+    assert stop is not None and stop.group(1) == "0" and float(stop.group(2)) < 5, proc.stderr
+    # the README's sample run is this one: its verdicts and explain's reasons are printed
+    readme = (REPO / "README.md").read_text()
+    sample = readme.split("A run looks like this", 1)[1].split("```", 2)[1]
+    claims = [line.strip() for line in sample.splitlines()
+              if "cannot align" in line or " of 7 workloads placed" in line
+              or line.endswith(": ok")]
+    assert len(claims) >= 10, sample
+    printed = {" ".join(line.split()) for line in proc.stdout.splitlines()}
+    for claim in claims:
+        assert " ".join(claim.split()) in printed, f"README claims {claim!r}"
 
 
 @pytest.mark.slow

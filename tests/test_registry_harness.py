@@ -431,3 +431,40 @@ def test_push_through_fault_proxy_keeps_uploads_on_the_proxy(
     assert proxy.count("PUT", r"/manifests/v1$") == 1
     with Pusher(upstream) as direct:
         assert direct.get_manifest("harness/via-proxy", "v1").content == pushed.body
+
+
+def test_the_test_doubles_print_nothing_when_a_client_hangs_up(
+        capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """socketserver would print "Exception occurred during processing of request" and a
+    traceback to stderr; a hang-up is no error, and a real error goes to the log."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.harness.httpserver import QuietHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/hangup":
+                raise BrokenPipeError("client gone")
+            raise ValueError("a bug in the double")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for path in ("/hangup", "/bug"):
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(url + path, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _out, err = capfd.readouterr()
+    # (the logged error may reach stderr through a handler an earlier test installed)
+    assert "Exception occurred" not in err and "client gone" not in err, err
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "a bug in the double" in str(errors[0].exc_info[1])

@@ -1,22 +1,18 @@
-"""``podplacement demo [--debs DIR] [--kubeconfig F] [--keep]``: run the product end to end on
-this machine and print what it decided (see :mod:`podplacement.demo.run`)."""
+"""``podplacement demo [--debs DIR] [--no-download] [--api-server auto|real|localkube]
+[--kubeconfig F] [--keep] [--timeout S]``: run the product end to end on this machine and
+print what it decided (see :mod:`podplacement.demo.run`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
-#: Where ``hack/demo.sh`` downloads the busybox-static packages (relative to the checkout).
-DEFAULT_DEBS = Path(__file__).resolve().parents[2] / ".demo-cache" / "debs"
-DEBS_ENV = "PODPLACEMENT_DEMO_DEBS"
+from podplacement.cli import positive_float
 
-
-def default_debs() -> Path:
-    """``$PODPLACEMENT_DEMO_DEBS`` or ``<checkout>/.demo-cache/debs``."""
-    env = os.environ.get(DEBS_ENV)
-    return Path(env) if env else DEFAULT_DEBS
+#: ``--api-server`` choices: the real control plane when found (else localkube), the real
+#: one or nothing, the API double.
+API_SERVERS = ("auto", "real", "localkube")
 
 
 def register(subparsers: Any) -> None:
@@ -26,21 +22,32 @@ def register(subparsers: Any) -> None:
         help="run registry, API server, webhook and controller here and place sample pods",
         description=(
             "Start two real registries seeded with multi-arch busybox images, an API server "
-            "(localkube; the real binaries with KUBEBUILDER_ASSETS; or --kubeconfig), the "
-            "webhook and the controller as processes, create sample workloads and print the "
-            "placement table. Everything started is stopped at the end."
+            "(the real control plane when its binaries are found: KUBEBUILDER_ASSETS, else "
+            "shared/k8s-bin beside the checkout, else the cache an earlier run filled; "
+            "otherwise localkube, the API double; or an existing cluster with --kubeconfig), "
+            "the webhook and the controller as processes, create sample workloads and print "
+            "the placement table. Everything started is stopped at the end."
         ),
     )
-    p.add_argument("--debs", type=Path, default=None,
-                   help=f"directory with busybox-static_*_<arch>.deb for amd64, arm64, ppc64el "
-                        f"and s390x (default: ${DEBS_ENV} or .demo-cache/debs)")
+    p.add_argument("--debs", type=Path, default=None, metavar="DIR",
+                   help="directory with busybox-static_*_<arch>.deb for amd64, arm64, ppc64el "
+                        "and s390x; missing ones are downloaded there with apt-get download "
+                        "(default: $PODPLACEMENT_DEMO_DEBS, else the checkout's "
+                        ".demo-cache/debs when filled, else ~/.cache/podplacement/debs)")
+    p.add_argument("--no-download", action="store_true",
+                   help="do not run apt-get download: an architecture without a package gets "
+                        "a stand-in binary")
+    p.add_argument("--api-server", choices=API_SERVERS, default="auto",
+                   help="auto: the real control plane when its binaries are found, else "
+                        "localkube; real: fail without it; localkube: the API double "
+                        "(default: %(default)s)")
     p.add_argument("--kubeconfig", type=Path, default=None,
                    help="use this existing cluster (podplacement installed; nothing faked; "
                         "its controller must reach this machine's 127.0.0.1 registries)")
     p.add_argument("--keep", action="store_true",
                    help="keep the work directory (logs, certs, kubeconfig) and, on an "
                         "existing cluster, the demo namespace")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds to wait for the placement decisions (default 60)")
     p.set_defaults(func=run)
 
@@ -48,10 +55,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit code 0 when every workload was placed as expected, 1 when some
     were not, 2 when a step failed, 130 when interrupted."""
-    from podplacement.demo.run import DemoOptions, run_demo
+    from podplacement.demo.images import default_debs_dir
+    from podplacement.demo.run import WORKDIR, DemoOptions, run_demo
 
     options = DemoOptions(
-        debs=args.debs or default_debs(),
+        debs=args.debs or default_debs_dir(WORKDIR),
+        download=not args.no_download,
+        api_server=args.api_server,
         kubeconfig=args.kubeconfig,
         keep=bool(args.keep),
         settle_timeout=float(args.timeout),

@@ -1,13 +1,16 @@
 """``podplacement demo``: the product run for real on this machine, start to finish.
 
-Steps: start two real registries and push real multi-arch busybox images
-(:mod:`podplacement.demo.seed`); start an API server (localkube as a subprocess by default, the
-real etcd + kube-apiserver (+ kube-scheduler) of ``KUBEBUILDER_ASSETS`` through the test
-harness, or an existing cluster with ``--kubeconfig``); apply the CRDs, nodes,
+Steps: find the API server first and say which in the first log line (the real control plane
+of :mod:`podplacement.sandbox.controlplane` when its binaries are found: etcd,
+kube-apiserver, kube-scheduler and kube-controller-manager; localkube, the API double, as a
+subprocess when they are not, with how to get them; or an existing cluster with
+``--kubeconfig``), and start it in the background while the demo gets its busybox binaries
+(:mod:`podplacement.demo.images`: downloaded when missing) and starts two real registries
+with real multi-arch busybox images (:mod:`podplacement.demo.seed`); apply the CRDs, nodes,
 NodeResourceTopologies and the PodPlacementConfig ``cluster``; generate certificates with
 ``podplacement certs generate``; start ``podplacement webhook`` (HTTPS on 127.0.0.1) and
-``podplacement controller`` as processes, exactly as they run in a cluster (the controller
-creates the MutatingWebhookConfiguration with the caBundle); create the sample pods
+``podplacement controller`` as processes side by side, exactly as they run in a cluster (the
+controller creates the MutatingWebhookConfiguration with the caBundle); create the sample pods
 (:mod:`podplacement.demo.workloads`); wait (bounded) until every pod is ungated or waiting for
 NUMA resources; print the table (:mod:`podplacement.demo.report`), ``podplacement explain`` of
 the pod that waits, and a check of every pod against what its images and the NUMA zones imply;
@@ -27,6 +30,7 @@ them only when it runs here too: that is the limitation of that mode.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import importlib.resources
@@ -61,7 +65,7 @@ from controller.config import (
 )
 from kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.demo import report, workloads
-from podplacement.demo.images import DemoImageError, load_busybox_debs
+from podplacement.demo.images import DemoImageError, prepare_busybox
 from podplacement.demo.seed import (
     DemoRegistryPair,
     push_images,
@@ -69,6 +73,7 @@ from podplacement.demo.seed import (
 )
 from podplacement.demo.workloads import Expectation
 from podplacement.sandbox.controlplane import (
+    K8S_VERSION,
     Assets,
     AssetsNotFound,
     ControlPlaneError,
@@ -104,7 +109,11 @@ class DemoOptions:
     """What ``podplacement demo`` was asked to do.
 
     Attributes:
-        debs: directory with the four ``busybox-static_*_<arch>.deb`` files.
+        debs: directory with the four ``busybox-static_*_<arch>.deb`` files (those missing
+            are downloaded there, see :func:`podplacement.demo.images.prepare_busybox`).
+        download: whether missing packages are downloaded (else stand-ins are used).
+        api_server: ``auto`` (the real control plane when found, else localkube), ``real``
+            (fail without it) or ``localkube``; ignored with ``kubeconfig``.
         kubeconfig: use this existing cluster instead of starting an API server.
         keep: keep the work directory (logs, certificates, kubeconfig) and, on an existing
             cluster, the ``demo`` namespace.
@@ -114,6 +123,8 @@ class DemoOptions:
     """
 
     debs: Path
+    download: bool = True
+    api_server: str = "auto"
     kubeconfig: Path | None = None
     keep: bool = False
     settle_timeout: float = 60.0
@@ -201,13 +212,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def subcommand_help(*args: str) -> str:
-    """The ``--help`` text of a subcommand ("" when it does not exist)."""
-    proc = subprocess.run(podplacement_args(*args, "--help"), capture_output=True, text=True,
-                          cwd=WORKDIR, timeout=60, check=False)
-    return proc.stdout if proc.returncode == 0 else ""
-
-
 # --- API server -------------------------------------------------------------------------
 
 
@@ -261,6 +265,34 @@ def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
         raise DemoError(str(exc)) from exc
     return ApiServer(plane.kubeconfig, "real",
                      scheduler="kube-scheduler" in plane.processes, stop=plane.stop)
+
+
+def choose_api_server(options: DemoOptions) -> Assets | None:
+    """Decide which API server the demo runs on and log it (the demo's first line): the
+    control-plane binaries for the real one, None for localkube or an existing cluster.
+
+    Raises:
+        DemoError: ``--api-server real`` and no binaries were found.
+    """
+    if options.kubeconfig is not None:
+        log.info("API server: the existing cluster of %s", options.kubeconfig)
+        return None
+    if options.api_server == "localkube":
+        log.info("API server: localkube, the API double (--api-server localkube); no "
+                 "kube-scheduler binds the pods")
+        return None
+    try:
+        assets = locate_assets()
+    except AssetsNotFound as exc:
+        if options.api_server == "real":
+            raise DemoError(f"--api-server real: {exc}") from exc
+        log.warning("API server: localkube, the API double, not the real control plane; no "
+                    "kube-scheduler binds the pods. Why: %s", exc)
+        return None
+    log.info("API server: the real control plane, kube-apiserver %s with kube-scheduler and "
+             "kube-controller-manager from %s (%s)", K8S_VERSION, assets.directory,
+             assets.source)
+    return assets
 
 
 # --- waiting ----------------------------------------------------------------------------
@@ -558,55 +590,42 @@ def start_webhook(cert_dir: Path, kubeconfig: Path, log_dir: Path) -> tuple[Chil
     return webhook, port
 
 
-async def wait_webhook_ready(webhook: Child, port: int, ca_pem: bytes) -> None:
+async def wait_webhook_ready(webhook: Child, port: int, ca_pem: bytes,
+                             watch: Sequence[Child] = ()) -> None:
     """Wait until the webhook's ``/readyz`` answers 200 over TLS verified with ``ca_pem``.
 
     Raises:
-        DemoError: it exited or was not ready within 30 s.
+        DemoError: it (or one of ``watch``) exited, or it was not ready within 30 s.
     """
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
 
     async def ready() -> bool:
         return await asyncio.to_thread(_https_ok, f"https://127.0.0.1:{port}/readyz", ctx)
 
-    await wait_for("the webhook's /readyz", ready, 30.0, interval=0.3, alive=[webhook])
+    await wait_for("the webhook's /readyz", ready, 30.0, interval=0.2,
+                   alive=[webhook, *watch])
 
 
-async def controller_args(work: Path, pair: DemoRegistryPair, kubeconfig: Path,
-                          cert_dir: Path, webhook_port: int
-                          ) -> tuple[list[str], dict[str, str], str | None]:
+def controller_args(work: Path, pair: DemoRegistryPair, kubeconfig: Path, cert_dir: Path,
+                    webhook_port: int) -> tuple[list[str], dict[str, str], str]:
     """The ``podplacement controller`` command line, extra environment and metrics URL.
 
     The controller registers the webhook by URL with the CA of ``cert_dir``, reads a
-    registries.conf marking the public registry as plain HTTP, and trusts the private
-    registry's CA: through ``--ca-file HOST=FILE`` when the controller has that option,
-    else by adding the CA to its process-wide trust store (``SSL_CERT_FILE``). Options the
-    controller lacks are left out (read from its ``--help``).
+    registries.conf marking the public registry as plain HTTP, trusts the private
+    registry's CA (``--ca-file HOST=FILE``) and never stands down at its end (the demo's
+    control plane goes with the demo).
     """
     conf = work / "registries.conf"
     conf.write_text(registries_conf(pair))
     ca_file = work / "private-registry-ca.crt"
     ca_file.write_bytes(pair.private_ca_pem)
-    help_text = await asyncio.to_thread(subcommand_help, "controller")
+    metrics_port = free_port()
     args = ["controller", "--kubeconfig", str(kubeconfig), "--namespace", DEFAULT_NAMESPACE,
             "--webhook-url", f"https://127.0.0.1:{webhook_port}/mutate",
-            "--cert-dir", str(cert_dir)]
-    env: dict[str, str] = {}
-    if "--registries-conf" in help_text:
-        args += ["--registries-conf", str(conf)]
-    if "--standby-wait" in help_text:
-        # the demo's control plane goes with the demo: no stand-down at its end
-        args += ["--standby-wait", "-1"]
-    if "--ca-file" in help_text:
-        args += ["--ca-file", f"{pair.private.host}={ca_file}"]
-    else:
-        env["SSL_CERT_FILE"] = str(_trust_bundle(work, pair.private_ca_pem))
-    metrics_url = None
-    if "--metrics-port" in help_text:
-        metrics_port = free_port()
-        args += ["--metrics-port", str(metrics_port)]
-        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    return podplacement_args(*args), env, metrics_url
+            "--cert-dir", str(cert_dir), "--registries-conf", str(conf),
+            "--standby-wait", "-1", "--ca-file", f"{pair.private.host}={ca_file}",
+            "--metrics-port", str(metrics_port)]
+    return podplacement_args(*args), {}, f"http://127.0.0.1:{metrics_port}/metrics"
 
 
 async def wait_webhook_registered(api: KubeAPI, watch: Sequence[Child]) -> None:
@@ -683,15 +702,16 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
 
         cert_dir, ca_pem = await generate_certs(work)
+        # side by side: the controller registers the webhook while it starts; no pod is
+        # created before both are ready
         webhook, webhook_port = start_webhook(cert_dir, server.kubeconfig, log_dir)
         children.append(webhook)
-        await wait_webhook_ready(webhook, webhook_port, ca_pem)
-
-        args, env, metrics_url = await controller_args(work, pair, server.kubeconfig,
-                                                       cert_dir, webhook_port)
+        args, env, metrics_url = controller_args(work, pair, server.kubeconfig, cert_dir,
+                                                 webhook_port)
         controller = start_child("controller", args, log_dir, env)
         children.append(controller)
         watch = [webhook, controller] + ([server.child] if server.child else [])
+        await wait_webhook_ready(webhook, webhook_port, ca_pem, watch)
         await wait_webhook_registered(api, watch)
         log.info("webhook registered by the controller; creating the workloads")
         explain = functools.partial(explain_pod, work, pair, server.kubeconfig, config)
@@ -722,15 +742,6 @@ def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
-
-
-def _trust_bundle(work: Path, extra_pem: bytes) -> Path:
-    """The system CA bundle plus ``extra_pem`` in one file."""
-    path = work / "trust-bundle.pem"
-    system = ssl.get_default_verify_paths().cafile
-    base = Path(system).read_bytes() if system and Path(system).exists() else b""
-    path.write_bytes(base + b"\n" + extra_pem)
-    return path
 
 
 @contextlib.contextmanager
@@ -778,31 +789,36 @@ def run_demo(options: DemoOptions) -> int:
     started = time.monotonic()
     # the registry pushes would log every HTTP request
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    work = Path(tempfile.mkdtemp(prefix="podplacement-demo-"))
-    log.info("work directory %s", work)
     children: list[Child] = []
     pair: DemoRegistryPair | None = None
     server: ApiServer | None = None
+    starting: concurrent.futures.Future[ApiServer] | None = None
+    work: Path | None = None
     code = 2
     with _terminate_as_interrupt():
         try:
-            busybox = load_busybox_debs(options.debs)
+            assets = choose_api_server(options)
+            work = Path(tempfile.mkdtemp(prefix="podplacement-demo-"))
+            log.info("work directory %s", work)
+            if options.kubeconfig is None:
+                # the API server starts while the images are built and pushed
+                pool = concurrent.futures.ThreadPoolExecutor(1, "api-server")
+                starting = pool.submit(
+                    start_real_cluster if assets is not None else start_localkube, work,
+                    *((assets,) if assets is not None else (work / "logs",)))
+                pool.shutdown(wait=False)
+            busybox = prepare_busybox(options.debs, download=options.download)
             log.info("busybox binaries: %s", ", ".join(
-                f"{arch} ({b.binary_size} bytes)" for arch, b in busybox.items()))
+                f"{arch} ({b.binary_size} bytes, {b.source})" for arch, b in busybox.items()))
             pair = start_registries(work)
             digests = push_images(pair, busybox)
             log.info("registries: public http://%s, private https://%s (basic auth); "
                      "%d tags pushed", pair.public.host, pair.private.host, len(digests))
-            if options.kubeconfig is not None:
-                server = ApiServer(options.kubeconfig, "existing", scheduler=True)
-            elif os.environ.get("KUBEBUILDER_ASSETS"):
-                try:
-                    assets = locate_assets()
-                except AssetsNotFound as exc:
-                    raise DemoError(str(exc)) from exc
-                server = start_real_cluster(work, assets)
+            if starting is None:
+                server = ApiServer(options.kubeconfig or Path(), "existing", scheduler=True)
             else:
-                server = start_localkube(work, work / "logs")
+                server = starting.result()
+                starting = None
             code = asyncio.run(scenario(options, pair, server, work, children))
         except KeyboardInterrupt:
             log.warning("interrupted; stopping everything")
@@ -817,9 +833,23 @@ def run_demo(options: DemoOptions) -> int:
             code = 2
         finally:
             with _signals_ignored():
-                _cleanup(options, work, children, server, pair)
+                if starting is not None:  # interrupted or failed while it started
+                    server = _started_anyway(starting)
+                if work is not None:
+                    _cleanup(options, work, children, server, pair)
     log.info("demo finished in %.1f s (exit code %d)", time.monotonic() - started, code)
     return code
+
+
+def _started_anyway(starting: concurrent.futures.Future[ApiServer]) -> ApiServer | None:
+    """The API server a background start produced (waited for: it is bounded by its own
+    readiness limit), to be stopped; None when the start failed (it stopped what it had
+    started)."""
+    try:
+        return starting.result()
+    except Exception as exc:
+        log.error("the API server did not start: %s", exc)
+        return None
 
 
 def _log_tails(children: Sequence[Child], server: ApiServer | None) -> None:

@@ -4,16 +4,20 @@
 ``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and
 ``kube-controller-manager``, as controller-runtime's envtest expects); otherwise the
 xz-compressed v1.36.2 builds of ``../shared/k8s-bin`` (searched upwards from the working
-directory and from this package), decompressed once into a cache directory this module owns,
-checked against the SHA-256 sums listed in that directory's README and reused while they
-match, plus ``etcd`` from ``PATH`` or ``/usr/bin/etcd`` (Debian's ``etcd-server``).
+directory and from this package), decompressed once into a cache directory this module owns
+and checked against the SHA-256 sums listed in that directory's README (a stamp file records
+the check, so later runs compare sizes and modification times only); otherwise that cache
+alone, as an earlier run left it (an installed wheel, a clone whose ``../shared`` went away).
+``etcd`` comes from ``PATH`` or ``/usr/bin/etcd`` (Debian's ``etcd-server``).
 
 :func:`start_control_plane` starts etcd, kube-apiserver (RBAC, token auth, service-account
 tokens, optional audit log), kube-scheduler (client limits raised) and kube-controller-manager
 (``--controllers=*,-node-lifecycle-controller``: fake nodes are never marked unreachable) with
-generated certificates and a static ``system:masters`` token. :func:`add_nodes` creates fake
-nodes and makes them Ready and untainted, as a kubelet would, so the scheduler binds pods to
-them (no kubelet ever runs the pods: they stay ``Pending`` once bound).
+generated certificates and a static ``system:masters`` token. Starting and stopping each
+process is logged (logger ``podplacement.sandbox``); :meth:`ControlPlane.stop` takes about a
+second (see :data:`SHUTDOWN_ARGS`). :func:`add_nodes` creates fake nodes and makes them Ready
+and untainted, as a kubelet would, so the scheduler binds pods to them (no kubelet ever runs
+the pods: they stay ``Pending`` once bound).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
+import logging
 import lzma
 import os
 import re
@@ -40,12 +46,27 @@ import yaml
 
 import certs
 
+log = logging.getLogger("podplacement.sandbox")
+
 #: The version of the binaries in ``../shared/k8s-bin`` (its README).
 K8S_VERSION = "v1.36.2"
 #: The binaries stored xz-compressed in ``k8s-bin`` (``NAME.xz``).
 K8S_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: Where Debian's ``etcd-server`` installs etcd.
 DEBIAN_ETCD = Path("/usr/bin/etcd")
+
+#: kube-apiserver flags that make SIGTERM end it in about a second. On SIGTERM it stops
+#: listening and then waits for its open connections to finish (net/http's Shutdown, bounded
+#: by --request-timeout, 60 s). With the default grace period of 0 it never tells the watch
+#: handlers to end, so one client still watching (the demo's webhook watching its config and
+#: the controller's Lease, any informer of a test) keeps it alive for those 60 s. With a grace
+#: period it ends every watch at once (clients see the stream close and re-list elsewhere) and
+#: exits when they are gone; measured: 60-70 s with a Lease or custom-resource watch open,
+#: 1.1-1.2 s with this flag. --shutdown-delay-duration stays 0 (no load balancer to drain).
+SHUTDOWN_ARGS = ("--shutdown-watch-termination-grace-period=2s",
+                 "--shutdown-delay-duration=0s")
+#: The stamp of a checked cache (``{name: [sha256, size, mtime_ns]}``).
+VERIFIED_STAMP = ".verified.json"
 
 _SUM_LINE = re.compile(r"^\s*([0-9a-f]{64})\s+(kube-[a-z-]+)\s*$", re.MULTILINE)
 
@@ -140,10 +161,26 @@ def find_etcd() -> Path | None:
     return DEBIAN_ETCD if DEBIAN_ETCD.is_file() else None
 
 
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _read_stamp(cache: Path) -> dict[str, list[Any]]:
+    try:
+        data = json.loads((cache / VERIFIED_STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
     """Decompress each ``NAME.xz`` of ``k8s_bin`` into ``cache/NAME`` unless a file there
-    already has the listed SHA-256; check every result against the sums. A lock file makes
-    concurrent callers (the demo and a test run) wait for one another.
+    already has the listed SHA-256; check every result against the sums. The check is
+    recorded in ``cache/.verified.json`` (sum, size, modification time per binary): a later
+    call trusts a binary whose listed sum, size and modification time are unchanged without
+    reading it again. A lock file makes concurrent callers (the demo and a test run) wait for
+    one another.
 
     Returns: ``cache``.
 
@@ -159,13 +196,20 @@ def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
         raise AssetsNotFound(f"cannot write the binaries cache {cache}: {exc}") from exc
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = _read_stamp(cache)
+        checked: dict[str, list[Any]] = {}
         for name in K8S_BINARIES:
             src = k8s_bin / f"{name}.xz"
             if not src.is_file():
                 continue
             target = cache / name
-            if target.is_file() and _sha256(target) == sums[name]:
-                continue
+            if target.is_file():
+                key = [sums[name], *_stat_key(target)]
+                if stamp.get(name) == key or _sha256(target) == sums[name]:
+                    checked[name] = key
+                    continue
+            log.info("decompressing %s into %s (once; checked against %s/README.md)",
+                     src, cache, k8s_bin)
             tmp = cache / f".{name}.partial"
             try:
                 with lzma.open(src) as fin, tmp.open("wb") as fout:
@@ -180,15 +224,41 @@ def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
                     f"{src} decompresses to sha256 {got}, not the listed {sums[name]}")
             tmp.chmod(0o755)
             tmp.replace(target)
+            checked[name] = [sums[name], *_stat_key(target)]
+        if checked != stamp:
+            with contextlib.suppress(OSError):
+                (cache / VERIFIED_STAMP).write_text(json.dumps(checked))
     return cache
 
 
+#: How to get the binaries, for the messages of :class:`AssetsNotFound`.
+HOW_TO_GET = (
+    "set KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver (+ kube-scheduler, "
+    "kube-controller-manager) v1.36, as envtest's setup-envtest installs them, or put the "
+    "project's shared/k8s-bin (the xz-compressed builds and their README with the sums) "
+    "beside the checkout, with Debian's etcd-server installed")
+
+
+def _link_etcd(cache: Path, etcd: Path) -> None:
+    link = cache / "etcd"
+    if not (link.is_symlink() and link.resolve() == etcd.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(etcd)
+
+
 def locate_assets(env: Mapping[str, str] | None = None,
-                  starts: Iterable[Path] | None = None) -> Assets:
-    """Find the control-plane binaries without setup (module docstring for the order).
+                  starts: Iterable[Path] | None = None,
+                  cache: Path | None = None) -> Assets:
+    """Find the control-plane binaries without setup (module docstring for the order):
+    ``KUBEBUILDER_ASSETS``, else ``shared/k8s-bin`` beside ``starts`` (decompressed into
+    ``cache``, default :func:`default_cache_dir`), else ``cache`` as an earlier run left it.
+
+    Returns: the :class:`Assets`; ``source`` is ``"KUBEBUILDER_ASSETS"``, the ``k8s-bin``
+    directory, or ``"cache"``.
 
     Raises:
-        AssetsNotFound: none found; the message says what was looked for.
+        AssetsNotFound: none found; the one-line message says what was looked for and how to
+            get the binaries.
     """
     env = os.environ if env is None else env
     explicit = env.get("KUBEBUILDER_ASSETS")
@@ -199,19 +269,23 @@ def locate_assets(env: Mapping[str, str] | None = None,
             raise AssetsNotFound(
                 f"KUBEBUILDER_ASSETS={explicit} has no executable {' or '.join(missing)}")
         return assets
+    cache = default_cache_dir() if cache is None else cache
     k8s_bin = find_k8s_bin(starts)
-    if k8s_bin is None:
+    cached = Assets(cache, "cache")
+    if k8s_bin is None and cached.binary("kube-apiserver") is None:
         raise AssetsNotFound(
-            "no control plane: KUBEBUILDER_ASSETS is unset and no ../shared/k8s-bin was found")
+            "no control plane: KUBEBUILDER_ASSETS is unset, no shared/k8s-bin was found "
+            f"beside the checkout and {cache} holds no kube-apiserver; to get one, "
+            + HOW_TO_GET)
     etcd = find_etcd()
     if etcd is None:
         raise AssetsNotFound(
             "no etcd on PATH or at /usr/bin/etcd (Debian's etcd-server package)")
-    cache = unpack_k8s_bin(k8s_bin, default_cache_dir())
-    link = cache / "etcd"
-    if not (link.is_symlink() and link.resolve() == etcd.resolve()):
-        link.unlink(missing_ok=True)
-        link.symlink_to(etcd)
+    if k8s_bin is None:
+        _link_etcd(cache, etcd)
+        return cached
+    unpack_k8s_bin(k8s_bin, cache)
+    _link_etcd(cache, etcd)
     return Assets(cache, str(k8s_bin))
 
 
@@ -289,18 +363,33 @@ class ControlPlane:
                         f"kube-apiserver: {why}; see {self.workdir / 'control-plane.log'}")
                 time.sleep(0.25)
 
+    def spawn(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start ``args`` as the process ``name``, output to ``control-plane.log``; logged
+        with its pid. Returns the process (also stored in :attr:`processes`)."""
+        proc = subprocess.Popen(list(args), stdout=self._log, stderr=subprocess.STDOUT)
+        self.processes[name] = proc
+        log.info("started %s (pid %d), log %s", name, proc.pid,
+                 self.workdir / "control-plane.log")
+        return proc
+
     def stop_process(self, name: str, timeout: float = 15.0) -> None:
-        """SIGTERM the process ``name`` (by its pid), then SIGKILL after ``timeout`` s."""
+        """SIGTERM the process ``name`` (by its pid), then SIGKILL after ``timeout`` s; the
+        stop, its exit code and how long it took are logged."""
         proc = self.processes.get(name)
         if proc is None or proc.poll() is not None:
             return
+        began = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            log.warning("%s (pid %d) did not stop within %.0f s of SIGTERM; killing it",
+                        name, proc.pid, timeout)
             proc.kill()
             proc.wait(5)
+        log.info("stopped %s (pid %d, exit code %s, %.1f s)", name, proc.pid, proc.returncode,
+                 time.monotonic() - began)
 
     def restart_apiserver(self, down_seconds: float = 0.0, ready_limit: float = 60.0,
                           restart_components: bool = True) -> None:
@@ -312,8 +401,7 @@ class ControlPlane:
         podplacement's recovery, not theirs."""
         self.stop_process("kube-apiserver")
         time.sleep(down_seconds)
-        self.processes["kube-apiserver"] = subprocess.Popen(
-            self._apiserver_args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.spawn("kube-apiserver", self._apiserver_args)
         self.wait_ready(ready_limit)
         if restart_components:
             with self._lock:
@@ -343,8 +431,8 @@ class ControlPlane:
         for name, args in self._component_args.items():
             proc = self.processes.get(name)
             if proc is not None and proc.poll() is not None:
-                self.processes[name] = subprocess.Popen(args, stdout=self._log,
-                                                        stderr=subprocess.STDOUT)
+                log.info("%s exited (code %s); starting it again", name, proc.returncode)
+                self.spawn(name, args)
                 revived.append(name)
         return revived
 
@@ -439,7 +527,7 @@ def start_control_plane(
     if etcd is None or api is None:
         log.close()
         raise ControlPlaneError(f"etcd or kube-apiserver missing in {assets.directory}")
-    plane.processes["etcd"] = subprocess.Popen([
+    plane.spawn("etcd", [
         str(etcd), "--data-dir", str(workdir / "etcd"), "--name", "sandbox",
         "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
         "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
@@ -447,7 +535,7 @@ def start_control_plane(
         "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
         "--initial-cluster", f"sandbox=http://127.0.0.1:{etcd_peer}",
         "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30),
-    ], stdout=log, stderr=subprocess.STDOUT)
+    ])
     args = [
         str(api), f"--secure-port={api_port}", "--bind-address=127.0.0.1",
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
@@ -460,7 +548,7 @@ def start_control_plane(
         f"--service-account-key-file={workdir / 'sa.pub'}",
         f"--service-account-signing-key-file={workdir / 'sa.key'}",
         "--service-cluster-ip-range=10.96.0.0/12", "--endpoint-reconciler-type=none",
-        "--allow-privileged=true",
+        "--allow-privileged=true", *SHUTDOWN_ARGS,
     ]
     if audit:
         policy = workdir / "audit-policy.yaml"
@@ -471,8 +559,7 @@ def start_control_plane(
                  "--audit-log-maxsize=2000"]
     args += list(apiserver_args)
     plane._apiserver_args = args
-    plane.processes["kube-apiserver"] = subprocess.Popen(args, stdout=log,
-                                                         stderr=subprocess.STDOUT)
+    plane.spawn("kube-apiserver", args)
     try:
         plane.wait_ready(ready_limit)
         sched = assets.binary("kube-scheduler") if scheduler else None
@@ -498,8 +585,7 @@ def start_control_plane(
                 f"--authorization-kubeconfig={kubeconfig}",
             ]
         for name, component in plane._component_args.items():
-            plane.processes[name] = subprocess.Popen(component, stdout=log,
-                                                     stderr=subprocess.STDOUT)
+            plane.spawn(name, component)
         plane.supervise()
     except BaseException:
         plane.stop()

@@ -12,6 +12,7 @@ basic variant needs the ``bcrypt`` package (distribution reads bcrypt htpasswd e
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import ssl
@@ -40,6 +41,8 @@ __all__ = [
     "ssl_context",
     "start_registry",
 ]
+
+log = logging.getLogger("podplacement.sandbox")
 
 #: The binary of Debian's ``docker-registry`` package.
 REGISTRY_BINARY = "/usr/bin/docker-registry"
@@ -179,12 +182,17 @@ class Registry:
             return
         proc, self._process = self._process, None
         if proc is not None and proc.poll() is None:
+            began = time.monotonic()
             proc.terminate()
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
+                log.warning("registry %s (pid %d) did not stop within 5 s; killing it",
+                            self.host, proc.pid)
                 proc.kill()
                 proc.wait(timeout=5)
+            log.info("stopped registry %s (pid %d, exit code %s, %.1f s)", self.host, proc.pid,
+                     proc.returncode, time.monotonic() - began)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -299,11 +307,11 @@ def start_registry(
         }
     config_path = tmp / "config.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    log = (tmp / "registry.log").open("ab")
+    log_file = (tmp / "registry.log").open("ab")
     proc = subprocess.Popen(
         [REGISTRY_BINARY, "serve", str(config_path)],
         stdin=subprocess.DEVNULL,
-        stdout=log,
+        stdout=log_file,
         stderr=subprocess.STDOUT,
         cwd=tmp,
     )
@@ -317,8 +325,10 @@ def start_registry(
         token_server=token_server,
         root=tmp,
         _process=proc,
-        _log=log,
+        _log=log_file,
     )
+    log.info("started registry %s (pid %d, auth %s), log %s", host, proc.pid, auth,
+             registry.log_path)
     try:
         _wait_ready(registry, proc, ready_timeout)
     except BaseException:

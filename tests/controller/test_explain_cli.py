@@ -246,6 +246,45 @@ def test_missing_cluster_pod_is_a_runtime_failure(kube: KubeEnv, unique_namespac
     assert one_line(err) == f"podplacement explain: pod {unique_namespace}/absent not found"
 
 
+def _stored_gated_pod(namespace: str = "default") -> dict[str, Any]:
+    from controller.config import GATE_LABEL, SCHEDULING_GATE
+
+    pod = _pod(schedulingGates=[{"name": SCHEDULING_GATE}])
+    pod["metadata"].update(namespace=namespace, labels={GATE_LABEL: "gated"})
+    return pod
+
+
+def test_a_stored_pod_from_a_file_is_said_to_be_gated_not_that_it_would_be(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # as kubectl get pod -o yaml prints it: a uid and a creationTimestamp
+    pod = _stored_gated_pod()
+    pod["metadata"].update(uid="0b4c-stored", creationTimestamp="2026-01-01T00:00:00Z")
+    nodes = _write(tmp_path / "nodes.yaml", {"kind": "List", "items": [node("n1", arch="amd64")]})
+    code, out, _ = run_cli(["explain", str(_write(tmp_path / "pod.yaml", pod)), "--nodes",
+                            str(nodes), "--assume-platforms", "linux/amd64"], capsys)
+    assert code == 0
+    assert "Path: gated at admission, waiting for the controller\n" in out
+
+
+def test_a_stored_pod_from_a_file_is_not_dry_run_again_against_the_cluster(
+        kube: KubeEnv, unique_namespace: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    stored = kube.create(f"/api/v1/namespaces/{unique_namespace}/pods",
+                         _stored_gated_pod(unique_namespace))
+    code, out, _ = run_cli(["explain", str(_write(tmp_path / "pod.yaml", stored)),
+                            "--kubeconfig", str(kube.kubeconfig),
+                            "--assume-platforms", "linux/amd64", "-o", "json"], capsys)
+    assert code == 0
+    assert json.loads(out)["path"] == "gated at admission, waiting for the controller"
+    # a manifest not created yet is still asked of the server (a dry-run create)
+    manifest = _stored_gated_pod(unique_namespace)
+    code, out, _ = run_cli(["explain", str(_write(tmp_path / "new.yaml", manifest)),
+                            "--kubeconfig", str(kube.kubeconfig),
+                            "--assume-platforms", "linux/amd64", "-o", "json"], capsys)
+    assert code == 0
+    assert json.loads(out)["path"] == "would be gated at admission, waiting for the controller"
+
+
 # --- the kubectl plugin --------------------------------------------------------------------
 
 def _env(kubeconfig: Path | None = None) -> dict[str, str]:

@@ -12,12 +12,13 @@ import dataclasses
 import re
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from tests.harness.httpserver import QuietHTTPServer
 from tests.harness.registry import Registry, ssl_context
 
 _HOP_BY_HOP = frozenset(
@@ -114,7 +115,7 @@ class FaultProxy:
         self.requests: list[tuple[str, str]] = []
         self.seen: list[SeenRequest] = []
         handler = type("_BoundProxyHandler", (_ProxyHandler,), {"proxy": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = QuietHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         port = self._server.server_address[1]
         self.host = f"{advertise}:{port}"

@@ -6,7 +6,8 @@
 - ``real_kube``: session-scoped real control plane (kube-apiserver, kube-scheduler and
   kube-controller-manager v1.36.2 with etcd, found by
   :func:`podplacement.sandbox.controlplane.locate_assets`: ``KUBEBUILDER_ASSETS``, else
-  ``../shared/k8s-bin`` plus Debian's etcd), CRDs loaded. Like envtest it runs no
+  ``../shared/k8s-bin`` plus Debian's etcd, else the cache an earlier run filled), CRDs
+  loaded. Like envtest it runs no
   kube-scheduler and has no nodes, so API tests see pods exactly as they wrote them (the
   controller's end-to-end modules start their own, with a scheduler and nodes); the
   controller-manager runs (each namespace's ``default`` ServiceAccount). Skips with the

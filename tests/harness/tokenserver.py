@@ -17,7 +17,7 @@ import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,6 +25,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 
 import certs
+from tests.harness.httpserver import QuietHTTPServer
 
 TOKEN_PATH = "/token"
 TOKEN_FIELDS = ("token", "access_token", "both")
@@ -96,7 +97,7 @@ class TokenServer:
     anonymous_pull: bool = False
     requests: list[TokenRequest] = field(default_factory=list)
     _signer: certs.KeyPair | None = field(default=None, repr=False)
-    _server: ThreadingHTTPServer | None = field(default=None, repr=False)
+    _server: QuietHTTPServer | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -283,7 +284,7 @@ def start_token_server(
         raise ValueError(f"token_field must be one of {TOKEN_FIELDS}, not {token_field!r}")
     root = certs.generate_ca("podplacement-test-token-root", key_type="rsa")
     signer = certs.issue_serving_cert(root, ["token-signer"], key_type="rsa")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     scheme = "http"
     if serving is not None:

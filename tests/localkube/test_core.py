@@ -853,3 +853,26 @@ def test_create_goes_through_the_mutating_webhook(
     cm = k.create("/api/v1/namespaces/wh/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
                                                        "metadata": {"name": "c"}})
     assert cm["metadata"]["name"] == "c" and len(seen) == 2  # rules match pods only
+
+
+def test_a_watch_whose_client_hangs_up_at_once_is_not_logged_as_an_error(
+        fresh_localkube: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp logs "Error handling request" with a traceback ("Cannot write to closing
+    transport") for a handler that raises because its client left; localkube answers
+    nobody instead."""
+    import socket
+    import struct
+    import time
+    from urllib.parse import urlsplit
+
+    caplog.set_level("DEBUG", logger="aiohttp.server")
+    where = urlsplit(fresh_localkube.url)
+    for _ in range(10):
+        with socket.create_connection((where.hostname, where.port)) as s:
+            s.sendall(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: localkube\r\n\r\n")
+            # close with a reset, before the server writes the response headers
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.5)
+    assert fresh_localkube.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [], [r.getMessage() for r in errors]
