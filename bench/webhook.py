@@ -41,7 +41,6 @@ import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import ssl  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -50,17 +49,14 @@ import time  # noqa: E402
 from collections.abc import Mapping, MutableMapping  # noqa: E402
 from typing import Any  # noqa: E402
 
+from podplacement.sandbox.ports import free_port  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 _SHARED = REPO.parent / "shared" / "reference"
 REVIEW = (_SHARED if _SHARED.is_dir() else REPO / "tests" / "reference") / (
     "admission-review-raw-a-plain-pod.json")
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prepare(workdir: Path) -> tuple[Path, Path]:

@@ -99,8 +99,8 @@ from controller.config import (
     PARAMS_KIND,
     PARAMS_NAME,
     SCHEDULING_GATE,
-    ConfigError,
     PlacementConfig,
+    config_or_defaults,
 )
 from controller.placement import (
     CONTAINER_LISTS,
@@ -485,12 +485,7 @@ def places(config: PlacementConfig) -> bool:
 def placement_config(config_obj: Mapping[str, Any] | None) -> PlacementConfig:
     """The parsed PodPlacementConfig, or the defaults when there is none or it does not
     parse (the controller decides with the defaults then, too)."""
-    if not config_obj:
-        return PlacementConfig()
-    try:
-        return PlacementConfig.from_object(config_obj)
-    except ConfigError:
-        return PlacementConfig()
+    return config_or_defaults(config_obj)[0]
 
 
 def _metadata(owner: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -51,8 +51,8 @@ from controller.config import (
     NUMA_LABEL,
     NUMA_LABEL_WAITING,
     VERSION,
-    ConfigError,
     PlacementConfig,
+    config_or_defaults,
 )
 from controller.decision import plain_ungate
 from controller.events import EventSink
@@ -353,11 +353,10 @@ class Controller:
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if self._config_cache is not None and self._config_cache[0] == rv:
             return self._config_cache[1], self._config_cache[2]
-        try:
-            parsed, error = PlacementConfig.from_object(obj), None
-        except (ConfigError, TypeError, ValueError, AttributeError) as exc:
-            log.warning("PodPlacementConfig %s unreadable, using defaults: %s", CONFIG_NAME, exc)
-            parsed, error = PlacementConfig(), str(exc)
+        parsed, error = config_or_defaults(obj)
+        if error is not None:
+            log.warning("PodPlacementConfig %s unreadable, using defaults: %s", CONFIG_NAME,
+                        error)
         self._config_cache = (rv, parsed, error)
         return parsed, error
 
@@ -525,10 +524,10 @@ class Controller:
             await self.health.start()
         self.lifecycle = self._make_lifecycle()
         if o.leader_election:
-            from controller.leader import LeaderElector, api_client_for
+            from controller.leader import LeaderElector
 
             self.elector = LeaderElector(
-                api_client_for(self.api), o.namespace, identity=o.identity,
+                self.api, o.namespace, identity=o.identity,
                 lease_duration=o.lease_duration, renew_deadline=o.renew_deadline,
                 retry_period=o.retry_period,
                 on_started_leading=self._start_leading, on_stopped_leading=self._stop_leading,
@@ -714,5 +713,9 @@ class _InspectorProxy:
 
 
 def config_from(obj: Mapping[str, Any] | None) -> PlacementConfig:
-    """Parse a PodPlacementConfig dict, defaults on None (helper for tests/bench)."""
+    """Parse a PodPlacementConfig dict, defaults on None (helper for tests/bench).
+
+    Raises:
+        ConfigError: the object does not parse (tests want to know).
+    """
     return PlacementConfig.from_object(obj) if obj else PlacementConfig()

@@ -302,3 +302,19 @@ def _ref(value: Any, name: str) -> ObjectRef | None:
     if not isinstance(value, Mapping) or not value.get("name"):
         raise ConfigError(f"spec.imageInspection.{name}", "needs namespace and name")
     return ObjectRef(str(value.get("namespace") or DEFAULT_NAMESPACE), str(value["name"]))
+
+
+def config_or_defaults(obj: Mapping[str, Any] | None) -> tuple[PlacementConfig, str | None]:
+    """The one fallback of every reader of the PodPlacementConfig ``cluster``: its parsed
+    form, or the defaults when there is none (error None) or when it does not parse (the
+    error's text; the controller then decides with the defaults, so pods still get
+    ungated, and says so in its status and the decision annotation).
+
+    Never raises.
+    """
+    if not obj:
+        return PlacementConfig(), None
+    try:
+        return PlacementConfig.from_object(obj), None
+    except (ConfigError, TypeError, ValueError, AttributeError) as exc:
+        return PlacementConfig(), str(exc)

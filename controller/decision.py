@@ -52,24 +52,17 @@ from controller.render import controller_patch
 
 __all__ = [
     "ARCH_NOT_IN_CLUSTER",
-    "FALLBACK",
     "IMAGE_INSPECTION_FAILED",
     "INCOMPATIBLE_NODE_AFFINITY",
     "INCOMPATIBLE_NODE_SELECTOR",
     "INVALID_PULL_SECRET",
     "NORMAL",
-    "NOT_SET",
-    "NO_SUPPORTED_PLATFORM",
     "NO_SUPPORTED_PLATFORM_EVENT",
     "PARTIALLY_COMPATIBLE_AFFINITY",
     "PLACEMENT_DECIDED",
     "PLACEMENT_FALLBACK",
     "PLATFORMS_LEFT_OUT",
-    "RETRY",
-    "SET",
-    "SKIP",
     "WAITING_FOR_NUMA",
-    "WAIT_NUMA",
     "WARNING",
     "ContainerImage",
     "Decision",
@@ -83,14 +76,6 @@ __all__ = [
     "unique_images",
 ]
 
-# The module-level names existing imports use (aliases of the members).
-SET = Outcome.SET
-NOT_SET = Outcome.NOT_SET
-FALLBACK = Outcome.FALLBACK
-NO_SUPPORTED_PLATFORM = Outcome.NO_SUPPORTED_PLATFORM
-WAIT_NUMA = Outcome.WAIT_NUMA
-RETRY = Outcome.RETRY
-SKIP = Outcome.SKIP
 
 
 @dataclass(frozen=True, slots=True)

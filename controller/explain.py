@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from controller.config import ARCH_LABEL, LINUX, OS_LABEL, SCHEDULING_GATE, PlacementConfig
-from controller.decision import FALLBACK, Decision, unique_images
+from controller.decision import Decision, Outcome, unique_images
 from controller.execformat import recorded
 from controller.numa import InFlight
 from controller.plan import plan, pod_platforms
@@ -228,7 +228,7 @@ def _reason(decision: Decision, failed: Sequence[str], max_retries: int) -> str:
     """The decision's reason, except for a fallback: the controller's sentence counts its
     attempts ("failed after 6 attempts"), but explain inspected each image once, so say
     that and what the controller would do instead."""
-    if decision.outcome != FALLBACK or not failed:
+    if decision.outcome != Outcome.FALLBACK or not failed:
         return decision.reason
     then = decision.reason.partition("); ")[2] or decision.reason
     retry = (f"the controller would retry {max_retries} more "

@@ -188,13 +188,6 @@ class _RawLeaseLock(BaseLock):  # type: ignore[misc,unused-ignore]
         return True
 
 
-def api_client_for(kube: KubeRequester) -> KubeRequester:
-    """Return ``kube`` itself: :class:`LeaderElector` takes the :class:`kubeclient.KubeAPI`
-    directly (kept for callers written against the first version, which wanted a
-    ``kubernetes.aio`` ApiClient for the library's broken ``LeaseLock``)."""
-    return kube
-
-
 class LeaderElector:
     """Campaign for the Lease ``namespace/name``; run callbacks while leading.
 

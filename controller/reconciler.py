@@ -28,10 +28,8 @@ from typing import Any, Protocol
 
 from controller.config import PlacementConfig
 from controller.decision import (
-    RETRY,
-    SKIP,
-    WAIT_NUMA,
     Decision,
+    Outcome,
     invalid_pull_secret_event,
     plain_ungate,
     unique_images,
@@ -225,12 +223,12 @@ class Reconciler:
                     self.publish(image, result)
 
         decision = self._decide(pod, images, config, config_error, self.failures(key))
-        if decision.outcome == SKIP:
+        if decision.outcome == Outcome.SKIP:
             self.forget(uid)
             return None
-        if decision.outcome == RETRY:
+        if decision.outcome == Outcome.RETRY:
             self._emit(pod, decision)
-            self.metrics.processed.labels(RETRY).inc()
+            self.metrics.processed.labels(Outcome.RETRY).inc()
             raise RetryLater(decision.reason)
         if not decision.patch:
             self._after(pod, decision, config)
@@ -310,7 +308,7 @@ class Reconciler:
             log.exception("in-flight accounting failed")
 
     def _requeue_after(self, decision: Decision, config: PlacementConfig) -> float | None:
-        if decision.outcome == WAIT_NUMA:
+        if decision.outcome == Outcome.WAIT_NUMA:
             # NRT changes requeue sooner; this bounds the wait when none arrive.
             return max(1.0, min(30.0, config.topology.max_wait_seconds / 4))
         return None

@@ -30,7 +30,7 @@ from typing import Any
 
 from controller.admission import WARNING_PREFIX, outage_placement
 from controller.config import PlacementConfig
-from controller.decision import FALLBACK, unique_images
+from controller.decision import Outcome, unique_images
 from webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,
@@ -136,5 +136,5 @@ async def answer_during_outage(
         reason = f"{give_up}; the pod is admitted without placement"
         return OutageAnswer(tuple(release_patch(pod, reason)),
                             (WARNING_PREFIX + reason,), UNPLACED_UNFIT)
-    unplaced = _why_unplaced(errors, dry_run) if placement.outcome == FALLBACK else None
+    unplaced = _why_unplaced(errors, dry_run) if placement.outcome == Outcome.FALLBACK else None
     return OutageAnswer(placement.patch, placement.warnings, unplaced)

@@ -39,7 +39,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -80,6 +79,7 @@ from podplacement.sandbox.controlplane import (
     locate_assets,
     start_control_plane,
 )
+from podplacement.sandbox.ports import free_port
 
 log = logging.getLogger("podplacement.demo")
 
@@ -205,11 +205,6 @@ def podplacement_args(*args: str) -> list[str]:
     return [sys.executable, "-m", "podplacement", "--log-format", "text", *args]
 
 
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- API server -------------------------------------------------------------------------

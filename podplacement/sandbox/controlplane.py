@@ -31,7 +31,6 @@ import lzma
 import os
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -45,6 +44,7 @@ import httpx
 import yaml
 
 import certs
+from podplacement.sandbox.ports import free_port
 
 log = logging.getLogger("podplacement.sandbox")
 
@@ -292,12 +292,6 @@ def locate_assets(env: Mapping[str, str] | None = None,
 # --- starting it --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 #: Audit policy for request counting: every request at level Metadata (no bodies).

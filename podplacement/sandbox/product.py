@@ -28,7 +28,8 @@ from typing import IO, Any
 
 import yaml
 
-from podplacement.sandbox.controlplane import ControlPlane, free_port, write_kubeconfig
+from podplacement.sandbox.controlplane import ControlPlane, write_kubeconfig
+from podplacement.sandbox.ports import free_port
 
 #: deploy/'s namespace and ServiceAccounts (deploy/base/rbac/serviceaccounts.yaml).
 NAMESPACE = "podplacement-system"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -26,6 +25,7 @@ import httpx
 import yaml
 
 import certs
+from podplacement.sandbox.ports import free_port
 
 __all__ = [
     "AUTH_MODES",
@@ -107,12 +107,6 @@ class TokenIssuerFactory(Protocol):
     ) -> TokenIssuer: ...
 
 
-def free_port() -> int:
-    """Return a TCP port (1-65535) that was free on 127.0.0.1 a moment ago (bind to port 0 and
-    release; another process may take it before the caller binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext | bool:

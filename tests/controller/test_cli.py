@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import certs
 from controller.cli import options_from_args
 from kubeclient import KubeAPI
 from podplacement.cli import build_parser
+from podplacement.sandbox.ports import free_port
 from tests.controller.conftest import Images, create_pod, eventually, gated_pod, wait_ungated
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry
@@ -119,10 +119,6 @@ def test_process_exits_2_on_an_unusable_ca_file(tmp_path: Path) -> None:
     assert "--ca-file wants HOST=FILE" in proc.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_controller_process_ungates_and_stops_on_sigterm(
@@ -130,7 +126,7 @@ def test_controller_process_ungates_and_stops_on_sigterm(
 ) -> None:
     conf = tmp_path / "registries.conf"
     conf.write_text(f'[[registry]]\nlocation = "{registry.host}"\ninsecure = true\n')
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "controller.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -42,7 +42,7 @@ def _annotation(pod: dict[str, Any]) -> dict[str, Any]:
 def test_single_arch_image_sets_affinity_and_ungates() -> None:
     pod = gated_pod()
     dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
-    assert dec.outcome == d.SET and dec.ungate
+    assert dec.outcome == d.Outcome.SET and dec.ungate
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [
         expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
@@ -71,7 +71,7 @@ def test_containers_and_init_containers_intersect() -> None:
 def test_empty_intersection_requires_the_marker_and_warns() -> None:
     pod = gated_pod(images=("a", "b"), affinity=required([ZONE]))
     dec = d.decide(pod, {"a": img("a", "linux/amd64"), "b": img("b", "linux/arm64")}, CFG)
-    assert dec.outcome == d.NO_SUPPORTED_PLATFORM and dec.ungate
+    assert dec.outcome == d.Outcome.NO_SUPPORTED_PLATFORM and dec.ungate
     new = _apply(pod, dec)
     assert terms_of(new)[0]["matchExpressions"][-1] == {
         "key": NO_SUPPORTED_PLATFORM_KEY,
@@ -145,11 +145,11 @@ def test_inspection_error_retries_then_falls_back_without_requirement() -> None:
     pod = gated_pod()
     err = {"reg/app:1": ConnectionError("registry down")}
     first = d.decide(pod, err, cfg, failures=0)
-    assert first.outcome == d.RETRY and not first.patch
+    assert first.outcome == d.Outcome.RETRY and not first.patch
     assert first.events[0].reason == d.IMAGE_INSPECTION_FAILED
     assert d.decide(pod, err, cfg, failures=1).events == ()  # one warning, not one per retry
     last = d.decide(pod, err, cfg, failures=2)
-    assert last.outcome == d.FALLBACK and last.ungate
+    assert last.outcome == d.Outcome.FALLBACK and last.ungate
     new = _apply(pod, last)
     assert terms_of(new) == []
     assert new["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
@@ -178,7 +178,7 @@ def test_architecture_not_in_cluster_warns() -> None:
 
 def test_pod_without_our_gate_is_skipped() -> None:
     dec = d.decide(gated_pod(gates=("other",)), {}, CFG)
-    assert dec.outcome == d.SKIP and not dec.patch
+    assert dec.outcome == d.Outcome.SKIP and not dec.patch
 
 
 def test_other_gate_stays() -> None:
@@ -236,14 +236,14 @@ def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
     pod = gated_pod()
     images = {"reg/app:1": img("x", "linux/amd64")}
     wait = d.decide(pod, images, TOPO, numa=Numa(True), numa_waited_seconds=5)
-    assert wait.outcome == d.WAIT_NUMA and not wait.ungate
+    assert wait.outcome == d.Outcome.WAIT_NUMA and not wait.ungate
     waiting = apply(pod, list(wait.patch))
     assert waiting["metadata"]["labels"][NUMA_LABEL] == "waiting"
     assert waiting["spec"]["schedulingGates"]
     assert wait.events[0].reason == d.WAITING_FOR_NUMA
     # already waiting: nothing to write, no second event
     again = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=6)
-    assert again.outcome == d.WAIT_NUMA and again.patch == () and again.events == ()
+    assert again.outcome == d.Outcome.WAIT_NUMA and again.patch == () and again.events == ()
     done = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=61)
     assert done.ungate and done.events[0].reason == d.PLACEMENT_FALLBACK
     new = _apply(waiting, done)
@@ -302,7 +302,7 @@ def test_decision_never_raises_on_odd_specs() -> None:
         "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [None, {"weight": 1}]}
     }
     dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
-    assert dec.ungate and dec.outcome == d.SET
+    assert dec.ungate and dec.outcome == d.Outcome.SET
 
 
 def test_outcomes_serialise_as_the_plain_strings() -> None:
@@ -312,7 +312,6 @@ def test_outcomes_serialise_as_the_plain_strings() -> None:
 
     assert [o.value for o in d.Outcome] == [
         "set", "not-set", "fallback", "no-supported-platform", "wait-numa", "retry", "skip"]
-    assert d.SET is d.Outcome.SET and d.NOT_SET is d.Outcome.NOT_SET
     for outcome in d.Outcome:
         assert json.dumps(outcome) == json.dumps(outcome.value)
         # logging formats with %s
@@ -341,7 +340,7 @@ WORKER = expression("node-role.kubernetes.io/worker", "Exists")
 def test_windows_amd64_and_linux_arm64_give_two_exact_terms_never_the_cross_product() -> None:
     pod = gated_pod()
     dec = d.decide(pod, MIXED, CFG)
-    assert dec.outcome == d.SET
+    assert dec.outcome == d.Outcome.SET
     new = _apply(pod, dec)
     assert terms_of(new) == [
         {"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"]),
@@ -424,7 +423,7 @@ def test_term_pins_naming_only_unsupported_pairs_warn_incompatible() -> None:
     pod = gated_pod(affinity=required([expression(ARCH_LABEL, "In", ["amd64"]),
                                        expression(OS_LABEL, "In", ["linux"])]))
     dec = d.decide(pod, MIXED, CFG)
-    assert dec.outcome == d.NOT_SET
+    assert dec.outcome == d.Outcome.NOT_SET
     assert terms_of(_apply(pod, dec)) == terms_of(pod)
     assert dec.events[0].reason == d.INCOMPATIBLE_NODE_AFFINITY
     assert "(linux/arm64, windows/amd64)" in dec.events[0].message

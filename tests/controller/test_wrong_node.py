@@ -90,7 +90,7 @@ def test_a_term_with_notin_on_arch_gets_the_supported_set_appended() -> None:
             {"key": "metadata.name", "operator": "In", "values": ["amd"]}]
     assert _admitted(pod) == {"amd", "arm", "win"}
     dec, new = _decide(pod, "linux/amd64")
-    assert dec.outcome == d.SET and dec.events[0].reason == d.PLACEMENT_DECIDED
+    assert dec.outcome == d.Outcome.SET and dec.events[0].reason == d.PLACEMENT_DECIDED
     assert _admitted(new) == {"amd"}
     notin = terms_of(new)[1]["matchExpressions"]
     assert expression(ARCH_LABEL, "In", ["amd64"]) in notin
@@ -199,7 +199,7 @@ def test_property_no_admitted_node_outside_supported_pairs_or_the_users_pins(
     pod = gated_pod(affinity=required(*terms) if terms else None,
                     node_selector=selector or None)
     dec, new = _decide(pod, *plats)
-    assert dec.outcome in (d.SET, d.NOT_SET)
+    assert dec.outcome in (d.Outcome.SET, d.Outcome.NOT_SET)
     requirement = dec.requirement
     assert requirement is not None
     pairs = {tuple(p.split("/")) for p in plats}

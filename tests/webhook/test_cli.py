@@ -16,15 +16,10 @@ import yaml
 
 from certs import load_bundle
 from controller.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
+from podplacement.sandbox.ports import free_port
 from tests.harness.kube import KubeEnv
 from tests.webhook.reference import raw_body
 from webhook.configsource import CONFIG_LIST_PATH
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(*args: str) -> subprocess.Popen[str]:
