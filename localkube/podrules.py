@@ -16,63 +16,24 @@ Messages and field paths are those of ``shared/reference/gates-*.json`` and ``er
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from controller.podspec import compute_qos_class, quantity_exact
 from localkube import _gojson
 from localkube._gostruct import go_value, spec_diff
 from localkube.errors import StatusError, invalid
 
-# --- Quantities and QoS (pkg/apis/core/helper/qos) ----------------------------------------
+# --- Quantities and QoS -------------------------------------------------------------------
+# One implementation of the quantity grammar and of the QoS rule: the product's
+# (controller.podspec, apimachinery ``ParseQuantity`` and ``pkg/apis/core/helper/qos``).
+# Only the canonical text the API server stores (``resource.Quantity.String``) is this
+# module's own.
 
-_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIXES = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QOS_RESOURCES = ("cpu", "memory")
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a Kubernetes resource quantity (``"100m"``, ``"64Mi"``, ``"1e3"``, ``2``).
-
-    Returns:
-        the value in base units (cores, bytes) as a Decimal.
-
-    Raises:
-        ValueError: not a quantity.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"quantity {value!r}")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    match = _QUANTITY_RE.match(value.strip())
-    if not match:
-        raise ValueError(f"quantity {value!r}")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        base = Decimal(number)
-    except InvalidOperation as exc:
-        raise ValueError(f"quantity {value!r}") from exc
-    if suffix[:1] in ("e", "E"):
-        return base * (Decimal(10) ** int(suffix[1:]))
-    return base * _SUFFIXES[suffix]
+_QUANTITY_SUFFIX_RE = re.compile(
+    r"^[+-]?[0-9.]+([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 
 
 _DECIMAL_SUFFIXES = {
@@ -100,18 +61,19 @@ def canonical_quantity(value: str | int | float) -> str:
     binary quantity below 1024 or with a fractional byte count is shown in decimal form.
 
     Raises:
-        ValueError: not a quantity.
+        controller.podspec.QuantityError (a ValueError): not a quantity.
     """
-    number = parse_quantity(value)
+    number = quantity_exact(value)
     if number == 0:
         return "0"
     text = str(value).strip()
-    suffix = "" if not isinstance(value, str) else (_QUANTITY_RE.match(text) or [""])[2] or ""
+    found = _QUANTITY_SUFFIX_RE.match(text) if isinstance(value, str) else None
+    suffix = (found.group(1) or "") if found else ""
     binary = suffix.endswith("i")
     exponent_form = suffix[:1] in ("e", "E")
     sign = "-" if number < 0 else ""
     magnitude = abs(number)
-    if binary and magnitude >= 1024 and magnitude == magnitude.to_integral_value():
+    if binary and magnitude >= 1024 and magnitude.denominator == 1:
         whole = int(magnitude)
         power = 0
         while whole % 1024 == 0 and power < 6:
@@ -120,7 +82,7 @@ def canonical_quantity(value: str | int | float) -> str:
         return f"{sign}{whole}{_BINARY_SUFFIXES[power]}"
     # Decimal: round up to nano units, then take the largest multiple-of-3 exponent that
     # leaves an integer mantissa.
-    nanos = int((magnitude * Decimal(10) ** 9).to_integral_value(rounding="ROUND_CEILING"))
+    nanos = math.ceil(magnitude * 10**9)
     exponent = -9
     while nanos % 1000 == 0 and exponent < 18:
         nanos //= 1000
@@ -128,47 +90,6 @@ def canonical_quantity(value: str | int | float) -> str:
     if exponent_form:
         return f"{sign}{nanos}" + (f"e{exponent}" if exponent else "")
     return f"{sign}{nanos}{_DECIMAL_SUFFIXES[exponent]}"
-
-
-def _sum_positive(resources: dict[str, Any] | None, into: dict[str, Decimal]) -> set[str]:
-    found: set[str] = set()
-    for name, raw in (resources or {}).items():
-        if name not in _QOS_RESOURCES:
-            continue
-        try:
-            quantity = parse_quantity(raw)
-        except ValueError:
-            continue
-        if quantity > 0:
-            found.add(name)
-            into[name] = into.get(name, Decimal(0)) + quantity
-    return found
-
-
-def compute_qos_class(pod: dict[str, Any]) -> str:
-    """The pod's QoS class: ``Guaranteed``, ``Burstable`` or ``BestEffort``.
-
-    Rule of ``pkg/apis/core/helper/qos.ComputePodQOS`` over containers and init containers:
-    no cpu/memory requests or limits → BestEffort; every container limits both cpu and memory
-    and the summed requests equal the summed limits → Guaranteed; otherwise Burstable.
-    (Requests are defaulted from limits before this runs, see :func:`default_pod`.)
-    """
-    spec = pod.get("spec") or {}
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
-    guaranteed = True
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = container.get("resources") or {}
-        _sum_positive(resources.get("requests"), requests)
-        found = _sum_positive(resources.get("limits"), limits)
-        if not set(_QOS_RESOURCES) <= found:
-            guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed and all(limits.get(n) == q for n, q in requests.items()):
-        if len(requests) == len(limits):
-            return "Guaranteed"
-    return "Burstable"
 
 
 # --- Defaulting ---------------------------------------------------------------------------
@@ -895,11 +816,9 @@ def validate_pod_update(old: dict[str, Any], new: dict[str, Any]) -> None:
 
 __all__ = [
     "StatusError",
-    "compute_qos_class",
     "default_pod",
     "image_pull_policy",
     "normalize_pod",
-    "parse_quantity",
     "prepare_pod_create",
     "qualified_name_errors",
     "validate_pod_create",

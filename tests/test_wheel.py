@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,6 +33,9 @@ CRDS = {
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in the source tree's build/ (gitignored) and would pack files a
+    # former build left there (a package since excluded, e.g.): start from none
+    shutil.rmtree(REPO / "build", ignore_errors=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
          "--quiet", "-w", str(out), str(REPO)],
@@ -88,27 +92,65 @@ def test_the_demo_finds_its_crds_outside_the_checkout(wheel: Path, tmp_path: Pat
         assert path.startswith(str(site)) and is_file, report
 
 
-@pytest.mark.slow
-def test_the_wheel_runs_its_demo_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
-    """``podplacement demo`` from the wheel, in a directory outside the checkout, with an
-    empty user cache: it says which API server it runs on, fetches the busybox packages it
-    lacks (or stands in for them) and places every workload."""
+def test_the_wheel_installs_no_test_double(wheel: Path) -> None:
+    """localkube, the API double, is a test-only package of the source tree."""
+    with zipfile.ZipFile(wheel) as zf:
+        assert not any(n.startswith("localkube/") for n in zf.namelist())
+
+
+def _unpacked(wheel: Path, tmp_path: Path, **extra: str) -> tuple[Path, dict[str, str]]:
+    """The wheel unpacked into ``tmp_path/site`` and an environment that imports the product
+    from there only, with a user cache of its own (nothing an earlier run cached is found)."""
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    cache = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PODPLACEMENT_", "KUBEBUILDER_")) and k != "PYTHONPATH"}
-    # XDG_CACHE_HOME: a user cache of its own, so nothing an earlier run cached is found
-    env.update(PYTHONPATH=str(site), XDG_CACHE_HOME=str(cache))
+    env.update(PYTHONPATH=str(site), XDG_CACHE_HOME=str(tmp_path / "cache"), **extra)
+    return elsewhere, env
+
+
+def test_the_wheels_demo_without_a_control_plane_says_how_to_get_one(
+        wheel: Path, tmp_path: Path) -> None:
+    """No real control plane, and no localkube in a wheel: one clear line, exit code 2."""
+    elsewhere, env = _unpacked(wheel, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "podplacement", "--log-format", "text", "demo",
+                           "--no-download"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert "localkube, the test-only API double, is not installed" in proc.stderr
+    assert "KUBEBUILDER_ASSETS" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.realcluster
+def test_the_wheel_runs_its_demo_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    """``podplacement demo`` from the wheel, in a directory outside the checkout, with an
+    empty user cache and the real control plane named by ``KUBEBUILDER_ASSETS`` (the envtest
+    convention): it says which API server it runs on, fetches the busybox packages it lacks
+    (or stands in for them) and places every workload."""
+    from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
+
+    try:
+        assets = locate_assets()
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
+    kb = tmp_path / "assets"
+    kb.mkdir()
+    for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        binary = assets.binary(name)
+        if binary is not None:
+            (kb / name).symlink_to(binary)
+    elsewhere, env = _unpacked(wheel, tmp_path, KUBEBUILDER_ASSETS=str(kb))
+    cache = tmp_path / "cache"
     proc = subprocess.run([sys.executable, "-m", "podplacement", "--log-format", "text", "demo"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240,
                           check=False)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
     first = proc.stderr.splitlines()[0]
-    assert "API server: localkube" in first and "to get one" in first, first
+    assert "API server: the real control plane" in first, first
     # the product's modules came from the wheel, not the checkout
     assert str(REPO) not in proc.stderr.replace(str(tmp_path), ""), proc.stderr[-3000:]
     debs = cache / "podplacement" / "debs"

@@ -34,6 +34,7 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib.resources
+import importlib.util
 import json
 import logging
 import os
@@ -262,17 +263,32 @@ def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
                      scheduler="kube-scheduler" in plane.processes, stop=plane.stop)
 
 
+def _require_localkube(why: str) -> None:
+    """Raise DemoError unless localkube (the source tree's test-only API double) is
+    importable; ``why`` says how the demo got here."""
+    if importlib.util.find_spec("localkube") is None:
+        raise DemoError(
+            f"{why}; and localkube, the test-only API double, is not installed (it ships in "
+            "the source tree, not in the wheel): put the real kube-apiserver, kube-scheduler "
+            "and etcd in a directory named by KUBEBUILDER_ASSETS, or use --kubeconfig FILE")
+
+
 def choose_api_server(options: DemoOptions) -> Assets | None:
     """Decide which API server the demo runs on and log it (the demo's first line): the
     control-plane binaries for the real one, None for localkube or an existing cluster.
 
+    localkube, the API double, is a test-only package of the source tree (the wheel does not
+    install it): outside a checkout the demo needs the real binaries or ``--kubeconfig``.
+
     Raises:
-        DemoError: ``--api-server real`` and no binaries were found.
+        DemoError: ``--api-server real`` and no binaries were found, or localkube is wanted
+            (or the only choice left) and not installed.
     """
     if options.kubeconfig is not None:
         log.info("API server: the existing cluster of %s", options.kubeconfig)
         return None
     if options.api_server == "localkube":
+        _require_localkube("--api-server localkube")
         log.info("API server: localkube, the API double (--api-server localkube); no "
                  "kube-scheduler binds the pods")
         return None
@@ -281,6 +297,7 @@ def choose_api_server(options: DemoOptions) -> Assets | None:
     except AssetsNotFound as exc:
         if options.api_server == "real":
             raise DemoError(f"--api-server real: {exc}") from exc
+        _require_localkube(str(exc))
         log.warning("API server: localkube, the API double, not the real control plane; no "
                     "kube-scheduler binds the pods. Why: %s", exc)
         return None

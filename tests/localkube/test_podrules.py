@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -48,27 +47,15 @@ def _causes(exc: StatusError) -> list[tuple[str, str, str]]:
 # --- quantities and QoS ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("100m", Decimal("0.1")),
-        ("0.5", Decimal("0.5")),
-        ("2", Decimal(2)),
-        ("64Mi", Decimal(64 * 2**20)),
-        ("1Gi", Decimal(2**30)),
-        ("1G", Decimal(10**9)),
-        ("1e3", Decimal(1000)),
-        ("1.5k", Decimal(1500)),
-        (3, Decimal(3)),
-    ],
-)
-def test_parse_quantity(text: str | int, value: Decimal) -> None:
-    assert podrules.parse_quantity(text) == value
+def test_qos_and_quantities_are_the_products_own() -> None:
+    """One quantity grammar and one QoS rule: localkube uses the product's
+    (controller.podspec); only the canonical text the API server stores is its own."""
+    from controller import podspec
 
-
-def test_parse_quantity_rejects_garbage() -> None:
+    assert podrules.compute_qos_class is podspec.compute_qos_class
+    assert podrules.quantity_exact is podspec.quantity_exact
     with pytest.raises(ValueError):
-        podrules.parse_quantity("lots")
+        podrules.canonical_quantity("lots")
 
 
 @pytest.mark.parametrize(
