@@ -19,7 +19,11 @@ registry rules stay in use (pods are never held back for it).
 
 The leader also runs the exec-format-error monitor (:mod:`controller.execformatmonitor`): a
 cache-less watch of the pods labelled ``podplacement.io/node-affinity``, its own small work
-queue, and one verification per image digest; it uses requests already listed below.
+queue, one verification per image digest, the exclusions learned from it (published in the
+config's status) and the optional remedy that deletes a failing pod of a ReplicaSet,
+StatefulSet or Job. The reconciler places with those exclusions
+(:meth:`Controller.placement_config`), and an image whose result lost a platform to one is
+kept out of the admission policy's catalog (README "Exec format errors", "Learn").
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from controller import admissionpolicy, paramswriter
@@ -51,14 +55,16 @@ from controller.config import (
     NUMA_LABEL,
     NUMA_LABEL_WAITING,
     VERSION,
+    ExcludedPlatform,
     PlacementConfig,
     config_or_defaults,
 )
 from controller.decision import plain_ungate
 from controller.events import EventSink
-from controller.execformatmonitor import ExecFormatMonitor
+from controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
 from controller.findings import FindingsStore
 from controller.imageparams import ParamsStore
+from controller.learn import merge, touches
 from controller.metrics import HealthServer, Metrics
 from controller.numa import InFlight
 from controller.paramswriter import ParamsWriter
@@ -107,6 +113,10 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", CONFIGMAP_PATH),
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
+    # the exec-format-error monitor: deleteFailedPods, and the exclusions it learned in the
+    # config's status (controller.execformatmonitor.API_REQUESTS)
+    ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("PATCH", CONFIG_STATUS_PATH),
     *paramswriter.API_REQUESTS,
 )
 
@@ -239,7 +249,8 @@ class Controller:
         self._params_task: asyncio.Task[None] | None = None
         self.queue = self._new_queue()
         self.reconciler = Reconciler(
-            api, self.pods, _InspectorProxy(self), self.config_source, self.events, self.metrics,
+            api, self.pods, _InspectorProxy(self), self.placement_config, self.events,
+            self.metrics,
             nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
             failures=lambda key: self.queue.failures(key), publish=self._publish,
             is_leader=lambda: self.leading or self.releasing > 0,
@@ -251,7 +262,8 @@ class Controller:
             api, nodes=self.nodes, events=self.events, metrics=self.metrics,
             config_source=self.config_source, inspector=self.inspector,
             credentials=self.reconciler.credentials, store=self.findings,
-            watch_timeout=o.watch_timeout)
+            config_object=lambda: self.configs.get(CONFIG_NAME),
+            on_excluded=self._on_excluded, watch_timeout=o.watch_timeout)
         self.leading = False
         #: > 0 while the ordered uninstall or the stand-down releases gated pods: the
         #: reconciler may then write although this process may no longer lead
@@ -360,6 +372,29 @@ class Controller:
         self._config_cache = (rv, parsed, error)
         return parsed, error
 
+    def placement_config(self) -> tuple[PlacementConfig, str | None]:
+        """:meth:`config_source` with the exclusions this controller places with: those
+        its exec-format-error monitor holds in force now (fresher than the status it
+        publishes them in), then those of the config's status still in force
+        (:func:`controller.learn.merge`); none unless ``execFormatErrorMonitor`` has both
+        ``enabled`` and ``learn``."""
+        config, error = self.config_source()
+        if not (config.exec_format_monitor and config.exec_format_learn):
+            return config, error
+        own = self.execformat.current if self.leading else ()
+        if not own and not config.excluded:
+            return config, error
+        return replace(config, excluded=merge(own, config.excluded, now=time.time())), error
+
+    def _on_excluded(self, excluded: tuple[ExcludedPlatform, ...]) -> None:
+        """Take the excluded digests out of the admission policy's catalog: its CEL cannot
+        say why a platform is missing, so those pods are gated and placed by the webhook or
+        the controller, whose decision annotation does."""
+        removed = self.params.remove_digests({d for x in excluded for d in x.digests},
+                                             images=[x.image for x in excluded if x.image])
+        if removed:
+            log.info("params: removed %s (a platform of theirs is excluded)", ", ".join(removed))
+
     def _apply_params_ttl(self) -> None:
         """Give the params store the config's ``imageInspection.cacheTTL`` (it applies to
         existing entries at the writer's next tick)."""
@@ -370,16 +405,23 @@ class Controller:
         this controller owns the policy and the policy has a place branch (README,
         "Placement inside the API server"). The entry's learned time is the result's
         ``fetched_at`` (when a registry answered; a result served from the inspector's
-        cache keeps the time of the answer it copies), or now for a result without one."""
+        cache keeps the time of the answer it copies), or now for a result without one.
+        A result an exclusion takes a platform from is not published (its entry goes)."""
         if self.lifecycle is None:
             return
         config = self.config_source()[0]
         if config.admission_mechanism != ADMISSION_AUTO or not admissionpolicy.places(config):
             return
         self.params.ttl_seconds = config.image_inspection.cache_ttl_seconds
+        if touches(result, self.placement_config()[0].excluded):
+            # the policy's annotation could not say why a platform is missing
+            self.params.remove(image)
+            return
         fetched_at = getattr(result, "fetched_at", None)
+        digest = getattr(result, "digest", None)
         self.params.record(image, image_platform_pairs(result), time.time(),
-                           learned=fetched_at if isinstance(fetched_at, int | float) else None)
+                           learned=fetched_at if isinstance(fetched_at, int | float) else None,
+                           digest=digest if isinstance(digest, str) else None)
 
     # --- event handlers ----------------------------------------------------------------
     def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:

@@ -44,6 +44,13 @@ EXEC_FORMAT_LABEL_TRUE = "true"
 EXEC_FORMAT_ANNOTATION = f"{GROUP}/exec-format-error"
 #: The Warning Event reason of a detection.
 EXEC_FORMAT_REASON = "ExecFormatError"
+#: Owners whose pods ``deleteFailedPods`` may delete (their controller recreates them).
+REMEDIABLE_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
+#: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.
+MAX_EXCLUSIONS = 256
+MAX_DELETED_PODS = 256
+#: Digests one exclusion names at most (the CRD's ``maxItems``).
+MAX_EXCLUSION_DIGESTS = 8
 WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
 WEBHOOK_NAME = "pods.podplacement.io"
 #: The controller's leader-election Lease (in its own namespace); the webhook watches it.
@@ -188,13 +195,102 @@ class ImageInspectionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ExcludedPlatform:
+    """One (image content, platform) pair the controller learned is wrong: placement drops
+    the platform from every image result whose digest is one of :attr:`digests`
+    (README "Exec format errors", "Learn"; the rule: :func:`controller.learn.exclusions`).
+
+    Attributes:
+        digests: the digests of that content (sorted): the digest the node ran (the status
+            ``imageID``), the digest placement saw for the pod's image reference (the
+            decision annotation) and, when verification ran, the index digest and the
+            platform's own manifest digest.
+        os, architecture: the platform excluded (``linux``, ``arm64``).
+        proof: ``verification`` (its binary is for another machine) or
+            ``exec-format-errors`` (at least two on nodes of that architecture).
+        errors: exec format errors counted.
+        last_seen: unix seconds of the latest evidence (an error, or the verification).
+        expires: unix seconds when the exclusion ends unless new evidence comes
+            (``last_seen`` + ``imageInspection.cacheTTL``).
+        image: an image reference, as written in a pod, that ran the digest.
+        reason: one sentence on the proof (the verification's reason, or the error count).
+    """
+
+    digests: tuple[str, ...]
+    os: str
+    architecture: str
+    proof: str
+    errors: int = 0
+    last_seen: float = 0.0
+    expires: float = 0.0
+    image: str = ""
+    reason: str = ""
+
+    @property
+    def platform(self) -> str:
+        """``os/architecture``."""
+        return f"{self.os}/{self.architecture}"
+
+    def to_status(self) -> dict[str, Any]:
+        """The ``status.execFormatErrorMonitor.excluded[]`` item (times as whole unix
+        seconds: the last evidence rounded down, the expiry rounded up)."""
+        return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]), "platform": self.platform, "proof": self.proof,
+                "errors": self.errors, "lastSeen": int(self.last_seen),
+                "expires": int(-(-self.expires // 1)), "image": self.image[:512],
+                "reason": self.reason[:300]}
+
+    @classmethod
+    def from_status(cls, item: Any) -> ExcludedPlatform | None:
+        """Parse one ``excluded[]`` item; None when it is malformed (no digest, a platform
+        that is not ``os/arch``, times that are not numbers)."""
+        if not isinstance(item, Mapping):
+            return None
+        digests = item.get("digests")
+        platform = item.get("platform")
+        if (not isinstance(digests, list) or not digests
+                or not all(isinstance(d, str) and d for d in digests)
+                or not isinstance(platform, str)):
+            return None
+        os_name, sep, arch = platform.partition("/")
+        if not sep or not os_name or not arch or "/" in arch:
+            return None
+        numbers = [item.get(k, 0) for k in ("errors", "lastSeen", "expires")]
+        if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+            return None
+        return cls(tuple(sorted(set(digests))), os_name, arch, str(item.get("proof") or ""),
+                   int(numbers[0]), float(numbers[1]), float(numbers[2]),
+                   str(item.get("image") or ""), str(item.get("reason") or ""))
+
+
+def excluded_from_status(obj: Mapping[str, Any]) -> tuple[ExcludedPlatform, ...]:
+    """The exclusions a PodPlacementConfig object carries in
+    ``status.execFormatErrorMonitor.excluded`` (malformed items skipped, at most
+    :data:`MAX_EXCLUSIONS`). The leading controller keeps that list to the exclusions in
+    force: it removes one when it expires, so readers (the webhook) take the list as it is."""
+    status = obj.get("status")
+    monitor = status.get("execFormatErrorMonitor") if isinstance(status, Mapping) else None
+    items = monitor.get("excluded") if isinstance(monitor, Mapping) else None
+    if not isinstance(items, list):
+        return ()
+    out = [x for x in (ExcludedPlatform.from_status(i) for i in items[:MAX_EXCLUSIONS])
+           if x is not None]
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementConfig:
     """The parsed spec of the PodPlacementConfig ``cluster``.
 
     ``namespace_selector`` is a metav1.LabelSelector dict (opt-out: matching namespaces are
     not processed); ``preferred_platforms`` is empty unless
     ``plugins.nodeAffinityScoring.enabled`` is true; ``exec_format_monitor`` is
-    ``plugins.execFormatErrorMonitor.enabled`` (default true: detection, Events, metrics).
+    ``plugins.execFormatErrorMonitor.enabled`` (default true: detection, Events, metrics),
+    ``exec_format_learn`` its ``learn`` (default true: placement leaves out the platforms
+    proven wrong) and ``delete_failed_pods`` its ``deleteFailedPods`` (default false).
+    ``excluded`` is not spec: the exclusions in force that the controller published in
+    ``status.execFormatErrorMonitor.excluded`` (:func:`excluded_from_status`), read with the
+    object so that every reader of the config (the webhook, ``explain``) places as the
+    controller does; empty unless both ``enabled`` and ``learn`` are true.
     """
 
     log_verbosity: str = "Normal"
@@ -206,6 +302,9 @@ class PlacementConfig:
     admission_mechanism: str = ADMISSION_AUTO
     admission_fast_paths: str = FAST_PATHS_ENABLED
     exec_format_monitor: bool = True
+    exec_format_learn: bool = True
+    delete_failed_pods: bool = False
+    excluded: tuple[ExcludedPlatform, ...] = ()
     generation: int = 0
 
     @classmethod
@@ -264,10 +363,14 @@ class PlacementConfig:
             raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
                               f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
         monitor = _mapping(plugins, "execFormatErrorMonitor", "spec.plugins")
-        monitor_enabled = monitor.get("enabled", True)
-        if not isinstance(monitor_enabled, bool):
-            raise ConfigError("spec.plugins.execFormatErrorMonitor.enabled",
-                              f"must be a boolean, got {monitor_enabled!r}")
+        switches: dict[str, bool] = {}
+        for key, default in (("enabled", True), ("learn", True), ("deleteFailedPods", False)):
+            value = monitor.get(key, default)
+            if not isinstance(value, bool):
+                raise ConfigError(f"spec.plugins.execFormatErrorMonitor.{key}",
+                                  f"must be a boolean, got {value!r}")
+            switches[key] = value
+        learn = switches["enabled"] and switches["learn"]
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -277,7 +380,10 @@ class PlacementConfig:
             topology=topology,
             admission_mechanism=str(mechanism),
             admission_fast_paths=str(fast_paths),
-            exec_format_monitor=monitor_enabled,
+            exec_format_monitor=switches["enabled"],
+            exec_format_learn=switches["learn"],
+            delete_failed_pods=switches["deleteFailedPods"],
+            excluded=excluded_from_status(obj) if learn else (),
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 

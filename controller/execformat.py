@@ -42,22 +42,52 @@ Because runc and crun report the failure after ``start`` has returned, their tex
 status only through that log tail (or a runtime that reports it at start): with the default
 ``terminationMessagePolicy: File`` the status shows ``reason: Error``, exit code 255 (runc)
 or 1 (crun) and no message, which this rule cannot tell from any other crash.
+
+**Verify on suspicion** closes that gap without reading logs (:func:`suspicion_of`): a
+container whose terminated state (current or last) has exactly that shape, reason
+``Error``, exit code 255 or 1, an empty message, and ran for at most
+:data:`SUSPECT_MAX_RUN_SECONDS` (``finishedAt`` - ``startedAt``; the failure comes within
+milliseconds of the start, and the API's timestamps have whole seconds) is a *suspicion*.
+The monitor then verifies the image (once per digest, cached), and a verification that finds
+the platform of the node's architecture holding a binary for another machine is proof: the
+suspicion becomes a finding like any other (:func:`proven_finding`, ``proof``
+``verification``). A suspicion whose verification passes, or a crash that ran longer or
+said something, is nothing. Sources of the shape: ``containerd`` ``container_status.go``
+(reason ``Error`` for a non-zero exit without a reason), the exit codes above, and the
+kubelet's ``terminationMessagePolicy`` handling (``kuberuntime_container.go``: ``File``
+copies only ``/dev/termination-log``, which a process that never ran did not write).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import EXEC_FORMAT_ANNOTATION, EXEC_FORMAT_LABEL, EXEC_FORMAT_REASON
+from controller.config import (
+    DECISION_ANNOTATION,
+    EXEC_FORMAT_ANNOTATION,
+    EXEC_FORMAT_LABEL,
+    EXEC_FORMAT_REASON,
+    LINUX,
+)
 from controller.decision import WARNING, EventSpec
 
 #: The text every runtime's message carries (Go: "exec format error"; glibc strerror:
 #: "Exec format error").
 EXEC_FORMAT_TEXT = "exec format error"
+#: Exit codes of a runtime's init whose ``execve`` failed after start: runc 1.2 and later
+#: (``os.Exit(255)``), runc 1.1 and crun (1).
+SUSPECT_EXIT_CODES = frozenset({1, 255})
+#: Longest run, ``finishedAt`` - ``startedAt`` in whole seconds, of a suspicion.
+SUSPECT_MAX_RUN_SECONDS = 2
+#: How a finding was established: the runtime's words in the status, or a suspicion whose
+#: verification proved it.
+PROOF_MESSAGE = "message"
+PROOF_VERIFICATION = "verification"
 
 # The program path in each runtime's wording.
 _PATHS = (
@@ -91,6 +121,9 @@ class ExecFormatFinding:
         exit_code: the terminated state's ``exitCode`` (None for waiting).
         message: that state's ``message``.
         program: the program path named in the message, when it names one.
+        proof: :data:`PROOF_MESSAGE` (the runtime's words) or :data:`PROOF_VERIFICATION`
+            (a :class:`Suspicion` the verification proved).
+        ran_seconds: for a proven suspicion, ``finishedAt`` - ``startedAt``.
     """
 
     container: str
@@ -104,6 +137,8 @@ class ExecFormatFinding:
     exit_code: int | None
     message: str
     program: str | None
+    proof: str = PROOF_MESSAGE
+    ran_seconds: int | None = None
 
     @property
     def reference(self) -> str | None:
@@ -173,14 +208,166 @@ def detect(pod: Mapping[str, Any]) -> tuple[ExecFormatFinding, ...]:
     return tuple(out)
 
 
+# --- verify on suspicion ---------------------------------------------------------------------
+
+
+def _seconds(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Suspicion:
+    """A container status with the shape runc and crun leave when ``execve`` fails (module
+    docstring): worth a verification, not a finding yet.
+
+    Attributes:
+        finding: the finding it becomes once verification proves it (``proof``
+            :data:`PROOF_VERIFICATION`, empty message).
+    """
+
+    finding: ExecFormatFinding
+
+    @property
+    def digest(self) -> str | None:
+        """The ``sha256:`` digest of the status ``imageID``."""
+        return self.finding.digest
+
+
+def suspicion_of(status: Mapping[str, Any], *, init: bool = False) -> Suspicion | None:
+    """The suspicion rule for one container status (module docstring, "Verify on
+    suspicion").
+
+    Args:
+        status: the ``containerStatuses[]`` / ``initContainerStatuses[]`` item.
+        init: it is an init container's.
+    Returns:
+        a :class:`Suspicion` for the first of ``state.terminated`` and
+        ``lastState.terminated`` with reason ``Error``, an exit code in
+        :data:`SUSPECT_EXIT_CODES`, no message (blank) and ``finishedAt`` - ``startedAt``
+        between 0 and :data:`SUSPECT_MAX_RUN_SECONDS` (both must parse); None otherwise, and
+        None when the status already shows the runtime's words (:func:`finding_of`).
+    """
+    if finding_of(status, init=init) is not None:
+        return None
+    for name, obj in _states(status):
+        if not name.endswith("terminated") or obj.get("reason") != "Error":
+            continue
+        code = obj.get("exitCode")
+        if isinstance(code, bool) or code not in SUSPECT_EXIT_CODES:
+            continue
+        if str(obj.get("message") or "").strip():
+            continue
+        started, finished = _seconds(obj.get("startedAt")), _seconds(obj.get("finishedAt"))
+        if started is None or finished is None:
+            continue
+        ran = finished - started
+        if not 0 <= ran <= SUSPECT_MAX_RUN_SECONDS:
+            continue
+        image_id = str(status.get("imageID") or "")
+        return Suspicion(ExecFormatFinding(
+            container=str(status.get("name") or ""), init=init,
+            restart_count=int(status.get("restartCount") or 0),
+            image=str(status.get("image") or ""), image_id=image_id,
+            digest=_digest(image_id), field=name, reason="Error", exit_code=int(code),
+            message="", program=None, proof=PROOF_VERIFICATION, ran_seconds=int(ran)))
+    return None
+
+
+def suspects(pod: Mapping[str, Any]) -> tuple[Suspicion, ...]:
+    """Every container of ``pod`` (init containers first) with a :func:`suspicion_of`."""
+    status = pod.get("status") or {}
+    out: list[Suspicion] = []
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for item in status.get(key) or ():
+            if isinstance(item, Mapping):
+                found = suspicion_of(item, init=init)
+                if found is not None:
+                    out.append(found)
+    return tuple(out)
+
+
+def mismatched(entry: Mapping[str, Any] | None, architecture: str, os: str = LINUX) -> bool:
+    """Whether a verification entry (:func:`verification_entry`) flags the platform of
+    ``os``/``architecture`` (any variant)."""
+    if not entry:
+        return False
+    for platform in entry.get("mismatched") or ():
+        parts = str(platform).split("/")
+        if len(parts) >= 2 and parts[0] == os and parts[1] == architecture:
+            return True
+    return False
+
+
+def proven_finding(s: Suspicion) -> ExecFormatFinding:
+    """The finding a :class:`Suspicion` becomes once verification proves it."""
+    return s.finding
+
+
+def findings_of(pod: Mapping[str, Any],
+                verification: Callable[[str], Mapping[str, Any] | None], *,
+                architecture: str, os: str = LINUX) -> tuple[ExecFormatFinding, ...]:
+    """The pod's findings: those of :func:`detect`, then each suspicion whose digest's
+    verification flags the node's platform (``os``/``architecture``)."""
+    out = list(detect(pod))
+    for s in suspects(pod):
+        if s.digest and mismatched(verification(s.digest), architecture, os):
+            out.append(proven_finding(s))
+    return tuple(out)
+
+
+def pending_suspicions(pod: Mapping[str, Any],
+                       verification: Callable[[str], Mapping[str, Any] | None]
+                       ) -> tuple[Suspicion, ...]:
+    """The pod's suspicions whose digest has no verification result yet (the monitor
+    starts one)."""
+    return tuple(s for s in suspects(pod) if s.digest and verification(s.digest) is None)
+
+
+def placement_digests(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Container name → the digest placement saw for its image reference (the
+    ``images[].digest`` of the pod's ``podplacement.io/decision`` annotation); containers
+    of images without one are left out."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        record = json.loads(annotations.get(DECISION_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    by_image: dict[str, str] = {}
+    for entry in (record.get("images") if isinstance(record, dict) else None) or ():
+        if isinstance(entry, dict) and isinstance(entry.get("digest"), str):
+            by_image[str(entry.get("image"))] = entry["digest"]
+    spec = pod.get("spec") or {}
+    out: dict[str, str] = {}
+    for kind in ("initContainers", "containers"):
+        for c in spec.get(kind) or ():
+            if isinstance(c, Mapping) and c.get("image") in by_image:
+                out[str(c.get("name"))] = by_image[str(c["image"])]
+    return out
+
+
+def spec_image(pod: Mapping[str, Any], f: ExecFormatFinding) -> str:
+    """The image reference of ``f``'s container as written in the pod spec ("" if none)."""
+    spec = pod.get("spec") or {}
+    for c in spec.get("initContainers" if f.init else "containers") or ():
+        if isinstance(c, Mapping) and c.get("name") == f.container:
+            return str(c.get("image") or "")
+    return ""
+
+
 # --- the pod's record ----------------------------------------------------------------------
 
 
 def recorded(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The pod's ``podplacement.io/exec-format-error`` annotation decoded:
-    ``{"containers": {name: {"restartCount", "imageID", "digest", "arch", "node"}},
-    "verified": {digest: {"status", "reason", "mismatched": [...]}}}``; empty parts when
-    absent or unreadable."""
+    ``{"containers": {name: {"restartCount", "imageID", "digest", "arch", "node", "at",
+    "proof"}}, "verified": {digest: {"status", "reason", "mismatched": [...], "at"}}}``
+    (``at``: unix seconds seen or verified; ``proof``: how the finding was established,
+    :data:`PROOF_MESSAGE` when absent); empty parts when absent or unreadable."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         doc = json.loads(annotations.get(EXEC_FORMAT_ANNOTATION) or "{}")
@@ -210,14 +397,20 @@ def unreported(pod: Mapping[str, Any],
 
 
 def needs_work(pod: Mapping[str, Any],
-               verification: Callable[[str], Mapping[str, Any] | None]) -> bool:
-    """Whether the monitor has something to write for ``pod``: an unreported finding, the
-    label missing, or a verification result for one of its digests not in its record.
+               verification: Callable[[str], Mapping[str, Any] | None], *,
+               architecture: str = "", os: str = LINUX) -> bool:
+    """Whether the monitor has something to do for ``pod``: an unreported finding (a
+    suspicion counts once its verification flags the node's ``os``/``architecture``), the
+    label missing, a verification result for one of its digests not in its record, or a
+    suspicion whose digest has no verification yet.
 
     Args:
         verification: digest → the record entry :func:`verification_entry` makes, or None.
+        architecture, os: the node's platform ("": unknown; suspicions then prove nothing).
     """
-    findings = detect(pod)
+    if pending_suspicions(pod, verification):
+        return True
+    findings = findings_of(pod, verification, architecture=architecture, os=os)
     if not findings:
         return False
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -230,16 +423,24 @@ def needs_work(pod: Mapping[str, Any],
 
 def updated_record(pod: Mapping[str, Any], new: tuple[ExecFormatFinding, ...], *,
                    arch: str, node: str,
-                   verification: Callable[[str], Mapping[str, Any] | None]) -> dict[str, Any]:
-    """The record after ``new`` findings on ``node`` (``arch``) and the verification results
-    known for the pod's digests. Equal to :func:`recorded` when there is nothing new."""
+                   verification: Callable[[str], Mapping[str, Any] | None],
+                   findings: tuple[ExecFormatFinding, ...] | None = None,
+                   at: float | None = None) -> dict[str, Any]:
+    """The record after ``new`` findings on ``node`` (``arch``, seen ``at`` unix seconds)
+    and the verification results known for the digests of the pod's ``findings`` (default:
+    :func:`detect`). Equal to :func:`recorded` when there is nothing new."""
     doc = recorded(pod)
     containers = dict(doc["containers"])
     for f in new:
-        containers[f.container] = {"restartCount": f.restart_count, "imageID": f.image_id,
-                                   "digest": f.digest, "arch": arch, "node": node}
+        item: dict[str, Any] = {"restartCount": f.restart_count, "imageID": f.image_id,
+                                "digest": f.digest, "arch": arch, "node": node}
+        if at is not None:
+            item["at"] = int(at)
+        if f.proof != PROOF_MESSAGE:
+            item["proof"] = f.proof
+        containers[f.container] = item
     verified = dict(doc["verified"])
-    for f in detect(pod):
+    for f in detect(pod) if findings is None else findings:
         if f.digest and f.digest not in verified:
             entry = verification(f.digest)
             if entry is not None:
@@ -259,20 +460,37 @@ def record_patch(pod: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str,
     }}
 
 
-def verification_entry(status: str, reason: str, mismatched: tuple[str, ...]) -> dict[str, Any]:
+def verification_entry(status: str, reason: str, mismatched: tuple[str, ...], *,
+                       at: float | None = None) -> dict[str, Any]:
     """A verification result as the record keeps it (``status`` for the node's
-    architecture, its reason, and every platform flagged)."""
-    return {"status": status, "reason": reason[:300], "mismatched": list(mismatched)}
+    architecture, its reason, every platform flagged, and when it ran: unix seconds)."""
+    entry: dict[str, Any] = {"status": status, "reason": reason[:300],
+                             "mismatched": list(mismatched)}
+    if at is not None:
+        entry["at"] = int(at)
+    return entry
 
 
-def event_spec(f: ExecFormatFinding, *, arch: str, node: str) -> EventSpec:
+def event_spec(f: ExecFormatFinding, *, arch: str, node: str,
+               verified: Mapping[str, Any] | None = None) -> EventSpec:
     """The Warning ``ExecFormatError`` Event for one finding: container, image digest the
-    node runs, the node and its architecture, the restart, and the runtime's words."""
+    node runs, the node and its architecture, the restart, and the runtime's words; for a
+    suspicion proven by verification (``f.proof``), the shape seen and the verification's
+    reason (``verified``: its entry)."""
     kind = "init container" if f.init else "container"
+    image_id = f.image_id or "unknown"
+    where = (f"image {f.image} digest {f.digest or 'unknown'} (imageID {image_id}) on node "
+             f"{node or 'unknown'} of architecture {arch}; restart {f.restart_count}")
+    if f.proof == PROOF_VERIFICATION:
+        why = str((verified or {}).get("reason") or "its binary is for another machine")
+        text = (f"{kind} {f.container} failed with an exec format error, proven by "
+                f"verification: {f.field} {f.reason} exit code {f.exit_code} after "
+                f"{f.ran_seconds}s without a message (runc and crun report a failed exec "
+                f"only in the container's log), and the image's {arch} binary is wrong: "
+                f"{why}; {where}")
+        return EventSpec(WARNING, EXEC_FORMAT_REASON, text[:1000], "Detect")
     program = f" running {f.program}" if f.program else ""
     exit_code = f", exit code {f.exit_code}" if f.exit_code is not None else ""
-    text = (f"{kind} {f.container} failed with an exec format error{program}: image "
-            f"{f.image} digest {f.digest or 'unknown'} (imageID {f.image_id or 'unknown'}) on "
-            f"node {node or 'unknown'} of architecture {arch}; restart {f.restart_count}; "
+    text = (f"{kind} {f.container} failed with an exec format error{program}: {where}; "
             f"{f.field} {f.reason or '-'}{exit_code}: {' '.join(f.message.split())}")
     return EventSpec(WARNING, EXEC_FORMAT_REASON, text[:1000], "Detect")

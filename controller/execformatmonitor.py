@@ -1,21 +1,37 @@
 """The exec-format-error monitor: watches the pods podplacement placed, records each
-container that fails with an exec format error, and verifies the image's binaries once per
-digest.
+container that fails with an exec format error, verifies the image's binaries once per
+digest, learns which (digest, platform) pairs are wrong, and, when asked, deletes a failing
+pod so that its owner recreates it elsewhere.
 
-I/O around the pure rule of :mod:`controller.execformat`. A cache-less list+watch of the
-pods labelled ``podplacement.io/node-affinity`` (every pod the product decided about, never
-all pods; nothing kept per pod) hands each pod to :func:`controller.execformat.needs_work`;
-a pod with something to write is queued by key on its own :class:`controller.queue.WorkQueue`
-(the placement queue's depth stays the placement's). The per-pod reconcile reads the pod
-again, writes the label ``podplacement.io/exec-format-error=true`` and the record annotation
-in one merge patch guarded by ``resourceVersion`` (a conflict is retried with a fresh read),
-and only after that write emits one Warning Event ``ExecFormatError`` per new (container,
-restart) and counts ``podplacement_exec_format_errors_total{arch}``: the record on the pod
-is what makes a second run, or another leader, silent. The first finding of an image digest
-starts one verification of it (``imageinspect.verify_image`` with the pod's pull secrets and
-the container's command), whose results go to the :class:`controller.findings.FindingsStore`
-and, by a new round for the waiting pods, to their records (``explain`` shows them). Runs in
-the leader only, while ``spec.plugins.execFormatErrorMonitor.enabled``.
+I/O around the pure rules of :mod:`controller.execformat` (detection, verify on suspicion),
+:mod:`controller.findings` (what is proof) and :mod:`controller.learn` (exclusions, the
+remedy). A cache-less list+watch of the pods labelled ``podplacement.io/node-affinity``
+(every pod the product decided about, never all pods; nothing kept per pod) hands each pod
+to :func:`controller.execformat.needs_work`; a pod with something to do is queued by key on
+its own :class:`controller.queue.WorkQueue` (the placement queue's depth stays the
+placement's). The per-pod reconcile reads the pod again, starts the one verification of each
+digest it needs (a finding's, or a suspicion's: the runc/crun shape without words), writes
+the label ``podplacement.io/exec-format-error=true`` and the record annotation in one merge
+patch guarded by ``resourceVersion`` (a conflict is retried with a fresh read), and only
+after that write emits one Warning Event ``ExecFormatError`` per new (container, restart),
+counts ``podplacement_exec_format_errors_total{arch}`` and the evidence in the
+:class:`controller.findings.FindingsStore`: the record on the pod is what makes a second
+run, or another leader, silent. A suspicion is written only once its verification flags the
+node's platform; one whose verification passes leaves no trace on the pod.
+
+Learning (``spec.plugins.execFormatErrorMonitor.learn``): a loop (every ``tick_seconds``,
+and at once after new evidence) expires evidence one ``imageInspection.cacheTTL`` after its
+latest part, computes the exclusions in force (:func:`controller.learn.exclusions`) and
+publishes them, with the pods deleted by the remedy, in the PodPlacementConfig's
+``status.execFormatErrorMonitor`` (a merge patch of the status subresource, written only
+when it differs): that is where the webhook reads them (it watches the object already), and
+where a new leader or a restarted controller takes them back (:meth:`ExecFormatMonitor.adopt`),
+with the evidence below the threshold rebuilt from the pods' records as the watch lists them.
+Then ``on_excluded`` lets the controller take the excluded digests out of the admission
+policy's catalog. The remedy (``deleteFailedPods``): a failing pod whose pair is excluded and
+whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted (precondition: its
+UID), at most one pod per owner per TTL. Runs in the leader only, while
+``spec.plugins.execFormatErrorMonitor.enabled``.
 """
 
 from __future__ import annotations
@@ -25,41 +41,74 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.bindingfeed import PODS_PATH
-from controller.config import AFFINITY_LABEL, ARCH_LABEL, EXEC_FORMAT_LABEL, PlacementConfig
+from controller.config import (
+    AFFINITY_LABEL,
+    ARCH_LABEL,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    EXEC_FORMAT_LABEL,
+    EXEC_FORMAT_REASON,
+    GROUP,
+    LINUX,
+    OS_LABEL,
+    VERSION,
+    ExcludedPlatform,
+    PlacementConfig,
+    excluded_from_status,
+)
+from controller.decision import WARNING, EventSpec
 from controller.events import EventSink
 from controller.execformat import (
     ExecFormatFinding,
-    detect,
     event_spec,
+    findings_of,
     needs_work,
+    pending_suspicions,
+    placement_digests,
     record_patch,
     recorded,
+    spec_image,
     unreported,
     updated_record,
     verification_entry,
 )
 from controller.findings import FindingsStore, Verification
+from controller.learn import (
+    DeletedPod,
+    deleted_from_status,
+    describe,
+    exclusions,
+    hit,
+    remedy_owner,
+    status_patch,
+)
 from controller.metrics import Metrics
 from controller.queue import WorkQueue
 from controller.reconciler import pod_key, split_key
-from kubeclient import Conflict, Informer, KubeAPI, NotFound
+from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
+#: The PodPlacementConfig's status subresource, where the exclusions are published.
+CONFIG_STATUS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}/status"
+
 #: ``(method, path template)`` of every request the monitor sends (pods: the list+watch, the
-#: read and the guarded patch; the pod's pull secrets for verification; Events). All are in
-#: :data:`controller.app.API_REQUESTS`, whose grants ``tests/deploy`` checks: the monitor
-#: needs no other permission.
+#: read, the guarded patch and the remedy's delete; the pod's pull secrets for verification;
+#: Events; the config's status). All are in :data:`controller.app.API_REQUESTS` or
+#: :data:`controller.lifecycle.API_REQUESTS`, whose grants ``tests/deploy`` checks.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", PODS_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
+    ("PATCH", CONFIG_STATUS_PATH),
 )
 
 #: The watch's label selector: the label every decision writes (``set`` or ``not-set``).
@@ -68,6 +117,39 @@ WATCH_SELECTOR = AFFINITY_LABEL
 _MAX_WAITING = 1000
 #: Verification results kept (digests; the oldest go first).
 _MAX_VERIFIED = 10_000
+#: Verifications running at once.
+_MAX_VERIFYING = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _PlatformResult:
+    status: str
+    reason: str
+    manifest: str
+
+
+@dataclass(slots=True)
+class _Verified:
+    """One digest's verification: when, what (the index digest), per platform the result;
+    ``error`` when it failed as a whole."""
+
+    checked_at: float
+    digest: str = ""
+    platforms: dict[str, _PlatformResult] = field(default_factory=dict)
+    error: str | None = None
+
+    def entry(self, architecture: str, os: str) -> dict[str, Any]:
+        """The record entry for a node of ``os``/``architecture``."""
+        mismatched = tuple(p for p, r in self.platforms.items() if r.status == "mismatch")
+        if self.error is not None:
+            return verification_entry("error", self.error, (), at=self.checked_at)
+        for platform, result in self.platforms.items():
+            parts = platform.split("/")
+            if len(parts) >= 2 and (parts[0], parts[1]) == (os, architecture):
+                return verification_entry(result.status, result.reason, mismatched,
+                                          at=self.checked_at)
+        return verification_entry("skipped", f"no {os}/{architecture} platform in the image",
+                                  mismatched, at=self.checked_at)
 
 
 class ExecFormatMonitor:
@@ -75,15 +157,20 @@ class ExecFormatMonitor:
 
     Args:
         api: the Kubernetes client.
-        nodes: the Node informer (the node's ``kubernetes.io/arch`` label).
+        nodes: the Node informer (the node's ``kubernetes.io/arch`` and ``os`` labels).
         events: the Event sink.
         metrics: the controller's metrics.
         config_source: the current (config, error) pair.
         inspector: returns the current ``imageinspect.Inspector`` (registry rules, CAs).
         credentials: pod, config → its pull credentials (the reconciler's rule).
-        store: where evidence is kept (one per controller; Learn reads it).
+        store: where evidence is kept (one per controller).
+        config_object: the live PodPlacementConfig ``cluster`` (its status holds the
+            published exclusions), or None while it does not exist.
+        on_excluded: called with the exclusions in force after each change (the
+            controller takes their digests out of the admission policy's catalog).
         watch_timeout: seconds per watch request.
         verify_max_bytes: byte cap per platform of one verification.
+        tick_seconds: period of the learn loop (expiry, status).
         clock: unix seconds.
     """
 
@@ -98,8 +185,11 @@ class ExecFormatMonitor:
         inspector: Callable[[], Any],
         credentials: Callable[[Mapping[str, Any], PlacementConfig], Awaitable[list[Any]]],
         store: FindingsStore | None = None,
+        config_object: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        on_excluded: Callable[[tuple[ExcludedPlatform, ...]], None] | None = None,
         watch_timeout: int = 300,
         verify_max_bytes: int | None = None,
+        tick_seconds: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
@@ -110,26 +200,42 @@ class ExecFormatMonitor:
         self.inspector = inspector
         self.credentials = credentials
         self.store = store if store is not None else FindingsStore()
+        self.config_object = config_object
+        self.on_excluded = on_excluded
         self.watch_timeout = watch_timeout
         self.verify_max_bytes = verify_max_bytes
+        self.tick_seconds = tick_seconds
         self.clock = clock
-        self.queue = WorkQueue(workers=2, rate=50.0, burst=100, retry_now=(Conflict,),
-                               base_delay=0.2, max_delay=60.0)
-        #: digest → its verification as the pods' records keep it (done ones only)
-        self.verified: dict[str, dict[str, Any]] = {}
+        self.queue = self._new_queue()
+        #: digest → its verification (done ones only)
+        self.reports: dict[str, _Verified] = {}
+        #: the exclusions in force, as last computed (read by the controller's placement)
+        self.current: tuple[ExcludedPlatform, ...] = ()
+        #: owner UID → the pod the remedy deleted for it (one per owner per TTL)
+        self.deleted: dict[str, DeletedPod] = {}
+        self._refused: dict[str, float] = {}
         self._verifying: dict[str, set[str]] = {}
+        self._slots = asyncio.Semaphore(_MAX_VERIFYING)
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
+        self._learned = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
+        self._adopted = False
+        self._published_digests: frozenset[str] = frozenset()
+
+    @staticmethod
+    def _new_queue() -> WorkQueue:
+        return WorkQueue(workers=2, rate=50.0, burst=100, retry_now=(Conflict,),
+                         base_delay=0.2, max_delay=60.0)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Start the queue and the watch loop (the leader calls this)."""
+        """Start the queue and the watch and learn loop (the leader calls this)."""
         if self._runner is not None:
             return
-        self.queue = WorkQueue(workers=2, rate=50.0, burst=100, retry_now=(Conflict,),
-                               base_delay=0.2, max_delay=60.0)
+        self.queue = self._new_queue()
         self.queue.start(self.reconcile)
+        self._adopted = False
         self._runner = asyncio.create_task(self._run(), name="exec format monitor")
 
     async def stop(self) -> None:
@@ -147,16 +253,17 @@ class ExecFormatMonitor:
                 await task
         self._tasks.clear()
         self._verifying.clear()
+        self.current = ()
 
     def config_changed(self) -> None:
-        """The config changed: the watch loop re-reads ``execFormatErrorMonitor.enabled``."""
+        """The config changed: the loop re-reads ``execFormatErrorMonitor``."""
         self._changed.set()
 
     def enabled(self) -> bool:
         """``spec.plugins.execFormatErrorMonitor.enabled``."""
         return self.config_source()[0].exec_format_monitor
 
-    async def _run(self, idle_seconds: float = 5.0) -> None:
+    async def _run(self) -> None:
         informer: Informer | None = None
         try:
             while True:
@@ -169,26 +276,78 @@ class ExecFormatMonitor:
                 elif not self.enabled() and informer is not None:
                     await informer.stop()
                     informer = None
+                if self.enabled():
+                    try:
+                        await self.learn()
+                    except Exception:  # the next tick retries; never end the loop
+                        log.exception("exec format errors: learning failed")
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), idle_seconds)
+                self._learned.clear()
+                waits = [asyncio.ensure_future(e.wait()) for e in (self._changed, self._learned)]
+                try:
+                    await asyncio.wait(waits, timeout=self.tick_seconds,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
         finally:
             if informer is not None:
                 await informer.stop()
 
     # --- watch ---------------------------------------------------------------------------
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        """Watch handler: queue the pod when it has something to write (pure check)."""
+        """Watch handler: take back the evidence the pod's record holds, and queue the pod
+        when it has something to do (pure checks)."""
         key = pod_key(pod)
         if etype == "DELETED":
             self.queue.discard(key)
             return
-        if needs_work(pod, self.verified.get):
+        self._seed(pod)
+        os, arch = self._node_platform(str((pod.get("spec") or {}).get("nodeName") or ""))
+        if (needs_work(pod, self._verification(arch, os), architecture=arch, os=os)
+                or self._remedy_due(pod, arch, os)):
             self.queue.add(key)
+
+    def _seed(self, pod: Mapping[str, Any]) -> None:
+        """Count the errors the pod's record holds (a restart, a new leader: each is
+        counted once, by its pod UID, container and restart), when seen within the TTL."""
+        record = recorded(pod)
+        if not record["containers"]:
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        ttl = self.config_source()[0].image_inspection.cache_ttl_seconds
+        now = self.clock()
+        aliases = placement_digests(pod)
+        spec = pod.get("spec") or {}
+        images = {c.get("name"): c.get("image") for kind in ("initContainers", "containers")
+                  for c in spec.get(kind) or () if isinstance(c, Mapping)}
+        for name, item in record["containers"].items():
+            if not isinstance(item, dict):
+                continue
+            digest, arch, at = item.get("digest"), item.get("arch"), item.get("at")
+            count = item.get("restartCount")
+            if (not isinstance(digest, str) or not isinstance(arch, str)
+                    or not isinstance(at, int | float) or not isinstance(count, int)
+                    or at <= now - ttl):
+                continue
+            self.store.record_error(digest, arch, (uid, name, count), float(at),
+                                    aliases=[aliases[name]] if name in aliases else (),
+                                    image=str(images.get(name) or ""))
+        for digest, v in record["verified"].items():
+            at = v.get("at") if isinstance(v, dict) else None
+            if not isinstance(at, int | float) or at <= now - ttl:
+                continue
+            for platform in v.get("mismatched") or ():
+                parts = str(platform).split("/")
+                if len(parts) >= 2 and self.store.get(digest, parts[1]) is None:
+                    self.store.record_verification(digest, parts[1], Verification(
+                        "mismatch", str(v.get("reason") or ""), float(at)), os=parts[0])
 
     # --- the reconcile -------------------------------------------------------------------
     async def reconcile(self, key: str) -> float | None:
-        """Read the pod, write its label and record, then emit the Events of what is new.
+        """Read the pod, start the verifications it needs, write its label and record, emit
+        the Events of what is new, and apply the remedy when it is due.
 
         Raises:
             Conflict: the pod changed since it was read (the queue retries at once).
@@ -202,44 +361,62 @@ class ExecFormatMonitor:
             return None
         if (pod.get("metadata") or {}).get("uid") != uid:
             return None
-        findings = detect(pod)
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        os, arch = self._node_platform(node)
+        verification = self._verification(arch, os)
+        for s in pending_suspicions(pod, verification):
+            self._verify_once(s.finding, pod, key)
+        findings = findings_of(pod, verification, architecture=arch, os=os)
         if not findings:
             return None
-        node = str((pod.get("spec") or {}).get("nodeName") or "")
-        arch = self._node_arch(node)
         for f in findings:
             self._verify_once(f, pod, key)
         new = unreported(pod, findings)
-        record = updated_record(pod, new, arch=arch, node=node,
-                                verification=self.verified.get)
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if record == recorded(pod) and EXEC_FORMAT_LABEL in labels:
-            return None
-        try:
-            await self.api.request("PATCH", path, body=record_patch(pod, record))
-        except NotFound:
-            return None
         now = self.clock()
-        for f in new:
-            spec = event_spec(f, arch=arch, node=node)
-            self.metrics.events.labels(spec.type).inc()
-            self.events.emit(pod, spec)
-            self.metrics.exec_format_errors.labels(arch).inc()
-            if f.digest:
-                self.store.record_error(f.digest, arch, (uid, f.container, f.restart_count), now)
-            log.warning("pod %s/%s: %s", ns, name, spec.message)
+        record = updated_record(pod, new, arch=arch, node=node, verification=verification,
+                                findings=findings, at=now)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if record != recorded(pod) or EXEC_FORMAT_LABEL not in labels:
+            try:
+                await self.api.request("PATCH", path, body=record_patch(pod, record))
+            except NotFound:
+                return None
+            aliases = placement_digests(pod)
+            for f in new:
+                spec = event_spec(f, arch=arch, node=node,
+                                  verified=verification(f.digest) if f.digest else None)
+                self.metrics.events.labels(spec.type).inc()
+                self.events.emit(pod, spec)
+                self.metrics.exec_format_errors.labels(arch).inc()
+                if f.digest:
+                    self.store.record_error(
+                        f.digest, arch, (uid, f.container, f.restart_count), now, os=os,
+                        aliases=[aliases[f.container]] if f.container in aliases else (),
+                        image=spec_image(pod, f))
+                log.warning("pod %s/%s: %s", ns, name, spec.message)
+            if new:
+                self._refresh(now)
+                self._learned.set()
+        await self._remedy(pod, findings, arch, os)
         return None
 
-    def _node_arch(self, node: str) -> str:
+    def _node_platform(self, node: str) -> tuple[str, str]:
         obj = self.nodes.get(node) if node else None
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
-        return str(labels.get(ARCH_LABEL) or "unknown")
+        return str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or "unknown")
+
+    def _verification(self, arch: str, os: str) -> Callable[[str], dict[str, Any] | None]:
+        """digest → the record entry of its verification for a node of ``os``/``arch``."""
+        def entry(digest: str) -> dict[str, Any] | None:
+            done = self.reports.get(digest)
+            return done.entry(arch, os) if done is not None else None
+        return entry
 
     # --- verification --------------------------------------------------------------------
     def _verify_once(self, f: ExecFormatFinding, pod: Mapping[str, Any], key: str) -> None:
         """Start the one verification of ``f.digest`` (nothing when it ran or runs)."""
         digest = f.digest
-        if not digest or digest in self.verified:
+        if not digest or digest in self.reports:
             return
         waiting = self._verifying.get(digest)
         if waiting is not None:
@@ -253,38 +430,163 @@ class ExecFormatMonitor:
 
     async def _verify(self, f: ExecFormatFinding, pod: dict[str, Any]) -> None:
         digest = f.digest or ""
-        arch = self._node_arch(str((pod.get("spec") or {}).get("nodeName") or ""))
-        reference = f.reference or (f"{f.image.split('@')[0]}@{digest}" if f.image else "")
+        placed = placement_digests(pod).get(f.container)
+        base = (spec_image(pod, f) or f.image).split("@")[0]
+        reference = f.reference or (f"{base}@{digest}" if base else "")
         try:
             from imageinspect import DEFAULT_MAX_BYTES, verify_image
 
-            config = self.config_source()[0]
-            creds = await self.credentials(pod, config)
-            command, args = _command_of(pod, f)
-            report = await verify_image(
-                self.inspector(), reference, creds, command=command, args=args,
-                max_bytes=self.verify_max_bytes or DEFAULT_MAX_BYTES)
+            async with self._slots:
+                config = self.config_source()[0]
+                creds = await self.credentials(pod, config)
+                command, args = _command_of(pod, f)
+                report = await verify_image(
+                    self.inspector(), reference, creds, command=command, args=args,
+                    max_bytes=self.verify_max_bytes or DEFAULT_MAX_BYTES)
             now = self.clock()
-            status, reason = "skipped", f"no {arch} platform in the image"
+            done = _Verified(now, report.digest)
             for p in report.platforms:
                 self.metrics.image_verifications.labels(p.status).inc()
-                self.store.record_verification(digest, p.architecture, Verification(
-                    p.status, p.reason, now, reference))
-                if p.architecture == arch:
-                    status, reason = p.status, p.reason
-            entry = verification_entry(status, reason, report.mismatched)
-            log.info("verified %s for %s: %s (%s)", reference, arch, status, reason)
+                done.platforms[p.platform] = _PlatformResult(p.status, p.reason, p.manifest)
+                os_name = p.platform.split("/")[0]
+                self.store.record_verification(
+                    digest, p.architecture, Verification(p.status, p.reason, now, reference),
+                    os=os_name, aliases=[a for a in (report.digest, p.manifest, placed) if a])
+            log.info("verified %s: %s", reference,
+                     ", ".join(f"{p}: {r.status}" for p, r in done.platforms.items()))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.metrics.image_verifications.labels("error").inc()
-            entry = verification_entry("error", f"{type(exc).__name__}: {exc}", ())
+            done = _Verified(self.clock(), error=f"{type(exc).__name__}: {exc}"[:300])
             log.info("verification of %s failed: %s", reference, exc)
-        self.verified[digest] = entry
-        while len(self.verified) > _MAX_VERIFIED:
-            self.verified.pop(next(iter(self.verified)))
+        self.reports[digest] = done
+        while len(self.reports) > _MAX_VERIFIED:
+            self.reports.pop(next(iter(self.reports)))
+        self._refresh(self.clock())
+        self._learned.set()
         for key in self._verifying.pop(digest, set()):
             self.queue.add(key)
+
+    # --- learning ------------------------------------------------------------------------
+    def _ttl(self) -> float:
+        return self.config_source()[0].image_inspection.cache_ttl_seconds
+
+    def _refresh(self, now: float) -> tuple[ExcludedPlatform, ...]:
+        """Recompute :attr:`current` from the store (pure; no write)."""
+        config = self.config_source()[0]
+        self.current = (exclusions(self.store, now=now, ttl=self._ttl())
+                        if config.exec_format_learn else ())
+        self.metrics.exec_format_exclusions.set(len(self.current))
+        return self.current
+
+    def adopt(self, obj: Mapping[str, Any], now: float) -> int:
+        """Take back what a PodPlacementConfig's status published (a restart, a new
+        leader): each exclusion still in force becomes evidence again (its error count as a
+        floor, its proof, its last evidence time; the expiry follows from those), and each
+        pod deleted within the TTL keeps its owner from a second deletion. Returns the
+        exclusions adopted."""
+        ttl = self._ttl()
+        count = 0
+        for x in excluded_from_status(obj):
+            if x.last_seen + ttl <= now or x.expires <= now:
+                continue
+            self.store.adopt(x.digests, x.architecture, os=x.os, proof=x.proof,
+                             errors=x.errors, last_seen=x.last_seen, image=x.image,
+                             reason=x.reason)
+            count += 1
+        for d in deleted_from_status(obj):
+            if d.at > now - ttl:
+                self.deleted.setdefault(d.owner_uid, d)
+        return count
+
+    async def learn(self) -> None:
+        """One round of the learn loop: take back the published state once, expire old
+        evidence, recompute the exclusions, publish them in the config's status when they
+        differ, then hand them to ``on_excluded``.
+
+        Raises:
+            ApiError: the status write failed (the next round retries).
+        """
+        now = self.clock()
+        ttl = self._ttl()
+        obj = self.config_object()
+        if not self._adopted and obj is not None:
+            adopted = self.adopt(obj, now)
+            self._adopted = True
+            if adopted:
+                log.info("took back %d exclusions learned from exec format errors", adopted)
+        self.store.expire(now, ttl)
+        for digest in [d for d, v in self.reports.items() if v.checked_at <= now - ttl]:
+            self.reports.pop(digest, None)
+        for owner in [o for o, d in self.deleted.items() if d.at <= now - ttl]:
+            self.deleted.pop(owner, None)
+        for owner in [o for o, at in self._refused.items() if at <= now - ttl]:
+            self._refused.pop(owner, None)
+        current = self._refresh(now)
+        if obj is not None and self._adopted:
+            desired = status_patch(current, sorted(self.deleted.values(), key=lambda d: d.at))
+            live = (obj.get("status") or {}).get("execFormatErrorMonitor") or {}
+            wanted = desired["status"]["execFormatErrorMonitor"]
+            if {k: live.get(k) or [] for k in wanted} != wanted:
+                try:
+                    await self.api.request("PATCH", CONFIG_STATUS_PATH, body=desired)
+                except NotFound:
+                    pass
+        digests = frozenset(d for x in current for d in x.digests)
+        if digests != self._published_digests and self.on_excluded is not None:
+            self.on_excluded(current)
+        self._published_digests = digests
+
+    # --- the remedy ----------------------------------------------------------------------
+    def _remedy_due(self, pod: Mapping[str, Any], arch: str, os: str) -> bool:
+        """Whether ``deleteFailedPods`` would delete ``pod`` now (pure check)."""
+        config = self.config_source()[0]
+        if not (config.delete_failed_pods and config.exec_format_learn and self.current):
+            return False
+        owner = remedy_owner(pod)
+        if owner is None or owner[2] in self.deleted or owner[2] in self._refused:
+            return False
+        findings = findings_of(pod, self._verification(arch, os), architecture=arch, os=os)
+        return any(hit(f.digest, os, arch, self.current) for f in findings)
+
+    async def _remedy(self, pod: Mapping[str, Any], findings: Sequence[ExecFormatFinding],
+                      arch: str, os: str) -> None:
+        """Delete ``pod`` when :meth:`_remedy_due` (its UID as precondition), once per owner
+        per TTL; a Warning ``ExecFormatError`` (action ``Delete``) says why."""
+        if not self._remedy_due(pod, arch, os):
+            return
+        owner = remedy_owner(pod)
+        assert owner is not None
+        meta = pod.get("metadata") or {}
+        ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
+        excluded = next(x for f in findings if (x := hit(f.digest, os, arch, self.current)))
+        try:
+            await self.api.request(
+                "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
+                body={"apiVersion": "v1", "kind": "DeleteOptions",
+                      "preconditions": {"uid": uid}})
+        except (NotFound, Conflict):
+            return
+        except ApiError as exc:
+            if exc.status not in (403, 409):
+                raise
+            # 403: the deployment took the grant away; 409: the UID changed (a new pod of
+            # that name). Not again for this owner within the TTL.
+            log.warning("pod %s/%s: not deleted: %s", ns, name, exc)
+            self._refused[owner[2]] = self.clock()
+            return
+        self.deleted[owner[2]] = DeletedPod(owner[0], owner[1], owner[2], ns, name,
+                                            self.clock())
+        self.metrics.exec_format_pods_deleted.labels(owner[0]).inc()
+        spec = EventSpec(WARNING, EXEC_FORMAT_REASON, (
+            f"deleted (spec.plugins.execFormatErrorMonitor.deleteFailedPods) so that its "
+            f"{owner[0]} {owner[1]} creates a new pod, placed without the platform that "
+            f"fails: {describe(excluded)}")[:1000], "Delete")
+        self.metrics.events.labels(spec.type).inc()
+        self.events.emit(pod, spec)
+        log.warning("pod %s/%s: %s", ns, name, spec.message)
+        self._learned.set()
 
 
 def _command_of(pod: Mapping[str, Any], f: ExecFormatFinding) -> tuple[

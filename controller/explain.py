@@ -23,6 +23,7 @@ import yaml
 from controller.config import ARCH_LABEL, LINUX, OS_LABEL, SCHEDULING_GATE, PlacementConfig
 from controller.decision import Decision, Outcome, unique_images
 from controller.execformat import recorded
+from controller.learn import LearnedImage, describe, learned_images
 from controller.numa import InFlight
 from controller.plan import plan, pod_platforms
 from controller.platforms import ImageLike, PlatformSet
@@ -46,8 +47,26 @@ def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[s
     platforms = []
     for p in result.platforms:
         platforms.append(f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else ""))
-    return {"image": image, "digest": getattr(result, "digest", None) or None,
-            "platforms": platforms}
+    entry: dict[str, Any] = {"image": image, "digest": getattr(result, "digest", None) or None,
+                             "platforms": platforms}
+    if isinstance(result, LearnedImage):
+        entry["excluded"] = [{"platform": x.platform, "proof": x.proof, "why": describe(x),
+                              "digests": list(x.digests)} for x in result.excluded]
+    return entry
+
+
+def _learned_reason(node: Mapping[str, Any],
+                    results: Mapping[str, ImageLike | BaseException | None]) -> str | None:
+    """Why a node is out because a platform was learned wrong: the node's pair is one an
+    exclusion left out of an image (README "Exec format errors", "Learn")."""
+    labels = _labels(node)
+    pair = f"{labels.get(OS_LABEL) or LINUX}/{labels.get(ARCH_LABEL) or ''}"
+    for image, result in results.items():
+        if isinstance(result, LearnedImage):
+            for x in result.excluded:
+                if x.platform == pair:
+                    return f"{describe(x).replace(' excluded:', f' of {image} excluded:', 1)}"
+    return None
 
 
 def _ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
@@ -150,6 +169,10 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
         ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
         (containers seen failing, and the verification of their digests), when it has one.
+        An image whose platform ``config.excluded`` leaves out (learned from exec format
+        errors, :func:`controller.learn.learned_images`) lists it under ``excluded``
+        (``platform``, ``proof``, ``why``, ``digests``), and a node of that platform says so
+        as its reason.
         ``platforms`` is the intersection of
         the images' (os, arch) pairs, ``pairs`` those the written required terms admit
         (:attr:`controller.affinity.PlatformRequirement.pairs`; empty without a platform
@@ -161,7 +184,9 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     """
     meta = pod.get("metadata") or {}
     images = list(unique_images(pod))
-    results = {img: platforms_by_image.get(img) for img in images}
+    known = learned_images({img: r for img in images
+                            if (r := platforms_by_image.get(img)) is not None}, config.excluded)
+    results = {img: known.get(img) for img in images}
     platforms = pod_platforms(pod, {k: v for k, v in results.items() if v is not None})
     node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
 
@@ -175,6 +200,9 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     excluded = requirement.excluded if requirement is not None else ()
     reasons = {_node_name(n): _ineligibility(n, node_selector, platforms, excluded)
                for n in nodes}
+    for n in nodes:
+        if reasons[_node_name(n)] is not None:
+            reasons[_node_name(n)] = _learned_reason(n, results) or reasons[_node_name(n)]
     numa = decision.numa
     patched = apply_patch(gated, decision.patch) if decision.patch else gated
     affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
@@ -264,6 +292,10 @@ def render_table(report: Mapping[str, Any]) -> str:
          ", ".join(i["platforms"]) or f"error: {i.get('error', 'none')}"]
         for i in report["images"]
     ])
+    learned = [f"  {i['image']}: {x['why']}" for i in report["images"]
+               for x in i.get("excluded") or ()]
+    if learned:
+        out += ["", "Excluded (learned from exec format errors):", *learned]
     out += ["", f"Architectures: {', '.join(report['architectures']) or '-'}"]
     pairs = report.get("pairs") or []
     if len({p.split("/")[0] for p in pairs}) > 1:

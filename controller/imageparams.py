@@ -86,6 +86,14 @@ def is_pinned(image: str) -> bool | None:
         return None
 
 
+def reference_digest(image: str) -> str | None:
+    """The digest a reference by digest names (``name@sha256:<hex>``), else None."""
+    try:
+        return parse_reference(image).digest
+    except InvalidReference:
+        return None
+
+
 def learned_value(raw: object) -> float | None:
     """A ``spec.learned`` value as unix seconds, or None when it is not one: a JSON number
     (``bool`` is not one), finite and not negative. The CRD allows integers only; a float
@@ -107,13 +115,15 @@ def _entry_bytes(image: str, value: str, learned: int | None) -> int:
 
 
 class _Entry:
-    __slots__ = ("learned", "pinned", "size", "value")
+    __slots__ = ("digest", "learned", "pinned", "size", "value")
 
-    def __init__(self, value: str, learned: float, size: int, pinned: bool) -> None:
+    def __init__(self, value: str, learned: float, size: int, pinned: bool,
+                 digest: str | None = None) -> None:
         self.value = value
         self.learned = learned  # unix seconds: when a registry answered for it
         self.size = size
         self.pinned = pinned
+        self.digest = digest  # of the result recorded (not published); None: unknown
 
     @property
     def published_learned(self) -> int | None:
@@ -227,6 +237,28 @@ class ParamsStore:
         entry = self._entries.get(image)
         return entry.value if entry is not None else None
 
+    def digest_of(self, image: str) -> str | None:
+        """The digest of the result ``image``'s entry was recorded from (kept in memory
+        only; a reference by digest names its own), or None when unknown (a tag reference
+        adopted from the live object) or absent."""
+        entry = self._entries.get(image)
+        return entry.digest if entry is not None else None
+
+    def remove_digests(self, digests: Iterable[str], *,
+                       images: Iterable[str] = ()) -> list[str]:
+        """Remove every entry whose recorded digest is one of ``digests``, and each of
+        ``images`` whose digest is unknown (an entry adopted after a restart that may be
+        the same content). Returns the images removed (what exclusions learned from exec
+        format errors take out of the catalog, :mod:`controller.learn`)."""
+        wanted = set(digests)
+        doomed = [image for image, entry in self._entries.items() if entry.digest in wanted]
+        doomed += [image for image in images
+                   if image in self._entries and self._entries[image].digest is None
+                   and image not in doomed]
+        for image in doomed:
+            self.remove(image)
+        return doomed
+
     def learned_at(self, image: str) -> float | None:
         """When ``image``'s entry was learned (unix seconds, as kept in memory), or None."""
         entry = self._entries.get(image)
@@ -282,7 +314,7 @@ class ParamsStore:
 
     # --- changing ---------------------------------------------------------------------
     def record(self, image: str, pairs: Iterable[tuple[str, str]], now: float, *,
-               learned: float | None = None) -> bool:
+               learned: float | None = None, digest: str | None = None) -> bool:
         """Record what an anonymous inspection learned about ``image``.
 
         The entry becomes the most recently recorded one (for the bounds). Its learned time
@@ -306,6 +338,8 @@ class ParamsStore:
             now: unix seconds (``time.time()``).
             learned: unix seconds when a registry answered for this result; None: ``now``
                 (a fresh answer). A time after ``now`` counts as ``now``.
+            digest: the result's digest (``ImageInfo.digest``), kept in memory for
+                :meth:`remove_digests`; not published.
 
         Returns:
             True when the published content changed (an entry added, changed, removed,
@@ -324,7 +358,8 @@ class ParamsStore:
                 return False
             if not pinned and learned <= now - self._ttl:
                 return False  # already expired: never published
-            entry = _Entry(value, learned, 0, pinned)
+            entry = _Entry(value, learned, 0, pinned,
+                           digest or (reference_digest(image) if pinned else None))
             entry.size = _entry_bytes(image, value, entry.published_learned)
             if entry.size + (2 if pinned else 3) > self.max_bytes:
                 return False
@@ -335,6 +370,8 @@ class ParamsStore:
         self._entries.move_to_end(image)
         if learned < entry.learned:
             return False
+        if digest is not None:
+            entry.digest = digest
         published = (entry.value, entry.published_learned)
         if learned > entry.learned:
             entry.learned = learned
@@ -426,7 +463,8 @@ class ParamsStore:
                 differs = differs or image in learned
             elif seconds > now:
                 seconds, differs = now, True
-            entry = _Entry(value, seconds, 0, pinned)
+            entry = _Entry(value, seconds, 0, pinned,
+                           reference_digest(image) if pinned else None)
             entry.size = _entry_bytes(image, value, entry.published_learned)
             fresh.append((image, entry))
         # Put them in front of the recorded entries (least recent), the oldest first.

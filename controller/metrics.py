@@ -91,7 +91,12 @@ class Metrics:
             seen failing with an exec format error, by the node's architecture (one per pod,
             container and restart).
         image_verifications: ``podplacement_image_verifications_total{status}``: platform
-            checks of ``inspect --verify`` run after an exec format error, by status.
+            checks of ``inspect --verify`` run after an exec format error or a suspicion of
+            one, by status.
+        exec_format_exclusions: ``podplacement_exec_format_exclusions``: (digest, platform)
+            pairs placement leaves out now, learned from exec format errors.
+        exec_format_pods_deleted: ``podplacement_exec_format_pods_deleted_total{owner_kind}``:
+            failing pods deleted by ``deleteFailedPods``, by their owner's kind.
         params: the admission policy's params object:
             ``podplacement_params_entries`` (entries last written to ImagePlatforms
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
@@ -125,8 +130,14 @@ class Metrics:
             P + "exec_format_errors", "Containers seen failing with an exec format error, by "
             "the node's architecture", ["arch"], registry=r)
         self.image_verifications = Counter(
-            P + "image_verifications", "Image platforms verified after an exec format error, "
-            "by status", ["status"], registry=r)
+            P + "image_verifications", "Image platforms verified after an exec format error "
+            "or a suspicion of one, by status", ["status"], registry=r)
+        self.exec_format_exclusions = Gauge(
+            P + "exec_format_exclusions", "Image digest and platform pairs placement leaves "
+            "out, learned from exec format errors", registry=r)
+        self.exec_format_pods_deleted = Counter(
+            P + "exec_format_pods_deleted", "Failing pods deleted by deleteFailedPods so that "
+            "their owner recreates them, by the owner's kind", ["owner_kind"], registry=r)
         self.params = ParamsMetrics(
             Gauge(P + "params_entries", "Entries of the admission policy's params object "
                   "(ImagePlatforms cluster), as last written", registry=r),

@@ -55,7 +55,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from controller.affinity import (
@@ -84,6 +84,7 @@ from controller.config import (
     OS_LABEL,
     PlacementConfig,
 )
+from controller.learn import LearnedImage, describe, iso, learned_images
 from controller.platforms import ImageLike, NodeInventory, PlatformSet, supported_platforms
 
 # --- texts: every renderer imports these, none retypes them -------------------------------
@@ -359,7 +360,22 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
         entry["digest"] = digest
     entry["platforms"] = [f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else "")
                           for p in getattr(result, "platforms", ())]
+    if isinstance(result, LearnedImage):
+        entry["excluded"] = [{"platform": x.platform, "proof": x.proof,
+                              "until": iso(x.expires)} for x in result.excluded]
     return entry
+
+
+def _learned_note(inspection: _Inspection) -> str:
+    """What exclusions left out of the images, for the reason (README "Exec format
+    errors", "Learn"): ``linux/arm64 of IMAGE excluded: exec format error ...``."""
+    notes: list[str] = []
+    for image in inspection.wanted:
+        result = inspection.results[image]
+        if isinstance(result, LearnedImage):
+            notes += [describe(x).replace(" excluded:", f" of {image} excluded:", 1)
+                      for x in result.excluded]
+    return "; ".join(notes)
 
 
 def _inspection(pod: Mapping[str, Any],
@@ -423,6 +439,8 @@ def _fallback(inspection: _Inspection, config: PlacementConfig,
 def _unsatisfiable(platforms: PlatformSet, entries: Sequence[Mapping[str, Any]]) -> _Part:
     """No platform common to all images: the marker no node has, in every term."""
     detail = "; ".join(f"{e['image']}: {','.join(e.get('platforms', [])) or 'none'}"
+                       + (" (excluded " + ",".join(x["platform"] for x in e["excluded"]) + ")"
+                          if e.get("excluded") else "")
                        for e in entries)
     return _Part(Outcome.NO_SUPPORTED_PLATFORM, REASON_NO_SUPPORTED_PLATFORM,
                  {RECORD_PLATFORMS: platforms.strings()},
@@ -757,15 +775,23 @@ def placement_facts(
             once, whatever ``failures`` says, and these words replace "after N attempts"
             in the reason (e.g. ``"at admission, no controller running"``).
 
+    Exclusions: the platforms of ``config.excluded`` are left out of the results whose
+    digest they name (:func:`controller.learn.learned_images`; README "Exec format
+    errors", "Learn"); the images' entries in the annotation list them as ``excluded`` and
+    the reason says why.
+
     Returns:
         the :class:`Placement`. Never raises for odd pod specs: they end in an ungate.
     """
-    inspection = _inspection(pod, images)
+    inspection = _inspection(pod, learned_images(images, config.excluded))
     max_retries = config.image_inspection.max_retries
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
     when = give_up if give_up is not None else f"after {failures + 1} attempts"
     part = _platform_part(pod, inspection, config, nodes=nodes, platforms=platforms, when=when)
+    learned = _learned_note(inspection)
+    if learned and part.outcome != Outcome.FALLBACK:
+        part = replace(part, reason=f"{part.reason}; {learned}")
     numa_part = None
     if numa is not None and numa.needed and part.outcome != Outcome.NO_SUPPORTED_PLATFORM:
         numa_part = _numa_part(numa, config, numa_waited_seconds)

@@ -30,6 +30,7 @@ from controller.config import (
     PlacementConfig,
 )
 from controller.decision import Decision, decide, unique_images
+from controller.learn import learned_images
 from controller.numa import InFlight, NumaDecision, decide_numa, effective_requests
 from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
 from controller.podspec import node_eligible
@@ -103,10 +104,13 @@ def plan(
     Returns:
         the :class:`controller.decision.Decision`; its ``numa`` carries the typed NUMA
         decision (candidates, hostnames, scores, verdicts) when NUMA placement applied.
+        The platforms ``config.excluded`` names are left out of the images' results first
+        (:func:`controller.learn.learned_images`), for the NUMA eligibility as well.
 
     Raises:
         ValueError, QuantityError: the NUMA decision failed and ``on_numa_error`` is None.
     """
+    images = learned_images(images, config.excluded)
     platforms = pod_platforms(pod, images)
     numa: NumaDecision | None = None
     satisfiable = platforms is not None and not (platforms.empty and platforms.image_count)
