@@ -234,7 +234,8 @@ class ExcludedPlatform:
     def to_status(self) -> dict[str, Any]:
         """The ``status.execFormatErrorMonitor.excluded[]`` item (times as whole unix
         seconds: the last evidence rounded down, the expiry rounded up)."""
-        return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]), "platform": self.platform, "proof": self.proof,
+        return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]),
+                "platform": self.platform, "proof": self.proof,
                 "errors": self.errors, "lastSeen": int(self.last_seen),
                 "expires": int(-(-self.expires // 1)), "image": self.image[:512],
                 "reason": self.reason[:300]}

@@ -102,9 +102,10 @@ def _status(image: str, restarts: int, *, state: dict[str, Any] | None = None,
         "lastState": last or {}}]}}
 
 
-def _terminated(reason: str, code: int, message: str) -> dict[str, Any]:
+def _terminated(reason: str, code: int, message: str, *,
+                started: str = NOW) -> dict[str, Any]:
     return {"terminated": {"reason": reason, "exitCode": code, "message": message,
-                           "startedAt": NOW, "finishedAt": NOW}}
+                           "startedAt": started, "finishedAt": NOW}}
 
 
 SHAPES = {
@@ -142,8 +143,9 @@ async def test_exec_format_errors_of_each_runtime_on_an_arm64_node(
                                body=_pod("unrelated", arm_node, lying_image))
         for shape, kw in SHAPES.items():
             await _write_status(real_api, ns, shape, _status(lying_image, 1, **kw))
-        await _write_status(real_api, ns, "unrelated",
-                            _status(lying_image, 1, last=_terminated("Error", 1, "")))
+        # exit 1 after running for half a minute: no suspicion (it ran), nothing verified
+        await _write_status(real_api, ns, "unrelated", _status(
+            lying_image, 1, last=_terminated("Error", 1, "", started="2025-12-31T23:59:30Z")))
 
         for shape in SHAPES:
             events = await eventually(lambda s=shape: _ours(real_api, ns, s), within=20)
