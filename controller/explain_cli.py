@@ -19,6 +19,9 @@ to those; the registry flags are those of ``podplacement inspect``
 (:func:`imageinspect.cli.add_registry_arguments`).
 
 Without ``--config`` the defaults apply, with NUMA placement enabled when any NRT was read.
+With a cluster, the platforms its controller learned are wrong (the live config's
+``status.execFormatErrorMonitor.excluded``, README "Exec format errors") are left out as the
+controller leaves them out, unless ``--config`` brings exclusions of its own.
 Each image is inspected once; a failure is decided as the controller decides it after its
 last retry. Exit status: 0 report printed, 1 the cluster could not be read, 2 bad input.
 """
@@ -39,7 +42,7 @@ from typing import Any
 import yaml
 
 from controller.bindingfeed import BINDINGS_SELECTOR
-from controller.config import ConfigError, PlacementConfig
+from controller.config import CONFIG_NAME, ConfigError, ExcludedPlatform, PlacementConfig
 from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
 from controller.numa import STRATEGIES, QuantityError
@@ -220,6 +223,22 @@ async def read_cluster_objects(api: KubeAPI
     return nodes, nrts
 
 
+async def learned_exclusions(api: KubeAPI) -> tuple[ExcludedPlatform, ...]:
+    """The exclusions the cluster's controller published (the PodPlacementConfig
+    ``cluster``'s ``status.execFormatErrorMonitor.excluded``, as every placement path reads
+    them); none when the config is missing, unreadable or turns learning off."""
+    from controller.app import CONFIGS_PATH
+
+    try:
+        obj = await api.request("GET", f"{CONFIGS_PATH}/{CONFIG_NAME}")
+    except ApiError:
+        return ()
+    try:
+        return PlacementConfig.from_object(obj).excluded
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        return ()
+
+
 async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
     try:
         return await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -377,6 +396,8 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
                         else await admission_path_dry_run(api, pod))
             nodes, nrt_list = await read_cluster_objects(api)
             config = _config(args, inputs.config, bool(nrt_list))
+            if not config.excluded:
+                config = dataclasses.replace(config, excluded=await learned_exclusions(api))
             if config.topology.enabled:
                 placed = await numa_placed_pods(api)
             if inputs.assumed is None:
