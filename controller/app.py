@@ -386,14 +386,16 @@ class Controller:
             return config, error
         return replace(config, excluded=merge(own, config.excluded, now=time.time())), error
 
-    def _on_excluded(self, excluded: tuple[ExcludedPlatform, ...]) -> None:
-        """Take the excluded digests out of the admission policy's catalog: its CEL cannot
-        say why a platform is missing, so those pods are gated and placed by the webhook or
-        the controller, whose decision annotation does."""
+    async def _on_excluded(self, excluded: tuple[ExcludedPlatform, ...]) -> None:
+        """Take the excluded digests out of the admission policy's catalog, and write it
+        now: its CEL cannot say why a platform is missing, so those pods are gated and
+        placed by the webhook or the controller, whose decision annotation does."""
         removed = self.params.remove_digests({d for x in excluded for d in x.digests},
                                              images=[x.image for x in excluded if x.image])
         if removed:
             log.info("params: removed %s (a platform of theirs is excluded)", ", ".join(removed))
+            if self._params_task is not None:
+                await self.params_writer.flush()
 
     def _apply_params_ttl(self) -> None:
         """Give the params store the config's ``imageInspection.cacheTTL`` (it applies to

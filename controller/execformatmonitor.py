@@ -63,6 +63,7 @@ from controller.config import (
 from controller.decision import WARNING, EventSpec
 from controller.events import EventSink
 from controller.execformat import (
+    PROOF_MESSAGE,
     ExecFormatFinding,
     event_spec,
     findings_of,
@@ -119,6 +120,9 @@ _MAX_WAITING = 1000
 _MAX_VERIFIED = 10_000
 #: Verifications running at once.
 _MAX_VERIFYING = 4
+#: Seconds between publishing an exclusion (config status, catalog) and the first pod the
+#: remedy deletes for it: the webhook's watch of the config sees the status within them.
+REMEDY_GRACE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +170,9 @@ class ExecFormatMonitor:
         store: where evidence is kept (one per controller).
         config_object: the live PodPlacementConfig ``cluster`` (its status holds the
             published exclusions), or None while it does not exist.
-        on_excluded: called with the exclusions in force after each change (the
-            controller takes their digests out of the admission policy's catalog).
+        on_excluded: awaited with the exclusions in force after each change (the
+            controller takes their digests out of the admission policy's catalog and
+            writes it before returning).
         watch_timeout: seconds per watch request.
         verify_max_bytes: byte cap per platform of one verification.
         tick_seconds: period of the learn loop (expiry, status).
@@ -186,7 +191,7 @@ class ExecFormatMonitor:
         credentials: Callable[[Mapping[str, Any], PlacementConfig], Awaitable[list[Any]]],
         store: FindingsStore | None = None,
         config_object: Callable[[], Mapping[str, Any] | None] = lambda: None,
-        on_excluded: Callable[[tuple[ExcludedPlatform, ...]], None] | None = None,
+        on_excluded: Callable[[tuple[ExcludedPlatform, ...]], Awaitable[None]] | None = None,
         watch_timeout: int = 300,
         verify_max_bytes: int | None = None,
         tick_seconds: float = 5.0,
@@ -207,14 +212,15 @@ class ExecFormatMonitor:
         self.tick_seconds = tick_seconds
         self.clock = clock
         self.queue = self._new_queue()
-        #: digest → its verification (done ones only)
-        self.reports: dict[str, _Verified] = {}
+        #: (digest, scope) → its verification (done ones only); scope "" is every platform
+        #: (after an exec format error), "os/arch" the node's platform only (a suspicion)
+        self.reports: dict[tuple[str, str], _Verified] = {}
         #: the exclusions in force, as last computed (read by the controller's placement)
         self.current: tuple[ExcludedPlatform, ...] = ()
         #: owner UID → the pod the remedy deleted for it (one per owner per TTL)
         self.deleted: dict[str, DeletedPod] = {}
         self._refused: dict[str, float] = {}
-        self._verifying: dict[str, set[str]] = {}
+        self._verifying: dict[tuple[str, str], set[str]] = {}
         self._slots = asyncio.Semaphore(_MAX_VERIFYING)
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
@@ -222,6 +228,7 @@ class ExecFormatMonitor:
         self._runner: asyncio.Task[None] | None = None
         self._adopted = False
         self._published_digests: frozenset[str] = frozenset()
+        self._published_at = 0.0
 
     @staticmethod
     def _new_queue() -> WorkQueue:
@@ -365,12 +372,13 @@ class ExecFormatMonitor:
         os, arch = self._node_platform(node)
         verification = self._verification(arch, os)
         for s in pending_suspicions(pod, verification):
-            self._verify_once(s.finding, pod, key)
+            self._verify_once(s.finding, pod, key, scope=f"{os}/{arch}")
         findings = findings_of(pod, verification, architecture=arch, os=os)
         if not findings:
             return None
         for f in findings:
-            self._verify_once(f, pod, key)
+            if f.proof == PROOF_MESSAGE:
+                self._verify_once(f, pod, key)
         new = unreported(pod, findings)
         now = self.clock()
         record = updated_record(pod, new, arch=arch, node=node, verification=verification,
@@ -397,8 +405,7 @@ class ExecFormatMonitor:
             if new:
                 self._refresh(now)
                 self._learned.set()
-        await self._remedy(pod, findings, arch, os)
-        return None
+        return await self._remedy(pod, findings, arch, os)
 
     def _node_platform(self, node: str) -> tuple[str, str]:
         obj = self.nodes.get(node) if node else None
@@ -406,29 +413,34 @@ class ExecFormatMonitor:
         return str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or "unknown")
 
     def _verification(self, arch: str, os: str) -> Callable[[str], dict[str, Any] | None]:
-        """digest → the record entry of its verification for a node of ``os``/``arch``."""
+        """digest → the record entry of its verification for a node of ``os``/``arch``
+        (of every platform, else of that platform alone), or None."""
         def entry(digest: str) -> dict[str, Any] | None:
-            done = self.reports.get(digest)
+            done = self.reports.get((digest, "")) or self.reports.get((digest, f"{os}/{arch}"))
             return done.entry(arch, os) if done is not None else None
         return entry
 
     # --- verification --------------------------------------------------------------------
-    def _verify_once(self, f: ExecFormatFinding, pod: Mapping[str, Any], key: str) -> None:
-        """Start the one verification of ``f.digest`` (nothing when it ran or runs)."""
+    def _verify_once(self, f: ExecFormatFinding, pod: Mapping[str, Any], key: str, *,
+                     scope: str = "") -> None:
+        """Start the one verification of ``f.digest`` for ``scope`` (every platform, or the
+        ``os/arch`` of a suspicion's node); nothing when it ran, or runs, for that scope or
+        for every platform."""
         digest = f.digest
-        if not digest or digest in self.reports:
+        if not digest or (digest, "") in self.reports or (digest, scope) in self.reports:
             return
-        waiting = self._verifying.get(digest)
+        waiting = self._verifying.get((digest, scope))
         if waiting is not None:
             if len(waiting) < _MAX_WAITING:
                 waiting.add(key)
             return
-        self._verifying[digest] = {key}
-        task = asyncio.create_task(self._verify(f, dict(pod)), name=f"verify {digest[:19]}")
+        self._verifying[(digest, scope)] = {key}
+        task = asyncio.create_task(self._verify(f, dict(pod), scope),
+                                   name=f"verify {digest[:19]} {scope or 'all'}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _verify(self, f: ExecFormatFinding, pod: dict[str, Any]) -> None:
+    async def _verify(self, f: ExecFormatFinding, pod: dict[str, Any], scope: str) -> None:
         digest = f.digest or ""
         placed = placement_digests(pod).get(f.container)
         base = (spec_image(pod, f) or f.image).split("@")[0]
@@ -442,7 +454,8 @@ class ExecFormatMonitor:
                 command, args = _command_of(pod, f)
                 report = await verify_image(
                     self.inspector(), reference, creds, command=command, args=args,
-                    max_bytes=self.verify_max_bytes or DEFAULT_MAX_BYTES)
+                    max_bytes=self.verify_max_bytes or DEFAULT_MAX_BYTES,
+                    platforms=[scope] if scope else None)
             now = self.clock()
             done = _Verified(now, report.digest)
             for p in report.platforms:
@@ -460,12 +473,12 @@ class ExecFormatMonitor:
             self.metrics.image_verifications.labels("error").inc()
             done = _Verified(self.clock(), error=f"{type(exc).__name__}: {exc}"[:300])
             log.info("verification of %s failed: %s", reference, exc)
-        self.reports[digest] = done
+        self.reports[(digest, scope)] = done
         while len(self.reports) > _MAX_VERIFIED:
             self.reports.pop(next(iter(self.reports)))
         self._refresh(self.clock())
         self._learned.set()
-        for key in self._verifying.pop(digest, set()):
+        for key in self._verifying.pop((digest, scope), set()):
             self.queue.add(key)
 
     # --- learning ------------------------------------------------------------------------
@@ -517,8 +530,8 @@ class ExecFormatMonitor:
             if adopted:
                 log.info("took back %d exclusions learned from exec format errors", adopted)
         self.store.expire(now, ttl)
-        for digest in [d for d, v in self.reports.items() if v.checked_at <= now - ttl]:
-            self.reports.pop(digest, None)
+        for done in [k for k, v in self.reports.items() if v.checked_at <= now - ttl]:
+            self.reports.pop(done, None)
         for owner in [o for o, d in self.deleted.items() if d.at <= now - ttl]:
             self.deleted.pop(owner, None)
         for owner in [o for o, at in self._refused.items() if at <= now - ttl]:
@@ -534,9 +547,10 @@ class ExecFormatMonitor:
                 except NotFound:
                     pass
         digests = frozenset(d for x in current for d in x.digests)
-        if digests != self._published_digests and self.on_excluded is not None:
-            self.on_excluded(current)
-        self._published_digests = digests
+        if digests != self._published_digests:
+            if self.on_excluded is not None:
+                await self.on_excluded(current)
+            self._published_digests, self._published_at = digests, now
 
     # --- the remedy ----------------------------------------------------------------------
     def _remedy_due(self, pod: Mapping[str, Any], arch: str, os: str) -> bool:
@@ -551,23 +565,33 @@ class ExecFormatMonitor:
         return any(hit(f.digest, os, arch, self.current) for f in findings)
 
     async def _remedy(self, pod: Mapping[str, Any], findings: Sequence[ExecFormatFinding],
-                      arch: str, os: str) -> None:
+                      arch: str, os: str) -> float | None:
         """Delete ``pod`` when :meth:`_remedy_due` (its UID as precondition), once per owner
-        per TTL; a Warning ``ExecFormatError`` (action ``Delete``) says why."""
+        per TTL; a Warning ``ExecFormatError`` (action ``Delete``) says why.
+
+        Not before the exclusion is published where the new pod will be placed (the
+        config's status, which the webhook reads, and the admission policy's catalog
+        without the image) and :data:`REMEDY_GRACE_SECONDS` have passed for the webhook's
+        watch to see it: until then the learn loop is woken and the delay is returned (the
+        queue runs the pod again after it)."""
         if not self._remedy_due(pod, arch, os):
-            return
+            return None
         owner = remedy_owner(pod)
         assert owner is not None
         meta = pod.get("metadata") or {}
         ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
         excluded = next(x for f in findings if (x := hit(f.digest, os, arch, self.current)))
+        if (not set(excluded.digests) <= self._published_digests
+                or self.clock() - self._published_at < REMEDY_GRACE_SECONDS):
+            self._learned.set()
+            return REMEDY_GRACE_SECONDS
         try:
             await self.api.request(
                 "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
                 body={"apiVersion": "v1", "kind": "DeleteOptions",
                       "preconditions": {"uid": uid}})
         except (NotFound, Conflict):
-            return
+            return None
         except ApiError as exc:
             if exc.status not in (403, 409):
                 raise
@@ -575,7 +599,7 @@ class ExecFormatMonitor:
             # that name). Not again for this owner within the TTL.
             log.warning("pod %s/%s: not deleted: %s", ns, name, exc)
             self._refused[owner[2]] = self.clock()
-            return
+            return None
         self.deleted[owner[2]] = DeletedPod(owner[0], owner[1], owner[2], ns, name,
                                             self.clock())
         self.metrics.exec_format_pods_deleted.labels(owner[0]).inc()
@@ -587,6 +611,7 @@ class ExecFormatMonitor:
         self.events.emit(pod, spec)
         log.warning("pod %s/%s: %s", ns, name, spec.message)
         self._learned.set()
+        return None
 
 
 def _command_of(pod: Mapping[str, Any], f: ExecFormatFinding) -> tuple[

@@ -21,7 +21,11 @@ from controller.config import (
     excluded_from_status,
 )
 from controller.decision import EventSpec
-from controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
+from controller.execformatmonitor import (
+    CONFIG_STATUS_PATH,
+    REMEDY_GRACE_SECONDS,
+    ExecFormatMonitor,
+)
 from controller.findings import FindingsStore
 from controller.metrics import Metrics
 from imageinspect import PlatformReport, VerifyReport
@@ -118,14 +122,15 @@ def verified(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """``imageinspect.verify_image`` answering: arm64 holds an x86-64 binary."""
     calls: list[str] = []
 
-    async def verify_image(_inspector: Any, reference: str, _creds: Sequence[Any] = (),
-                           **_: Any) -> VerifyReport:
-        calls.append(reference)
+    async def verify_image(_inspector: Any, reference: str, _creds: Sequence[Any] = (), *,
+                           platforms: Sequence[str] | None = None, **_: Any) -> VerifyReport:
+        calls.append(f"{reference} {','.join(platforms or ['all'])}")
+        reports = (PlatformReport("linux/amd64", AMD_MANIFEST, "ok", "fine"),
+                   PlatformReport("linux/arm64", ARM_MANIFEST, "mismatch",
+                                  "/bin/busybox is an ELF file for x86-64"))
         return VerifyReport(reference, INDEX, "application/vnd.oci.image.index.v1+json",
-                            1 << 20, (
-                                PlatformReport("linux/amd64", AMD_MANIFEST, "ok", "fine"),
-                                PlatformReport("linux/arm64", ARM_MANIFEST, "mismatch",
-                                               "/bin/busybox is an ELF file for x86-64")))
+                            1 << 20, tuple(r for r in reports
+                                           if platforms is None or r.platform in platforms))
 
     import imageinspect
 
@@ -142,11 +147,14 @@ def _monitor(api: Api, config: PlacementConfig, clock: Clock,
     async def credentials(_pod: Any, _config: Any) -> list[Any]:
         return []
 
+    async def on_excluded(excluded: Any) -> None:
+        removed.append(excluded)
+
     monitor = ExecFormatMonitor(
         api, nodes=Nodes(), events=events, metrics=Metrics(),  # type: ignore[arg-type]
         config_source=lambda: (config, None), inspector=lambda: None,
         credentials=credentials, store=store, config_object=lambda: api.config,
-        on_excluded=removed.append, clock=clock)
+        on_excluded=on_excluded, clock=clock)
     return monitor, events, removed
 
 
@@ -167,7 +175,8 @@ async def test_a_runc_shaped_exit_is_verified_once_and_proven(verified: list[str
         await monitor.reconcile(f"team/{name}/uid-{name}")
     assert api.requests("PATCH", "/pods/") == []  # a suspicion alone writes nothing
     await _settle(monitor)
-    assert verified == [f"reg.example/team/app@{INDEX}"]  # once for the digest
+    # once for the digest, for the nodes' platform only
+    assert verified == [f"reg.example/team/app@{INDEX} linux/arm64"]
     for name in ("a", "b"):
         await monitor.reconcile(f"team/{name}/uid-{name}")
     pod = api.pods[("team", "a")]
@@ -214,7 +223,8 @@ async def test_an_honest_image_and_an_unrelated_crash_leave_nothing(
     for name in ("crash", "slow"):
         await monitor.reconcile(f"team/{name}/uid-{name}")
     await _settle(monitor)
-    assert list(monitor.reports) == [INDEX]  # only the suspicion was verified
+    # only the suspicion was verified, and for the node's platform only
+    assert list(monitor.reports) == [(INDEX, "linux/arm64")]
     for name in ("crash", "slow"):
         await monitor.reconcile(f"team/{name}/uid-{name}")
     await monitor.learn()
@@ -234,6 +244,12 @@ async def test_delete_failed_pods_deletes_one_pod_per_owner_never_a_bare_one(
     for name in ("a", "b", "bare"):
         await monitor.reconcile(f"team/{name}/uid-{name}")
     await _settle(monitor)
+    # proven, but not published yet: the remedy waits (and asks to run again)
+    assert await monitor.reconcile("team/a/uid-a") == REMEDY_GRACE_SECONDS
+    await monitor.learn()  # status written, catalog told
+    assert await monitor.reconcile("team/a/uid-a") == REMEDY_GRACE_SECONDS  # the grace
+    assert [m for m, _, _ in api.calls if m == "DELETE"] == []
+    clock.now += REMEDY_GRACE_SECONDS
     for name in ("a", "b", "bare"):
         await monitor.reconcile(f"team/{name}/uid-{name}")
     deleted = [p for m, p, _ in api.calls if m == "DELETE"]
@@ -251,10 +267,10 @@ async def test_delete_failed_pods_deletes_one_pod_per_owner_never_a_bare_one(
     await again.learn()
     assert [x.platform for x in again.current] == ["linux/arm64"]
     assert "rs-1" in again.deleted
-    await _settle(again)
+    clock.now += REMEDY_GRACE_SECONDS
     await again.reconcile("team/b/uid-b")
     await _settle(again)
-    await again.reconcile("team/b/uid-b")
+    assert await again.reconcile("team/b/uid-b") is None
     assert len([1 for m, _, _ in api.calls if m == "DELETE"]) == 1
     # without the switch: never
     off, _, _ = _monitor(api, CONFIG, clock)
@@ -269,10 +285,10 @@ async def test_restart_rebuilds_evidence_below_the_threshold_from_the_records(
     first = _pod("a", code=1, message="exec /bin/sh: exec format error")
     api.pods[("team", "a")] = first
     monitor, _, _ = _monitor(api, CONFIG, clock)
-    monitor.reports[INDEX] = _skip_verification(clock.now)  # verification proves nothing
+    monitor.reports[(INDEX, "")] = _skip_verification(clock.now)  # it proves nothing
     await monitor.reconcile("team/a/uid-a")
     restarted, _, _ = _monitor(api, CONFIG, clock)
-    restarted.reports[INDEX] = _skip_verification(clock.now)
+    restarted.reports[(INDEX, "")] = _skip_verification(clock.now)
     restarted.on_pod("ADDED", copy.deepcopy(api.pods[("team", "a")]), None)
     assert restarted.store.get(INDEX, "arm64").errors == 1  # type: ignore[union-attr]
     second = _pod("b", code=1, message="exec /bin/sh: exec format error")
