@@ -9,6 +9,7 @@ this module, so it must stay free of I/O and of imports from the rest of the con
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -232,12 +233,16 @@ class ExcludedPlatform:
         return f"{self.os}/{self.architecture}"
 
     def to_status(self) -> dict[str, Any]:
-        """The ``status.execFormatErrorMonitor.excluded[]`` item (times as whole unix
-        seconds: the last evidence rounded down, the expiry rounded up)."""
+        """The ``status.execFormatErrorMonitor.excluded[]`` item. Times are whole unix
+        seconds: the last evidence rounded down, and the expiry the same span after that
+        (rounded up), so that an exclusion taken back from the status after a restart
+        publishes the same values (never a younger one)."""
+        last_seen = math.floor(self.last_seen)
+        expires = math.ceil(last_seen + (self.expires - self.last_seen))
         return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]),
                 "platform": self.platform, "proof": self.proof,
-                "errors": self.errors, "lastSeen": int(self.last_seen),
-                "expires": int(-(-self.expires // 1)), "image": self.image[:512],
+                "errors": self.errors, "lastSeen": last_seen,
+                "expires": expires, "image": self.image[:512],
                 "reason": self.reason[:300]}
 
     @classmethod

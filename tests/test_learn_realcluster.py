@@ -18,8 +18,10 @@ through ``pods/status`` as a kubelet would.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -224,7 +226,7 @@ def _explain(cluster: KubeEnv, registry: Registry, ns: str, pod: str) -> dict[st
     return report
 
 
-def test_one_exec_format_error_then_the_next_replica_lands_on_amd64(
+def test_one_exec_format_error_then_the_next_replica_lands_on_amd64_also_after_a_restart(
         cluster: KubeEnv, ns: str, product: tuple[Product, int], registry: Registry,
         pusher: Any) -> None:
     _, port = product
@@ -266,6 +268,24 @@ def test_one_exec_format_error_then_the_next_replica_lands_on_amd64(
     report = _explain(cluster, registry, ns, new["metadata"]["name"])
     assert report["architectures"] == ["amd64"]
     assert report["images"][0]["excluded"][0]["proof"] == "verification"
+
+    # the controller killed and started again: it takes the exclusion back from the status
+    # (same expiry: a restart does not make it young), and the next replica is amd64-only
+    prod, _ = product
+    for proc in prod.controllers:
+        proc.stop(signal.SIGKILL)
+    prod.start_controller(identity=f"after-restart-{uuid.uuid4().hex[:4]}")
+    _scale(cluster, ns, "lying", 3)
+    pods = _bound(cluster, ns, "lying", 3)
+    (third,) = [p for p in pods if p["metadata"]["name"] not in {name, new["metadata"]["name"]}]
+    assert _required_archs(third) == {"amd64"}
+    assert _arch(cluster, third["spec"]["nodeName"]) == "amd64"
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/podplacement-controller"
+    wait_for(lambda: str(cluster.get(lease)["spec"].get("holderIdentity") or "").startswith(
+        "after-restart-"), 60, every=0.5)
+    time.sleep(3)  # a few rounds of the new leader's learn loop
+    (again,) = _excluded(cluster, image)
+    assert again["expires"] == x["expires"] and again["lastSeen"] == x["lastSeen"]
 
 
 def test_the_runc_shape_is_verified_and_the_failing_pod_replaced(

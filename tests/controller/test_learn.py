@@ -377,3 +377,17 @@ def test_the_digest_placement_saw_is_read_from_the_decision() -> None:
     p["metadata"].setdefault("annotations", {})[DECISION_ANNOTATION] = json.dumps(
         {"images": [{"image": "reg/app:1", "digest": INDEX, "platforms": []}]})
     assert placement_digests(p) == {"app": INDEX}
+
+
+def test_a_restart_publishes_the_same_times_never_younger() -> None:
+    store = FindingsStore()
+    store.record_verification(INDEX, "arm64", Verification("mismatch", "x86-64", T0 + 0.7))
+    (before,) = exclusions(store, now=T0 + 1, ttl=TTL)
+    published = before.to_status()
+    adopted = FindingsStore()
+    (x,) = excluded_from_status(status_patch((before,), ()))
+    adopted.adopt(x.digests, x.architecture, os=x.os, proof=x.proof, errors=x.errors,
+                  last_seen=x.last_seen, reason=x.reason)
+    (after,) = exclusions(adopted, now=T0 + 1, ttl=TTL)
+    assert after.to_status() == published
+    assert after.expires <= before.expires
