@@ -42,7 +42,13 @@ from typing import Any
 import yaml
 
 from controller.bindingfeed import BINDINGS_SELECTOR
-from controller.config import CONFIG_NAME, ConfigError, ExcludedPlatform, PlacementConfig
+from controller.config import (
+    CONFIG_NAME,
+    ConfigError,
+    ExcludedPlatform,
+    PlacementConfig,
+    config_or_defaults,
+)
 from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
 from controller.numa import STRATEGIES, QuantityError
@@ -233,10 +239,7 @@ async def learned_exclusions(api: KubeAPI) -> tuple[ExcludedPlatform, ...]:
         obj = await api.request("GET", f"{CONFIGS_PATH}/{CONFIG_NAME}")
     except ApiError:
         return ()
-    try:
-        return PlacementConfig.from_object(obj).excluded
-    except (ConfigError, TypeError, ValueError, AttributeError):
-        return ()
+    return config_or_defaults(obj)[0].excluded
 
 
 async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from controller.config import (
     SCHEDULING_GATE,
 )
 from controller.paramswriter import params_path
-from podplacement.sandbox.controlplane import free_port
+from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher

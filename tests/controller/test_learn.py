@@ -17,7 +17,7 @@ from controller.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from controller.decision import NO_SUPPORTED_PLATFORM, SET
+from controller.decision import Outcome
 from controller.execformat import (
     PROOF_VERIFICATION,
     SUSPECT_MAX_RUN_SECONDS,
@@ -166,7 +166,7 @@ def test_the_controller_leaves_the_excluded_platform_out_and_says_why() -> None:
     config = replace(PlacementConfig(), excluded=(excluded(INDEX, ARM_MANIFEST),))
     decision = plan(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config,
                     nodes=None, nrts={}, now=T0)
-    assert decision.outcome == SET and decision.architectures == ("amd64",)
+    assert decision.outcome == Outcome.SET and decision.architectures == ("amd64",)
     record = json.loads(decision.annotation)
     (entry,) = record["images"]
     assert entry["platforms"] == ["linux/amd64"]
@@ -195,7 +195,7 @@ def test_every_platform_excluded_means_no_supported_platform() -> None:
     config = replace(PlacementConfig(), excluded=(excluded(INDEX), excluded(INDEX, arch="amd64")))
     decision = plan(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config,
                     nodes=None, nrts={}, now=T0)
-    assert decision.outcome == NO_SUPPORTED_PLATFORM
+    assert decision.outcome == Outcome.NO_SUPPORTED_PLATFORM
     assert "excluded linux/amd64,linux/arm64" in decision.events[0].message
 
 
