@@ -24,6 +24,7 @@ from typing import Any
 
 from controller.config import FAST_PATHS_ENABLED, PlacementConfig
 from controller.placement import (
+    ARCHITECTURES_NOT_ALLOWED,
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -37,6 +38,7 @@ from controller.placement import (
     unique_images,
 )
 from controller.platforms import ImageLike
+from controller.policy import PlacementPolicy
 from controller.render import admission_patch
 
 __all__ = [
@@ -62,7 +64,8 @@ _PLACED = frozenset({Outcome.SET, Outcome.NOT_SET, Outcome.NO_SUPPORTED_PLATFORM
 #: platforms were left out of its terms, and the fallback of :func:`outage_placement`
 #: (placed without its images' platforms): the ones the user should see at ``kubectl`` time
 #: (README "The webhook after the policy": a ``warnings`` entry).
-_WARNED = frozenset({INCOMPATIBLE_NODE_AFFINITY, INCOMPATIBLE_NODE_SELECTOR,
+_WARNED = frozenset({ARCHITECTURES_NOT_ALLOWED, INCOMPATIBLE_NODE_AFFINITY,
+                     INCOMPATIBLE_NODE_SELECTOR,
                      PARTIALLY_COMPATIBLE_AFFINITY, PLATFORMS_LEFT_OUT,
                      NO_SUPPORTED_PLATFORM_EVENT, PLACEMENT_FALLBACK})
 
@@ -105,6 +108,8 @@ def admission_placement(
     pod: Mapping[str, Any],
     images: Mapping[str, ImageLike | BaseException],
     config: PlacementConfig,
+    *,
+    policy: PlacementPolicy | None = None,
 ) -> AdmissionPlacement | None:
     """The placement of a pod being created, decided at admission as the controller would.
 
@@ -114,6 +119,8 @@ def admission_placement(
         images: per distinct image reference of the pod (as written), its inspection result
             (``imageinspect.ImageInfo``-like); an exception or a missing entry means unknown.
         config: the PodPlacementConfig in force.
+        policy: the namespace's placement policy matching the pod
+            (:func:`controller.policy.policy_for`), or None.
 
     Returns:
         None when the webhook must leave the pod to the controller: an image without a
@@ -137,7 +144,7 @@ def admission_placement(
             # imagePullPolicy Always: the controller revalidates the tag with the registry
             # for every pod; a cached result cannot (the admission policy skips these too).
             return None
-    return _decided_at_admission(pod, images, config, _PLACED, give_up=None)
+    return _decided_at_admission(pod, images, config, _PLACED, give_up=None, policy=policy)
 
 
 def outage_placement(
@@ -146,6 +153,7 @@ def outage_placement(
     config: PlacementConfig,
     *,
     give_up: str,
+    policy: PlacementPolicy | None = None,
 ) -> AdmissionPlacement | None:
     """The placement of a pod being created while no controller runs: the webhook is the
     only one left to decide, so it decides once and for all (README "No cluster-wide stall
@@ -168,6 +176,7 @@ def outage_placement(
         config: the PodPlacementConfig in force.
         give_up: why no later attempt follows, for the fallback's reason (e.g. ``"at
             admission (no controller running)"``).
+        policy: the namespace's placement policy matching the pod, or None.
 
     Returns:
         the :class:`AdmissionPlacement` (outcome ``set``, ``not-set``,
@@ -175,7 +184,7 @@ def outage_placement(
         shape the API gives. Never raises for odd pod specs.
     """
     return _decided_at_admission(pod, images, config, _PLACED | {Outcome.FALLBACK},
-                                 give_up=give_up)
+                                 give_up=give_up, policy=policy)
 
 
 def admission_warnings(placement: Placement) -> tuple[str, ...]:
@@ -192,6 +201,7 @@ def _decided_at_admission(
     outcomes: frozenset[Outcome],
     *,
     give_up: str | None,
+    policy: PlacementPolicy | None = None,
 ) -> AdmissionPlacement | None:
     """The facts of ``pod`` (:func:`controller.placement.placement_facts`, as the
     controller decides the gated pod) rendered as its admission patch; None for an outcome
@@ -200,7 +210,8 @@ def _decided_at_admission(
     if (not isinstance(spec, Mapping) or not isinstance(meta, Mapping)
             or not isinstance(spec.get("schedulingGates", []), list)):
         return None
-    placement = placement_facts(pod, images, config, path=PATH_WEBHOOK, give_up=give_up)
+    placement = placement_facts(pod, images, config, path=PATH_WEBHOOK, give_up=give_up,
+                                policy=policy)
     if placement.outcome not in outcomes or not placement.ungate:
         return None
     return AdmissionPlacement(admission_patch(pod, placement), admission_warnings(placement),

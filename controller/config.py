@@ -23,6 +23,9 @@ CONFIG_KIND = "PodPlacementConfig"
 CONFIG_PLURAL = "podplacementconfigs"
 CONFIG_NAME = "cluster"
 CONFIG_FINALIZER = f"{GROUP}/finalizer"
+#: The namespaced placement policy (README "Per-namespace placement policies").
+POLICY_KIND = "PodPlacementPolicy"
+POLICY_PLURAL = "podplacementpolicies"
 
 # --- Pod mutation names -----------------------------------------------------------------
 SCHEDULING_GATE = f"{GROUP}/scheduling-gate"
@@ -36,6 +39,9 @@ NUMA_LABEL = f"{GROUP}/numa"
 NUMA_LABEL_WAITING = "waiting"
 NUMA_LABEL_PLACED = "placed"
 DECISION_ANNOTATION = f"{GROUP}/decision"
+#: Label set on a pod placed under a PodPlacementPolicy: the policy's name (its namespace is
+#: the pod's). The controller counts the pods carrying it into the policy's status.
+POLICY_LABEL = f"{GROUP}/policy"
 EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
 NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
 #: Label set on a pod once a container of it failed with an exec format error; the annotation

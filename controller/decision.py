@@ -48,6 +48,7 @@ from controller.placement import (
 )
 from controller.platforms import ImageLike, NodeInventory, PlatformSet
 from controller.podspec import has_gate
+from controller.policy import PlacementPolicy
 from controller.render import controller_patch
 
 __all__ = [
@@ -117,6 +118,7 @@ def decide(
     platforms: PlatformSet | None = None,
     path: str | None = None,
     give_up: str | None = None,
+    policy: PlacementPolicy | None = None,
 ) -> Decision:
     """Decide placement for the gated ``pod``: ``skip`` when it no longer carries our gate,
     else the facts of :func:`controller.placement.placement_facts` (same arguments, see
@@ -125,7 +127,8 @@ def decide(
     Args:
         pod: the gated Pod (dict, with ``metadata.resourceVersion``).
         images, config, nodes, numa, failures, numa_waited_seconds, config_error,
-            platforms, path, give_up: as :func:`controller.placement.placement_facts`.
+            platforms, path, give_up, policy: as
+            :func:`controller.placement.placement_facts`.
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
@@ -138,7 +141,7 @@ def decide(
     facts = placement_facts(
         pod, images, config, nodes=nodes, numa=numa, failures=failures,
         numa_waited_seconds=numa_waited_seconds, config_error=config_error,
-        platforms=platforms, path=path, give_up=give_up)
+        platforms=platforms, path=path, give_up=give_up, policy=policy)
     return _rendered(pod, facts)
 
 

@@ -43,6 +43,12 @@ Rules (README "How it decides", "The controller: one gated pod"):
   ``fallbackArchitecture`` when set, else ungated without an architecture requirement.
   The webhook, deciding at admission while no controller runs, falls back at once
   (``give_up``): no later attempt would follow.
+- A namespace's placement policy (:mod:`controller.policy`, README "Per-namespace
+  placement policies"), when one matches the pod: its weights and fallback replace the
+  cluster's; its ``allowedArchitectures`` are ANDed into the supported pairs, with the
+  Warning ``ArchitecturesNotAllowed`` naming the pairs removed, or, when none remains, the
+  unsatisfiable marker and ``NoSupportedPlatform``; the annotation's ``policy`` and the label
+  ``podplacement.io/policy`` name it.
 - NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term, preferred
   hostname terms weighted by score and the label ``podplacement.io/numa=placed`` (the
   controller's binding feed watches only pods with it); none → ``wait-numa`` (label
@@ -82,10 +88,12 @@ from controller.config import (
     NUMA_LABEL_PLACED,
     NUMA_LABEL_WAITING,
     OS_LABEL,
+    POLICY_LABEL,
     PlacementConfig,
 )
 from controller.learn import LearnedImage, describe, iso, learned_images
 from controller.platforms import ImageLike, NodeInventory, PlatformSet, supported_platforms
+from controller.policy import PlacementPolicy, fallback_architectures, narrow
 
 # --- texts: every renderer imports these, none retypes them -------------------------------
 
@@ -121,6 +129,7 @@ PLATFORMS_LEFT_OUT = "PlatformsLeftOut"
 WAITING_FOR_NUMA = "WaitingForNUMAResources"
 PLACEMENT_FALLBACK = "PlacementFallback"
 INVALID_PULL_SECRET = "InvalidPullSecret"
+ARCHITECTURES_NOT_ALLOWED = "ArchitecturesNotAllowed"
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -139,11 +148,15 @@ REASON_NO_SUPPORTED_PLATFORM = "no platform is supported by every image of the p
 REASON_NO_IMAGES = "pod has no container images"
 REASON_ALREADY_PINNED = "every required term already pins the architecture and OS with In"
 REASON_NOT_GATED = "pod no longer carries the podplacement scheduling gate"
+REASON_NOT_ALLOWED = ("no platform every image supports is allowed by placement policy {} "
+                      "(allowedArchitectures)")
 
 #: The fields of the ``podplacement.io/decision`` annotation, in the order they are written.
 RECORD_PATH = "path"
 RECORD_IMAGES = "images"
 RECORD_CONFIG_ERROR = "configError"
+RECORD_POLICY = "policy"
+RECORD_NOT_ALLOWED = "notAllowed"
 RECORD_FALLBACK = "fallback"
 RECORD_PLATFORMS = "platforms"
 RECORD_OSES = "oses"
@@ -152,9 +165,9 @@ RECORD_NUMA = "numa"
 RECORD_ARCHS = "archs"
 RECORD_RESULT = "result"
 RECORD_REASON = "reason"
-RECORD_FIELDS = (RECORD_PATH, RECORD_IMAGES, RECORD_CONFIG_ERROR, RECORD_FALLBACK,
-                 RECORD_PLATFORMS, RECORD_OSES, RECORD_PAIRS, RECORD_NUMA, RECORD_ARCHS,
-                 RECORD_RESULT, RECORD_REASON)
+RECORD_FIELDS = (RECORD_PATH, RECORD_IMAGES, RECORD_CONFIG_ERROR, RECORD_POLICY,
+                 RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
+                 RECORD_PAIRS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT, RECORD_REASON)
 
 
 #: The pod's container lists whose images are placed, in the order they are read (the
@@ -175,13 +188,17 @@ def pairs_text(pairs: Sequence[Pair]) -> list[str]:
     return [f"{o}/{a}" for o, a in pairs]
 
 
-def placed_labels(*, affinity_set: bool, numa_placed: bool = False) -> dict[str, str]:
+def placed_labels(*, affinity_set: bool, numa_placed: bool = False,
+                  policy: str | None = None) -> dict[str, str]:
     """The labels of a pod whose gate is removed: ``scheduling-gate=removed``, ``numa=placed``
-    when NUMA candidates were written, and ``node-affinity=set|not-set``."""
+    when NUMA candidates were written, ``node-affinity=set|not-set``, and
+    ``podplacement.io/policy=<name>`` when a placement policy applied."""
     labels = {GATE_LABEL: GATE_LABEL_REMOVED}
     if numa_placed:
         labels[NUMA_LABEL] = NUMA_LABEL_PLACED
     labels[AFFINITY_LABEL] = AFFINITY_LABEL_SET if affinity_set else AFFINITY_LABEL_NOT_SET
+    if policy:
+        labels[POLICY_LABEL] = policy
     return labels
 
 
@@ -419,20 +436,26 @@ class _Part:
 
 
 def _fallback(inspection: _Inspection, config: PlacementConfig,
-              node_selector: Mapping[str, Any], when: str) -> _Part:
-    """Inspection given up: ``fallbackArchitecture`` required (unless the ``nodeSelector``
-    pins the architecture), else no requirement; outcome ``fallback``."""
-    arch = config.fallback_architecture
+              node_selector: Mapping[str, Any], when: str,
+              policy: PlacementPolicy | None) -> _Part:
+    """Inspection given up: the fallback architectures required (``fallbackArchitecture``,
+    inside the policy's ``allowedArchitectures``: :func:`controller.policy.
+    fallback_architectures`) unless the ``nodeSelector`` pins the architecture, else no
+    requirement; outcome ``fallback``."""
+    archs = fallback_architectures(config, policy)
+    # config is the policy's view here (PlacementPolicy.applied_to): its fallback wins
+    arch = config.fallback_architecture if config.fallback_architecture in archs else None
     names = LIST_SEPARATOR.join(inspection.errors)
-    if arch and ARCH_LABEL not in node_selector:
-        reason = (f"image inspection failed {when} ({names}); "
-                  f"fallbackArchitecture {arch} required")
+    if archs and ARCH_LABEL not in node_selector:
+        what = (f"fallbackArchitecture {arch}" if arch
+                else f"allowedArchitectures {LIST_SEPARATOR.join(archs)}")
+        reason = f"image inspection failed {when} ({names}); {what} required"
         return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: arch},
-                     (_warning(PLACEMENT_FALLBACK, reason),), architectures=(arch,),
-                     required=((expression(ARCH_LABEL, "In", [arch]), None),))
+                     (_warning(PLACEMENT_FALLBACK, reason),), architectures=archs,
+                     required=((expression(ARCH_LABEL, "In", list(archs)), None),))
     reason = (f"image inspection failed {when} ({names}); "
               "ungated without an architecture requirement")
-    return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: arch or None},
+    return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: arch},
                  (_warning(PLACEMENT_FALLBACK, reason),))
 
 
@@ -494,15 +517,38 @@ def _cluster_warnings(archs: Sequence[str], nodes: NodeInventory | None) -> list
                      f"{', '.join(archs)} (nodes: {', '.join(sorted(nodes.architectures))})")]
 
 
+def allowed_platforms(platforms: PlatformSet, policy: PlacementPolicy | None
+                      ) -> tuple[PlatformSet, tuple[Pair, ...]]:
+    """``platforms`` less the pairs the policy's ``allowedArchitectures`` remove
+    (:func:`controller.policy.narrow`), and the removed pairs."""
+    kept, removed = narrow(platforms.pairs, policy)
+    if not removed:
+        return platforms, ()
+    variants = tuple(v for v in platforms.variants if (v[0], v[1]) in kept)
+    return PlatformSet(kept, variants, platforms.image_count), removed
+
+
+def _not_allowed(platforms: PlatformSet, removed: Sequence[Pair],
+                 policy: PlacementPolicy) -> _Part:
+    """The policy allows none of the supported pairs: the unsatisfiable marker."""
+    reason = reason_text(REASON_NOT_ALLOWED, [policy.name])
+    message = (f"{reason}: allowed {LIST_SEPARATOR.join(policy.allowed_architectures or ())}, "
+               f"removed {_listed(removed)}")
+    return _Part(Outcome.NO_SUPPORTED_PLATFORM, reason,
+                 {RECORD_PLATFORMS: [], RECORD_NOT_ALLOWED: pairs_text(removed)},
+                 (_warning(NO_SUPPORTED_PLATFORM_EVENT, message),),
+                 platforms, required=((unsatisfiable_marker(), ""),))
+
+
 def _platform_part(pod: Mapping[str, Any], inspection: _Inspection, config: PlacementConfig,
                    *, nodes: NodeInventory | None, platforms: PlatformSet | None,
-                   when: str) -> _Part:
+                   when: str, policy: PlacementPolicy | None = None) -> _Part:
     """The platform part: fallback after failures, nothing for a pod without images, the
-    unsatisfiable marker, or the supported pairs."""
+    unsatisfiable marker, or the supported pairs (less those the policy does not allow)."""
     raw = (pod.get("spec") or {}).get("nodeSelector") or {}
     node_selector: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     if inspection.errors:
-        return _fallback(inspection, config, node_selector, when)
+        return _fallback(inspection, config, node_selector, when, policy)
     if not inspection.wanted:
         return _Part(Outcome.NOT_SET, REASON_NO_IMAGES)
     found = (platforms if platforms is not None else
@@ -510,7 +556,20 @@ def _platform_part(pod: Mapping[str, Any], inspection: _Inspection, config: Plac
     if found.empty:
         return _unsatisfiable(found, [_image_entry(i, inspection.results[i])
                                       for i in inspection.wanted])
-    return _supported(pod, found, config, node_selector, nodes)
+    kept, removed = allowed_platforms(found, policy)
+    if not removed:
+        return _supported(pod, found, config, node_selector, nodes)
+    assert policy is not None
+    if kept.empty:
+        return _not_allowed(kept, removed, policy)
+    part = _supported(pod, kept, config, node_selector, nodes)
+    warning = _warning(ARCHITECTURES_NOT_ALLOWED,
+                       f"placement policy {policy.name} allows only architectures "
+                       f"{LIST_SEPARATOR.join(policy.allowed_architectures or ())}: removed "
+                       f"{_listed(removed)} from the platforms every image supports")
+    return replace(part, record={**part.record,
+                                             RECORD_NOT_ALLOWED: pairs_text(removed)},
+                               warnings=(*part.warnings, warning))
 
 
 # --- the warnings about the user's pins --------------------------------------------------
@@ -709,7 +768,8 @@ def _events(warnings: Sequence[EventSpec], reason: str) -> tuple[tuple[EventSpec
 
 
 def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
-             numa_part: _Numa | None, numa: NumaLike | None) -> Placement:
+             numa_part: _Numa | None, numa: NumaLike | None,
+             policy: PlacementPolicy | None = None) -> Placement:
     """The gate removed: the parts' restrictions, the labels, the annotation's facts and
     the Event."""
     parts: list[_Part | _Numa] = [part] if numa_part is None else [part, numa_part]
@@ -719,7 +779,7 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
     reason = "; ".join(r for r in (part.reason, note) if r)
     outcome = Outcome.SET if placed and part.outcome == Outcome.NOT_SET else part.outcome
     labels = placed_labels(affinity_set=any(t.expressions for t in required) or bool(preferred),
-                           numa_placed=placed)
+                           numa_placed=placed, policy=policy.name if policy else None)
     waiting = _current_labels(pod).get(NUMA_LABEL) == NUMA_LABEL_WAITING
     facts = {**head, **part.record, RECORD_ARCHS: list(part.architectures),
              RECORD_RESULT: outcome, RECORD_REASON: reason}
@@ -749,6 +809,7 @@ def placement_facts(
     platforms: PlatformSet | None = None,
     path: str | None = None,
     give_up: str | None = None,
+    policy: PlacementPolicy | None = None,
 ) -> Placement:
     """The placement of ``pod``, as facts (the module docstring's rules).
 
@@ -774,6 +835,8 @@ def placement_facts(
             while no controller runs): an image without a result means the fallback at
             once, whatever ``failures`` says, and these words replace "after N attempts"
             in the reason (e.g. ``"at admission, no controller running"``).
+        policy: the namespace's placement policy that applies to the pod
+            (:func:`controller.policy.policy_for`), or None: the cluster's config alone.
 
     Exclusions: the platforms of ``config.excluded`` are left out of the results whose
     digest they name (:func:`controller.learn.learned_images`; README "Exec format
@@ -783,12 +846,15 @@ def placement_facts(
     Returns:
         the :class:`Placement`. Never raises for odd pod specs: they end in an ungate.
     """
+    if policy is not None:
+        config = policy.applied_to(config)
     inspection = _inspection(pod, learned_images(images, config.excluded))
     max_retries = config.image_inspection.max_retries
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
     when = give_up if give_up is not None else f"after {failures + 1} attempts"
-    part = _platform_part(pod, inspection, config, nodes=nodes, platforms=platforms, when=when)
+    part = _platform_part(pod, inspection, config, nodes=nodes, platforms=platforms, when=when,
+                          policy=policy)
     learned = _learned_note(inspection)
     if learned and part.outcome != Outcome.FALLBACK:
         part = replace(part, reason=f"{part.reason}; {learned}")
@@ -801,7 +867,9 @@ def placement_facts(
     head[RECORD_IMAGES] = [_image_entry(i, inspection.results[i]) for i in inspection.wanted]
     if config_error:
         head[RECORD_CONFIG_ERROR] = config_error[:200]
-    return _settled(pod, head, part, numa_part, numa)
+    if policy is not None:
+        head[RECORD_POLICY] = policy.name
+    return _settled(pod, head, part, numa_part, numa, policy)
 
 
 def ungate_only(pod: Mapping[str, Any], reason: str) -> Placement:

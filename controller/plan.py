@@ -32,8 +32,10 @@ from controller.config import (
 from controller.decision import Decision, decide, unique_images
 from controller.learn import learned_images
 from controller.numa import InFlight, NumaDecision, decide_numa, effective_requests
+from controller.placement import allowed_platforms
 from controller.platforms import ImageLike, PlatformSet, node_inventory, supported_platforms
 from controller.podspec import node_eligible
+from controller.policy import PlacementPolicy
 
 #: A NUMA decision that failed (odd quantities, unknown strategy) is reported here; without
 #: a handler the error propagates (``explain`` shows it), with one the pod is placed without
@@ -77,6 +79,7 @@ def plan(
     on_numa_error: NumaErrorHandler | None = None,
     path: str | None = None,
     give_up: str | None = None,
+    policy: PlacementPolicy | None = None,
 ) -> Decision:
     """Decide the placement of one gated pod.
 
@@ -100,6 +103,9 @@ def plan(
             the controller.
         give_up: no later attempt follows: an image without a result falls back at once
             (:func:`controller.decision.decide`, whose reason then says these words).
+        policy: the namespace's placement policy matching the pod
+            (:func:`controller.policy.policy_for`), or None; NUMA candidates are then
+            sought only among the pairs it allows.
 
     Returns:
         the :class:`controller.decision.Decision`; its ``numa`` carries the typed NUMA
@@ -112,15 +118,16 @@ def plan(
     """
     images = learned_images(images, config.excluded)
     platforms = pod_platforms(pod, images)
+    allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
     numa: NumaDecision | None = None
-    satisfiable = platforms is not None and not (platforms.empty and platforms.image_count)
+    satisfiable = allowed is not None and not (allowed.empty and allowed.image_count)
     if config.topology.enabled and nodes is not None and satisfiable:
-        assert platforms is not None
+        assert allowed is not None
         # no pairs means no image at all: every node is eligible. A pair the written terms
         # leave out (one OS group per existing term, KEP-3838) is no candidate either.
-        pairs = set(platforms.pairs) or None
+        pairs = set(allowed.pairs) or None
         if pairs:
-            pairs -= set(platform_requirement(pod, platforms.pairs).excluded)
+            pairs -= set(platform_requirement(pod, allowed.pairs).excluded)
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         if not isinstance(selector, Mapping):
             selector = {}
@@ -142,6 +149,7 @@ def plan(
         nodes=node_inventory(nodes) if nodes is not None else None,
         numa=numa, failures=failures, numa_waited_seconds=waited,
         config_error=config_error, platforms=platforms, path=path, give_up=give_up,
+        policy=policy,
     )
 
 
