@@ -98,6 +98,7 @@ from controller.config import (
     OS_LABEL,
     PARAMS_KIND,
     PARAMS_NAME,
+    POLICY_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,
     config_or_defaults,
@@ -113,6 +114,7 @@ from controller.placement import (
     RECORD_OSES,
     RECORD_PATH,
     RECORD_PLATFORMS,
+    RECORD_POLICY,
     RECORD_REASON,
     RECORD_RESULT,
     Outcome,
@@ -280,6 +282,7 @@ CEL_PAIRS = "variables.lists[0].filter(p, variables.lists.all(l, p in l))"
 CEL_PLACED = (
     "variables.known && variables.free"
     f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
+    " && variables.allowedOk"
 )
 
 #: ``archs``: the supported architectures, sorted (the pairs are sorted and all linux).
@@ -290,12 +293,62 @@ def _weights_literal(weights: Mapping[str, int]) -> str:
     return "{" + ", ".join(f"{cel_string(a)}: {int(w)}" for a, w in sorted(weights.items())) + "}"
 
 
-def cel_preferred_archs(weights: Mapping[str, int]) -> str:
-    """``preferredArchs``: the supported architectures with a configured weight, in
-    ``archs`` order (``affinity.arch_preferences``; the pod has no node affinity here, so no
-    preference of its own). The weights are CEL literals: the policy is regenerated from the
-    config whenever it changes."""
-    return f"variables.archs.filter(a, a in {_weights_literal(weights)})"
+# --- the namespace's placement policy, in CEL (controller.policy) ------------------------
+#
+# The params object carries the accepted PodPlacementPolicies of each namespace, highest
+# priority first (``spec.policies``: :func:`controller.policy.params_policies`); a policy's
+# ``selector`` is a list of requirements (``matchLabels`` entries are ``In`` with one value).
+# ``matched`` keeps the pod namespace's policies whose selector the pod's labels satisfy, in
+# that order: its first entry is the one :func:`controller.policy.policy_for` picks.
+
+#: ``policies``: the accepted policies of the pod's namespace (``request.namespace``: the
+#: object of a create may not carry its namespace yet).
+CEL_POLICIES = ("params == null ? [] : "
+                "params.?spec.?policies.orValue({})[?request.namespace].orValue([])")
+#: ``labels``: the pod's labels.
+CEL_LABELS = "object.metadata.?labels.orValue({})"
+_HAS = "r.key in variables.labels"
+_IN = f"({_HAS} && variables.labels[r.key] in r.values)"
+#: Per operator of :data:`controller.policy.OPERATORS`, the CEL of one requirement ``r``
+#: holding for ``variables.labels`` (metav1.LabelSelector semantics, as
+#: :func:`controller.policy.selector_matches`).
+CEL_REQUIREMENT = {"In": _IN, "NotIn": f"!{_IN}", "Exists": _HAS, "DoesNotExist": f"!({_HAS})"}
+
+
+def _cel_requirement() -> str:
+    """One requirement ``r`` of a published selector, as a chain of conditionals over
+    :data:`CEL_REQUIREMENT` (the last operator is the ``else``)."""
+    ops = list(CEL_REQUIREMENT.items())
+    text = ops[-1][1]
+    for op, cond in reversed(ops[:-1]):
+        text = f"(r.operator == {cel_string(op)} ? {cond} : {text})"
+    return text
+
+
+#: ``matched``: the namespace's policies whose selector matches the pod, highest priority
+#: first (an empty selector matches every pod).
+CEL_MATCHED = f"variables.policies.filter(p, p.?selector.orValue([]).all(r, {_cel_requirement()}))"
+#: ``hasPolicy``: a policy applies to the pod (``matched[0]``).
+CEL_HAS_POLICY = "size(variables.matched) > 0"
+#: ``allowedOk``: the policy's ``allowedArchitectures`` remove none of the supported pairs.
+#: When they do, the pod takes the gate branch: the webhook or the controller then places
+#: it with the Warning that names the pairs removed (a policy cannot warn).
+CEL_ALLOWED_OK = ("!variables.hasPolicy || !has(variables.matched[0].allowed) || "
+                  "variables.pairs.all(p, p.split('/')[1] in variables.matched[0].allowed)")
+
+
+def cel_weights(weights: Mapping[str, int]) -> str:
+    """``weights``: the matched policy's architecture weights when it sets them, else the
+    cluster's (``weights``, CEL literals: the policy is regenerated from the config
+    whenever it changes; :meth:`controller.policy.PlacementPolicy.applied_to`)."""
+    return ("variables.hasPolicy && has(variables.matched[0].weights) ? "
+            f"variables.matched[0].weights : {_weights_literal(weights)}")
+
+
+#: ``preferredArchs``: the supported architectures with a weight, in ``archs`` order
+#: (``affinity.arch_preferences``; the pod has no node affinity here, so no preference of
+#: its own).
+CEL_PREFERRED_ARCHS = "variables.archs.filter(a, a in variables.weights)"
 
 
 def _json_strings(list_expr: str) -> str:
@@ -313,6 +366,7 @@ def _json_string(string_expr: str) -> str:
 #: (digests) are the controller's alone.
 _RECORD: dict[str, tuple[str, str | None]] = {
     RECORD_PATH: (cel_string(json.dumps(ADMISSION_PATH)), None),
+    RECORD_POLICY: (_json_string("variables.matched[0].name"), "variables.hasPolicy"),
     RECORD_PLATFORMS: (_json_strings("variables.pairs"), None),
     RECORD_OSES: (cel_string(json.dumps([PLACED_OS])), _ANY_PAIRS),
     RECORD_ARCHS: (_json_strings("variables.archs"), None),
@@ -367,31 +421,30 @@ def _requirements() -> Cel:
     return Cel(f"(size(variables.pairs) == 0 ? {marker} : {group})")
 
 
-def cel_preferred(weights: Mapping[str, int]) -> str:
+def cel_preferred() -> str:
     """One PreferredSchedulingTerm ``kubernetes.io/arch In [a]`` with its weight per
     ``variables.preferredArchs`` entry (``affinity.arch_preference``)."""
-    weight = cast(int, Cel(f"{_weights_literal(weights)}[a]"))  # an int in CEL
+    weight = cast(int, Cel("variables.weights[a]"))  # an int in CEL
     term = arch_preference(Cel("a"), weight)
     term_type = _T_NODE_AFFINITY + ".preferredDuringSchedulingIgnoredDuringExecution"
     return f"variables.preferredArchs.map(a, {cel_typed(term_type, term)})"
 
 
-def _node_affinity_value(weights: Mapping[str, int]) -> dict[str, Any]:
+def _node_affinity_value() -> dict[str, Any]:
     """The NodeAffinity of a placed pod, with :class:`Cel` holes: the required term of
-    :func:`_requirements` and, when some supported architecture has a weight, the preferred
-    terms (the field is omitted when there are none, as the controller does)."""
-    value: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": _requirements()}]}}
-    if weights:
-        value["?preferredDuringSchedulingIgnoredDuringExecution"] = Cel(
-            "size(variables.preferredArchs) > 0 ? "
-            f"optional.of({cel_preferred(weights)}) : optional.none()")
-    return value
+    :func:`_requirements` and, when some supported architecture has a weight (the cluster's
+    or the matched policy's), the preferred terms (the field is omitted when there are
+    none, as the controller does)."""
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": _requirements()}]},
+            "?preferredDuringSchedulingIgnoredDuringExecution": Cel(
+                "size(variables.preferredArchs) > 0 ? "
+                f"optional.of({cel_preferred()}) : optional.none()")}
 
 
-def cel_node_affinity(weights: Mapping[str, int]) -> str:
+def cel_node_affinity() -> str:
     """The typed NodeAffinity of a placed pod (:func:`_node_affinity_value`)."""
-    return cel_typed(_T_NODE_AFFINITY, _node_affinity_value(weights))
+    return cel_typed(_T_NODE_AFFINITY, _node_affinity_value())
 
 
 def _add(path: str, value: str) -> str:
@@ -433,15 +486,20 @@ def gate_ops() -> str:
     )
 
 
-def place_patch_mutation(weights: Mapping[str, int]) -> str:
+def place_patch_mutation() -> str:
     """The one JSONPatch expression of the place policy: for a placed pod the final
     placement (``nodeAffinity``, the labels of ``placement.placed_labels``, the decision
     annotation), else the gate (:func:`gate_ops`). One JSONPatch and no
     ApplyConfiguration: an apply runs the structured merge on every pod, a cost the warm
     path cannot afford (bench/cluster.py). ``spec.affinity`` is created whole when absent,
     else only its ``nodeAffinity`` is added (a pod with e.g. podAntiAffinity keeps it), as
-    ``affinity.restriction_ops`` does; label and annotation maps are created when absent."""
-    node_affinity = _node_affinity_value(weights)
+    ``affinity.restriction_ops`` does; label and annotation maps are created when absent.
+    A pod placed under a namespace's policy also gets the label ``podplacement.io/policy``
+    with the policy's name (``placement.placed_labels``)."""
+    node_affinity = _node_affinity_value()
+    policy_label = _add(
+        f"{cel_string('/metadata/labels/')} + jsonpatch.escapeKey({cel_string(POLICY_LABEL)})",
+        "variables.matched[0].name")
     return (
         f"!variables.placed ? {gate_ops()} : ["
         "has(object.spec.affinity) ? "
@@ -451,7 +509,7 @@ def place_patch_mutation(weights: Mapping[str, int]) -> str:
                cel_typed(_T_AFFINITY, {"nodeAffinity": node_affinity}))
         + "] + "
         + _map_ops("labels", placed_labels(affinity_set=True))
-        + " + "
+        + f" + (variables.hasPolicy ? [{policy_label}] : []) + "
         + _map_ops("annotations", {DECISION_ANNOTATION: Cel("variables.decision")})
     )
 
@@ -464,14 +522,19 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
         ("table", CEL_TABLE),
         ("known", CEL_KNOWN),
         ("free", CEL_FREE),
+        ("policies", CEL_POLICIES),
+        ("labels", CEL_LABELS),
+        ("matched", CEL_MATCHED),
+        ("hasPolicy", CEL_HAS_POLICY),
         ("lists", CEL_LISTS),
         ("pairs", CEL_PAIRS),
+        ("allowedOk", CEL_ALLOWED_OK),
         ("placed", CEL_PLACED),
         ("archs", CEL_ARCHS),
+        ("weights", cel_weights(weights)),
+        ("preferredArchs", CEL_PREFERRED_ARCHS),
+        ("decision", CEL_DECISION),
     ]
-    if weights:
-        out.append(("preferredArchs", cel_preferred_archs(weights)))
-    out.append(("decision", CEL_DECISION))
     return [{"name": n, "expression": e} for n, e in out]
 
 
@@ -531,8 +594,7 @@ def desired_policy(config: PlacementConfig,
     if places(config):
         spec["variables"] = place_variables(config)
         spec["mutations"] = [
-            {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation(
-                {p.architecture: p.weight for p in config.preferred_platforms})}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation()}},
         ]
     else:
         spec["mutations"] = [{"patchType": "ApplyConfiguration",

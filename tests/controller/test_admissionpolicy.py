@@ -66,7 +66,8 @@ def test_default_config_places_or_gates_with_one_json_patch() -> None:
 def test_variables_are_declared_before_use() -> None:
     variables = ap.desired_policy(WEIGHTED)["spec"]["variables"]
     names = [v["name"] for v in variables]
-    assert names == ["images", "table", "known", "free", "lists", "pairs", "placed", "archs",
+    assert names == ["images", "table", "known", "free", "policies", "labels", "matched",
+                     "hasPolicy", "lists", "pairs", "allowedOk", "placed", "archs", "weights",
                      "preferredArchs", "decision"]
     for i, var in enumerate(variables):
         later = names[i:]
@@ -94,19 +95,21 @@ def test_placement_config_parses_the_object_or_falls_back_to_defaults() -> None:
     assert ap.placement_config(None) == PlacementConfig()
 
 
-def test_preferred_weights_are_cel_literals_and_absent_without_scoring() -> None:
+def test_preferred_weights_are_the_policys_or_the_clusters_cel_literals() -> None:
     weighted = ap.desired_policy(WEIGHTED)["spec"]
     (mutation,) = weighted["mutations"]
     patch = mutation["jsonPatch"]["expression"]
-    assert "{'amd64': 5, 'arm64': 60}[a]" in patch
+    assert "variables.weights[a]" in patch
     assert "?preferredDuringSchedulingIgnoredDuringExecution" in patch
-    plain = ap.desired_policy(PlacementConfig())["spec"]
-    assert "preferred" not in plain["mutations"][0]["jsonPatch"]["expression"]
-    assert "preferredArchs" not in [v["name"] for v in plain["variables"]]
+    weights = {v["name"]: v["expression"] for v in weighted["variables"]}["weights"]
+    assert weights.endswith("variables.matched[0].weights : {'amd64': 5, 'arm64': 60}")
+    plain = {v["name"]: v["expression"]
+             for v in ap.desired_policy(PlacementConfig())["spec"]["variables"]}
+    assert plain["weights"].endswith(": {}")
 
 
 def test_label_and_annotation_keys_are_escaped_and_maps_created_when_absent() -> None:
-    patch = ap.place_patch_mutation({})
+    patch = ap.place_patch_mutation()
     assert "jsonpatch.escapeKey('podplacement.io/scheduling-gate')" in patch
     assert "jsonpatch.escapeKey('podplacement.io/decision')" in patch
     assert "has(object.metadata.labels) ?" in patch

@@ -12,9 +12,14 @@ params tables, with no cluster, and each one is compared with what the Python ru
 - ``free``: no ``nodeAffinity`` and no ``kubernetes.io/os``/``arch`` nodeSelector pin;
 - ``lists``/``pairs``: the table's entries and their intersection
   (:func:`controller.platforms.supported_platforms`);
-- ``placed``: known, free, and the common platforms linux only or none;
-- for a placed pod, ``archs``, ``preferredArchs`` and ``decision``: the architectures, the
-  preferred terms and the annotation (:func:`controller.admissionpolicy.admission_record`,
+- ``matched``/``hasPolicy``: the namespace's placement policies (published in the params as
+  :func:`controller.policy.params_policies`) whose selector matches the pod, the first
+  being :func:`controller.policy.policy_for`'s pick;
+- ``allowedOk``: that policy's ``allowedArchitectures`` remove none of the common pairs;
+- ``placed``: known, free, allowedOk, and the common platforms linux only or none;
+- for a placed pod, ``archs``, ``weights``, ``preferredArchs`` and ``decision``: the
+  architectures, the weights (the policy's or the cluster's), the preferred terms and the
+  annotation (:func:`controller.admissionpolicy.admission_record`,
   byte for byte) of the Python facts of the same pod once gated.
 
 The typed ``Object{}`` parts of the JSONPatch only the API server evaluates; they are checked
@@ -57,10 +62,19 @@ from controller.placement import (
     unique_images,
 )
 from controller.platforms import supported_platforms
+from controller.policy import (
+    EMPTY_RANKING,
+    Ranking,
+    narrow,
+    params_policies,
+    policy_for,
+    rank,
+)
 from tests.controller._pods import img
 
 _ENV = cel.NewEnv(
-    variables={"object": cel.Type.DYN, "params": cel.Type.DYN, "variables": cel.Type.DYN},
+    variables={"object": cel.Type.DYN, "params": cel.Type.DYN, "request": cel.Type.DYN,
+               "variables": cel.Type.DYN},
     extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()])
 
 
@@ -70,16 +84,18 @@ def _program(expression_text: str) -> Any:
 
 
 def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
-             table: Mapping[str, str]) -> dict[str, Any]:
+             table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING) -> dict[str, Any]:
     """Each variable in order, as the API server binds them: ``object``, ``params`` (the
-    ImagePlatforms object) and the variables before it. A variable whose evaluation is an
+    ImagePlatforms object, with the policies of ``ranking``), ``request`` (its namespace)
+    and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""
-    params = {"spec": {"images": dict(table)}}
+    params = {"spec": {"images": dict(table), "policies": params_policies(ranking)}}
+    request = {"namespace": pod["metadata"].get("namespace", "")}
     values: dict[str, Any] = {}
     for var in variables:
         result = _program(var["expression"]).eval(
-            data={"object": pod, "params": params, "variables": values})
+            data={"object": pod, "params": params, "request": request, "variables": values})
         if result.type() != cel.Type.ERROR:
             values[var["name"]] = result.plain_value()
     return values
@@ -105,16 +121,18 @@ def _as_gated(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def expected(pod: Mapping[str, Any], table: Mapping[str, str],
-             config: PlacementConfig) -> dict[str, Any]:
+             config: PlacementConfig, ranking: Ranking = EMPTY_RANKING) -> dict[str, Any]:
     """What the Python rule says each variable is (the module docstring's list)."""
     spec = pod["spec"]
     images = unique_images(pod)
+    policy = policy_for(pod, ranking.of(pod["metadata"].get("namespace", "")))
     out: dict[str, Any] = {
         "images": [c.image for c in pod_images(pod)],
         "known": bool(images) and all(i in table for i in images)
         and not any(images.values()),
         "free": "nodeAffinity" not in (spec.get("affinity") or {})
         and not {ARCH_LABEL, OS_LABEL} & set(spec.get("nodeSelector") or {}),
+        "hasPolicy": policy is not None,
     }
     if not out["known"]:
         out["placed"] = False
@@ -123,24 +141,33 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
     out["lists"] = [table[c.image].split(",") for c in pod_images(pod)]
     common = supported_platforms([results[i] for i in images])
     out["pairs"] = common.strings()
-    out["placed"] = out["free"] and (common.empty or common.all_linux)
+    out["allowedOk"] = not narrow(common.pairs, policy)[1]
+    out["placed"] = out["free"] and (common.empty or common.all_linux) and out["allowedOk"]
     if out["placed"]:
-        facts = placement_facts(_as_gated(pod), results, config)
+        facts = placement_facts(_as_gated(pod), results, config, policy=policy)
         assert facts.outcome in (Outcome.SET, Outcome.NO_SUPPORTED_PLATFORM), facts.reason
         out["archs"] = list(facts.architectures)
-        if config.preferred_platforms:
-            out["preferredArchs"] = [t["preference"]["matchExpressions"][0]["values"][0]
-                                     for t in facts.preferred]
+        effective = policy.applied_to(config) if policy is not None else config
+        out["weights"] = {w.architecture: w.weight for w in effective.preferred_platforms}
+        out["preferredArchs"] = [t["preference"]["matchExpressions"][0]["values"][0]
+                                 for t in facts.preferred]
         out["decision"] = compact_json(ap.admission_record(facts))
     return out
 
 
 def mismatches(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
-               table: Mapping[str, str], config: PlacementConfig) -> dict[str, Any]:
-    """The variables whose CEL value differs from the Python rule: name → (cel, python)."""
-    got = evaluate(variables, pod, table)
-    return {k: (got.get(k), v) for k, v in expected(pod, table, config).items()
-            if got.get(k) != v}
+               table: Mapping[str, str], config: PlacementConfig,
+               ranking: Ranking = EMPTY_RANKING) -> dict[str, Any]:
+    """The variables whose CEL value differs from the Python rule: name → (cel, python);
+    ``matched`` is compared by the name of its first entry (the policy that applies)."""
+    got = evaluate(variables, pod, table, ranking)
+    want = expected(pod, table, config, ranking)
+    policy = policy_for(pod, ranking.of(pod["metadata"].get("namespace", "")))
+    first = (got.get("matched") or [{}])[0].get("name")
+    out = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if first != (policy.name if policy is not None else None):
+        out["matched"] = (first, policy)
+    return out
 
 
 # --- generated pods and tables ------------------------------------------------------------
@@ -179,6 +206,54 @@ tables = st.dictionaries(
     max_size=len(REFS))
 
 
+#: Labels the generated pods carry and the generated policies select on.
+LABEL_KEYS = ("app", "tier")
+LABEL_VALUES = ("web", "db", "batch")
+ARCHS = ("amd64", "arm64", "ppc64le", "s390x", "arm")
+
+
+def _requirement(draw: st.DrawFn) -> dict[str, Any]:
+    key = draw(st.sampled_from(LABEL_KEYS))
+    operator = draw(st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]))
+    values = (draw(st.lists(st.sampled_from(LABEL_VALUES), min_size=1, max_size=2,
+                            unique=True)) if operator in ("In", "NotIn") else [])
+    return {"key": key, "operator": operator, "values": values}
+
+
+@st.composite
+def policy_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """0-3 PodPlacementPolicies of namespace ``ns`` (priorities may collide: the older
+    wins) and sometimes one of namespace ``other`` matching every pod there."""
+    out = []
+    for i in range(draw(st.integers(0, 3))):
+        selector: dict[str, Any] = {}
+        if draw(st.booleans()):
+            selector["matchLabels"] = draw(st.dictionaries(
+                st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=2))
+        if draw(st.booleans()):
+            selector["matchExpressions"] = [_requirement(draw)
+                                            for _ in range(draw(st.integers(0, 2)))]
+        spec: dict[str, Any] = {"priority": draw(st.integers(0, 3)), "podSelector": selector}
+        if draw(st.booleans()):
+            archs = draw(st.lists(st.sampled_from(ARCHS), max_size=3, unique=True))
+            spec["nodeAffinityScoring"] = {"enabled": draw(st.sampled_from([True, True, False])),
+                                           "platforms": [{"architecture": a, "weight": 5 + n}
+                                                         for n, a in enumerate(archs)]}
+        if draw(st.booleans()):
+            spec["allowedArchitectures"] = draw(st.lists(st.sampled_from(ARCHS), min_size=1,
+                                                         max_size=3, unique=True))
+        out.append({"metadata": {"namespace": "ns", "name": f"p{i}",
+                                 "creationTimestamp": f"2026-01-01T00:00:0{i}Z"},
+                    "spec": spec})
+    if draw(st.booleans()):
+        out.append({"metadata": {"namespace": "other", "name": "elsewhere",
+                                 "creationTimestamp": "2026-01-01T00:00:00Z"},
+                    "spec": {"priority": 9, "allowedArchitectures": ["riscv64"],
+                             "nodeAffinityScoring": {"platforms": [
+                                 {"architecture": "amd64", "weight": 99}]}}})
+    return out
+
+
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
     """A pod as the API server admits it: 1-4 containers and 0-2 init containers of the
@@ -204,7 +279,8 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         spec["schedulingGates"] = gates
     meta: dict[str, Any] = {"name": "p", "namespace": "ns"}
     if draw(st.booleans()):
-        meta["labels"] = {"app": "web"}
+        meta["labels"] = draw(st.dictionaries(st.sampled_from(LABEL_KEYS),
+                                              st.sampled_from(LABEL_VALUES), max_size=2))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -215,17 +291,25 @@ def test_the_policy_variables_are_the_python_rule() -> None:
 
     @settings(max_examples=500, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
-    @given(pod=pods(), table=tables, config=st.sampled_from(CONFIGS))
-    def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig) -> None:
+    @given(pod=pods(), table=tables, config=st.sampled_from(CONFIGS),
+           policies=policy_objects())
+    def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig,
+              policies: list[dict[str, Any]]) -> None:
         variables = ap.place_variables(config)
-        assert mismatches(variables, pod, table, config) == {}
-        decision = evaluate(variables, pod, table)
+        ranking = rank(policies)
+        assert mismatches(variables, pod, table, config, ranking) == {}
+        decision = evaluate(variables, pod, table, ranking)
         result = (json.loads(decision["decision"])["result"] if decision.get("placed")
                   else "gated")
         seen[result] = seen.get(result, 0) + 1
+        if decision.get("placed") and decision.get("hasPolicy"):
+            seen["placed-with-policy"] = seen.get("placed-with-policy", 0) + 1
+        if decision.get("allowedOk") is False:
+            seen["not-allowed"] = seen.get("not-allowed", 0) + 1
 
     check()
-    assert {"set", "no-supported-platform", "gated"} <= set(seen), seen
+    assert {"set", "no-supported-platform", "gated", "placed-with-policy",
+            "not-allowed"} <= set(seen), seen
 
 
 # --- a changed variable is caught --------------------------------------------------------
@@ -258,10 +342,43 @@ MUTATIONS = (
     ("pairs", "variables.lists.all(", "variables.lists.exists("),
     ("placed", "variables.free && ", ""),
     ("archs", "[1]", "[0]"),
-    ("preferredArchs", "'arm64': 60", "'arm65': 60"),
+    ("weights", "'arm64': 60", "'arm65': 60"),
+    ("weights", "variables.matched[0].weights :", "{} :"),
+    ("preferredArchs", "a in variables.weights", "a in variables.archs"),
+    ("matched", "r.operator == 'In' ?", "r.operator == 'NotIn' ?"),
+    ("matched", "!(r.key in variables.labels)", "true"),
+    ("allowedOk", "in variables.matched[0].allowed", "in variables.archs"),
+    ("decision", ',"policy":', ',"rule":'),
     ("decision", "'required architectures '", "'required archs '"),
     ("decision", "'no-supported-platform'", "'not-set'"),
 )
+
+
+#: Policies of the examples' namespace: one for ``tier=db`` pods allowing arm64 only, one
+#: for pods without a ``tier`` label (weights, amd64/arm64/s390x allowed).
+EXAMPLE_POLICIES = rank([
+    {"metadata": {"namespace": "ns", "name": "db", "creationTimestamp": "2026-01-01T00:00:00Z"},
+     "spec": {"priority": 20, "podSelector": {"matchLabels": {"tier": "db"}},
+              "allowedArchitectures": ["arm64"]}},
+    {"metadata": {"namespace": "ns", "name": "untiered",
+                  "creationTimestamp": "2026-01-01T00:00:00Z"},
+     "spec": {"priority": 10, "podSelector": {"matchExpressions": [
+         {"key": "tier", "operator": "DoesNotExist"}]},
+              "allowedArchitectures": ["amd64", "arm64", "s390x"],
+              "nodeAffinityScoring": {"platforms": [{"architecture": "arm64", "weight": 7}]}}},
+])
+
+
+def _in_ns(pod: Mapping[str, Any], labels: Mapping[str, str] | None) -> dict[str, Any]:
+    meta = {**pod["metadata"], "namespace": "ns"}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    return {**pod, "metadata": meta}
+
+
+#: The examples in namespace ``ns``, without labels, with ``tier=db`` and with ``tier=web``.
+POLICY_EXAMPLES = tuple((_in_ns(pod, labels), table) for pod, table in EXAMPLES
+                        for labels in (None, {"tier": "db"}, {"tier": "web"}))
 
 
 @pytest.mark.parametrize(("name", "old", "new"), MUTATIONS)
@@ -269,14 +386,16 @@ def test_a_changed_variable_is_caught(name: str, old: str, new: str) -> None:
     """Each mutation of one variable makes the comparison fail on one of a few pods."""
     config = CONFIGS[1]
     variables = ap.place_variables(config)
-    assert all(mismatches(variables, pod, table, config) == {} for pod, table in EXAMPLES)
+    cases = [(pod, table, EMPTY_RANKING) for pod, table in EXAMPLES]
+    cases += [(pod, table, EXAMPLE_POLICIES) for pod, table in POLICY_EXAMPLES]
+    assert all(mismatches(variables, pod, table, config, r) == {} for pod, table, r in cases)
     mutated = []
     for var in variables:
         if var["name"] == name:
             assert old in var["expression"], (name, old)
             var = {**var, "expression": var["expression"].replace(old, new, 1)}
         mutated.append(var)
-    assert any(mismatches(mutated, pod, table, config) for pod, table in EXAMPLES)
+    assert any(mismatches(mutated, pod, table, config, r) for pod, table, r in cases)
 
 
 def test_the_policys_texts_are_the_python_rules() -> None:
@@ -286,6 +405,6 @@ def test_the_policys_texts_are_the_python_rules() -> None:
     from controller.placement import RECORD_PATH, placed_labels
 
     assert compact_json({RECORD_PATH: ap.ADMISSION_PATH})[1:-1] == ADMISSION_PATH_MARK
-    patch = ap.place_patch_mutation({})
+    patch = ap.place_patch_mutation()
     for key, value in placed_labels(affinity_set=True).items():
         assert f"escapeKey('{key}'), value: '{value}'" in patch
