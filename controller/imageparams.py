@@ -25,6 +25,7 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
@@ -202,6 +203,8 @@ class ParamsStore:
         self._version = 0
         self._clean_version = 0
         self._latest_now = -math.inf  # the largest `now` seen (clock steps back: see above)
+        # spec.policies: namespace -> accepted placement policies (controller.policy)
+        self._policies: dict[str, list[dict[str, Any]]] = {}
 
     # --- settings ---------------------------------------------------------------------
     @property
@@ -307,6 +310,21 @@ class ParamsStore:
         :meth:`images` and :meth:`learned`) was written. Changes made since keep the store
         dirty."""
         self._clean_version = version
+
+    def policies(self) -> dict[str, list[dict[str, Any]]]:
+        """The ``spec.policies`` map to publish: namespace → its accepted placement
+        policies, highest priority first (:func:`controller.policy.params_policies`)."""
+        return self._policies
+
+    def set_policies(self, policies: Mapping[str, list[dict[str, Any]]]) -> bool:
+        """Replace ``spec.policies``; returns True (and makes the store dirty) when it
+        changed."""
+        value = {ns: list(group) for ns, group in sorted(policies.items())}
+        if value == self._policies:
+            return False
+        self._policies = value
+        self._version += 1
+        return True
 
     def mark_dirty(self) -> None:
         """Force the next writer tick to write (e.g. the live object was found to differ)."""

@@ -243,7 +243,8 @@ class ParamsWriter:
                                    self.wall_clock(),
                                    learned=learned if isinstance(learned, dict) else {})
         entries = (obj.get("status") or {}).get("entries")
-        if entries != len(images) or len(images) != adopted:
+        if (entries != len(images) or len(images) != adopted
+                or (spec.get("policies") or {}) != self.store.policies()):
             self.store.mark_dirty()
         log.info("params object %s: adopted %d of %d entries", PARAMS_NAME, adopted,
                  len(images))
@@ -257,7 +258,8 @@ class ParamsWriter:
             "kind": PARAMS_KIND,
             "metadata": (dict(self._meta) if self._meta is not None
                          else {"name": PARAMS_NAME, "namespace": self.namespace}),
-            "spec": {"images": images, "learned": self.store.learned()},
+            "spec": {"images": images, "learned": self.store.learned(),
+                     "policies": self.store.policies()},
             "status": {"entries": len(images)},
         }
         creating = self._meta is None

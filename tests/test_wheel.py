@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 CRDS = {
     "podplacement/crds/podplacementconfig.yaml": REPO / "deploy/crds/podplacementconfig.yaml",
     "podplacement/crds/imageplatforms.yaml": REPO / "deploy/crds/imageplatforms.yaml",
+    "podplacement/crds/podplacementpolicy.yaml": REPO / "deploy/crds/podplacementpolicy.yaml",
     "podplacement/crds/noderesourcetopology-crd.yaml":
         REPO / "deploy/optional/noderesourcetopology-crd.yaml",
 }
