@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from controller import admissionpolicy, paramswriter
+from controller import admissionpolicy, paramswriter, policywatch
 from controller.bindingfeed import PODS_PATH, watch_bindings
 from controller.config import (
     ADMISSION_AUTO,
@@ -70,6 +70,8 @@ from controller.numa import InFlight
 from controller.paramswriter import ParamsWriter
 from controller.platforms import ImageLike, image_platform_pairs
 from controller.podspec import has_gate
+from controller.policy import Ranking, params_policies
+from controller.policywatch import PolicyWatch
 from controller.queue import WorkQueue
 from controller.reconciler import Reconciler, RetryLater, pod_key, split_key
 from controller.registriessource import (
@@ -118,6 +120,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", CONFIG_STATUS_PATH),
     *paramswriter.API_REQUESTS,
+    *policywatch.API_REQUESTS,
 )
 
 
@@ -247,6 +250,13 @@ class Controller:
                                           namespace=o.namespace)
         self._params_stop = asyncio.Event()
         self._params_task: asyncio.Task[None] | None = None
+        #: The PodPlacementPolicies (ranked on every change, published with the params) and
+        #: the pods placed under one (their status; leader only).
+        self.policy_watch = PolicyWatch(api, on_change=self._on_policies,
+                                        placed_gauge=self.metrics.policy_placed_pods,
+                                        watch_timeout=o.watch_timeout)
+        self._policy_stop = asyncio.Event()
+        self._policy_task: asyncio.Task[None] | None = None
         self.queue = self._new_queue()
         self.reconciler = Reconciler(
             api, self.pods, _InspectorProxy(self), self.placement_config, self.events,
@@ -254,6 +264,7 @@ class Controller:
             nodes=self.nodes, nrts=self.nrts, inflight=self.inflight,
             failures=lambda key: self.queue.failures(key), publish=self._publish,
             is_leader=lambda: self.leading or self.releasing > 0,
+            policies=self.policy_watch.of,
         )
         #: Exec format errors of the pods placed (leader only; spec.plugins.
         #: execFormatErrorMonitor), and the evidence per (digest, architecture).
@@ -425,6 +436,11 @@ class Controller:
                            learned=fetched_at if isinstance(fetched_at, int | float) else None,
                            digest=digest if isinstance(digest, str) else None)
 
+    def _on_policies(self, ranking: Ranking) -> None:
+        """Publish the accepted policies with the params (the admission policy's CEL reads
+        them; the writer's next tick writes them)."""
+        self.params.set_policies(params_policies(ranking))
+
     # --- event handlers ----------------------------------------------------------------
     def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = pod_key(pod)
@@ -476,6 +492,9 @@ class Controller:
         # are not looked up with the wrong registry rules; never wait on it for long.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._registries_ready.wait(), 5.0)
+        # Nor without the namespaces' placement policies (absent CRD: synced at once).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.policy_watch.policies.synced.wait(), 5.0)
         self.leading = True
         self.metrics.leader.set(1)
         self.queue = self._new_queue()
@@ -484,6 +503,9 @@ class Controller:
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
         self.execformat.start()
+        self._policy_stop = asyncio.Event()
+        self._policy_task = asyncio.create_task(self.policy_watch.run(self._policy_stop),
+                                                name="policy status")
         if self.lifecycle is not None:
             self.lifecycle.start()
             self.lifecycle.notify()
@@ -503,6 +525,12 @@ class Controller:
         self.metrics.leader.set(0)
         await self.queue.shutdown()
         await self.execformat.stop()
+        if self._policy_task is not None:
+            self._policy_stop.set()
+            self._policy_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._policy_task
+            self._policy_task = None
         await self._stop_params_writer()
         if self.lifecycle is not None:
             if self.elector is not None and not self.elector.shutting_down:
@@ -557,6 +585,7 @@ class Controller:
         o = self.options
         for informer in (self.configs, self.nodes, self.nrts, self.pods):
             informer.start()
+        self.policy_watch.start()
         self.events.start()
         self._registries_task = asyncio.create_task(self._refresh_registries_loop(),
                                                     name="registries configmap")
@@ -618,6 +647,7 @@ class Controller:
             self._registries_task = None
         for informer in (self.pods, self.nodes, self.configs, self.nrts):
             await informer.stop()
+        await self.policy_watch.stop()
         await self.events.flush(2.0)
         await self.events.stop()
         if self.health is not None:

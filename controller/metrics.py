@@ -97,6 +97,9 @@ class Metrics:
             pairs placement leaves out now, learned from exec format errors.
         exec_format_pods_deleted: ``podplacement_exec_format_pods_deleted_total{owner_kind}``:
             failing pods deleted by ``deleteFailedPods``, by their owner's kind.
+        policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
+            that exist and were placed under each PodPlacementPolicy (its
+            ``status.placedPods``).
         params: the admission policy's params object:
             ``podplacement_params_entries`` (entries last written to ImagePlatforms
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
@@ -144,6 +147,10 @@ class Metrics:
             Counter(P + "params_writes", "Writes of the admission policy's params object, "
                     "by result", ["result"], registry=r),
         )
+        self.policy_placed_pods = Gauge(
+            P + "policy_placed_pods", "Pods that exist and were placed under a "
+            "PodPlacementPolicy (label podplacement.io/policy), by namespace and policy",
+            ["namespace", "policy"], registry=r)
         self.sources = _Sources()
         r.register(self.sources)
 

@@ -47,6 +47,7 @@ __all__ = [
     "PolicyError",
     "Ranking",
     "Requirement",
+    "desired_status",
     "fallback_architectures",
     "narrow",
     "params_policies",
@@ -55,6 +56,7 @@ __all__ = [
     "rank",
     "selector_matches",
     "selector_requirements",
+    "selector_text",
 ]
 
 #: Label selector operators (metav1.LabelSelectorRequirement).
@@ -358,3 +360,52 @@ def params_policies(ranking: Ranking) -> dict[str, list[dict[str, Any]]]:
     highest priority first (:func:`params_entry`)."""
     return {ns: [params_entry(p) for p in group] for ns, group in ranking.accepted.items()
             if group}
+
+
+def selector_text(selector: Sequence[Requirement]) -> str:
+    """The requirements in the label selector text form ``kubectl get -l`` takes
+    (``app=web,tier in (db,web),!legacy``); "" selects every pod."""
+    parts = []
+    for r in selector:
+        if r.operator == "In" and len(r.values) == 1:
+            parts.append(f"{r.key}={r.values[0]}")
+        elif r.operator in ("In", "NotIn"):
+            parts.append(f"{r.key} {r.operator.lower()} ({','.join(r.values)})")
+        elif r.operator == "Exists":
+            parts.append(r.key)
+        else:
+            parts.append(f"!{r.key}")
+    return ",".join(parts)
+
+
+def desired_status(obj: Mapping[str, Any], ranking: Ranking, placed: int,
+                   now: str) -> dict[str, Any]:
+    """The ``status`` of one PodPlacementPolicy dict: ``observedGeneration``, ``selector``
+    (:func:`selector_text`), ``placedPods`` (``placed``: its pods that exist, counted by the
+    caller from the label ``podplacement.io/policy``) and the condition ``Accepted``
+    (``True``/``Accepted``, or ``False`` with ``PriorityConflict`` or ``Invalid`` from
+    ``ranking``). ``lastTransitionTime`` is kept from the live condition when its status
+    did not change, else ``now`` (RFC 3339)."""
+    meta = obj.get("metadata") or {}
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    generation = int(meta.get("generation") or 0)
+    rejected = ranking.rejected.get(key)
+    status, reason, message = ("False", *rejected) if rejected else (
+        "True", REASON_ACCEPTED, "the policy applies to the pods its podSelector matches")
+    try:
+        selector = selector_text(selector_requirements((obj.get("spec") or {})
+                                                       .get("podSelector")))
+    except PolicyError:
+        selector = ""
+    live = {c.get("type"): c for c in ((obj.get("status") or {}).get("conditions") or [])
+            if isinstance(c, Mapping)}
+    old = live.get(CONDITION_ACCEPTED) or {}
+    since = old.get("lastTransitionTime") if old.get("status") == status else None
+    return {
+        "observedGeneration": generation,
+        "selector": selector,
+        "placedPods": placed,
+        "conditions": [{"type": CONDITION_ACCEPTED, "status": status, "reason": reason,
+                        "message": message[:1000], "observedGeneration": generation,
+                        "lastTransitionTime": since or now}],
+    }

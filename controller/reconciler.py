@@ -40,6 +40,7 @@ from controller.numa import InFlight
 from controller.plan import hold, parse_time, plan
 from controller.platforms import ImageLike
 from controller.podspec import has_gate, pull_secret_refs
+from controller.policy import PlacementPolicy, policy_for
 from imageinspect import PullSecretReader
 from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
@@ -100,6 +101,9 @@ class Reconciler:
             the queue owns the backoff.
         secret_ttl: seconds a pull secret read stays cached (per namespace/name).
         is_leader: only the leader writes; others return without doing anything.
+        policies: namespace → its accepted placement policies, highest priority first
+            (:meth:`controller.policywatch.PolicyWatch.of`); the one matching a pod
+            (:func:`controller.policy.policy_for`) is applied.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class Reconciler:
         publish: Callable[[str, Any], None] | None = None,
         secret_ttl: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
+        policies: Callable[[str], Sequence[PlacementPolicy]] = lambda namespace: (),
     ) -> None:
         self.api = api
         self.pods = pods
@@ -132,6 +137,7 @@ class Reconciler:
         self.publish = publish
         self.secrets = PullSecretReader(api, ttl=secret_ttl)
         self.is_leader = is_leader
+        self.policies = policies
         self._state: dict[str, _PodState] = {}
 
     def forget(self, uid: str) -> None:
@@ -266,6 +272,8 @@ class Reconciler:
                 nrts=dict(self.nrts.cache) if self.nrts is not None else {},
                 now=time.time(), inflight=self.inflight, failures=failures,
                 config_error=config_error, on_numa_error=numa_failed,
+                policy=policy_for(pod, self.policies(
+                    str((pod.get("metadata") or {}).get("namespace") or ""))),
             )
         except Exception as exc:
             log.exception("decision failed; plain ungate")

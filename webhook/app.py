@@ -37,6 +37,7 @@ from starlette.requests import ClientDisconnect
 
 from controller.admission import AdmissionPlacement, admission_placement, fast_path_applies
 from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX, PlacementConfig
+from controller.policy import policy_for
 from webhook.configsource import ConfigSource
 from webhook.gating import (
     REASON_ALREADY_GATED,
@@ -48,6 +49,7 @@ from webhook.gating import (
 from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
 from webhook.outage import UNPLACED_REASONS, OutageAnswer, answer_during_outage
 from webhook.patch import gate_patch, patch_shape
+from webhook.policysource import PolicySource
 
 if TYPE_CHECKING:
     from webhook.admitinspect import AdmissionInspector
@@ -473,11 +475,13 @@ class PlaceCacheLike(Protocol):
 
 def _webhook_placement(place_cache: PlaceCacheLike, body: bytes, namespace: str,
                        config: PlacementConfig | None, m: WebhookMetrics,
-                       dry_run: bool) -> AdmissionPlacement | None:
+                       dry_run: bool, policies: PolicySource | None = None
+                       ) -> AdmissionPlacement | None:
     """The fast path: the placement of the pod of ``body`` when the cache knows all its
     images, else None after scheduling a background fill (not for a ``dry_run`` review,
     which only reads the cache: ``sideEffects: None``). No I/O here; an error is logged and
-    counted, and the pod is then handled as without the cache."""
+    counted, and the pod is then handled as without the cache. The namespace's placement
+    policy matching the pod (``policies``; :func:`controller.policy.policy_for`) applies."""
     if not fast_path_applies(config):
         return None
     assert config is not None
@@ -489,7 +493,8 @@ def _webhook_placement(place_cache: PlaceCacheLike, body: bytes, namespace: str,
             if not dry_run:
                 place_cache.schedule_fill(pod, namespace, config)
             return None
-        return admission_placement(pod, images, config)
+        policy = policy_for(pod, policies.of(namespace)) if policies is not None else None
+        return admission_placement(pod, images, config, policy=policy)
     except Exception:
         log.exception("webhook placement failed; the pod is left to the controller")
         m.errors.inc()
@@ -660,6 +665,7 @@ def create_app(
     controller_lease: ControllerLeaseLike | None = None,
     place_cache: PlaceCacheLike | None = None,
     admission_inspector: AdmissionInspector | None = None,
+    policies: PolicySource | None = None,
 ) -> FastAPI:
     """Build the webhook app.
 
@@ -691,6 +697,9 @@ def create_app(
         admission_inspector: inspects a pod's images at admission within its budget
             (:class:`webhook.admitinspect.AdmissionInspector`; closed with the app), while
             no controller runs; None: such pods are released with the fallback.
+        policies: the namespaces' PodPlacementPolicies
+            (:class:`webhook.policysource.WatchingPolicySource`; started and stopped with the
+            app), applied on the cache path; None: the cluster's config alone.
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
@@ -708,6 +717,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await config_source.start()
+        if policies is not None:
+            await policies.start()
         if controller_lease is not None:
             await controller_lease.start()
         try:
@@ -720,6 +731,8 @@ def create_app(
             if place_cache is not None:
                 await place_cache.aclose()
             await config_source.stop()
+            if policies is not None:
+                await policies.stop()
 
     app = FastAPI(title="podplacement webhook", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
@@ -773,7 +786,7 @@ def create_app(
                 if place_cache is not None and (decision.gate
                                                 or decision.reason == REASON_ALREADY_GATED):
                     placement = _webhook_placement(place_cache, body, namespace, config, m,
-                                                   dry_run)
+                                                   dry_run, policies)
                     if placement is not None:
                         m.placed.inc()
                         m.webhook_placed.inc()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from webhook.configsource import ConfigSource
     from webhook.leasewatch import ControllerLease
     from webhook.placecache import PlaceCache
+    from webhook.policysource import PolicySource
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from webhook.configsource import StaticConfigSource, WatchingConfigSource
     from webhook.leasewatch import ControllerLease
     from webhook.placecache import PlaceCache
+    from webhook.policysource import WatchingPolicySource
 
     if args.config_file:
         return await _serve_with(args, StaticConfigSource.from_file(args.config_file), None)
@@ -131,7 +133,8 @@ async def _serve(args: argparse.Namespace) -> int:
         cache = None if args.no_place_cache else PlaceCache(api, inspector)
         at_admission = AdmissionInspector(api, inspector, cache=cache,
                                           budget=args.admission_inspection_budget)
-        return await _serve_with(args, WatchingConfigSource(api), lease, cache, at_admission)
+        return await _serve_with(args, WatchingConfigSource(api), lease, cache, at_admission,
+                                 WatchingPolicySource(api))
     finally:
         await inspector.aclose()
         await api.close()
@@ -139,7 +142,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
 async def _serve_with(args: argparse.Namespace, source: ConfigSource,
                       lease: ControllerLease | None, place_cache: PlaceCache | None = None,
-                      admission_inspector: AdmissionInspector | None = None) -> int:
+                      admission_inspector: AdmissionInspector | None = None,
+                      policies: PolicySource | None = None) -> int:
     """Serve with ``source`` (and ``lease``) until SIGINT/SIGTERM; returns 0."""
     from webhook.app import WebhookMetrics, create_app
     from webhook.limits import ConnectionLimits
@@ -158,6 +162,7 @@ async def _serve_with(args: argparse.Namespace, source: ConfigSource,
         controller_lease=lease,
         place_cache=place_cache,
         admission_inspector=admission_inspector,
+        policies=policies,
     )
     server = WebhookServer(
         app,

@@ -88,6 +88,8 @@ BASE_PERMISSIONS = (
     | _rows(_C, "cluster", "topology.node.k8s.io", "noderesourcetopologies", "list watch")
     | _rows(_C, "cluster", "podplacement.io", "podplacementconfigs", "get list watch patch")
     | _rows(_C, "cluster", "podplacement.io", "podplacementconfigs/status", "patch")
+    | _rows(_C, "cluster", "podplacement.io", "podplacementpolicies", "list watch")
+    | _rows(_C, "cluster", "podplacement.io", "podplacementpolicies/status", "patch")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingwebhookconfigurations",
             "create")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingwebhookconfigurations",
@@ -118,6 +120,7 @@ BASE_PERMISSIONS = (
     | _rows(_C, NS, "", "secrets", "update", lifecycle.CA_SECRET_NAME)
     | _rows(_C, NS, "", "secrets", "update", lifecycle.TLS_SECRET_NAME)
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
+    | _rows(_W, "cluster", "podplacement.io", "podplacementpolicies", "list watch")
     | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
     # the webhook's cache reads a pod's pull secrets (webhook/placecache.py)
     | _rows(_W, "cluster", "", "secrets", "get")
@@ -856,3 +859,32 @@ def test_server_side_dry_run_apply_of_the_base(real_kube: Any, base: list[dict[s
     assert result.returncode == 0, result.stderr
     for obj in base:
         assert f"{obj['kind'].lower()}" in result.stdout.lower()
+
+
+def test_namespace_roles_edit_policies_and_nothing_else(base: list[dict[str, Any]]) -> None:
+    """The aggregated ClusterRoles give the built-in admin and edit roles write access to
+    PodPlacementPolicies (view: read), never to their status (the controller's) nor to any
+    other resource; nothing in deploy/ binds them (a RoleBinding of admin/edit in a
+    namespace does)."""
+    roles = {o["metadata"]["name"]: o for o in _of_kind(base, "ClusterRole")}
+    edit, view = roles["podplacement-policies-edit"], roles["podplacement-policies-view"]
+    labels = "rbac.authorization.k8s.io/aggregate-to-"
+    assert edit["metadata"]["labels"][labels + "admin"] == "true"
+    assert edit["metadata"]["labels"][labels + "edit"] == "true"
+    assert view["metadata"]["labels"][labels + "view"] == "true"
+
+    def rights(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+                for r in rule["resources"] for v in rule["verbs"]}
+
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    reads = {"get", "list", "watch"}
+    group = "podplacement.io"
+    assert rights(edit) == ({(group, "podplacementpolicies", v) for v in reads | writes}
+                            | {(group, "podplacementpolicies/status", "get")})
+    assert rights(view) == {(group, r, v) for r in ("podplacementpolicies",
+                                                     "podplacementpolicies/status")
+                            for v in reads}
+    bound = {b["roleRef"]["name"] for b in base
+             if b["kind"] in ("RoleBinding", "ClusterRoleBinding")}
+    assert not bound & {"podplacement-policies-edit", "podplacement-policies-view"}
