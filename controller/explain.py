@@ -28,6 +28,7 @@ from controller.numa import InFlight
 from controller.plan import plan, pod_platforms
 from controller.platforms import ImageLike, PlatformSet
 from controller.podspec import has_gate, node_ineligibility, unescape_pointer
+from controller.policy import PlacementPolicy, policy_for
 
 OUTPUTS = ("table", "json", "yaml")
 
@@ -148,7 +149,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             nrts: Mapping[str, Mapping[str, Any]],
             platforms_by_image: Mapping[str, ImageLike | BaseException],
             config: PlacementConfig, *, inflight: InFlight | None = None,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None,
+            policies: Sequence[PlacementPolicy] = ()) -> dict[str, Any]:
     """Explain where ``pod`` would be placed and why.
 
     Args:
@@ -161,10 +163,14 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         inflight: pods already ungated toward NUMA candidates, held as the controller holds
             them (:func:`controller.plan.inflight_from_pods` rebuilds them from the pods).
         now: UNIX seconds (default: the clock), for the NUMA wait of a gated pod.
+        policies: the accepted PodPlacementPolicies of the pod's namespace, highest
+            priority first (:meth:`controller.policy.Ranking.of`); the one matching the pod
+            applies (:func:`controller.policy.policy_for`) and is named in the report.
     Returns:
         ``{"pod": "ns/name", "images": [{"image", "digest", "platforms": ["os/arch[/variant]"]}],
         "platforms": ["os/arch"], "pairs": ["os/arch"], "architectures": [...],
-        "outcome": str, "reason": str, "numa": {...} | None,
+        "policy": {"name", "priority"} | None, "outcome": str, "reason": str,
+        "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
         "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
         ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
@@ -191,11 +197,12 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}
 
     gated = _gated(pod)
+    policy = policy_for(pod, policies)
     decision: Decision = plan(
         gated, {k: v if v is not None else LookupError("not inspected")
                 for k, v in results.items()},
         config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
-        inflight=inflight, failures=config.image_inspection.max_retries)
+        inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
     requirement = decision.requirement
     excluded = requirement.excluded if requirement is not None else ()
     reasons = {_node_name(n): _ineligibility(n, node_selector, platforms, excluded)
@@ -233,6 +240,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "platforms": platforms.strings() if platforms is not None else [],
         "pairs": [f"{o}/{a}" for o, a in requirement.pairs] if requirement is not None else [],
         "architectures": list(decision.architectures),
+        "policy": ({"name": policy.name, "priority": policy.priority}
+                   if policy is not None else None),
         "outcome": str(decision.outcome),
         "reason": _reason(decision, [i for i in images if not _inspected(results[i])],
                           config.image_inspection.max_retries),
@@ -301,6 +310,9 @@ def render_table(report: Mapping[str, Any]) -> str:
     if len({p.split("/")[0] for p in pairs}) > 1:
         # several OSes: the architectures alone do not say which node may run the pod
         out.append(f"Platforms: {', '.join(pairs)}")
+    policy = report.get("policy")
+    out.append(f"Policy: {policy['name']} (priority {policy['priority']})" if policy
+               else "Policy: none (the cluster's PodPlacementConfig alone)")
     out.append(f"Outcome: {report['outcome']} ({report['reason']})")
     if report.get("path"):
         out.append(f"Path: {report['path']}")

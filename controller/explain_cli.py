@@ -44,6 +44,7 @@ import yaml
 from controller.bindingfeed import BINDINGS_SELECTOR
 from controller.config import (
     CONFIG_NAME,
+    POLICY_KIND,
     ConfigError,
     ExcludedPlatform,
     PlacementConfig,
@@ -53,6 +54,7 @@ from controller.decision import unique_images
 from controller.explain import OUTPUTS, explain, render
 from controller.numa import STRATEGIES, QuantityError
 from controller.plan import inflight_from_pods
+from controller.policy import rank
 from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
 from kubeclient import ApiError, KubeAPI, default_kubeconfig
 from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
@@ -242,6 +244,31 @@ async def learned_exclusions(api: KubeAPI) -> tuple[ExcludedPlatform, ...]:
     return config_or_defaults(obj)[0].excluded
 
 
+async def read_policies(api: KubeAPI, namespace: str) -> list[dict[str, Any]]:
+    """The PodPlacementPolicies of ``namespace`` (none when the CRD is not installed).
+
+    Raises:
+        ClusterError: the policies cannot be read (e.g. 403).
+    """
+    from controller.config import GROUP, POLICY_PLURAL, VERSION
+
+    try:
+        items, _ = await api.list_all(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POLICY_PLURAL}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return []  # the PodPlacementPolicy CRD is not installed
+        raise _api_error(f"listing PodPlacementPolicies of {namespace}", exc) from None
+    return list(items)
+
+
+def _load_policies(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """``--policies``: the PodPlacementPolicies of a file (None without the option)."""
+    if not args.policies:
+        return None
+    return [o for o in load_objects(args.policies) if o.get("kind") == POLICY_KIND]
+
+
 async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
     try:
         return await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -329,6 +356,7 @@ class _Inputs:
     cluster: bool
     kubeconfig: str | None
     config: PlacementConfig | None
+    policies: list[dict[str, Any]] | None
     assumed: tuple[_Platform, ...] | None
     settings: RegistrySettings | None
 
@@ -358,7 +386,8 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         _check_pod(args.pod, pod)
     kubeconfig = None if files else find_kubeconfig(args.kubeconfig,
                                                     args.pod if name is not None else None)
-    return _Inputs(pod, name, not files, kubeconfig, config, assumed, settings)
+    return _Inputs(pod, name, not files, kubeconfig, config, _load_policies(args), assumed,
+                   settings)
 
 
 def _check_pod(where: str, pod: Mapping[str, Any]) -> None:
@@ -371,6 +400,7 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     """Read what is missing from the cluster, inspect the images, run the decision."""
     credentials: list[Any] = list(inputs.settings.credentials) if inputs.settings else []
     placed: list[dict[str, Any]] = []
+    policies = inputs.policies
     path = "unknown: no cluster was read"
     if not inputs.cluster:
         assert inputs.pod is not None
@@ -401,6 +431,9 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
             config = _config(args, inputs.config, bool(nrt_list))
             if not config.excluded:
                 config = dataclasses.replace(config, excluded=await learned_exclusions(api))
+            if policies is None:
+                policies = await read_policies(
+                    api, str((pod.get("metadata") or {}).get("namespace") or "default"))
             if config.topology.enabled:
                 placed = await numa_placed_pods(api)
             if inputs.assumed is None:
@@ -416,7 +449,13 @@ async def _explain(args: argparse.Namespace, inputs: _Inputs) -> dict[str, Any]:
     uid = (pod.get("metadata") or {}).get("uid")
     inflight = inflight_from_pods(
         (p for p in placed if (p.get("metadata") or {}).get("uid") != uid), nrts)
-    report = explain(pod, _nodes_only(nodes), nrts, results, config, inflight=inflight)
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    # a policy of a file without a namespace is taken as one of the pod's namespace
+    ranked = rank({**o, "metadata": {**(o.get("metadata") or {}), "namespace": namespace}}
+                  for o in policies or ()
+                  if (o.get("metadata") or {}).get("namespace", namespace) == namespace)
+    report = explain(pod, _nodes_only(nodes), nrts, results, config, inflight=inflight,
+                     policies=ranked.of(namespace))
     report["path"] = path
     return report
 
@@ -567,6 +606,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", metavar="CONFIG.yaml",
                         help="a PodPlacementConfig (default: the defaults, NUMA placement on "
                              "when any NRT was read)")
+    parser.add_argument("--policies", metavar="POLICIES.yaml",
+                        help="PodPlacementPolicies of the pod's namespace (default with a "
+                             "cluster: those of the pod's namespace in the cluster; without: "
+                             "none)")
     parser.add_argument("--assume-platforms", metavar="OS/ARCH,...",
                         help="skip the registry: every image supports these platforms")
     add_registry_arguments(parser)

@@ -398,3 +398,35 @@ def test_kubectl_plugin_inspect_and_errors(registry: Registry, images: Images) -
         assert message in one_line(proc.stderr)
     proc = _run([plugin, "--help"], env)
     assert proc.returncode == 0 and "kubectl podplacement explain" in proc.stdout
+
+
+# --- placement policies ----------------------------------------------------------------------
+
+def test_explain_names_the_policy_that_applies(no_cluster: None, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``--policies``: of the policies matching the pod, the highest priority applies; the
+    report names it and shows its limit; a pod no policy matches names none."""
+    def policy(name: str, priority: int, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementPolicy",
+                "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"priority": priority, "podSelector": {"matchLabels": labels},
+                         **spec}}
+
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(yaml.safe_dump_all([
+        policy("web-arm", 20, {"app": "web"}, allowedArchitectures=["arm64"]),
+        policy("all-web", 10, {}, allowedArchitectures=["amd64", "arm64"])]))
+    nodes = _write(tmp_path / "nodes.yaml", {"apiVersion": "v1", "kind": "List",
+                                             "items": [node("n1"), node("n2", arch="arm64")]})
+    web = _pod()
+    web["metadata"]["labels"] = {"app": "web"}
+    args = ["--nodes", str(nodes), "--policies", str(policies),
+            "--assume-platforms", "linux/amd64,linux/arm64", "-o", "json"]
+    code, out, _ = run_cli(["explain", str(_write(tmp_path / "web.yaml", web)), *args], capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["policy"] == {"name": "web-arm", "priority": 20}
+    assert report["architectures"] == ["arm64"]
+    code, out, _ = run_cli(["explain", str(_write(tmp_path / "db.yaml", _pod())), *args[:-2]],
+                           capsys)
+    assert code == 0 and "Policy: all-web (priority 10)" in out
