@@ -74,7 +74,8 @@ def install_manifests(plane: ControlPlane, deploy_dir: Path) -> str:
     """
     kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir / "crds"))
     kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
-            "crd/podplacementconfigs.podplacement.io", "crd/imageplatforms.podplacement.io")
+            "crd/podplacementconfigs.podplacement.io", "crd/imageplatforms.podplacement.io",
+            "crd/podplacementpolicies.podplacement.io")
     out = kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir)).stdout
     kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
     return out
