@@ -36,11 +36,18 @@ create-to-bound latency, and what the product adds to each.
 - ``webhook-stopped``: the webhook is stopped (SIGSTOP) for the whole run: the policy still
   gates every pod, the controller places them.
 
+``--with-policy`` adds a third run per round, ``policy``: the product as in the scenario, and
+a PodPlacementPolicy in the bench namespace whose selector matches every bench pod (its own
+weights, and ``allowedArchitectures`` that remove nothing from the bench images), so the
+admission policy's place branch reads it for every pod; the report adds its ratio to bare
+and the difference to the product run without a policy, in the same round.
+
 After each run every pod is checked: one bound without a node affinity requirement on
 ``kubernetes.io/arch`` escaped placement (printed; there must be none).
 
 Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]
-[--scenario cold|warm|private|controller|webhook-stopped] [--params-entries 5000]``
+[--scenario cold|warm|private|controller|webhook-stopped] [--params-entries 5000]
+[--with-policy]``
 """
 
 from __future__ import annotations
@@ -335,6 +342,32 @@ def wait_policy_gates(plane: ControlPlane, limit: float = 60.0) -> None:
             time.sleep(0.5)
 
 
+#: The PodPlacementPolicy of the ``policy`` runs: every bench pod (label ``app=bench``), its
+#: own weights, and a limit that removes nothing from the bench images.
+BENCH_POLICY = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementPolicy",
+                "metadata": {"name": "bench"},
+                "spec": {"priority": 100, "podSelector": {"matchLabels": {"app": "bench"}},
+                         "allowedArchitectures": ["amd64", "arm64"],
+                         "nodeAffinityScoring": {"platforms": [
+                             {"architecture": "arm64", "weight": 70}]}}}
+
+
+def install_policy(plane: ControlPlane, limit: float = 60.0) -> None:
+    """Create :data:`BENCH_POLICY` in the bench namespace and wait until the controller
+    published it in the params object (the admission policy then reads it)."""
+    with plane.client() as c:
+        c.post(f"/apis/podplacement.io/v1beta1/namespaces/{NAMESPACE}/podplacementpolicies",
+               json=BENCH_POLICY).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            spec = c.get(f"{PARAMS_PATH}/cluster").json().get("spec") or {}
+            if (spec.get("policies") or {}).get(NAMESPACE):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the policy was not published within {limit} s")
+            time.sleep(0.2)
+
+
 def _placed_by(path: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
     return f'"path":"{path}"' in (meta.get("annotations") or {}).get(
@@ -359,7 +392,9 @@ def check_pods(plane: ControlPlane) -> tuple[int, Counter[str]]:
             escaped += 1
         meta = obj.get("metadata") or {}
         raw = (meta.get("annotations") or {}).get("podplacement.io/decision")
-        paths["none" if raw is None else str(json.loads(raw).get("path", "controller"))] += 1
+        record = {} if raw is None else json.loads(raw)
+        paths["none" if raw is None else str(record.get("path", "controller"))
+              + (f"+policy {record['policy']}" if "policy" in record else "")] += 1
     return escaped, paths
 
 
@@ -384,7 +419,7 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
             if PULL_SECRET:
                 c.post(f"/api/v1/namespaces/{NAMESPACE}/secrets",
                        json=pull_secret(registry)).raise_for_status()
-        if mode == "product":
+        if mode in ("product", "policy"):
             install_manifests(plane, REPO / "deploy")
             if args.scenario == "warm":
                 seed_params(plane, args.params_entries - len(images))
@@ -399,9 +434,12 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
                 ca = work / "registry-ca.pem"
                 ca.write_bytes(registry.ca_pem)
                 options = ["--ca-file", f"{registry.host}={ca}"]
-            product = start_product(plane, work / "product",
+            product = start_product(plane, work / ("product" if mode == "product"
+                                                   else f"{mode}-product"),
                                     controller_options=[*options, *args.controller_option],
                                     webhook_options=options)
+            if mode == "policy":
+                install_policy(plane)
             if args.scenario == "warm":
                 warm_up(plane, images)
             elif args.scenario == "private":
@@ -485,6 +523,22 @@ def report(bare: list[Run], product: list[Run], light: bool, scenario: str) -> N
         f"{k} {v / product[-1].pods:.3f}" for k, v in sorted(extra.items())) or "none"))
 
 
+def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> None:
+    """Print the ``policy`` runs' ratio to bare next to the product's, round by round."""
+    print("\n== with a PodPlacementPolicy matching every pod (same rounds)")
+    diffs = []
+    for i, (b, p, q) in enumerate(zip(bare, product, policy, strict=True)):
+        without = p.bound_per_s / b.bound_per_s if b.bound_per_s else float("nan")
+        with_policy = q.bound_per_s / b.bound_per_s if b.bound_per_s else float("nan")
+        diffs.append(with_policy - without)
+        print(f"round {i + 1}: bound/s bare {b.bound_per_s:.1f}, product {p.bound_per_s:.1f} "
+              f"(ratio {without:.2f}), with policy {q.bound_per_s:.1f} (ratio "
+              f"{with_policy:.2f}); difference {with_policy - without:+.2f}; placed by path "
+              f"{dict(q.paths)}; escaped {q.escaped}")
+    print(f"median difference of the ratios (with policy - without): "
+          f"{statistics.median(diffs):+.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run the rounds, print."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
@@ -500,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                     default="cold", help="what the product run measures (default cold)")
     ap.add_argument("--params-entries", type=int, default=5000,
                     help="entries of the params object in the warm scenario (default 5000)")
+    ap.add_argument("--with-policy", action="store_true",
+                    help="a third run per round with a PodPlacementPolicy matching every pod")
     ap.add_argument("--controller-option", action="append", default=[],
                     help="extra option for podplacement controller (repeatable)")
     args = ap.parse_args(argv)
@@ -516,12 +572,18 @@ def main(argv: list[str] | None = None) -> int:
         images = push_images(registry)
         bare: list[Run] = []
         product: list[Run] = []
+        policy: list[Run] = []
         for i in range(args.rounds):
             print(f"round {i + 1}: bare", file=sys.stderr)
             bare.append(one_run("bare", args, registry, images, work / f"r{i}"))
             print(f"round {i + 1}: product", file=sys.stderr)
             product.append(one_run("product", args, registry, images, work / f"r{i}"))
+            if args.with_policy:
+                print(f"round {i + 1}: product with a policy", file=sys.stderr)
+                policy.append(one_run("policy", args, registry, images, work / f"r{i}"))
         report(bare, product, args.light, args.scenario)
+        if policy:
+            report_policy(bare, product, policy)
     finally:
         registry.stop()
     return 0
