@@ -34,6 +34,12 @@ inside the API server"):
   ``nodeAffinityScoring``, the labels ``scheduling-gate=removed`` and ``node-affinity=set``
   and the decision annotation with ``"path":"admission"``. JSONPatch, because an
   ApplyConfiguration cannot write ``nodeAffinity`` (an atomic struct).
+  A PodPlacementPolicy of the pod's namespace (published in the params as ``spec.policies``,
+  :func:`controller.policy.params_policies`) is matched in CEL against the pod's labels: the
+  highest-priority match's weights replace the config's, its name goes into the decision
+  annotation and the label ``podplacement.io/policy``, and a pod whose supported
+  architectures the policy's ``allowedArchitectures`` would narrow takes the gate branch (the
+  webhook or the controller then place it with the Warning naming what was removed).
 - **gate**: otherwise the same JSONPatch appends our gate to ``schedulingGates`` (other
   gates are kept) and sets the label ``podplacement.io/scheduling-gate=gated``.
 

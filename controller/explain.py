@@ -311,8 +311,8 @@ def render_table(report: Mapping[str, Any]) -> str:
         # several OSes: the architectures alone do not say which node may run the pod
         out.append(f"Platforms: {', '.join(pairs)}")
     policy = report.get("policy")
-    out.append(f"Policy: {policy['name']} (priority {policy['priority']})" if policy
-               else "Policy: none (the cluster's PodPlacementConfig alone)")
+    if policy:
+        out.append(f"Policy: {policy['name']} (priority {policy['priority']})")
     out.append(f"Outcome: {report['outcome']} ({report['reason']})")
     if report.get("path"):
         out.append(f"Path: {report['path']}")
