@@ -776,11 +776,14 @@ def create_app(
                         and (decision.gate or decision.reason == REASON_ALREADY_GATED)
                         and not controller_lease.available()):
                     budget = (admission_inspector.budget if admission_inspector else 0.0)
+                    whole = orjson.loads(body)["request"]["object"]
                     answer = await answer_during_outage(
-                        orjson.loads(body)["request"]["object"], namespace, config,
+                        whole, namespace, config,
                         inspector=admission_inspector,
                         budget=budget - (perf_counter() - started), dry_run=dry_run,
-                        silent_for=controller_lease.seconds_since_renewal())
+                        silent_for=controller_lease.seconds_since_renewal(),
+                        policy=(policy_for(whole, policies.of(namespace))
+                                if policies is not None else None))
                     return _outage_response(api_version, uid, answer, m)
                 # --- fast path: place from the cache ---
                 if place_cache is not None and (decision.gate

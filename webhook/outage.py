@@ -31,6 +31,7 @@ from typing import Any
 from controller.admission import WARNING_PREFIX, outage_placement
 from controller.config import PlacementConfig
 from controller.decision import Outcome, unique_images
+from controller.policy import PlacementPolicy
 from webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,
@@ -101,6 +102,7 @@ async def answer_during_outage(
     budget: float,
     dry_run: bool,
     silent_for: float,
+    policy: PlacementPolicy | None = None,
 ) -> OutageAnswer:
     """Place ``pod`` at admission, or release it with the fallback (module docstring).
 
@@ -116,6 +118,7 @@ async def answer_during_outage(
         dry_run: ``request.dryRun``: the cache only, untouched (no registry request).
         silent_for: seconds since the controller's Lease was last seen renewed (for the
             decision's reason).
+        policy: the namespace's PodPlacementPolicy matching the pod, or None.
 
     Returns:
         the :class:`OutageAnswer`. Raises only on internal errors (the caller allows the
@@ -131,7 +134,7 @@ async def answer_during_outage(
     else:
         errors = {image: NotInspected(image, "no inspector") for image in unique_images(pod)}
         images = errors
-    placement = outage_placement(pod, images, config, give_up=give_up)
+    placement = outage_placement(pod, images, config, give_up=give_up, policy=policy)
     if placement is None:
         reason = f"{give_up}; the pod is admitted without placement"
         return OutageAnswer(tuple(release_patch(pod, reason)),

@@ -183,3 +183,40 @@ async def test_a_cache_error_leaves_the_pod_gated(
         resp = (await c.post("/mutate", json=_review())).json()["response"]
         assert _patch(resp)[0]["value"] == [{"name": SCHEDULING_GATE}]
         assert await metric(c, "podplacement_webhook_errors_total") == 1
+
+
+async def test_the_cache_path_applies_the_namespaces_policy(
+        source: StaticConfigSource, cache: PlaceCache) -> None:
+    """A PodPlacementPolicy of the pod's namespace matching its labels applies on the cache
+    path: its limit removes nothing here (arm64 images), its weights replace the config's,
+    and the annotation and label name it; a policy of another namespace changes nothing."""
+    from controller.config import POLICY_LABEL
+    from webhook.policysource import StaticPolicySource
+
+    def policy(ns: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": ns, "name": name},
+                "spec": {"priority": 1, "podSelector": {"matchLabels": {"app": "refcap"}},
+                         "allowedArchitectures": ["arm64"],
+                         "nodeAffinityScoring": {"platforms": [
+                             {"architecture": "arm64", "weight": 42}]}}}
+
+    review = _review(affinity={})  # no preference of its own: the weights apply
+    namespace = review["request"]["namespace"]
+    for policies, want in (([policy(namespace, "mine")], "mine"),
+                           ([policy("elsewhere", "theirs")], None)):
+        app = create_app(source, own_namespace="podplacement-system", place_cache=cache,
+                         policies=StaticPolicySource(policies))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://webhook") as c:
+            await c.post("/mutate", json=review)
+            await cache.idle()
+            answer = (await c.post("/mutate", json=review)).json()["response"]
+        placed = _applied(review["request"]["object"], _patch(answer))
+        record = json.loads(placed["metadata"]["annotations"][DECISION_ANNOTATION])
+        assert record["path"] == "webhook" and record.get("policy") == want
+        assert placed["metadata"]["labels"].get(POLICY_LABEL) == want
+        preferred = placed["spec"]["affinity"]["nodeAffinity"].get(
+            "preferredDuringSchedulingIgnoredDuringExecution", [])
+        assert ({"weight": 42, "preference": {"matchExpressions": [
+            {"key": ARCH_LABEL, "operator": "In", "values": ["arm64"]}]}} in preferred) \
+            == (want is not None)
