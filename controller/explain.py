@@ -25,6 +25,7 @@ from controller.decision import Decision, Outcome, unique_images
 from controller.execformat import recorded
 from controller.learn import LearnedImage, describe, learned_images
 from controller.numa import InFlight
+from controller.placement import allowed_platforms
 from controller.plan import plan, pod_platforms
 from controller.platforms import ImageLike, PlatformSet
 from controller.podspec import has_gate, node_ineligibility, unescape_pointer
@@ -205,7 +206,9 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
     requirement = decision.requirement
     excluded = requirement.excluded if requirement is not None else ()
-    reasons = {_node_name(n): _ineligibility(n, node_selector, platforms, excluded)
+    # the policy's allowedArchitectures make nodes of the removed pairs ineligible too
+    allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
+    reasons = {_node_name(n): _ineligibility(n, node_selector, allowed, excluded)
                for n in nodes}
     for n in nodes:
         if reasons[_node_name(n)] is not None:

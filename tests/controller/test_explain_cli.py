@@ -427,6 +427,7 @@ def test_explain_names_the_policy_that_applies(no_cluster: None, tmp_path: Path,
     report = json.loads(out)
     assert report["policy"] == {"name": "web-arm", "priority": 20}
     assert report["architectures"] == ["arm64"]
+    assert {n["name"]: n["feasible"] for n in report["nodes"]} == {"n1": False, "n2": True}
     code, out, _ = run_cli(["explain", str(_write(tmp_path / "db.yaml", _pod())), *args[:-2]],
                            capsys)
     assert code == 0 and "Policy: all-web (priority 10)" in out
