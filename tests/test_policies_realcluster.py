@@ -302,3 +302,29 @@ def test_an_edit_user_of_one_namespace_affects_no_other(
         assert _required_archs(_placed(cluster, ns, "own")) == {"s390x"}
     finally:
         cluster.delete(f"/api/v1/namespaces/{other}")
+
+
+def test_the_crd_refuses_what_the_rule_cannot_use(cluster: KubeEnv, ns: str) -> None:
+    """The schema and its CEL rules, on the API server: priority bounds, the fallback
+    inside the allowed list, selector values per operator, distinct architectures, a name
+    that fits a label value."""
+    exists_with_values = {"matchExpressions": [{"key": "a", "operator": "Exists",
+                                                "values": ["x"]}]}
+    in_without_values = {"matchExpressions": [{"key": "a", "operator": "In"}]}
+    bad = {
+        "priority": policy("p", 256),
+        "fallback": policy("p", 1, allowedArchitectures=["arm64"],
+                           fallbackArchitecture="amd64"),
+        "exists": policy("p", 1, exists_with_values),
+        "in": policy("p", 1, in_without_values),
+        "duplicate": policy("p", 1, allowedArchitectures=["arm64", "arm64"]),
+        "arch": policy("p", 1, allowedArchitectures=["riscv64"]),
+        "name": policy("p" * 64, 1),
+    }
+    for what, obj in bad.items():
+        r = cluster.request("POST", _policies_path(ns), json=obj)
+        assert r.status_code == 422, (what, r.status_code, r.text[:300])
+    made = cluster.create(_policies_path(ns), policy(
+        "ok", 0, allowedArchitectures=["arm64"], fallbackArchitecture="arm64",
+        nodeAffinityScoring={"platforms": [{"architecture": "arm64", "weight": 1}]}))
+    assert made["spec"]["nodeAffinityScoring"]["enabled"] is True
