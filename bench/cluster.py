@@ -535,6 +535,10 @@ def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> Non
               f"(ratio {without:.2f}), with policy {q.bound_per_s:.1f} (ratio "
               f"{with_policy:.2f}); difference {with_policy - without:+.2f}; placed by path "
               f"{dict(q.paths)}; escaped {q.escaped}")
+        cpu = {name: (p.processes.get(name, (0.0, 0))[0], q.processes.get(name, (0.0, 0))[0])
+               for name in ("kube-apiserver", "webhook", "controller-0")}
+        print("  CPU seconds without / with the policy: " + ", ".join(
+            f"{name} {a:.1f} / {b:.1f}" for name, (a, b) in cpu.items()))
     print(f"median difference of the ratios (with policy - without): "
           f"{statistics.median(diffs):+.2f}")
 
