@@ -51,6 +51,15 @@ ADMISSION_WEBHOOK = "Webhook"
 #: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
 FAST_PATHS_ENABLED = "Enabled"
 FAST_PATHS_DISABLED = "Disabled"
+#: ``spec.admission.inspectionBudget``: seconds the webhook may spend, counted from the start
+#: of a review, inspecting (or, for ``imagePullPolicy: Always``, revalidating) a gated pod's
+#: images it does not know yet before it leaves the pod to the controller; 0 inspects
+#: nothing at admission. The default is a few registry round trips on a nearby registry.
+DEFAULT_INSPECTION_BUDGET = 0.3
+#: Its upper bound (also the CRD's CEL rule): the API server waits for the webhook at most
+#: its configuration's ``timeoutSeconds`` (5 s, ``controller.webhookconfig``) and then
+#: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
+MAX_INSPECTION_BUDGET = 4.0
 #: The params object of the admission policy: cluster-scoped ``ImagePlatforms`` named
 #: ``cluster``, ``spec.images``: image reference as written in pods → sorted, comma-separated
 #: ``os/arch`` platforms; anonymous inspection results only (issue 14).
@@ -174,7 +183,8 @@ class PlacementConfig:
 
     ``namespace_selector`` is a metav1.LabelSelector dict (opt-out: matching namespaces are
     not processed); ``preferred_platforms`` is empty unless
-    ``plugins.nodeAffinityScoring.enabled`` is true.
+    ``plugins.nodeAffinityScoring.enabled`` is true; ``admission_inspection_budget`` is in
+    seconds (``spec.admission.inspectionBudget``, 0..:data:`MAX_INSPECTION_BUDGET`).
     """
 
     log_verbosity: str = "Normal"
@@ -185,6 +195,7 @@ class PlacementConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     admission_mechanism: str = ADMISSION_AUTO
     admission_fast_paths: str = FAST_PATHS_ENABLED
+    admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
     generation: int = 0
 
     @classmethod
@@ -241,6 +252,13 @@ class PlacementConfig:
         if fast_paths not in (FAST_PATHS_ENABLED, FAST_PATHS_DISABLED):
             raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
                               f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
+        budget = admission.get("inspectionBudget")
+        inspection_budget = (DEFAULT_INSPECTION_BUDGET if budget is None else parse_duration(
+            str(budget), "spec.admission.inspectionBudget"))
+        if inspection_budget > MAX_INSPECTION_BUDGET:
+            raise ConfigError("spec.admission.inspectionBudget",
+                              f"must be at most {MAX_INSPECTION_BUDGET:g}s (the webhook's "
+                              f"timeout is 5s), got {budget!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -250,6 +268,7 @@ class PlacementConfig:
             topology=topology,
             admission_mechanism=str(mechanism),
             admission_fast_paths=str(fast_paths),
+            admission_inspection_budget=inspection_budget,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 
