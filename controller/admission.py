@@ -129,6 +129,8 @@ def admission_placement(
     pod: Mapping[str, Any],
     images: Mapping[str, ImageLike | BaseException],
     config: PlacementConfig,
+    *,
+    revalidated: bool = False,
 ) -> AdmissionPlacement | None:
     """The placement of a pod being created, decided at admission as the controller would.
 
@@ -138,10 +140,15 @@ def admission_placement(
         images: per distinct image reference of the pod (as written), its inspection result
             (``imageinspect.ImageInfo``-like); an exception or a missing entry means unknown.
         config: the PodPlacementConfig in force.
+        revalidated: the caller checked the results of the images pulled with
+            ``imagePullPolicy: Always`` against the registry for this admission (the tag's
+            current digest, as the controller does for every such pod); without it those
+            images leave the pod to the controller.
 
     Returns:
         None when the webhook must leave the pod to the controller: an image without a
-        result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or
+        result, an image pulled with ``imagePullPolicy: Always`` not ``revalidated``, fast
+        paths disabled or
         NUMA placement on (:func:`fast_path_applies`), an outcome other than
         ``set``/``not-set``/``no-supported-platform``, or a pod whose shape the
         controller's patch does not fit. Otherwise the
@@ -158,9 +165,9 @@ def admission_placement(
         result = images.get(image)
         if result is None or isinstance(result, BaseException):
             return None
-        if pull_always:
+        if pull_always and not revalidated:
             # imagePullPolicy Always: the controller revalidates the tag with the registry
-            # for every pod; a cached result cannot (the admission policy skips these too).
+            # for every pod; a cached result cannot (the admission policy gates these).
             return None
     return _decided_at_admission(pod, images, config, _PLACED, give_up=None)
 
