@@ -28,14 +28,17 @@ after the policy"):
 A review with ``dryRun`` reads the cache only (untouched): nothing is inspected or filled
 (``sideEffects: None``). A budget of 0 inspects nothing at admission: a miss schedules a
 background fill (:meth:`webhook.placecache.PlaceCache.schedule_fill`) and the pod stays gated.
-Pure of HTTP: the caller parses the review and writes the answer.
+No HTTP here: the caller reads the review and writes the answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from controller.admission import AdmissionPlacement, admission_placement, fast_path_applies
 from controller.config import PlacementConfig
@@ -54,7 +57,10 @@ __all__ = [
     "InspectorLike",
     "PlaceCacheLike",
     "place_at_admission",
+    "place_reviewed_pod",
 ]
+
+log = logging.getLogger(__name__)
 
 #: :attr:`AdmissionAnswer.kind` values. Placed: every image was in the cache (no registry
 #: request) ...
@@ -170,3 +176,28 @@ async def place_at_admission(
     unchanged = found is not None and all(
         _digest(images.results[image]) == _digest(found[image]) for image in pulls)
     return AdmissionAnswer(placement, PLACED_REVALIDATED if unchanged else PLACED_INSPECTED)
+
+
+async def place_reviewed_pod(
+    body: bytes,
+    namespace: str,
+    config: PlacementConfig | None,
+    *,
+    cache: PlaceCacheLike,
+    inspector: InspectorLike | None,
+    budget: float,
+    dry_run: bool,
+    on_error: Callable[[], None],
+) -> AdmissionAnswer:
+    """:func:`place_at_admission` for the pod of an AdmissionReview ``body`` (bytes of the
+    whole review: the webhook's selective decoder kept only the gating fields, the decision
+    reads the whole pod). Never raises for an internal error: it is logged, ``on_error()``
+    is called, and the answer is "left gated" (:data:`GATED`)."""
+    try:
+        pod = orjson.loads(body)["request"]["object"]
+        return await place_at_admission(pod, namespace, config, cache=cache,
+                                        inspector=inspector, budget=budget, dry_run=dry_run)
+    except Exception:
+        log.exception("webhook placement failed; the pod is left to the controller")
+        on_error()
+        return _NOT_TRIED

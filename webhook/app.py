@@ -38,7 +38,7 @@ from prometheus_client.exposition import generate_latest
 from starlette.requests import ClientDisconnect
 
 from controller.admission import AdmissionPlacement
-from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX, PlacementConfig
+from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from webhook.admitplace import (
     GATED,
     GATED_INSPECTION_FAILED,
@@ -46,8 +46,7 @@ from webhook.admitplace import (
     PLACED_FROM_CACHE,
     PLACED_INSPECTED,
     PLACED_REVALIDATED,
-    AdmissionAnswer,
-    place_at_admission,
+    place_reviewed_pod,
 )
 from webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
 from webhook.configsource import ConfigSource
@@ -521,27 +520,6 @@ class PlaceCacheLike(_PlaceCacheBase, Protocol):
     async def aclose(self) -> None: ...
 
 
-async def _webhook_placement(place_cache: PlaceCacheLike, inspector: AdmissionInspector | None,
-                             body: bytes, namespace: str, config: PlacementConfig | None,
-                             budget: float, m: WebhookMetrics,
-                             dry_run: bool) -> AdmissionAnswer:
-    """The webhook's placement of the gated pod of ``body``: from the cache, or inspected
-    within ``budget`` seconds (:func:`webhook.admitplace.place_at_admission`). An error is
-    logged and counted, and the pod is then left gated."""
-    try:
-        # The selective decoder kept only the gating fields: the decision reads the whole pod.
-        pod = orjson.loads(body)["request"]["object"]
-        return await place_at_admission(pod, namespace, config, cache=place_cache,
-                                        inspector=inspector, budget=budget, dry_run=dry_run)
-    except Exception:
-        log.exception("webhook placement failed; the pod is left to the controller")
-        m.errors.inc()
-        return _LEFT_GATED
-
-
-_LEFT_GATED = AdmissionAnswer(None, GATED)
-
-
 def _placed(api_version: str, uid: str, placement: AdmissionPlacement) -> Response:
     response: dict[str, Any] = {
         "uid": uid, "allowed": True, "patchType": "JSONPatch",
@@ -829,8 +807,10 @@ def create_app(
                                                 or decision.reason == REASON_ALREADY_GATED):
                     budget = (config.admission_inspection_budget if config is not None
                               else 0.0) - (perf_counter() - started)
-                    placed = await _webhook_placement(place_cache, admission_inspector, body,
-                                                      namespace, config, budget, m, dry_run)
+                    placed = await place_reviewed_pod(
+                        body, namespace, config, cache=place_cache,
+                        inspector=admission_inspector, budget=budget, dry_run=dry_run,
+                        on_error=m.errors.inc)
                     if placed.placement is not None:
                         m.placed_at_admission(placed.kind)
                         return _placed(api_version, uid, placed.placement)
