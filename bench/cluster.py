@@ -1,53 +1,67 @@
-"""Cluster benchmark on the real control plane: what users feel, as a ratio to bare.
+"""Cluster benchmark on the real control plane: what the product adds to the API server, as a
+ratio to bare in the same round.
 
-Each round starts a fresh real control plane (etcd, kube-apiserver with an audit log at level
-Metadata, kube-scheduler with client limits raised, kube-controller-manager; fake Ready nodes
-of every architecture), then creates ``--pods`` pods (default 2,000) with ``--clients``
-concurrent clients (default 16), each pod with one of three images in a local registry (an
-index amd64+arm64, a single amd64 and a single arm64 manifest). It runs ``bare`` (nothing
-installed) and ``product`` (``kubectl apply -k deploy/``, then the webhook and the controller
-as deploy/'s ServiceAccounts, see :mod:`podplacement.sandbox.product`), interleaved round by
-round, and prints for each:
+Each *arm* starts a fresh real control plane (etcd, kube-apiserver, kube-scheduler with client
+limits raised, kube-controller-manager; 7 fake Ready nodes: 2 amd64, 2 arm64, ppc64le, s390x,
+windows/amd64, with room for every pod) and creates ``--pods`` pods (default 2,000) in
+namespace ``bench``. The ``bare`` arm has nothing installed; a product arm applies
+``deploy/`` (``kubectl apply -k``), runs the webhook and the controller as deploy/'s
+ServiceAccounts (:mod:`podplacement.sandbox.product`) and sets up its *scenario*. A round
+runs ``bare`` and every scenario asked for, in an order rotated from round to round
+(interleaved rounds: slow drifts of a shared machine hit every arm alike).
 
-- pods bound per second (first create sent → last pod bound) and the ratio product/bare of
-  the same round;
-- p50/p99 from create sent to ungated (product) and to bound, seen on one pod watch;
-- API requests per pod by user and verb, from the audit log (every request received from the
-  first create until 2 s after the last pod was bound);
-- CPU seconds and peak RSS of every process (from ``/proc``).
+The load generator is never the bottleneck: the pods' request bytes (headers and JSON body)
+are serialized before the clock starts, then ``--procs`` processes (:mod:`bench.loadgen`,
+standard library only) send them over ``--clients`` keep-alive HTTPS connections in all,
+reading each answer without decoding it. One watch in this process records when each pod is
+ungated and bound (orjson). The figures, per arm:
 
-``--light`` creates pods one at a time (1 client) and prints the create latency and
-create-to-bound latency, and what the product adds to each.
+- pods bound per second (first create sent → last pod bound), and the **ratio to bare in the
+  same round**: the primary figure; the median over rounds is printed per scenario, and the
+  difference to ``warm`` in the same round when ``warm`` ran too;
+- **kube-apiserver CPU milliseconds per pod the product adds** (the product arm's
+  kube-apiserver CPU minus bare's in the same round, over the pods);
+- the benchmark's own CPU (this process + the load generators) next to the bare rate;
+- p50/p99 from create sent to answered, to ungated and to bound;
+- the API requests per pod by podplacement's ServiceAccounts (audit log, unless
+  ``--no-audit``), the webhook's ``admissions_total`` by path, the CPU of every process;
+- the **arch check** of every bound pod: bound to a node whose (os, arch) its image does not
+  run on (*wrong*), or bound without a ``kubernetes.io/arch`` requirement (*escaped*). Both
+  must be 0 for the product (bare shows what happens without it).
 
-``--scenario`` picks what the product run measures:
+Scenarios (``--scenario``, comma-separated; images in a local registry: an amd64+arm64 index,
+a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params object holds
+``--params-entries`` entries, filler included):
 
-- ``cold`` (default): the images are new to the product: every pod is gated (by the
-  MutatingAdmissionPolicy ``podplacement-gate``) and placed by the controller's PATCH;
-- ``warm``: the images were placed once before the run (one pod each, in another namespace),
-  so the controller published them in the policy's params object, which also holds filler
-  entries up to ``--params-entries`` (default 5,000): the policy places every pod at
-  admission, with no second write;
-- ``private``: the images are in a registry that needs a login (htpasswd, TLS) and every pod
-  names a pull secret; one pod of each was placed before the run, so the webhook's own
-  cache knows them for that namespace and secret: the policy gates, the webhook places at
-  admission (removes the gate), no second write;
-- ``controller``: ``spec.admission.fastPaths: Disabled``: every pod is gated and placed by
-  the controller's PATCH (the path of truly cold images, one new image per pod);
-- ``webhook-stopped``: the webhook is stopped (SIGSTOP) for the whole run: the policy still
-  gates every pod, the controller places them.
+- ``warm``: the images are in the params object: the MutatingAdmissionPolicy places every
+  pod at admission (no webhook call, no second write);
+- ``warm-policy``: ``warm`` with a PodPlacementPolicy in the bench namespace whose selector
+  matches every bench pod (its own weights, an ``allowedArchitectures`` that removes nothing
+  from the bench images): the policy's place branch reads it for every pod; the report's
+  "vs warm" column is the difference to ``warm`` in the same round;
+- ``webhook-warm``: ``spec.admission.mechanism: Webhook``, the images in the webhook's cache
+  (one pod of each created first): the webhook gates and places each pod in its answer;
+- ``always``: every pod ``imagePullPolicy: Always``, the images warm in the webhook's cache:
+  the policy gates, the webhook checks each tag's digest with a manifest HEAD (shared by
+  concurrent reviews) and places the pod;
+- ``new-images``: every pod names a reference never seen (a distinct tag of one of the three
+  manifests): the policy gates, the webhook inspects at admission and places;
+- ``cold-burst``: 20 references never seen, pods round-robin over them, no warm-up;
+- ``controller``: ``spec.admission.fastPaths: Disabled``: every pod gated, then PATCHed by the
+  controller (the floor);
+- ``cold`` (the three images new to the product), ``private`` (htpasswd registry, pull
+  secret, warm in the webhook's cache), ``webhook-stopped`` (SIGSTOP for the whole run).
 
-``--with-policy`` adds a third run per round, ``policy``: the product as in the scenario, and
-a PodPlacementPolicy in the bench namespace whose selector matches every bench pod (its own
-weights, and ``allowedArchitectures`` that remove nothing from the bench images), so the
-admission policy's place branch reads it for every pod; the report adds its ratio to bare
-and the difference to the product run without a policy, in the same round.
+``--light`` creates pods one at a time over 1 connection (default ``--pods 200``) and prints
+the create latency (p50) of each arm and what the product adds to it: with ``new-images``
+every pod is the first of its image (inspected at admission from the local registry), with
+``warm`` every pod is placed by the policy.
 
-After each run every pod is checked: one bound without a node affinity requirement on
-``kubernetes.io/arch`` escaped placement (printed; there must be none).
+``--loadgen inprocess`` creates the pods with httpx from this process instead (JSON
+serialized per pod, 1 process), the generator this benchmark used before, for comparison.
 
-Usage: ``python bench/cluster.py [--pods 2000] [--clients 16] [--rounds 1] [--light]
-[--scenario cold|warm|private|controller|webhook-stopped] [--params-entries 5000]
-[--with-policy]``
+Usage: ``python bench/cluster.py [--scenario warm,always,new-images] [--rounds 3]
+[--pods 2000] [--clients 16] [--procs 2] [--light] [--no-audit] [--params-entries 5000]``
 """
 
 from __future__ import annotations
@@ -68,6 +82,8 @@ import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
 import signal  # noqa: E402
 import ssl  # noqa: E402
 import statistics  # noqa: E402
@@ -78,10 +94,12 @@ from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
 
 import httpx  # noqa: E402
+import orjson  # noqa: E402
 
-from controller.config import SCHEDULING_GATE  # noqa: E402
+from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
 from controller.paramswriter import params_collection_path  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
@@ -90,33 +108,74 @@ from podplacement.sandbox.controlplane import (  # noqa: E402
     locate_assets,
     start_control_plane,
 )
-from podplacement.sandbox.oci import Pusher  # noqa: E402
+from podplacement.sandbox.oci import Pushed, Pusher  # noqa: E402
 from podplacement.sandbox.product import NAMESPACE as PRODUCT_NAMESPACE  # noqa: E402
 from podplacement.sandbox.product import Product, install_manifests, start_product  # noqa: E402
 from podplacement.sandbox.registry import Registry, start_registry  # noqa: E402
 
 REPO = Path(_ROOT)
+LOADGEN = REPO / "bench" / "loadgen.py"
 NAMESPACE = "bench"
+CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
+PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
+SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "cold-burst",
+             "controller", "cold", "private", "webhook-stopped")
+#: The three manifests every image reference of the benchmark names: repository → the
+#: architectures it runs on (all linux).
+REPOS = {"bench/multi": frozenset({"amd64", "arm64"}), "bench/amd": frozenset({"amd64"}),
+         "bench/arm": frozenset({"arm64"})}
+BURST_IMAGES = 20
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one arm creates: per pod, its image reference and pull policy."""
+
+    images: list[str]
+    always: bool = False
+    pull_secret: str | None = None
+
+    def body(self, i: int) -> str:
+        """The JSON body of pod ``p-i``."""
+        container: dict[str, Any] = {"name": "c", "image": self.images[i]}
+        if self.always:
+            container["imagePullPolicy"] = "Always"
+        spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
+        if self.pull_secret:
+            spec["imagePullSecrets"] = [{"name": self.pull_secret}]
+        return orjson.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"p-{i}", "labels": {"app": "bench"}}, "spec": spec}).decode()
 
 
 @dataclass
 class Run:
-    """Figures of one run."""
+    """Figures of one arm."""
 
-    mode: str
+    arm: str
     pods: int
     wall: float = 0.0
     create_latency: list[float] = field(default_factory=list)
     to_ungate: list[float] = field(default_factory=list)
     to_bound: list[float] = field(default_factory=list)
+    failed_creates: int = 0
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     processes: dict[str, tuple[float, int]] = field(default_factory=dict)
+    bench_cpu: float = 0.0
+    loadgen_cpu_total: float = 0.0
     escaped: int = 0
+    wrong: int = 0
+    checked: int = 0
     paths: Counter[str] = field(default_factory=Counter)
+    #: indexes (creation order) of the pods the controller placed
+    by_controller: list[int] = field(default_factory=list)
+    webhook_paths: dict[str, float] = field(default_factory=dict)
 
     @property
     def bound_per_s(self) -> float:
         return len(self.to_bound) / self.wall if self.wall else 0.0
+
+    def cpu(self, name: str) -> float:
+        return self.processes.get(name, (0.0, 0))[0]
 
 
 def proc_stats(pid: int) -> tuple[float, int]:
@@ -140,122 +199,228 @@ def pct(values: list[float], q: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def push_images(registry: Registry) -> list[str]:
-    """The three images of the benchmark; returns their references."""
+# --- images -----------------------------------------------------------------------------------
+@dataclass
+class Images:
+    """The references pushed to one registry: ``base`` (tag v1 of each repository),
+    ``new`` (one never-seen tag per pod), ``burst`` (:data:`BURST_IMAGES` never-seen tags)."""
+
+    base: list[str]
+    new: list[str]
+    burst: list[str]
+
+    @staticmethod
+    def archs(image: str) -> frozenset[str]:
+        """The architectures ``image`` runs on (by its repository)."""
+        repo = image.split("/", 1)[1].rsplit(":", 1)[0]
+        return REPOS[repo]
+
+
+def push_images(registry: Registry, pods: int, new_images: bool, burst: bool) -> Images:
+    """Push the three manifests (tag ``v1``) and, as asked, ``pods`` tags ``n<i>`` (pod i:
+    repository i % 3) and :data:`BURST_IMAGES` tags ``b<j>``; every tag of a repository
+    names the same manifest."""
     p = Pusher(registry)
+    repos = list(REPOS)
     try:
-        p.multiarch("bench/multi", "v1", ["linux/amd64", "linux/arm64"])
-        p.image("bench/amd", "v1", architecture="amd64")
-        p.image("bench/arm", "v1", architecture="arm64")
+        pushed: dict[str, Pushed] = {
+            "bench/multi": p.multiarch("bench/multi", "v1", ["linux/amd64", "linux/arm64"]),
+            "bench/amd": p.image("bench/amd", "v1", architecture="amd64"),
+            "bench/arm": p.image("bench/arm", "v1", architecture="arm64"),
+        }
+
+        def tag(repo: str, name: str) -> str:
+            m = pushed[repo]
+            p.raw_manifest(repo, name, m.body, m.media_type)
+            return f"{registry.host}/{repo}:{name}"
+
+        new = [tag(repos[i % 3], f"n{i}") for i in range(pods)] if new_images else []
+        bursts = [tag(repos[j % 3], f"b{j}") for j in range(BURST_IMAGES)] if burst else []
     finally:
         p.close()
-    return [f"{registry.host}/bench/{r}:v1" for r in ("multi", "amd", "arm")]
+    return Images([f"{registry.host}/{r}:v1" for r in repos], new, bursts)
 
 
-#: The pull secret of the ``private`` scenario (set when that registry is used).
-PULL_SECRET: str | None = None
+def workload(scenario: str, images: Images, pods: int, pull_secret: str | None) -> Workload:
+    """The pods a product arm of ``scenario`` creates (bare: those of ``warm``)."""
+    if scenario == "new-images":
+        refs = images.new[:pods]
+    elif scenario == "cold-burst":
+        refs = [images.burst[i % len(images.burst)] for i in range(pods)]
+    else:
+        refs = [images.base[i % len(images.base)] for i in range(pods)]
+    return Workload(refs, always=scenario == "always", pull_secret=pull_secret)
 
 
-def pod(i: int, image: str) -> dict[str, Any]:
-    """Pod ``p-i`` with one container of ``image`` (and the pull secret, if any)."""
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": image}],
-                            "terminationGracePeriodSeconds": 0}
-    if PULL_SECRET:
-        spec["imagePullSecrets"] = [{"name": PULL_SECRET}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}",
-                                                            "labels": {"app": "bench"}},
-            "spec": spec}
-
-
-def pull_secret(registry: Registry) -> dict[str, Any]:
-    """A ``kubernetes.io/dockerconfigjson`` Secret for ``registry``'s login."""
+def pull_secret(registry: Registry, name: str) -> dict[str, Any]:
+    """A ``kubernetes.io/dockerconfigjson`` Secret ``name`` for ``registry``'s login."""
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": PULL_SECRET},
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
             "type": "kubernetes.io/dockerconfigjson",
             "data": {".dockerconfigjson": base64.b64encode(config).decode()}}
 
 
-async def create_and_watch(plane: ControlPlane, n: int, clients: int, images: list[str],
-                           run: Run, limit: float) -> None:
-    """Create ``n`` pods with ``clients`` concurrent clients while one watch records when
-    each is ungated and bound (bounded by ``limit`` seconds)."""
+# --- creating pods and watching them ----------------------------------------------------------
+class Watch:
+    """One pod watch in ``bench`` recording when each ``p-N`` pod is first seen ungated and
+    bound (monotonic seconds). Resumed from the last resourceVersion when the stream ends."""
+
+    def __init__(self, client: httpx.AsyncClient, base: str, rv: str, n: int,
+                 limit: float) -> None:
+        self.ungated: dict[int, float] = {}
+        self.bound: dict[int, float] = {}
+        self.done = asyncio.Event()
+        self._client, self._base, self._rv, self._n, self._limit = client, base, rv, n, limit
+
+    async def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                async with self._client.stream("GET", self._base, params={
+                        "watch": "1", "resourceVersion": self._rv,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": str(int(self._limit))}, timeout=None) as r:
+                    async for line in r.aiter_lines():
+                        if line and self._event(line):
+                            return
+            except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
+                print(f"  (pod watch: {type(exc).__name__}: {exc}; resuming)", file=sys.stderr)
+                await asyncio.sleep(0.1)
+
+    def _event(self, line: str) -> bool:
+        obj = orjson.loads(line).get("object") or {}
+        meta = obj.get("metadata") or {}
+        self._rv = meta.get("resourceVersion") or self._rv
+        name = meta.get("name") or ""
+        if not name.startswith("p-"):
+            return False  # a warm-up pod, a bookmark
+        i = int(name[2:])
+        spec = obj.get("spec") or {}
+        now = time.monotonic()
+        if not any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []):
+            self.ungated.setdefault(i, now)
+        if spec.get("nodeName"):
+            self.bound.setdefault(i, now)
+            if len(self.bound) >= self._n:
+                self.done.set()
+                return True
+        return False
+
+
+def _write_specs(plane: ControlPlane, work: Workload, n: int, procs: int, clients: int,
+                 directory: Path) -> list[Path]:
+    """Pre-serialize the pods for ``procs`` load generators (pod i → process i % procs)."""
+    url = urlsplit(plane.url)
+    paths = []
+    for k in range(procs):
+        spec = {"host": url.hostname, "port": url.port, "ca_file": str(plane.ca_file),
+                "token": plane.token, "path": f"/api/v1/namespaces/{NAMESPACE}/pods",
+                "connections": max(1, clients // procs + (1 if k < clients % procs else 0)),
+                "bodies": [[i, work.body(i)] for i in range(k, n, procs)]}
+        path = directory / f"loadgen-{k}.json"
+        path.write_bytes(orjson.dumps(spec))
+        paths.append(path)
+    return paths
+
+
+async def _create_with_loadgens(specs: list[Path], run: Run, sent: dict[int, float],
+                                started: asyncio.Event) -> list[int]:
+    """Start the load generators, wait until each is connected, start them together;
+    returns their pids (gone by then). Fills ``sent`` and the create figures of ``run``."""
+    gens = [await asyncio.create_subprocess_exec(
+        sys.executable, str(LOADGEN), str(spec), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE) for spec in specs]
+    for gen in gens:
+        assert gen.stdout is not None
+        line = await gen.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"load generator did not start: {line!r}")
+    started.set()
+    for gen in gens:
+        assert gen.stdin is not None
+        gen.stdin.write(b"go\n")
+        await gen.stdin.drain()
+    for gen in gens:
+        assert gen.stdout is not None
+        out = orjson.loads(await gen.stdout.read())
+        await gen.wait()
+        run.bench_cpu += out["cpu"]
+        run.loadgen_cpu_total += out["cpu_total"]
+        for i, t_sent, t_done, status in out["results"]:
+            sent[i] = t_sent
+            if status == 201:
+                run.create_latency.append(t_done - t_sent)
+            else:
+                run.failed_creates += 1
+    return [g.pid for g in gens]
+
+
+async def _create_inprocess(plane: ControlPlane, work: Workload, n: int, clients: int,
+                            run: Run, sent: dict[int, float], started: asyncio.Event) -> None:
+    """The former generator: httpx from this process, one JSON serialization per pod."""
     ctx = ssl.create_default_context(cafile=str(plane.ca_file))
     headers = {"Authorization": f"Bearer {plane.token}", "Content-Type": "application/json"}
-    sent: dict[str, float] = {}
-    ungated: dict[str, float] = {}
-    bound: dict[str, float] = {}
-    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, headers=headers,
-                                 timeout=60, limits=httpx.Limits(
-                                     max_connections=clients + 2)) as c:
-        base = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        rv = (await c.get(base)).json()["metadata"]["resourceVersion"]
-        done = asyncio.Event()
-
-        async def watch() -> None:
-            # Resumed from the last resourceVersion when the stream ends or breaks (the
-            # client is busy creating pods meanwhile; a lost stream must not lose bindings).
-            last_rv = rv
-            while not done.is_set():
-                try:
-                    async with c.stream("GET", base, params={
-                            "watch": "1", "resourceVersion": last_rv,
-                            "allowWatchBookmarks": "true",
-                            "timeoutSeconds": str(int(limit))}, timeout=None) as r:
-                        async for line in r.aiter_lines():
-                            if not line:
-                                continue
-                            obj = json.loads(line).get("object") or {}
-                            meta = obj.get("metadata") or {}
-                            last_rv = meta.get("resourceVersion") or last_rv
-                            name = meta.get("name")
-                            if name and not name.startswith("p-"):
-                                continue  # a warm-up pod
-                            spec = obj.get("spec") or {}
-                            now = time.monotonic()
-                            gates = [g.get("name") for g in spec.get("schedulingGates") or []]
-                            if name and SCHEDULING_GATE not in gates:
-                                ungated.setdefault(name, now)
-                            if name and spec.get("nodeName"):
-                                bound.setdefault(name, now)
-                                if len(bound) >= n:
-                                    done.set()
-                                    return
-                except (httpx.HTTPError, json.JSONDecodeError) as exc:
-                    print(f"  (pod watch: {type(exc).__name__}: {exc}; resuming)",
-                          file=sys.stderr)
-                    await asyncio.sleep(0.1)
-
-        watcher = asyncio.create_task(watch())
-        await asyncio.sleep(0.2)
-        queue: asyncio.Queue[int] = asyncio.Queue()
-        for i in range(n):
-            queue.put_nowait(i)
+    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, headers=headers, timeout=60,
+                                 limits=httpx.Limits(max_connections=clients)) as c:
+        queue = list(range(n))[::-1]
+        started.set()
 
         async def client() -> None:
-            while not queue.empty():
-                i = queue.get_nowait()
-                name = f"p-{i}"
-                t0 = time.monotonic()
-                sent[name] = t0
-                r = await c.post(base, content=json.dumps(pod(i, images[i % len(images)])))
-                r.raise_for_status()
-                run.create_latency.append(time.monotonic() - t0)
+            while queue:
+                i = queue.pop()
+                sent[i] = t0 = time.monotonic()
+                body = json.dumps(json.loads(work.body(i)))
+                r = await c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", content=body)
+                if r.status_code == 201:
+                    run.create_latency.append(time.monotonic() - t0)
+                else:
+                    run.failed_creates += 1
 
-        start = time.monotonic()
         await asyncio.gather(*(client() for _ in range(clients)))
+
+
+async def create_and_watch(plane: ControlPlane, work: Workload, n: int, args: argparse.Namespace,
+                           run: Run, specs: list[Path], limit: float,
+                           on_start: Any) -> None:
+    """Create ``n`` pods while one watch records when each is ungated and bound (bounded by
+    ``limit`` seconds); ``on_start()`` is called just before the first create."""
+    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+    headers = {"Authorization": f"Bearer {plane.token}", "Accept": "application/json"}
+    sent: dict[int, float] = {}
+    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, headers=headers,
+                                 timeout=60) as c:
+        base = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        rv = (await c.get(base, params={"limit": "1"})).json()["metadata"]["resourceVersion"]
+        watch = Watch(c, base, rv, n, limit)
+        watcher = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.2)
+        started = asyncio.Event()
+        creating: asyncio.Task[Any]
+        if args.loadgen == "processes":
+            creating = asyncio.create_task(_create_with_loadgens(specs, run, sent, started))
+        else:
+            clients = 1 if args.light else args.clients
+            creating = asyncio.create_task(
+                _create_inprocess(plane, work, n, clients, run, sent, started))
+        await started.wait()
+        on_start()
+        start = time.monotonic()
+        await creating
         try:
-            await asyncio.wait_for(done.wait(), limit)
+            await asyncio.wait_for(watch.done.wait(), limit)
         except TimeoutError:
-            print(f"  ! {run.mode}: {len(bound)} of {n} bound within {limit:.0f} s",
+            print(f"  ! {run.arm}: {len(watch.bound)} of {n} bound within {limit:.0f} s",
                   file=sys.stderr)
         watcher.cancel()
-        run.wall = (max(bound.values()) - start) if bound else 0.0
-    run.to_bound = [bound[k] - sent[k] for k in bound if k in sent]
-    run.to_ungate = [ungated[k] - sent[k] for k in ungated if k in sent and
-                     ungated[k] > sent[k]]
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        run.wall = (max(watch.bound.values()) - start) if watch.bound else 0.0
+    run.to_bound = [t - sent[i] for i, t in watch.bound.items() if i in sent]
+    run.to_ungate = [t - sent[i] for i, t in watch.ungated.items()
+                     if i in sent and t > sent[i]]
 
 
+# --- setting a scenario up --------------------------------------------------------------------
 def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counter[
         tuple[str, str]]:
     """Requests by (user, verb) received in [since, until] (one per audit ID)."""
@@ -263,9 +428,9 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
     seen: set[str] = set()
     out: Counter[tuple[str, str]] = Counter()
     for path in sorted(plane.audit_log.parent.glob(plane.audit_log.name + "*")):
-        with path.open() as f:
+        with path.open("rb") as f:
             for line in f:
-                ev = json.loads(line)
+                ev = orjson.loads(line)
                 if ev["auditID"] in seen:
                     continue
                 t = datetime.fromisoformat(ev["requestReceivedTimestamp"])
@@ -275,48 +440,58 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
     return out
 
 
-PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
-
-
-def seed_params(plane: ControlPlane, entries: int) -> None:
-    """Create the params object ImagePlatforms ``cluster`` with ``entries`` filler images
-    (~110-character references by digest) before the controller starts: it adopts them, so
-    the policy reads a full-size object during the run. By digest, because a tag reference
-    also has a ``spec.learned`` item, and 5,000 long tag references with theirs exceed the
+def seed_params(plane: ControlPlane, entries: int, images: dict[str, str]) -> None:
+    """Create the params object ImagePlatforms ``cluster`` with ``images`` (reference →
+    ``os/arch`` list, learned now: ``spec.learned``) and filler images (~110-character
+    references by digest, which have no ``spec.learned`` item) up to ``entries``, before the
+    controller starts: it adopts them, so the policy reads a full-size object. Filler by
+    digest, because 5,000 long tag references with their ``spec.learned`` items exceed the
     controller's 1 MB bound (it would evict some on adoption)."""
-    images = {f"registry.example.internal/t{i % 50:02d}/s{i:05d}@sha256:"
+    filler = {f"registry.example.internal/t{i % 50:02d}/s{i:05d}@sha256:"
               + hashlib.sha256(str(i).encode()).hexdigest(): "linux/amd64,linux/arm64"
-              for i in range(max(0, entries))}
+              for i in range(max(0, entries - len(images)))}
+    now = int(time.time())
+    learned = {image: now for image in images if "@" not in image}
     with plane.client() as c:
-        r = c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
-                                      "kind": "ImagePlatforms",
-                                      "metadata": {"name": "cluster",
-                                                   "namespace": PRODUCT_NAMESPACE},
-                                      "spec": {"images": images}})
-        r.raise_for_status()
+        c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
+                                  "kind": "ImagePlatforms",
+                                  "metadata": {"name": "cluster",
+                                               "namespace": PRODUCT_NAMESPACE},
+                                  "spec": {"images": {**filler, **images},
+                                           "learned": learned}}
+               ).raise_for_status()
 
 
-def warm_up(plane: ControlPlane, images: list[str], *, path: str = "admission",
-            namespace: str = "bench-warm", limit: float = 120.0) -> None:
-    """Place one pod of each image (in ``namespace``; pods ``w-N``) and wait until a dry-run
-    pod of each image comes back placed at admission by ``path`` (``admission``: the policy,
-    once the controller published the images; ``webhook``: the webhook's cache)."""
+def dry_run_pod(image: str, always: bool = False) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": image}
+    if always:
+        container["imagePullPolicy"] = "Always"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "dry-"},
+            "spec": {"containers": [container]}}
+
+
+def warm_up(plane: ControlPlane, work: Workload, images: list[str], *, path: str,
+            create: bool, limit: float = 120.0) -> None:
+    """Optionally create one pod ``w-N`` of each image in ``bench`` (as the workload writes
+    it: pull policy, pull secret), then wait until a dry-run pod of each image (never
+    ``Always``: a dry run is not revalidated) comes back placed at admission by ``path``
+    (``admission``: the policy; ``webhook``: the webhook's cache)."""
     with plane.client() as c:
-        c.post("/api/v1/namespaces", json={"metadata": {"name": namespace}})
-        deadline = time.monotonic() + 20
-        while c.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
-                    ).status_code != 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for i, image in enumerate(images):
-            body = pod(i, image)
-            body["metadata"]["name"] = f"w-{i}"
-            body["metadata"]["labels"] = {"app": "warm-up"}
-            c.post(f"/api/v1/namespaces/{namespace}/pods", json=body).raise_for_status()
+        if create:
+            for i, image in enumerate(images):
+                body = orjson.loads(Workload([image], work.always, work.pull_secret).body(0))
+                body["metadata"] = {"name": f"w-{i}", "labels": {"app": "warm-up"}}
+                c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=body).raise_for_status()
         deadline = time.monotonic() + limit
         while True:
-            placed = [_placed_by(path, c.post(
-                f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
-                json=pod(10**6 + i, image)).json()) for i, image in enumerate(images)]
+            placed = []
+            for image in images:
+                body = dry_run_pod(image)
+                if work.pull_secret:
+                    body["spec"]["imagePullSecrets"] = [{"name": work.pull_secret}]
+                obj = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                             params={"dryRun": "All"}, json=body).json()
+                placed.append(_placed_by(path, obj))
             if all(placed):
                 return
             if time.monotonic() > deadline:
@@ -326,13 +501,12 @@ def warm_up(plane: ControlPlane, images: list[str], *, path: str = "admission",
 
 def wait_policy_gates(plane: ControlPlane, limit: float = 60.0) -> None:
     """With the webhook stopped, wait until a dry-run pod comes back gated: the admission
-    policy is in force (the API server activates a new policy about a second after it was
-    created; the controller creates it at start)."""
+    policy is in force."""
     deadline = time.monotonic() + limit
     with plane.client(timeout=30) as c:
         while True:
             obj = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
-                         json=pod(10**7, "probe.invalid/unknown:1")).json()
+                         json=dry_run_pod("probe.invalid/unknown:1")).json()
             gates = [g.get("name") for g in (obj.get("spec") or {}).get("schedulingGates")
                      or []]
             if SCHEDULING_GATE in gates:
@@ -374,37 +548,66 @@ def _placed_by(path: str, obj: dict[str, Any]) -> bool:
         "podplacement.io/decision", "")
 
 
-def check_pods(plane: ControlPlane) -> tuple[int, Counter[str]]:
-    """(pods bound without a ``kubernetes.io/arch`` requirement, pods by placement path)."""
-    escaped = 0
-    paths: Counter[str] = Counter()
+def check_pods(plane: ControlPlane, work: Workload, run: Run) -> None:
+    """The arch check of every bound ``p-N`` pod: ``wrong`` (its node's os is not linux or
+    its arch not one its image runs on), ``escaped`` (bound without a ``kubernetes.io/arch``
+    requirement); and the pods by placement path."""
     with plane.client(timeout=120) as c:
         items = c.get(f"/api/v1/namespaces/{NAMESPACE}/pods").json().get("items") or []
+        nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
+                 for n in c.get("/api/v1/nodes").json()["items"]}
     for obj in items:
-        if not str((obj.get("metadata") or {}).get("name", "")).startswith("p-"):
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if not name.startswith("p-"):
             continue  # a warm-up pod
         spec = obj.get("spec") or {}
+        node = spec.get("nodeName")
+        raw = (meta.get("annotations") or {}).get("podplacement.io/decision")
+        path = "none" if raw is None else str(orjson.loads(raw).get("path", "controller"))
+        run.paths[path] += 1
+        if path == "controller":
+            run.by_controller.append(int(name[2:]))
+        if not node:
+            continue
+        run.checked += 1
+        labels = nodes.get(node, {})
+        image = work.images[int(name[2:])]
+        if labels.get(OS_LABEL) != "linux" or labels.get(ARCH_LABEL) not in Images.archs(image):
+            run.wrong += 1
         terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
             "nodeSelectorTerms") or [])
-        keys = {e.get("key") for t in terms for e in t.get("matchExpressions") or []}
-        if spec.get("nodeName") and "kubernetes.io/arch" not in keys:
-            escaped += 1
-        meta = obj.get("metadata") or {}
-        raw = (meta.get("annotations") or {}).get("podplacement.io/decision")
-        record = {} if raw is None else json.loads(raw)
-        paths["none" if raw is None else str(record.get("path", "controller"))
-              + (f"+policy {record['policy']}" if "policy" in record else "")] += 1
-    return escaped, paths
+        if ARCH_LABEL not in {e.get("key") for t in terms for e in t.get("matchExpressions")
+                              or []}:
+            run.escaped += 1
 
 
-def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: list[str],
-            work: Path) -> Run:
-    """Start a fresh control plane (+ the product), run, collect, stop."""
-    assets = locate_assets()
-    plane = start_control_plane(assets, work / f"{mode}-plane", audit=True)
+_ADMISSIONS_RE = re.compile(r'^podplacement_webhook_admissions_total\{path="([^"]+)"\} (\S+)$',
+                            re.M)
+
+
+def webhook_paths(product: Product) -> dict[str, float]:
+    """The webhook's ``admissions_total`` by path (non-zero ones)."""
+    ctx = ssl.create_default_context(cafile=str(product.cert_dir / "ca.crt"))
+    try:
+        text = httpx.get(f"https://127.0.0.1:{product.webhook_port}/metrics", verify=ctx,
+                         timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    return {path: float(v) for path, v in _ADMISSIONS_RE.findall(text) if float(v)}
+
+
+def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Images,
+            work_dir: Path) -> Run:
+    """Start a fresh control plane (+ the product for a scenario), run, collect, stop."""
+    plane = start_control_plane(locate_assets(), work_dir / f"{arm}-plane",
+                                audit=not args.no_audit)
     product: Product | None = None
-    run = Run(mode, args.pods)
+    run = Run(arm, args.pods)
+    secret = "bench-pull" if args.private else None
+    work = workload("warm" if arm in ("bare", "warm-policy") else arm, images, args.pods,
+                    secret)
     try:
         # Room for every pod on the nodes of each architecture: the limit measured is the
         # control plane's, never the nodes' pod capacity (500 by default).
@@ -416,49 +619,37 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
             while c.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
                         ).status_code != 200 and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if PULL_SECRET:
+            if secret:
                 c.post(f"/api/v1/namespaces/{NAMESPACE}/secrets",
-                       json=pull_secret(registry)).raise_for_status()
-        if mode in ("product", "policy"):
-            install_manifests(plane, REPO / "deploy")
-            if args.scenario == "warm":
-                seed_params(plane, args.params_entries - len(images))
-            elif args.scenario == "controller":
-                with plane.client() as c:
-                    c.patch("/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
-                            json={"spec": {"admission": {"fastPaths": "Disabled"}}},
-                            headers={"Content-Type": "application/merge-patch+json"}
-                            ).raise_for_status()
-            options = ["--insecure-registry", registry.host]
-            if registry.ca_pem is not None:
-                ca = work / "registry-ca.pem"
-                ca.write_bytes(registry.ca_pem)
-                options = ["--ca-file", f"{registry.host}={ca}"]
-            product = start_product(plane, work / ("product" if mode == "product"
-                                                   else f"{mode}-product"),
-                                    controller_options=[*options, *args.controller_option],
-                                    webhook_options=options)
-            if mode == "policy":
-                install_policy(plane)
-            if args.scenario == "warm":
-                warm_up(plane, images)
-            elif args.scenario == "private":
-                warm_up(plane, images, path="webhook", namespace=NAMESPACE)
-            elif args.scenario == "webhook-stopped":
-                os.kill(product.webhook.popen.pid, signal.SIGSTOP)
-                wait_policy_gates(plane)
-        before = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
+                       json=pull_secret(registry, secret)).raise_for_status()
+        if arm != "bare":
+            product = _set_up_product(arm, args, plane, registry, images, work, work_dir)
+        specs = (_write_specs(plane, work, args.pods, args.procs,
+                              1 if args.light else args.clients, work_dir)
+                 if args.loadgen == "processes" else [])
+        before: dict[str, tuple[float, int]] = {}
         since = datetime.now().astimezone()
-        clients = 1 if args.light else args.clients
-        asyncio.run(create_and_watch(plane, args.pods, clients, images, run, args.limit))
+        self_cpu0 = _self_cpu()
+
+        def on_start() -> None:
+            before.update({name: proc_stats(pid)
+                           for name, pid in _processes(plane, product, registry).items()})
+
+        asyncio.run(create_and_watch(plane, work, args.pods, args, run, specs, args.limit,
+                                     on_start))
         time.sleep(2.0)  # writes that trail the last binding (Events) still count
         until = datetime.now().astimezone()
-        after = {name: proc_stats(p.pid) for name, p in _processes(plane, product).items()}
+        after = {name: proc_stats(pid)
+                 for name, pid in _processes(plane, product, registry).items()}
+        run.bench_cpu += _self_cpu() - self_cpu0
         run.processes = {name: (after[name][0] - before.get(name, (0.0, 0))[0], after[name][1])
                          for name in after}
-        time.sleep(2.5)  # the audit backend flushes batches every second
-        run.requests = count_audit(plane, since, until)
-        run.escaped, run.paths = check_pods(plane)
+        if product is not None:
+            run.webhook_paths = webhook_paths(product)
+        if not args.no_audit:
+            time.sleep(2.5)  # the audit backend flushes batches every second
+            run.requests = count_audit(plane, since, until)
+        check_pods(plane, work, run)
     finally:
         if product is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -468,59 +659,157 @@ def one_run(mode: str, args: argparse.Namespace, registry: Registry, images: lis
     return run
 
 
-def _processes(plane: ControlPlane, product: Product | None) -> dict[str, Any]:
-    procs: dict[str, Any] = dict(plane.processes)
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane,
+                    registry: Registry, images: Images, work: Workload,
+                    work_dir: Path) -> Product:
+    install_manifests(plane, REPO / "deploy")
+    admission: dict[str, Any] = {}
+    if scenario == "webhook-warm":
+        admission["mechanism"] = "Webhook"
+    if scenario == "controller":
+        admission["fastPaths"] = "Disabled"
+    if args.inspection_budget is not None:
+        admission["inspectionBudget"] = args.inspection_budget
+    if admission:
+        with plane.client() as c:
+            c.patch(CONFIG_PATH, json={"spec": {"admission": admission}},
+                    headers={"Content-Type": "application/merge-patch+json"}
+                    ).raise_for_status()
+    warm = scenario in ("warm", "warm-policy")
+    if scenario != "webhook-warm":
+        known = ({i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))
+                  for i in images.base} if warm else {})
+        seed_params(plane, args.params_entries, known)
+    options = ["--insecure-registry", registry.host]
+    if registry.ca_pem is not None:
+        ca = work_dir / "registry-ca.pem"
+        ca.write_bytes(registry.ca_pem)
+        options = ["--ca-file", f"{registry.host}={ca}"]
+    product = start_product(plane, work_dir / f"{scenario}-product",
+                            controller_options=[*options, *args.controller_option],
+                            webhook_options=options)
+    try:
+        if scenario == "warm-policy":
+            install_policy(plane)
+        if warm:
+            warm_up(plane, work, images.base, path="admission", create=False)
+        elif scenario in ("webhook-warm", "always", "private"):
+            warm_up(plane, work, images.base, path="webhook", create=True)
+        elif scenario == "webhook-stopped":
+            os.kill(product.webhook.popen.pid, signal.SIGSTOP)
+            wait_policy_gates(plane)
+    except BaseException:
+        product.stop()
+        raise
+    return product
+
+
+def _processes(plane: ControlPlane, product: Product | None,
+               registry: Registry) -> dict[str, int]:
+    procs = {name: p.pid for name, p in plane.processes.items()}
     if product is not None:
-        procs["webhook"] = product.webhook.popen
+        procs["webhook"] = product.webhook.popen.pid
         for i, p in enumerate(product.controllers):
-            procs[f"controller-{i}"] = p.popen
-    procs["bench (this process)"] = type("Self", (), {"pid": os.getpid()})()
+            procs[f"controller-{i}"] = p.popen.pid
+    if registry._process is not None:
+        procs["registry"] = registry._process.pid
     return procs
 
 
-def report(bare: list[Run], product: list[Run], light: bool, scenario: str) -> None:
-    """Print the figures of every round and the medians."""
-    print(f"\n== {scenario}, {'light (1 client)' if light else 'throughput'}: "
-          f"{bare[0].pods} pods, {len(bare)} round(s)")
-    print(f"{'round':<6}{'mode':<9}{'bound/s':>9}{'ratio':>7}{'create p50':>12}"
-          f"{'p99':>8}{'→ungate p50':>13}{'p99':>8}{'→bound p50':>12}{'p99':>8}")
-    ratios = []
-    for i, (b, p) in enumerate(zip(bare, product, strict=True)):
-        ratio = p.bound_per_s / b.bound_per_s if b.bound_per_s else float("nan")
-        ratios.append(ratio)
-        for r, rat in ((b, ""), (p, f"{ratio:.2f}")):
-            print(f"{i + 1:<6}{r.mode:<9}{r.bound_per_s:>9.1f}{rat:>7}"
-                  f"{pct(r.create_latency, .5):>11.1f}ms{pct(r.create_latency, .99):>6.0f}ms"
-                  f"{pct(r.to_ungate, .5):>11.1f}ms{pct(r.to_ungate, .99):>6.0f}ms"
-                  f"{pct(r.to_bound, .5):>10.1f}ms{pct(r.to_bound, .99):>6.0f}ms")
-    print(f"median ratio product/bare (pods bound per second): {statistics.median(ratios):.2f}")
-    if light:
-        added_create = statistics.median(
-            pct(p.create_latency, .5) - pct(b.create_latency, .5)
-            for b, p in zip(bare, product, strict=True))
-        added_bound = statistics.median(
-            pct(p.to_bound, .5) - pct(b.to_bound, .5) for b, p in zip(bare, product, strict=True))
-        print(f"added by the product (median over rounds): create p50 {added_create:+.1f} ms, "
-              f"create→bound p50 {added_bound:+.1f} ms")
-    for label, runs in (("bare", bare), ("product", product)):
-        last = runs[-1]
-        print(f"\n{label}: API requests per pod by user and verb (last round)")
-        for (user, verb), count in sorted(last.requests.items(), key=lambda kv: -kv[1]):
-            if count / last.pods >= 0.005:
-                print(f"  {user:<68} {verb:<8}{count / last.pods:>8.3f}")
-        print(f"{label}: CPU seconds during the run and peak RSS (last round)")
-        for name, (cpu, rss) in last.processes.items():
-            print(f"  {name:<28}{cpu:>8.1f} s{rss / 1024:>9.0f} MiB")
-    for label, runs in (("bare", bare), ("product", product)):
-        print(f"{label}: pods bound without an architecture requirement (escaped): "
-              f"{[r.escaped for r in runs]}; placed by path (last round): "
-              f"{dict(runs[-1].paths)}")
-    extra = Counter[str]()
-    for (user, verb), count in product[-1].requests.items():
-        if user.startswith("system:serviceaccount:podplacement-system:"):
-            extra[f"{user.rsplit(':', 1)[1]} {verb}"] += count
-    print("\nrequests per pod made by podplacement (last round): " + (", ".join(
-        f"{k} {v / product[-1].pods:.3f}" for k, v in sorted(extra.items())) or "none"))
+# --- report -----------------------------------------------------------------------------------
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def _join(values: list[float], fmt: str, *, median: bool = False) -> str:
+    """``values`` formatted with ``fmt``, comma-separated, with their median in brackets."""
+    text = ", ".join(fmt.format(v) for v in values)
+    return f"{text} ({fmt.format(_median(values))})" if median else text
+
+
+def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Namespace) -> None:
+    """Print every arm of every round, then per scenario the ratios to bare, the
+    kube-apiserver CPU the product adds per pod and (with ``warm``) the gap to warm."""
+    pods = args.pods
+    mode = "light (1 client, one pod at a time)" if args.light else (
+        f"{args.clients} connections over {args.procs} load-generator processes"
+        if args.loadgen == "processes" else f"{args.clients} httpx clients in-process")
+    print(f"\n== {pods} pods per arm, {len(rounds)} round(s), {mode}")
+    print(f"{'round':<6}{'arm':<16}{'bound/s':>8}{'ratio':>7}{'apiserver':>10}{'+ms/pod':>8}"
+          f"{'bench CPU':>10}{'create p50':>11}{'p99':>7}{'→ungate p50':>12}{'→bound p50':>11}"
+          f"{'p99':>7}{'wrong':>6}{'esc.':>5}{'fail':>5}")
+    for r, arms in enumerate(rounds):
+        bare = arms["bare"]
+        for name in ["bare", *scenarios]:
+            run = arms[name]
+            ratio = run.bound_per_s / bare.bound_per_s if bare.bound_per_s else float("nan")
+            added = (run.cpu("kube-apiserver") - bare.cpu("kube-apiserver")) * 1000 / pods
+            print(f"{r + 1:<6}{name:<16}{run.bound_per_s:>8.1f}"
+                  f"{'' if name == 'bare' else f'{ratio:.2f}':>7}"
+                  f"{run.cpu('kube-apiserver'):>9.1f}s"
+                  f"{'' if name == 'bare' else f'{added:+.2f}':>8}"
+                  f"{run.bench_cpu:>9.2f}s{pct(run.create_latency, .5):>9.1f}ms"
+                  f"{pct(run.create_latency, .99):>5.0f}ms{pct(run.to_ungate, .5):>10.1f}ms"
+                  f"{pct(run.to_bound, .5):>9.1f}ms{pct(run.to_bound, .99):>5.0f}ms"
+                  f"{run.wrong:>6}{run.escaped:>5}{run.failed_creates:>5}")
+    bare_rates = _join([arms["bare"].bound_per_s for arms in rounds], "{:.1f}")
+    bench_cpu = _join([arms["bare"].bench_cpu for arms in rounds], "{:.2f}")
+    totals = _join([arms["bare"].loadgen_cpu_total for arms in rounds], "{:.2f}")
+    print(f"\nbare: {bare_rates} pods/s; the benchmark's own CPU in those runs: {bench_cpu} s "
+          f"(load generators {totals} s in all, serialization and start-up included)")
+    print(f"\n{'scenario':<16}{'ratio to bare per round (median)':<40}"
+          f"{'apiserver +ms/pod (median)':<34}{'vs warm (median)':<24}")
+    for name in scenarios:
+        ratios = [arms[name].bound_per_s / arms["bare"].bound_per_s
+                  if arms["bare"].bound_per_s else float("nan") for arms in rounds]
+        added = [(arms[name].cpu("kube-apiserver") - arms["bare"].cpu("kube-apiserver"))
+                 * 1000 / pods for arms in rounds]
+        vs_warm = ""
+        if "warm" in scenarios and name != "warm":
+            vs_warm = _join([ratio - arms["warm"].bound_per_s / arms["bare"].bound_per_s
+                             for ratio, arms in zip(ratios, rounds, strict=True)], "{:+.2f}",
+                            median=True)
+        print(f"{name:<16}{_join(ratios, '{:.2f}', median=True):<40}"
+              f"{_join(added, '{:+.2f}', median=True):<34}{vs_warm}")
+    if args.light:
+        added_p50 = {name: _median([pct(a[name].create_latency, .5)
+                                    - pct(a["bare"].create_latency, .5) for a in rounds])
+                     for name in scenarios}
+        bare_p50 = _median([pct(a["bare"].create_latency, .5) for a in rounds])
+        print(f"\ncreate latency p50, bare {bare_p50:.1f} ms; added by the product (median "
+              "over rounds): " + ", ".join(f"{n} {v:+.1f} ms" for n, v in added_p50.items()))
+    last = rounds[-1]
+    print("\nlast round, per arm: CPU seconds of each process during the run; the webhook's "
+          "admissions by path; pods by decision path; requests per pod by podplacement")
+    for name in ["bare", *scenarios]:
+        run = last[name]
+        cpu = ", ".join(f"{p} {c:.1f}" for p, (c, _) in sorted(run.processes.items()))
+        print(f"  {name}: CPU s: {cpu}, bench {run.bench_cpu:.2f}")
+        if name != "bare":
+            extra = Counter[str]()
+            for (user, verb), count in run.requests.items():
+                if user.startswith(f"system:serviceaccount:{PRODUCT_NAMESPACE}:"):
+                    extra[f"{user.rsplit(':', 1)[1]} {verb}"] += count
+            print(f"    webhook admissions: {run.webhook_paths}; decision paths: "
+                  f"{dict(run.paths)}; checked {run.checked}, wrong {run.wrong}, "
+                  f"escaped {run.escaped}")
+            if run.by_controller and run.paths.get("webhook"):
+                # when the pods the webhook left to the controller were created
+                spots = sorted(run.by_controller)
+                print(f"    pods left to the controller, by creation order: first {spots[0]}, "
+                      f"median {spots[len(spots) // 2]}, last {spots[-1]} (of {pods})")
+            if extra:
+                print("    requests per pod by podplacement: " + ", ".join(
+                    f"{k} {v / pods:.3f}" for k, v in sorted(extra.items())))
+    bad = [(r + 1, name) for r, arms in enumerate(rounds) for name in scenarios
+           if arms[name].wrong or arms[name].escaped]
+    print("\nno wrong placement" if not bad else f"\n! WRONG PLACEMENTS in {bad}")
 
 
 def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> None:
@@ -546,48 +835,62 @@ def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> Non
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run the rounds, print."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    ap.add_argument("--pods", type=int, default=2000, help="pods per run (default 2000)")
-    ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
-    ap.add_argument("--rounds", type=int, default=1, help="interleaved bare/product rounds")
+    ap.add_argument("--scenario", default="warm",
+                    help=f"comma-separated, of {', '.join(SCENARIOS)} (default warm)")
+    ap.add_argument("--pods", type=int, default=2000, help="pods per arm (default 2000)")
+    ap.add_argument("--clients", type=int, default=16,
+                    help="keep-alive connections in all (default 16)")
+    ap.add_argument("--procs", type=int, default=2,
+                    help="load-generator processes (default 2)")
+    ap.add_argument("--loadgen", choices=("processes", "inprocess"), default="processes",
+                    help="pre-serialized bodies in load-generator processes (default), or "
+                         "httpx from this process (the former generator)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--light", action="store_true",
-                    help="1 client, pods created one at a time (default --pods 200)")
+                    help="1 connection, pods created one at a time (default --pods 200)")
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds to wait for every pod to be bound (default 300)")
-    ap.add_argument("--scenario",
-                    choices=("cold", "warm", "private", "controller", "webhook-stopped"),
-                    default="cold", help="what the product run measures (default cold)")
     ap.add_argument("--params-entries", type=int, default=5000,
-                    help="entries of the params object in the warm scenario (default 5000)")
-    ap.add_argument("--with-policy", action="store_true",
-                    help="a third run per round with a PodPlacementPolicy matching every pod")
+                    help="entries of the params object with mechanism Auto (default 5000)")
+    ap.add_argument("--inspection-budget", default=None, metavar="DURATION",
+                    help="spec.admission.inspectionBudget of the product arms (default: the "
+                         "CRD's, 300ms)")
+    ap.add_argument("--no-audit", action="store_true",
+                    help="no audit log (no requests-per-pod figures)")
     ap.add_argument("--controller-option", action="append", default=[],
                     help="extra option for podplacement controller (repeatable)")
     args = ap.parse_args(argv)
-    if args.light and "--pods" not in (argv if argv is not None else sys.argv):
-        args.pods = 200
+    scenarios = [s for s in args.scenario.split(",") if s]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown or not scenarios:
+        ap.error(f"unknown scenario {unknown}; choose from {', '.join(SCENARIOS)}")
+    if "private" in scenarios and len(scenarios) > 1:
+        ap.error("private uses its own registry (htpasswd, TLS): run it alone")
+    if args.light:
+        if "--pods" not in (argv if argv is not None else sys.argv):
+            args.pods = 200
+        args.clients, args.procs = 1, 1
+    args.procs = max(1, min(args.procs, args.clients))
+    args.private = scenarios == ["private"]
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    if args.scenario == "private":
-        global PULL_SECRET
-        PULL_SECRET = "bench-pull"
-        registry = start_registry(work / "registry", tls=True, auth="basic")
-    else:
-        registry = start_registry(work / "registry")
+    registry = (start_registry(work / "registry", tls=True, auth="basic") if args.private
+                else start_registry(work / "registry"))
     try:
-        images = push_images(registry)
-        bare: list[Run] = []
-        product: list[Run] = []
-        policy: list[Run] = []
-        for i in range(args.rounds):
-            print(f"round {i + 1}: bare", file=sys.stderr)
-            bare.append(one_run("bare", args, registry, images, work / f"r{i}"))
-            print(f"round {i + 1}: product", file=sys.stderr)
-            product.append(one_run("product", args, registry, images, work / f"r{i}"))
-            if args.with_policy:
-                print(f"round {i + 1}: product with a policy", file=sys.stderr)
-                policy.append(one_run("policy", args, registry, images, work / f"r{i}"))
-        report(bare, product, args.light, args.scenario)
-        if policy:
-            report_policy(bare, product, policy)
+        images = push_images(registry, args.pods, "new-images" in scenarios,
+                             "cold-burst" in scenarios)
+        rounds: list[dict[str, Run]] = []
+        for r in range(args.rounds):
+            order = ["bare", *scenarios]
+            order = order[r % len(order):] + order[:r % len(order)]
+            arms: dict[str, Run] = {}
+            for arm in order:
+                print(f"round {r + 1}: {arm}", file=sys.stderr)
+                arms[arm] = one_run(arm, args, registry, images, work / f"r{r}")
+                print(f"  {arms[arm].bound_per_s:.1f} pods/s, bench CPU "
+                      f"{arms[arm].bench_cpu:.2f} s, kube-apiserver CPU "
+                      f"{arms[arm].cpu('kube-apiserver'):.1f} s", file=sys.stderr)
+            rounds.append(arms)
+        report(rounds, scenarios, args)
     finally:
         registry.stop()
     return 0

@@ -43,7 +43,8 @@ REPO_SINGLE = "bench/single"
 
 def push_images(reg: Registry, n: int, singles: bool = True) -> None:
     """Push ``n`` distinct indexes (2 platforms each) and, with ``singles``, ``n`` distinct
-    single-platform manifests."""
+    single-platform manifests, each with a config of its own (the inspector keeps a config's
+    platform by digest: a shared config would be read once)."""
     with Pusher(reg) as p:
         children = [
             (p.image(REPO_INDEX, None, architecture=a), {"os": "linux", "architecture": a})
@@ -53,11 +54,10 @@ def push_images(reg: Registry, n: int, singles: bool = True) -> None:
             p.index(REPO_INDEX, f"i{i}", children, annotations={"bench.n": str(i)})
         if not singles:
             return
-        config = p.blob(
-            REPO_SINGLE, json.dumps({"os": "linux", "architecture": "arm64", "rootfs": {}}).encode()
-        )
         layer = p.blob(REPO_SINGLE, b"bench layer")
         for i in range(n):
+            config = p.blob(REPO_SINGLE, json.dumps(
+                {"os": "linux", "architecture": "arm64", "rootfs": {}, "bench.n": i}).encode())
             body = json.dumps(
                 {
                     "schemaVersion": 2,

@@ -110,6 +110,7 @@ def admission_placement(
     config: PlacementConfig,
     *,
     policy: PlacementPolicy | None = None,
+    revalidated: bool = False,
 ) -> AdmissionPlacement | None:
     """The placement of a pod being created, decided at admission as the controller would.
 
@@ -121,10 +122,15 @@ def admission_placement(
         config: the PodPlacementConfig in force.
         policy: the namespace's placement policy matching the pod
             (:func:`controller.policy.policy_for`), or None.
+        revalidated: the caller checked the results of the images pulled with
+            ``imagePullPolicy: Always`` against the registry for this admission (the tag's
+            current digest, as the controller does for every such pod); without it those
+            images leave the pod to the controller.
 
     Returns:
         None when the webhook must leave the pod to the controller: an image without a
-        result, an image pulled with ``imagePullPolicy: Always``, fast paths disabled or
+        result, an image pulled with ``imagePullPolicy: Always`` not ``revalidated``, fast
+        paths disabled or
         NUMA placement on (:func:`fast_path_applies`), an outcome other than
         ``set``/``not-set``/``no-supported-platform``, or an object that is not the shape
         the API gives. Otherwise the :class:`AdmissionPlacement`: the same affinity, labels
@@ -140,9 +146,9 @@ def admission_placement(
         result = images.get(image)
         if result is None or isinstance(result, BaseException):
             return None
-        if pull_always:
+        if pull_always and not revalidated:
             # imagePullPolicy Always: the controller revalidates the tag with the registry
-            # for every pod; a cached result cannot (the admission policy skips these too).
+            # for every pod; a cached result cannot (the admission policy gates these).
             return None
     return _decided_at_admission(pod, images, config, _PLACED, give_up=None, policy=policy)
 

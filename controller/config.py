@@ -78,6 +78,15 @@ ADMISSION_WEBHOOK = "Webhook"
 #: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
 FAST_PATHS_ENABLED = "Enabled"
 FAST_PATHS_DISABLED = "Disabled"
+#: ``spec.admission.inspectionBudget``: seconds the webhook may spend, counted from the start
+#: of a review, inspecting (or, for ``imagePullPolicy: Always``, revalidating) a gated pod's
+#: images it does not know yet before it leaves the pod to the controller; 0 inspects
+#: nothing at admission. The default is a few registry round trips on a nearby registry.
+DEFAULT_INSPECTION_BUDGET = 0.3
+#: Its upper bound (also the CRD's CEL rule): the API server waits for the webhook at most
+#: its configuration's ``timeoutSeconds`` (5 s, ``controller.webhookconfig``) and then
+#: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
+MAX_INSPECTION_BUDGET = 4.0
 #: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
 #: product's namespace, ``spec.images``: image reference as written in pods → sorted,
 #: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
@@ -303,6 +312,8 @@ class PlacementConfig:
     ``status.execFormatErrorMonitor.excluded`` (:func:`excluded_from_status`), read with the
     object so that every reader of the config (the webhook, ``explain``) places as the
     controller does; empty unless both ``enabled`` and ``learn`` are true.
+    ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
+    0..:data:`MAX_INSPECTION_BUDGET`).
     """
 
     log_verbosity: str = "Normal"
@@ -317,6 +328,7 @@ class PlacementConfig:
     exec_format_learn: bool = True
     delete_failed_pods: bool = False
     excluded: tuple[ExcludedPlatform, ...] = ()
+    admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
     generation: int = 0
 
     @classmethod
@@ -383,6 +395,13 @@ class PlacementConfig:
                                   f"must be a boolean, got {value!r}")
             switches[key] = value
         learn = switches["enabled"] and switches["learn"]
+        budget = admission.get("inspectionBudget")
+        inspection_budget = (DEFAULT_INSPECTION_BUDGET if budget is None else parse_duration(
+            str(budget), "spec.admission.inspectionBudget"))
+        if inspection_budget > MAX_INSPECTION_BUDGET:
+            raise ConfigError("spec.admission.inspectionBudget",
+                              f"must be at most {MAX_INSPECTION_BUDGET:g}s (the webhook's "
+                              f"timeout is 5s), got {budget!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -396,6 +415,7 @@ class PlacementConfig:
             exec_format_learn=switches["learn"],
             delete_failed_pods=switches["deleteFailedPods"],
             excluded=excluded_from_status(obj) if learn else (),
+            admission_inspection_budget=inspection_budget,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 

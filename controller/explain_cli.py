@@ -465,7 +465,8 @@ _PATHS = {
     "admission": "placed at admission by the MutatingAdmissionPolicy podplacement-gate "
                  "(its params object knew every image)",
     "webhook": "placed at admission by the webhook (its cache knew every image for the "
-               "pod's pull secrets)",
+               "pod's pull secrets, or it inspected them within the config's "
+               "inspectionBudget)",
     "controller": "gated at admission, placed by the controller's PATCH",
 }
 

@@ -4,7 +4,9 @@ Flow for one lookup: parse and normalise the reference; ask registries.conf wher
 (mirrors in order, then the source; blocked registries refused); match the caller's credentials
 to each source with the kubelet's rules; then, through the cache (key: reference + credential
 identities, single-flight), fetch the manifest with all manifest Accept types. An index/list
-gives the platforms directly (one request); a single manifest needs its config blob (two).
+gives the platforms directly (one request); a single manifest needs its config blob (two, one
+when another tag already led to the same config: its platform is kept by digest, content
+that cannot change).
 Authentication is learned per (registry host, repository) from the registry's 401 challenge
 (Basic, or Bearer with a token cached per (registry, realm, service, scope, credential identity)
 until it expires); a new repository first tries the challenge that last worked on its host, and
@@ -23,6 +25,7 @@ import logging
 import random
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
@@ -60,6 +63,7 @@ from imageinspect._manifest import (
     MAX_MANIFEST_BYTES,
     SCHEMA1_TYPES,
     ImageInfo,
+    Platform,
     compute_digest,
     parse_config,
     parse_manifest,
@@ -95,6 +99,7 @@ class InspectorStats:
         cache_misses: lookups that started a fetch.
         inflight_joins: lookups that waited for another caller's fetch of the same key.
         revalidations: ``pull_always`` HEAD checks that confirmed the cached digest.
+        config_hits: config blobs not fetched: their platform was known by digest.
     """
 
     requests: int = 0
@@ -105,6 +110,7 @@ class InspectorStats:
     cache_misses: int = 0
     inflight_joins: int = 0
     revalidations: int = 0
+    config_hits: int = 0
 
 
 def _error_detail(resp: Response) -> str:
@@ -239,6 +245,13 @@ class Inspector:
         #: repository not challenged yet (a wrong guess costs one re-challenge).
         self._host_challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str, str, str, str], tuple[str, float]] = {}
+        #: Platform of each config blob seen, by its digest, LRU: content-addressed, so it
+        #: holds for every tag that names it. A caller only reaches it through a manifest
+        #: it was allowed to read, in a repository that holds the blob (a registry refuses a
+        #: manifest whose blobs the repository lacks), so it learns nothing it could not
+        #: have fetched.
+        self._config_platforms: OrderedDict[str, tuple[Platform, ...]] = OrderedDict()
+        self._max_configs = max(1, max_entries)
         self._stats = InspectorStats()
         #: The backoff sleep (tests replace it to observe delays without waiting).
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -420,6 +433,11 @@ class Inspector:
                     f"image config {parsed.config_digest} is larger than the "
                     f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB limit ({parsed.config_size} bytes)"
                 )
+            known = self._config_platforms.get(parsed.config_digest)
+            if known is not None:
+                self._config_platforms.move_to_end(parsed.config_digest)
+                self._stats.config_hits += 1
+                return ImageInfo(str(ref), digest, parsed.media_type, known)
             cwhat = f"config blob {parsed.config_digest}"
             cresp = await self._request(
                 src,
@@ -435,6 +453,9 @@ class Inspector:
             _raise_for_status(cresp, cwhat, sref.domain, str(ref), cred)
             verify_digest(cresp.body, parsed.config_digest, "image config")
             platforms = parse_config(cresp.body)
+            self._config_platforms[parsed.config_digest] = platforms
+            while len(self._config_platforms) > self._max_configs:
+                self._config_platforms.popitem(last=False)
         return ImageInfo(str(ref), digest, parsed.media_type, platforms)
 
     async def _head_with(

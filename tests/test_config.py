@@ -40,3 +40,18 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects_garbage(text: str) -> None:
     with pytest.raises(ConfigError):
         parse_duration(text)
+
+
+def test_inspection_budget_defaults_to_300ms_and_stays_below_the_webhook_timeout() -> None:
+    from controller.config import DEFAULT_INSPECTION_BUDGET, MAX_INSPECTION_BUDGET
+    from controller.webhookconfig import DEFAULT_TIMEOUT_SECONDS
+
+    assert PlacementConfig.from_object({}).admission_inspection_budget == 0.3
+    assert DEFAULT_INSPECTION_BUDGET < MAX_INSPECTION_BUDGET < DEFAULT_TIMEOUT_SECONDS
+    spec = {"admission": {"inspectionBudget": "150ms"}}
+    assert PlacementConfig.from_object({"spec": spec}).admission_inspection_budget == 0.15
+    spec = {"admission": {"inspectionBudget": "0s"}}
+    assert PlacementConfig.from_object({"spec": spec}).admission_inspection_budget == 0
+    for bad in ("5s", "4001ms", "fast"):
+        with pytest.raises(ConfigError, match="inspectionBudget"):
+            PlacementConfig.from_object({"spec": {"admission": {"inspectionBudget": bad}}})

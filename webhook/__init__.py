@@ -6,7 +6,9 @@ Modules: :mod:`webhook.gating` (pure: should this pod be gated, and why not),
 PodPlacementConfig), :mod:`webhook.leasewatch` (is a controller running?),
 :mod:`webhook.placecache` (per-credential inspection results, filled in the background),
 :mod:`webhook.admitinspect` (inspection at admission within a budget, one per image and
-credentials at a time), :mod:`webhook.outage` (the answer while no controller runs),
+credentials at a time), :mod:`webhook.admitplace` (placing a gated pod at admission: the
+cache, else its images inspected or revalidated within the config's budget),
+:mod:`webhook.outage` (the answer while no controller runs),
 :mod:`webhook.tls` and :mod:`webhook.server` (uvicorn over TLS with certificate reload),
 :mod:`webhook.cli` (``podplacement webhook``).
 

@@ -23,8 +23,11 @@ no registry request, no cache write.
 ``revalidate=True`` treats images pulled with ``imagePullPolicy: Always`` as the controller
 does: never answered from the place cache, always asked of the registry
 (:meth:`imageinspect.Inspector.inspect` with ``pull_always``: a HEAD digest check when its own
-cache holds the tag). Used while no controller runs (:mod:`webhook.outage`); the same call
-serves a cache miss of the fast path.
+cache holds the tag). Concurrent reviews share one such check (the flight key), so a review
+may be answered by a HEAD sent at most one registry round trip before it arrived. Used while
+no controller runs (:mod:`webhook.outage`, with the inspector's own ``budget``) and, with
+the config's ``inspectionBudget``, for a gated pod the cache cannot place
+(:mod:`webhook.admitplace`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ HTTP 400 (the API server then applies failurePolicy), an unexpected error while 
 408 (:func:`read_body`; the other read limits are in :mod:`webhook.limits`). Other resources,
 subresources and operations are allowed unchanged. Dry-run requests (``request.dryRun``)
 get the same answers, but cause nothing beyond them (``sideEffects: None``): no registry
-request and no cache fill, only cache reads. While no controller runs, gated pods are placed
-at admission or released with the fallback (:mod:`webhook.outage`).
+request and no cache fill, only cache reads. A gated pod whose images the webhook knows, or
+learns within the config's ``inspectionBudget``, is placed in the answer
+(:mod:`webhook.admitplace`); while no controller runs, gated pods are placed at admission or
+released with the fallback (:mod:`webhook.outage`).
 """
 
 from __future__ import annotations
@@ -35,9 +37,19 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.requests import ClientDisconnect
 
-from controller.admission import AdmissionPlacement, admission_placement, fast_path_applies
-from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX, PlacementConfig
+from controller.admission import AdmissionPlacement
+from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from controller.policy import policy_for
+from webhook.admitplace import (
+    GATED,
+    GATED_INSPECTION_FAILED,
+    GATED_OVER_BUDGET,
+    PLACED_FROM_CACHE,
+    PLACED_INSPECTED,
+    PLACED_REVALIDATED,
+    place_reviewed_pod,
+)
+from webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
 from webhook.configsource import ConfigSource
 from webhook.gating import (
     REASON_ALREADY_GATED,
@@ -64,7 +76,12 @@ ADMISSION_VERSIONS = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 #: ``admissions_total{path}`` values.
 PATH_POLICY_PLACED = "policy-placed"
 PATH_WEBHOOK_PLACED = "webhook-placed"
+PATH_WEBHOOK_INSPECTED = "webhook-inspected"
+PATH_WEBHOOK_REVALIDATED = "webhook-revalidated"
 PATH_GATED = "gated"
+PATH_GATED_OVER_BUDGET = "gated-over-budget"
+PATH_GATED_INSPECTION_FAILED = "gated-inspection-failed"
+PATH_RELEASED = "released"
 PATH_SKIPPED = "skipped"
 
 OUTCOME_GATED = "gated"
@@ -80,6 +97,10 @@ OUTCOME_ERROR = "error"
 OUTCOME_RELEASED = "released"
 #: Reason of ``placed`` and ``released`` while no controller runs.
 REASON_CONTROLLER_UNAVAILABLE = "controller_unavailable"
+#: Reasons of ``placed`` outside an outage (empty: from the cache): an image inspected at
+#: admission, or the digests of the images pulled with ``Always`` confirmed.
+REASON_INSPECTED = "inspected"
+REASON_REVALIDATED = "revalidated"
 
 #: ``reason`` for requests that are not a pod CREATE.
 REASON_NOT_POD_CREATE = "not_pod_create"
@@ -129,9 +150,13 @@ class WebhookMetrics:
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
     * ``admissions_total{path}``: pod creations by the path they took:
       ``policy-placed`` (the MutatingAdmissionPolicy placed the pod from its params object),
-      ``webhook-placed``, ``gated`` (by the policy or the webhook; the controller places
-      them) and ``skipped``; ``policy-placed / (policy-placed + gated)`` is the hit ratio of
-      the params object while the policy is in force;
+      ``webhook-placed`` (from the webhook's cache, or while no controller runs),
+      ``webhook-inspected`` (an image inspected at admission within the config's
+      ``inspectionBudget``), ``webhook-revalidated`` (images pulled with ``Always`` kept
+      their digest: one ``HEAD`` each), ``gated`` (by the policy or the webhook; the
+      controller places them), ``gated-over-budget`` and ``gated-inspection-failed`` (the
+      same, after an inspection at admission that did not finish in time or failed),
+      ``released`` (released unplaced while no controller runs) and ``skipped``;
     * ``released_unplaced_total{reason}``: pods released at admission without their images'
       platforms while no controller runs (the config's ``fallbackArchitecture`` required
       when set), by why (:data:`webhook.outage.UNPLACED_REASONS`);
@@ -160,6 +185,8 @@ class WebhookMetrics:
         self.error = self._requests.labels(OUTCOME_ERROR, "")
         self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
         self.placed = self._requests.labels(OUTCOME_PLACED, "")
+        self.placed_inspected = self._requests.labels(OUTCOME_PLACED, REASON_INSPECTED)
+        self.placed_revalidated = self._requests.labels(OUTCOME_PLACED, REASON_REVALIDATED)
         self.placed_in_outage = self._requests.labels(OUTCOME_PLACED,
                                                       REASON_CONTROLLER_UNAVAILABLE)
         unplaced = Counter(f"{p}released_unplaced", "Pods released at admission without "
@@ -172,6 +199,21 @@ class WebhookMetrics:
         self.webhook_placed = admissions.labels(PATH_WEBHOOK_PLACED)
         self.path_gated = admissions.labels(PATH_GATED)
         self.path_skipped = admissions.labels(PATH_SKIPPED)
+        self.path_released = admissions.labels(PATH_RELEASED)
+        #: :data:`webhook.admitplace.KINDS` → (requests_total child, admissions_total child)
+        #: for the placed kinds; admissions_total child for the gated ones.
+        self.placed_by_kind = {
+            PLACED_FROM_CACHE: (self.placed, self.webhook_placed),
+            PLACED_INSPECTED: (self.placed_inspected,
+                               admissions.labels(PATH_WEBHOOK_INSPECTED)),
+            PLACED_REVALIDATED: (self.placed_revalidated,
+                                 admissions.labels(PATH_WEBHOOK_REVALIDATED)),
+        }
+        self.gated_by_kind = {
+            GATED: self.path_gated,
+            GATED_OVER_BUDGET: admissions.labels(PATH_GATED_OVER_BUDGET),
+            GATED_INSPECTION_FAILED: admissions.labels(PATH_GATED_INSPECTION_FAILED),
+        }
         self._path_by_reason = {REASON_GATED: self.path_gated,
                                 REASON_ALREADY_GATED: self.path_gated,
                                 REASON_PLACED_AT_ADMISSION: self.policy_placed}
@@ -186,13 +228,24 @@ class WebhookMetrics:
         self.connection_stats = ConnectionStats()
         self.registry.register(_ConnectionCollector(p, self.connection_stats))
 
-    def decided(self, reason: str) -> None:
-        """Count one pod decision (``gated`` or a skip reason), and its admission path."""
+    def decided(self, reason: str, kind: str = GATED) -> None:
+        """Count one pod decision (``gated`` or a skip reason), and its admission path;
+        a gated pod's path by ``kind`` (:data:`webhook.admitplace.KINDS`: why the webhook
+        did not place it)."""
         child = self._by_reason.get(reason)
         if child is None:
             child = self._by_reason[reason] = self._requests.labels(OUTCOME_SKIPPED, reason)
         child.inc()
-        self._path_by_reason.get(reason, self.path_skipped).inc()
+        path = self._path_by_reason.get(reason, self.path_skipped)
+        if path is self.path_gated:
+            path = self.gated_by_kind.get(kind, path)
+        path.inc()
+
+    def placed_at_admission(self, kind: str) -> None:
+        """Count one pod the webhook placed outside an outage, by ``kind``."""
+        request, path = self.placed_by_kind[kind]
+        request.inc()
+        path.inc()
 
     def observe_latency(self, seconds: float) -> None:
         """Record one /mutate duration in seconds."""
@@ -452,7 +505,7 @@ def _outage_response(api_version: str, uid: str, answer: OutageAnswer,
         m.webhook_placed.inc()
     else:
         m.released.inc()
-        m.path_skipped.inc()
+        m.path_released.inc()
         m.released_unplaced[answer.unplaced].inc()
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if answer.patch:
@@ -463,42 +516,10 @@ def _outage_response(api_version: str, uid: str, answer: OutageAnswer,
     return _review_response(api_version, response)
 
 
-class PlaceCacheLike(Protocol):
+class PlaceCacheLike(_PlaceCacheBase, Protocol):
     """What :func:`create_app` needs of :class:`webhook.placecache.PlaceCache`."""
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
-               touch: bool = True) -> Mapping[str, Any] | None: ...
-    def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
-                      config: PlacementConfig) -> Any: ...
     async def aclose(self) -> None: ...
-
-
-def _webhook_placement(place_cache: PlaceCacheLike, body: bytes, namespace: str,
-                       config: PlacementConfig | None, m: WebhookMetrics,
-                       dry_run: bool, policies: PolicySource | None = None
-                       ) -> AdmissionPlacement | None:
-    """The fast path: the placement of the pod of ``body`` when the cache knows all its
-    images, else None after scheduling a background fill (not for a ``dry_run`` review,
-    which only reads the cache: ``sideEffects: None``). No I/O here; an error is logged and
-    counted, and the pod is then handled as without the cache. The namespace's placement
-    policy matching the pod (``policies``; :func:`controller.policy.policy_for`) applies."""
-    if not fast_path_applies(config):
-        return None
-    assert config is not None
-    try:
-        # The selective decoder kept only the gating fields: the decision reads the whole pod.
-        pod = orjson.loads(body)["request"]["object"]
-        images = place_cache.lookup(pod, namespace, config, touch=not dry_run)
-        if images is None:
-            if not dry_run:
-                place_cache.schedule_fill(pod, namespace, config)
-            return None
-        policy = policy_for(pod, policies.of(namespace)) if policies is not None else None
-        return admission_placement(pod, images, config, policy=policy)
-    except Exception:
-        log.exception("webhook placement failed; the pod is left to the controller")
-        m.errors.inc()
-        return None
 
 
 def _placed(api_version: str, uid: str, placement: AdmissionPlacement) -> Response:
@@ -691,15 +712,24 @@ def create_app(
             the pod's credentials is placed in the answer (the controller's decision,
             :func:`controller.admission.admission_placement`: final affinity, labels,
             annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
-            images cannot run on), counted as ``admissions_total{path="webhook-placed"}``;
-            on a miss the pod is handled as without it and a background fill is scheduled
-            (none for a ``dryRun`` review). None: no fast path.
-        admission_inspector: inspects a pod's images at admission within its budget
-            (:class:`webhook.admitinspect.AdmissionInspector`; closed with the app), while
-            no controller runs; None: such pods are released with the fallback.
+            images cannot run on), counted as ``admissions_total{path="webhook-placed"}``.
+            On a miss, and for images pulled with ``Always``, the images are inspected
+            (revalidated: one ``HEAD``) with ``admission_inspector`` within the config's
+            ``inspectionBudget`` (:mod:`webhook.admitplace`; ``webhook-inspected``,
+            ``webhook-revalidated``); past it the pod stays gated
+            (``gated-over-budget``). Without an inspector or with a budget of 0, a miss
+            schedules a background fill; a ``dryRun`` review only reads the cache. None:
+            no fast path.
+        admission_inspector: inspects a pod's images at admission within a budget
+            (:class:`webhook.admitinspect.AdmissionInspector`, storing into
+            ``place_cache``; closed with the app): the config's ``inspectionBudget`` while
+            a controller runs, the inspector's own ``budget`` while none does; None: pods
+            are placed from the cache only, and released with the fallback while no
+            controller runs.
         policies: the namespaces' PodPlacementPolicies
             (:class:`webhook.policysource.WatchingPolicySource`; started and stopped with the
-            app), applied on the cache path; None: the cluster's config alone.
+            app), applied on every path that places at admission; None: the cluster's
+            config alone.
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
@@ -785,17 +815,23 @@ def create_app(
                         policy=(policy_for(whole, policies.of(namespace))
                                 if policies is not None else None))
                     return _outage_response(api_version, uid, answer, m)
-                # --- fast path: place from the cache ---
+                # --- fast path: place from the cache, or inspected within the budget ---
+                kind = GATED
                 if place_cache is not None and (decision.gate
                                                 or decision.reason == REASON_ALREADY_GATED):
-                    placement = _webhook_placement(place_cache, body, namespace, config, m,
-                                                   dry_run, policies)
-                    if placement is not None:
-                        m.placed.inc()
-                        m.webhook_placed.inc()
-                        return _placed(api_version, uid, placement)
+                    budget = (config.admission_inspection_budget if config is not None
+                              else 0.0) - (perf_counter() - started)
+                    placed = await place_reviewed_pod(
+                        body, namespace, config, cache=place_cache,
+                        inspector=admission_inspector, budget=budget, dry_run=dry_run,
+                        policies=policies,
+                        on_error=m.errors.inc)
+                    if placed.placement is not None:
+                        m.placed_at_admission(placed.kind)
+                        return _placed(api_version, uid, placed.placement)
+                    kind = placed.kind
                 # --- end of the fast path ---
-                m.decided(decision.reason)
+                m.decided(decision.reason, kind)
                 if not decision.gate:
                     return _allowed(api_version, uid)
                 m.gated.inc()

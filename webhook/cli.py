@@ -89,14 +89,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--admission-inspection-budget", type=_budget, default=DEFAULT_BUDGET,
                    metavar="SECONDS",
                    help="seconds, counted from the start of a review, that the webhook may "
-                        "wait for a pod's image inspections while answering (while no "
-                        "controller runs); must stay below the webhook configuration's "
-                        f"timeoutSeconds ({DEFAULT_TIMEOUT_SECONDS}) (default: %(default)s)")
+                        "wait for a pod's image inspections while answering while no "
+                        "controller runs (while one runs, the PodPlacementConfig's "
+                        "spec.admission.inspectionBudget applies); must stay below the "
+                        "webhook configuration's timeoutSeconds "
+                        f"({DEFAULT_TIMEOUT_SECONDS}) (default: %(default)s)")
     p.add_argument("--no-place-cache", action="store_true",
-                   help="never place a gated pod at admission from the webhook's own cache of "
-                        "inspected images (default: place pods whose images were inspected "
-                        "before with the same namespace and pull secrets; needs get on "
-                        "secrets; not with --config-file)")
+                   help="never place a gated pod at admission while a controller runs "
+                        "(default: place pods whose images the webhook inspected with the "
+                        "same namespace and pull secrets, before or within the config's "
+                        "spec.admission.inspectionBudget; needs get on secrets; not with "
+                        "--config-file)")
     add_registry_arguments(p, pull_secret=False)
     p.set_defaults(func=run)
 

@@ -1,16 +1,15 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
-The webhook places a pod at admission only when it already knows every image of the pod
-(:func:`controller.admission.admission_placement`; README "The webhook after the policy").
-The fast path never does network I/O while answering: on a miss the pod stays gated for the
-controller and
-:meth:`PlaceCache.schedule_fill` queues a background fill, which reads the pod's pull Secrets
-through the Kubernetes API, inspects the images with those credentials and stores the
-results. The next pod with the same images and the same credentials is then placed by the
-webhook (the replicas of a Deployment of a private image, pods with existing required
-terms). A review with ``dryRun`` only reads the cache (``lookup(touch=False)``) and
-schedules no fill. While no controller runs, :mod:`webhook.admitinspect` inspects at
-admission and stores its results here too (:meth:`PlaceCache.store`).
+The webhook places a pod at admission when it knows every image of the pod
+(:func:`controller.admission.admission_placement`; README "The webhook after the policy"):
+from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
+config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
+:mod:`webhook.admitplace`). With a budget of 0, a miss leaves the pod gated for the
+controller and :meth:`PlaceCache.schedule_fill` queues a background fill, which reads the
+pod's pull Secrets through the Kubernetes API, inspects the images with those credentials
+and stores the results. Either way the next pod with the same images and the same
+credentials is placed by the webhook. A review with ``dryRun`` only reads the cache
+(``lookup(touch=False)``) and schedules no fill.
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
 controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image

@@ -291,12 +291,16 @@ def test_an_unknown_or_failed_image_is_left_to_the_controller() -> None:
                                PlacementConfig()) is None
 
 
-def test_an_image_pulled_always_is_left_to_the_controller() -> None:
-    """The controller revalidates such a tag with the registry for every pod."""
+def test_an_image_pulled_always_is_left_to_the_controller_unless_revalidated() -> None:
+    """The controller revalidates such a tag with the registry for every pod; the webhook
+    may place it only with results it revalidated for this admission."""
     pod = _pod("reg/amd:1", "reg/multi:1")
-    assert admission_placement(pod, IMAGES, PlacementConfig()) is not None
+    warm = admission_placement(pod, IMAGES, PlacementConfig())
+    assert warm is not None
     pod["spec"]["containers"][1]["imagePullPolicy"] = "Always"
     assert admission_placement(pod, IMAGES, PlacementConfig()) is None
+    checked = admission_placement(pod, IMAGES, PlacementConfig(), revalidated=True)
+    assert checked is not None and checked.patch == warm.patch
 
 
 def test_decide_without_path_writes_no_path() -> None:

@@ -210,6 +210,36 @@ async def test_a_burst_of_200_records_is_batched_into_a_few_writes(
     assert not store.dirty
 
 
+async def test_writes_are_paced_by_the_size_of_the_object(api: KubeAPI) -> None:
+    """Every write replaces the whole object: after a write of N bytes the next waits
+    N / write_bytes_per_second (here 20 KB at 10 KB/s: 2 s, not min_interval's 0.2 s), so
+    a large catalog taking one image after another is not rewritten every second."""
+    store = ParamsStore(3600)
+    for i in range(200):
+        store.record(reference(i, pinned=False), AMD_ARM, time.time())
+    assert store.json_size > 18_000
+    writer = ParamsWriter(api, store, min_interval=0.2, write_bytes_per_second=10_000)
+    assert await writer.load() == 0
+    writes = track_writes(api)
+
+    async def one_by_one() -> None:
+        # a new image every 0.1 s, as pods of tags never seen arrive
+        for i in range(200, 240):
+            store.record(reference(i, pinned=False), AMD_ARM, time.time())
+            await asyncio.sleep(0.1)
+        await wait_live(api, lambda o: o.get("status", {}).get("entries") == 240, 10)
+
+    await running(writer, one_by_one)
+    starts = [t for _v, _s, t, _d in writes]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    print(f"\n{len(writes)} writes of about {store.json_size} bytes, gaps {gaps}")
+    assert 2 <= len(writes) <= 4, writes
+    # each write held at least 18 KB: at least 1.8 s to the next (min_interval: 0.2 s)
+    assert gaps and all(gap >= 1.7 for gap in gaps), gaps
+    with pytest.raises(ValueError):
+        ParamsWriter(api, store, write_bytes_per_second=0)
+
+
 async def test_a_clean_store_is_not_written(api: KubeAPI) -> None:
     store = ParamsStore(3600)
     writer = ParamsWriter(api, store, min_interval=0.1)
@@ -263,6 +293,11 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
     assert_published(obj, store)
     assert len(images_of(obj)) == PARAMS_MAX_ENTRIES
     assert newest in images_of(obj) and reference(0, pinned=True) not in images_of(obj)
+    # spec.images is an atomic map: field management tracks it as one field, so the
+    # managedFields of a full-size object stay small (each key would make them ~500 KB, and
+    # every write cost the API server about three times the CPU)
+    managed = len(orjson.dumps(obj["metadata"].get("managedFields") or []))
+    assert managed < 2_000, managed
 
 
 # --- expiry -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from controller.config import (
     DEFAULT_NAMESPACE,
     PARAMS_NAME,
     WEBHOOK_CONFIGURATION_NAME,
+    ConfigError,
     PlacementConfig,
 )
 from controller.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
@@ -663,7 +664,7 @@ def _sample() -> dict[str, Any]:
 
 
 FULL_SPEC: dict[str, Any] = {
-    "admission": {"mechanism": "Webhook"},
+    "admission": {"mechanism": "Webhook", "fastPaths": "Disabled", "inspectionBudget": "1.5s"},
     "logVerbosity": "Trace",
     "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In",
                                                 "values": ["a", "b"]}]},
@@ -711,6 +712,8 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
             t.max_wait_seconds, t.unsatisfiable) == (True, "LeastNUMANodes", 100, "Deny",
                                                      86400, "Ungate")
     assert cfg.admission_mechanism == "Webhook"
+    assert cfg.admission_fast_paths == "Disabled"
+    assert cfg.admission_inspection_budget == 1.5
     # and the schema declares no spec field beyond these
     crd_spec = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(crd_spec["properties"]) == set(FULL_SPEC)
@@ -718,6 +721,7 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
 
 BAD_SPECS = [
     ("admission mechanism", ("admission", "mechanism"), "Policy"),
+    ("budget no unit", ("admission", "inspectionBudget"), "300"),
     ("name", None, None),
     ("weight 0", ("plugins", "nodeAffinityScoring", "platforms", 0, "weight"), 0),
     ("weight 101", ("plugins", "nodeAffinityScoring", "platforms", 0, "weight"), 101),
@@ -816,7 +820,8 @@ def test_api_server_accepts_the_sample_and_rejects_bad_configs(kube: Any) -> Non
             "metadata": {"name": "cluster"}, "spec": copy.deepcopy(FULL_SPEC)}
     assert _dry_run_create(kube, full).status_code == 201
     for case, path, value in BAD_SPECS:
-        if case in ("ttl", "ttl no unit", "secret without name", "selector operator"):
+        if case in ("ttl", "ttl no unit", "budget no unit", "secret without name",
+                    "selector operator"):
             continue  # pattern / nested required: checked with jsonschema above
         obj = copy.deepcopy(full)
         if path is None:
@@ -831,6 +836,28 @@ def test_api_server_accepts_the_sample_and_rejects_bad_configs(kube: Any) -> Non
         if path is not None:
             field = str(path[-1]) if not isinstance(path[-1], int) else str(path[-2])
             assert field in resp.json()["message"], (case, resp.json()["message"])
+
+
+@pytest.mark.realcluster
+def test_the_api_server_refuses_an_inspection_budget_over_4s(real_kube: Any) -> None:
+    """The CRD's CEL rule on ``spec.admission.inspectionBudget`` (localkube does not evaluate
+    ``duration()``): 4s passes, 4.5s is refused with the rule's message, like the model's
+    :data:`controller.config.MAX_INSPECTION_BUDGET`."""
+    from controller.config import MAX_INSPECTION_BUDGET
+
+    for budget, status in (("4s", 201), ("0s", 201), ("4500ms", 422)):
+        obj = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",
+               "metadata": {"name": "cluster"},
+               "spec": {"admission": {"inspectionBudget": budget}}}
+        resp = _dry_run_create(real_kube, obj)
+        assert resp.status_code == status, (budget, resp.text[:300])
+        if status == 422:
+            assert "inspectionBudget" in resp.json()["message"]
+            with pytest.raises(ConfigError):
+                PlacementConfig.from_object(obj)
+        else:
+            assert PlacementConfig.from_object(obj).admission_inspection_budget <= (
+                MAX_INSPECTION_BUDGET)
 
 
 @pytest.mark.realcluster

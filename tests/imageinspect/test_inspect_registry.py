@@ -97,6 +97,31 @@ async def test_single_manifest_reads_the_config_in_two_requests(
     assert insp.stats.cache_hits >= 1
 
 
+async def test_another_tag_of_a_known_config_costs_one_request(
+    registry: Registry, pusher: object, make_inspector: InspectorFactory
+) -> None:
+    """A config blob is content-addressed: once read, its platform answers every tag whose
+    manifest names it (retags, promotion tags, a tag per CI run of the same build)."""
+    p: Pusher = pusher(registry)  # type: ignore[operator]
+    first = p.image("ii/retag", "v1", architecture="s390x")
+    p.raw_manifest("ii/retag", "v1-promoted", first.body, first.media_type)
+    insp = await make_inspector(registries=insecure(registry.host))
+    await _warm(insp, registry)
+    before = insp.stats.requests
+    one = await insp.inspect(f"{registry.host}/ii/retag:v1")
+    assert insp.stats.requests - before == 2
+    other = await insp.inspect(f"{registry.host}/ii/retag:v1-promoted")
+    assert insp.stats.requests - before == 3  # the manifest only
+    assert insp.stats.config_hits == 1
+    assert other.platforms == one.platforms == (Platform("linux", "s390x"),)
+    assert other.digest == one.digest and other.reference.endswith(":v1-promoted")
+    # another config (another build) is read
+    p.image("ii/retag", "v2", architecture="arm64")
+    assert (await insp.inspect(f"{registry.host}/ii/retag:v2")).platforms == (
+        Platform("linux", "arm64"),)
+    assert insp.stats.requests - before == 5 and insp.stats.config_hits == 1
+
+
 async def test_digest_pinned_reference_and_tag_plus_digest(
     registry: Registry, plain: dict[str, object], make_inspector: InspectorFactory
 ) -> None:
