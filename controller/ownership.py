@@ -51,6 +51,7 @@ from controller.config import (
     GROUP,
     PARAMS_NAME,
     PARAMS_PLURAL,
+    POLICY_PLURAL,
     WEBHOOK_CONFIGURATION_NAME,
 )
 
@@ -78,8 +79,9 @@ def _rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str],
 def uninstall_rules(service_account: str) -> list[dict[str, Any]]:
     """The rules the ordered uninstall needs once deploy/'s RBAC is gone: release the gated
     pods with a normal decision (pods, nodes, NRTs, pull secrets, registries ConfigMap,
-    Events), delete the admission objects and the params object, release the config's and
-    the ServiceAccount's finalizers and write the config's status.
+    Events, the namespaces' placement policies), delete the admission objects and the params
+    object, release the config's and the ServiceAccount's finalizers and write the config's
+    status.
 
     Every rule is also in deploy/'s controller ClusterRole: RBAC lets a subject create a role
     only with rights it holds (escalation prevention), so the copy adds no right
@@ -100,6 +102,7 @@ def uninstall_rules(service_account: str) -> list[dict[str, Any]]:
         _rule(["topology.node.k8s.io"], ["noderesourcetopologies"], ["list", "watch"]),
         _rule([GROUP], [CONFIG_PLURAL], ["get", "list", "watch", "patch"]),
         _rule([GROUP], [f"{CONFIG_PLURAL}/status"], ["patch"]),
+        _rule([GROUP], [POLICY_PLURAL], ["list", "watch"]),
         _rule([GROUP], [PARAMS_PLURAL], ["get", "delete"], [PARAMS_NAME]),
         _rule([_ADMISSION], ["mutatingwebhookconfigurations"], ["get", "delete"],
               [WEBHOOK_CONFIGURATION_NAME]),

@@ -61,6 +61,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 def product(cluster: KubeEnv, registry: Registry,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Product]:
     assert cluster.plane is not None
+    # The controller's path fills the catalog the admission policy reads, which these tests
+    # watch: no inspection at admission by the webhook (its own paths have their tests).
+    cluster.patch("/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
+                  {"spec": {"admission": {"inspectionBudget": "0s"}}})
     options = ["--insecure-registry", registry.host]
     prod = start_product(cluster.plane, tmp_path_factory.mktemp("product"),
                          controller_options=options, webhook_options=options)
