@@ -17,6 +17,16 @@ ConfigMap is read with a plain GET when the config changes and every
 ``registries_refresh_seconds``; a missing or malformed one is logged and the last good
 registry rules stay in use (pods are never held back for it).
 
+The leader's one :class:`~controller.queue.WorkQueue` serves every reconciler: pod keys
+(``namespace/name/uid``, :class:`~controller.reconciler.Reconciler`), the
+PodPlacementConfig lifecycle's keys (:data:`controller.lifecycle.KEYS`) and the params
+writer's (:data:`controller.paramswriter.PARAMS_KEY`); :meth:`Controller.reconcile` routes
+them. When this process stops leading the queue is shut down (its work in flight is
+cancelled: the pods are no longer placed here), and what must not be left half-done is then
+served on a one-worker queue of its own, bounded: the ordered uninstall under way, or due
+because the product itself is being removed (:data:`controller.lifecycle.FINISH_KEY`), and,
+on the last graceful stop, the stand-down (:data:`controller.lifecycle.LAST_STOP_KEY`).
+
 The leader also runs the exec-format-error monitor (:mod:`controller.execformatmonitor`): a
 cache-less watch of the pods labelled ``podplacement.io/node-affinity``, its own small work
 queue, one verification per image digest, the exclusions learned from it (published in the
@@ -32,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -65,9 +75,10 @@ from controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
 from controller.findings import FindingsStore
 from controller.imageparams import ParamsStore
 from controller.learn import merge, touches
+from controller.lifecycle import FINISH_KEY, KEYS, LAST_STOP_KEY, LIFECYCLE_KEY, Lifecycle
 from controller.metrics import HealthServer, Metrics
 from controller.numa import InFlight
-from controller.paramswriter import ParamsWriter
+from controller.paramswriter import PARAMS_KEY, ParamsWriter
 from controller.platforms import ImageLike, image_platform_pairs
 from controller.podspec import has_gate
 from controller.policy import Ranking, params_policies
@@ -88,9 +99,10 @@ from kubeclient import (
     object_key,
 )
 
+Handler = Callable[[str], Awaitable[float | None]]
+
 if TYPE_CHECKING:
     from controller.leader import LeaderElector
-    from controller.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +260,6 @@ class Controller:
         self.params = ParamsStore(self.config_source()[0].image_inspection.cache_ttl_seconds)
         self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params,
                                           namespace=o.namespace)
-        self._params_stop = asyncio.Event()
-        self._params_task: asyncio.Task[None] | None = None
         #: The PodPlacementPolicies (ranked on every change, published with the params) and
         #: the pods placed under one (their status; leader only).
         self.policy_watch = PolicyWatch(api, on_change=self._on_policies,
@@ -258,6 +268,11 @@ class Controller:
         self._policy_stop = asyncio.Event()
         self._policy_task: asyncio.Task[None] | None = None
         self.queue = self._new_queue()
+        #: The queue serving a lifecycle key to its end after this process stopped leading
+        #: (:meth:`_serve_to_end`); None otherwise.
+        self._final_queue: WorkQueue | None = None
+        #: The handlers of the keys that are not pods' (:meth:`reconcile`).
+        self._handlers: dict[str, Handler] = {}
         self.reconciler = Reconciler(
             api, self.pods, _InspectorProxy(self), self.placement_config, self.events,
             self.metrics,
@@ -288,7 +303,7 @@ class Controller:
         self._started = False
         self.metrics.sources.api_counters = lambda: dict(api.counters)
         self.metrics.sources.gated = lambda: len(self.pods.cache)
-        self.metrics.sources.queue_depth = lambda: self.queue.pending
+        self.metrics.sources.queue_depth = self._pods_pending
         self.metrics.sources.inspector_stats = self._inspector_stats
         self.pods.add_handler(self._on_pod)
         self.nrts.add_handler(self._on_nrt)
@@ -296,10 +311,36 @@ class Controller:
         self.configs.add_handler(self._on_config)
 
     # --- pieces --------------------------------------------------------------------------
-    def _new_queue(self) -> WorkQueue:
+    def _new_queue(self, workers: int | None = None) -> WorkQueue:
         o = self.options
-        return WorkQueue(workers=o.workers, rate=o.rate, burst=o.burst, retry_now=(Conflict,),
-                         base_delay=o.retry_base_delay, max_delay=o.retry_max_delay)
+        return WorkQueue(workers=workers or o.workers, rate=o.rate, burst=o.burst,
+                         retry_now=(Conflict,), base_delay=o.retry_base_delay,
+                         max_delay=o.retry_max_delay)
+
+    def _pods_pending(self) -> int:
+        """Pod keys queued, delayed or being processed (the queue's other keys left out)."""
+        others = sum(1 for key in self._handlers if self.queue.is_pending(key))
+        return self.queue.pending - others
+
+    async def reconcile(self, key: str) -> float | None:
+        """The work queue's one handler: a key of the lifecycle or of the params writer goes
+        to its reconciler, any other (``namespace/name/uid``) to the pod reconciler.
+
+        Returns:
+            None (done) or seconds until the key runs again, as the reconciler said.
+
+        Raises:
+            Exception: whatever the reconciler raised (the queue retries after its backoff,
+                at once without counting for :class:`kubeclient.Conflict`).
+        """
+        handler = self._handlers.get(key)
+        if handler is None:
+            return await self.reconciler.reconcile(key)
+        return await handler(key)
+
+    def _failures(self, key: str) -> int:
+        """The failure count of ``key`` in the queue serving it."""
+        return (self._final_queue or self.queue).failures(key)
 
     @staticmethod
     def _make_inflight() -> InFlight:
@@ -405,7 +446,7 @@ class Controller:
                                              images=[x.image for x in excluded if x.image])
         if removed:
             log.info("params: removed %s (a platform of theirs is excluded)", ", ".join(removed))
-            if self._params_task is not None:
+            if self.leading and self.lifecycle is not None and not self.params_writer.stopped:
                 await self.params_writer.flush()
 
     def _apply_params_ttl(self) -> None:
@@ -477,7 +518,7 @@ class Controller:
         self._registries_changed.set()
         self.execformat.config_changed()
         if self.lifecycle is not None and self.leading:
-            self.lifecycle.notify()
+            self.queue.add(LIFECYCLE_KEY)
 
     def ready(self) -> bool:
         """Readiness: the pod, node and config caches are synced."""
@@ -498,7 +539,7 @@ class Controller:
         self.leading = True
         self.metrics.leader.set(1)
         self.queue = self._new_queue()
-        self.queue.start(self.reconciler.reconcile)
+        self.queue.start(self.reconcile)
         for pod in list(self.pods.cache.values()):
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
@@ -507,18 +548,23 @@ class Controller:
         self._policy_task = asyncio.create_task(self.policy_watch.run(self._policy_stop),
                                                 name="policy status")
         if self.lifecycle is not None:
-            self.lifecycle.start()
-            self.lifecycle.notify()
+            self.queue.add(LIFECYCLE_KEY)
             # The writer's first tick adopts and expires by the TTL: the configured one.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.configs.synced.wait(), 5.0)
             self._apply_params_ttl()
-            self._params_stop = asyncio.Event()
-            self._params_task = asyncio.create_task(self.params_writer.run(self._params_stop),
-                                                    name="params writer")
+            self.params_writer.start()
+            self.queue.add(PARAMS_KEY)
         log.info("controller leading: %d gated pods queued", len(self.pods.cache))
 
     async def _stop_leading(self) -> None:
+        """End of a leadership term (lost lease, or :meth:`stop`): the queue is shut down,
+        so no pod is placed here any more and the lifecycle's and the params writer's work
+        in flight is cancelled; the webhook configuration and the rest stay for the next
+        leader. An ordered uninstall under way here, or due because the product itself is
+        being removed (its namespace's deletion deletes the Lease, so nobody can lead
+        again), is then finished on a queue of its own (:meth:`_serve_to_end`,
+        :meth:`controller.lifecycle.Lifecycle.finish`), bounded."""
         if not self.leading:
             return
         self.leading = False
@@ -531,23 +577,29 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._policy_task
             self._policy_task = None
-        await self._stop_params_writer()
+        await self.params_writer.stop()
         if self.lifecycle is not None:
-            if self.elector is not None and not self.elector.shutting_down:
-                # The lease was lost. When that is because the product's namespace is being
-                # deleted (which deletes the Lease), nobody can lead again: finish the
-                # ordered uninstall here.
-                with contextlib.suppress(Exception):
-                    await self.lifecycle.finish_if_removed()
-            await self.lifecycle.stop()  # the webhook configuration stays
+            lost = self.elector is not None and not self.elector.shutting_down
+            if lost or self.lifecycle.uninstalling:
+                await self._serve_to_end(FINISH_KEY)
 
-    async def _stop_params_writer(self) -> None:
-        """Stop the params writer (it would create the params object again)."""
-        if self._params_task is not None:
-            self._params_stop.set()
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._params_task, 5.0)
-            self._params_task = None
+    async def _serve_to_end(self, key: str) -> None:
+        """Serve the lifecycle key ``key`` alone on a one-worker queue of its own (the same
+        backoff and failure count as the main queue's) until its pass says done, or
+        :attr:`controller.lifecycle.Lifecycle.final_seconds` have passed (then the pass in
+        flight is cancelled). Never raises: the term or the process is ending."""
+        assert self.lifecycle is not None
+        queue = self._final_queue = self._new_queue(workers=1)
+        queue.start(self.reconcile)
+        queue.add(key)
+        try:
+            async with asyncio.timeout(self.lifecycle.final_seconds):
+                await queue.wait_idle()
+        except TimeoutError:
+            log.warning("%s: not done within %.0f s; left", key, self.lifecycle.final_seconds)
+        finally:
+            await queue.shutdown()
+            self._final_queue = None
 
     def _make_lifecycle(self) -> Lifecycle | None:
         o = self.options
@@ -571,8 +623,9 @@ class Controller:
             url=o.webhook_url if not o.webhook_service else None, ca_bundle=ca,
             cert_manager_certificate=o.cert_manager_certificate,
             ungate_remaining=self.ungate_remaining,
-            before_params_delete=self._stop_params_writer,
+            before_params_delete=self.params_writer.stop,
             uninstall_deadline_seconds=o.uninstall_deadline_seconds,
+            failures=self._failures,
         )
 
     # --- start / stop --------------------------------------------------------------------
@@ -596,6 +649,9 @@ class Controller:
                                        ready=self.ready)
             await self.health.start()
         self.lifecycle = self._make_lifecycle()
+        if self.lifecycle is not None:
+            self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
+            self._handlers[PARAMS_KEY] = self.params_writer.reconcile
         if o.leader_election:
             from controller.leader import LeaderElector
 
@@ -633,7 +689,7 @@ class Controller:
                     await self._elector_task
         await self._stop_leading()
         if (was_leading and self.lifecycle is not None and self.elector is not None
-                and self.options.standby_wait >= 0):
+                and self.options.standby_wait >= 0 and not self.lifecycle.gone):
             await self._last_stop(self.elector.identity)
         if self._bindings_task is not None:
             self._bindings_task.cancel()
@@ -660,17 +716,16 @@ class Controller:
 
     async def _last_stop(self, identity: str) -> None:
         """Stand down (or finish the uninstall) unless another controller takes the lease
-        within ``standby_wait`` seconds. Never raises: the process is ending."""
-        assert self.lifecycle is not None
+        within ``standby_wait`` seconds: :data:`controller.lifecycle.LAST_STOP_KEY` served
+        to its end (:meth:`_serve_to_end`), after the queue stopped placing pods. Bounded
+        by the wait plus :attr:`controller.lifecycle.Lifecycle.final_seconds`; never
+        raises: the process is ending."""
         # Past the webhook's grace for a released Lease, so the pods it gated meanwhile
         # are released below too.
         wait = max(self.options.standby_wait, LEASE_RELEASED_GRACE_SECONDS + 1.0)
         if await self._successor(identity, wait):
             return
-        try:
-            await self.lifecycle.last_stop()
-        except Exception as exc:
-            log.warning("last controller: stand-down failed: %s", exc)
+        await self._serve_to_end(LAST_STOP_KEY)
 
     async def _successor(self, identity: str, within: float) -> bool:
         """True when a controller other than ``identity`` holds the Lease within ``within``

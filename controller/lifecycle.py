@@ -3,10 +3,16 @@ the ordered uninstall and the last controller's stand-down.
 
 :class:`Lifecycle` reconciles the singleton ``PodPlacementConfig`` ``cluster`` like a
 controller-runtime reconciler: read the config, compute what should exist, write only the
-difference, and report through ``status.conditions``. It runs in the elected leader only
-(:mod:`controller.leader`); the app calls :meth:`Lifecycle.notify` on every config watch event
-and :meth:`Lifecycle.run` also resyncs periodically, which is how drift of the webhook
-configuration (someone edits or deletes it) is reverted: at most ``resync_seconds`` later.
+difference, and report through ``status.conditions``. It has no loop of its own: it is a
+handler of the controller's one :class:`~controller.queue.WorkQueue` (:meth:`Lifecycle.handle`)
+for the keys :data:`LIFECYCLE_KEY`, :data:`FINISH_KEY` and :data:`LAST_STOP_KEY` (a pod's key
+is ``namespace/name/uid``; these hold no slash). Each pass returns "done" or "again after N
+seconds" (:attr:`ReconcileResult.requeue_after`) or raises; the queue owns backoff and the
+failure count, which the lifecycle reads where it needs one. It runs in the elected leader
+only (:mod:`controller.leader`): the app queues :data:`LIFECYCLE_KEY` on every config watch
+event, and each pass asks to run again after ``resync_seconds``, which is how drift of the
+webhook configuration (someone edits or deletes it) is reverted: at most ``resync_seconds``
+later (longer while the queue backs off after failures).
 
 Rules (README, "Uninstall"; the ownership rules are :mod:`controller.ownership`'s):
 
@@ -19,19 +25,26 @@ Rules (README, "Uninstall"; the ownership rules are :mod:`controller.ownership`'
 * The config, the product's namespace or the controller's ServiceAccount being deleted
   (``kubectl delete -k deploy/`` does all three at once): the ordered uninstall. Status
   ``Deprovisioning=True``; the policy, the params object and the webhook configuration are
-  deleted (no new pod gets gated), then ``ungate_remaining(deadline_seconds)`` (normal
-  decisions within the deadline, plain ungate after it) releases every pod still gated, then
-  the config's finalizer is removed, and when the controller itself is being removed, the
-  ServiceAccount's finalizer last. It runs to its end even when the lease is lost (the
-  namespace's deletion deletes the Lease) or the process is asked to stop.
-* Shutdown of one controller (:meth:`Lifecycle.stop`, graceful or not) leaves everything in
-  place: it belongs to the installed config, not to one process (deleting the webhook
-  configuration on a rolling update let pods created during the handover escape the gate).
-  The next leader re-processes every pod still gated. But the **last** controller to stop
-  gracefully (no other took the lease: the Deployment scaled to 0, its pods evicted with
-  replacements that cannot start) stands down (:meth:`Lifecycle.last_stop`): it deletes the
-  params object, so the API server stops gating, releases every gated pod, says so in the
-  status and removes the finalizers no live controller would honour.
+  deleted (no new pod gets gated); once ``admission_settle_seconds`` have passed since the
+  last deletion (the pass asks to run again after the time still to wait, it never sleeps),
+  ``ungate_remaining(deadline_seconds)`` (normal decisions within the deadline, counted from
+  the first release attempt, plain ungate after it) releases every pod still gated; then the
+  config's finalizer is removed, and when the controller itself is being removed, the
+  ServiceAccount's finalizer last. Every step is idempotent, so a pass cut short (a lost
+  lease or a stop cancels the queue's work in flight) is simply run again.
+* The uninstall runs to its end even when the lease is lost (the namespace's deletion
+  deletes the Lease) or the process is asked to stop: the app then serves
+  :data:`FINISH_KEY` on a one-worker queue of its own, after the pod workers are gone, until
+  the pass says done or :attr:`Lifecycle.final_seconds` pass (:meth:`Lifecycle.finish`).
+* Shutdown of one controller (graceful or not) leaves everything in place: it belongs to
+  the installed config, not to one process (deleting the webhook configuration on a rolling
+  update let pods created during the handover escape the gate). The next leader
+  re-processes every pod still gated. But the **last** controller to stop gracefully (no
+  other took the lease: the Deployment scaled to 0, its pods evicted with replacements that
+  cannot start) stands down (:data:`LAST_STOP_KEY`, :meth:`Lifecycle.last_stop`, served
+  the same way once the pod workers have stopped): it deletes the params object, so the API
+  server stops gating, releases every gated pod, says so in the status and removes the
+  finalizers no live controller would honour.
 
 Status conditions (metav1.Condition, ``observedGeneration`` on each and on ``status``):
 ``Available`` (webhook configuration in place), ``Progressing`` (a change or an uninstall is
@@ -51,12 +64,12 @@ two steps with an overlap window, see :mod:`certs.rotation`), or ``None`` with
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import inspect
 import logging
-import random
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +92,8 @@ from controller.config import (
     PARAMS_NAME,
     VERSION,
     WEBHOOK_CONFIGURATION_NAME,
-    ConfigError,
     PlacementConfig,
+    config_or_defaults,
 )
 from controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH, params_path
 from controller.webhookconfig import (
@@ -161,6 +174,27 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
 CaBundleSource = Callable[[], bytes | Awaitable[bytes]]
 UngateRemaining = Callable[[float], Awaitable[int]]
 
+#: Work-queue key of the normal pass (:meth:`Lifecycle.reconcile`): converge, or the ordered
+#: uninstall when one is due; it runs again every ``resync_seconds``.
+LIFECYCLE_KEY = "lifecycle:cluster"
+#: Work-queue key of the pass that finishes an ordered uninstall when this process stops
+#: leading (:meth:`Lifecycle.finish`); done once finished, or at once when none is due.
+FINISH_KEY = "lifecycle:finish"
+#: Work-queue key of the last controller's stop (:meth:`Lifecycle.last_stop`): the ordered
+#: uninstall when one is due, else the stand-down; done once finished.
+LAST_STOP_KEY = "lifecycle:last-stop"
+#: Every key :meth:`Lifecycle.handle` serves.
+KEYS = (LIFECYCLE_KEY, FINISH_KEY, LAST_STOP_KEY)
+#: Failed attempts at releasing the gated pods (``ungate_remaining``) after which the
+#: uninstall or the stand-down goes on without them: it must not hold the finalizers forever.
+RELEASE_ATTEMPTS = 3
+#: Failed attempts of :data:`FINISH_KEY` or :data:`LAST_STOP_KEY` after which the key is given
+#: up (the process is ending; e.g. its ServiceAccount token is no longer valid).
+FINAL_ATTEMPTS = 3
+#: Seconds :attr:`Lifecycle.final_seconds` allows beyond the settle time and the release
+#: deadline, for the requests around them and the queue's retries.
+FINAL_MARGIN_SECONDS = 15.0
+
 
 @dataclass(frozen=True, slots=True)
 class ConditionSpec:
@@ -174,15 +208,18 @@ class ConditionSpec:
 
 @dataclass(frozen=True, slots=True)
 class ReconcileResult:
-    """What one :meth:`Lifecycle.reconcile` pass found and did.
+    """What one pass of :class:`Lifecycle` found and did.
 
     Attributes:
-        state: ``absent`` (no config), ``available``, ``uninstalled`` (finalizer released),
-            ``deleting`` (being deleted without our finalizer).
+        state: ``absent`` (no config), ``available``, ``uninstalling`` (the ordered uninstall
+            waits for the admission chain to settle), ``uninstalled`` (finalizer released),
+            ``standing-down`` / ``stood-down`` (the last controller's stand-down, waiting /
+            done), ``idle`` (:meth:`Lifecycle.finish` with nothing to finish).
         webhook: ``created``, ``updated``, ``unchanged``, ``deleted`` or ``absent``.
         status_written: the status subresource was patched.
-        ungated: pods the uninstall callback released (uninstall only).
+        ungated: pods released so far by this uninstall or stand-down.
         degraded: the Degraded reason, "" when not degraded.
+        requeue_after: seconds until the key should be processed again; None: done.
     """
 
     state: str
@@ -190,6 +227,37 @@ class ReconcileResult:
     status_written: bool = False
     ungated: int = 0
     degraded: str = ""
+    requeue_after: float | None = None
+
+
+@dataclass(slots=True)
+class _Withdrawal:
+    """Progress of an ordered uninstall or stand-down in this process (memory only: a new
+    process starts over, which the idempotent steps allow).
+
+    Attributes:
+        uninstall: an ordered uninstall (False: a stand-down).
+        settle_until: ``time.monotonic()`` at which the admission chain has followed the
+            last deletion; None before the first deletion pass.
+        release_by: ``time.monotonic()`` until which released pods get a normal decision;
+            None before the first release attempt.
+        ungated: pods released so far.
+    """
+
+    uninstall: bool
+    settle_until: float | None = None
+    release_by: float | None = None
+    ungated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Observed:
+    """The objects one pass reads first: the config, the product's namespace and the
+    controller's ServiceAccount (None: absent, or not readable)."""
+
+    config: dict[str, Any] | None
+    namespace: dict[str, Any] | None
+    service_account: dict[str, Any] | None
 
 
 def _now() -> dt.datetime:
@@ -242,9 +310,40 @@ def ca_bundle_from_dir(cert_dir: str) -> CaBundleSource:
 
     return load
 
+def _available_conditions(policy: bool, degraded: Sequence[ConditionSpec]) -> list[ConditionSpec]:
+    """The four conditions of a converged config: ``Available`` with the mechanism in force
+    (``policy``: the admission policy too, else the webhook alone), and ``Degraded`` from
+    ``degraded`` (the first one's reason, every message joined), else ``AsExpected``."""
+    mechanism = (
+        f"pods are gated by MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} (in the API "
+        f"server) and MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"
+        if policy else
+        f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
+        "(the admission policy is not in force)"
+    )
+    degraded_condition = ConditionSpec(COND_DEGRADED, "False", "AsExpected")
+    if len(degraded) == 1:
+        degraded_condition = degraded[0]
+    elif degraded:
+        degraded_condition = ConditionSpec(COND_DEGRADED, "True", degraded[0].reason,
+                                           "; ".join(d.message for d in degraded))
+    return [
+        ConditionSpec(COND_AVAILABLE, "True", "AsExpected", mechanism),
+        ConditionSpec(COND_PROGRESSING, "False", "AsExpected"),
+        degraded_condition,
+        ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
+    ]
+
+
+def _remaining(until: float | None) -> float:
+    """Seconds from now (``time.monotonic()``) to ``until``; 0 when past or None."""
+    return 0.0 if until is None else max(0.0, until - time.monotonic())
+
+
 
 class Lifecycle:
-    """Reconciler of the PodPlacementConfig ``cluster`` (see the module docstring).
+    """Reconciler of the PodPlacementConfig ``cluster`` (see the module docstring): the
+    handler of :data:`KEYS` on the controller's work queue (:meth:`handle`).
 
     Args:
         api: a :class:`kubeclient.KubeAPI` (or anything with its ``request``).
@@ -259,16 +358,20 @@ class Lifecycle:
             and stand-down.
         before_params_delete: awaited before the params object is deleted (the app stops its
             params writer, which would otherwise create the object again).
-        uninstall_deadline_seconds: passed to ``ungate_remaining`` by the ordered uninstall.
-        admission_settle_seconds: wait after deleting the admission policy, the webhook
-            configuration or the params object before releasing the gated pods (the API
+        uninstall_deadline_seconds: the deadline passed to ``ungate_remaining`` by the ordered
+            uninstall and the stand-down, counted from their first release attempt.
+        admission_settle_seconds: time between deleting the admission policy, the webhook
+            configuration or the params object and releasing the gated pods (the API
             server's admission chain follows the deletion through informers, within about a
-            second).
-        resync_seconds: period of the drift check in :meth:`run`.
+            second); a pass asks to run again after what is left of it.
+        resync_seconds: the requeue-after of every :data:`LIFECYCLE_KEY` pass (the drift
+            check).
         timeout_seconds: the webhook's call timeout.
         service_account: ``(namespace, name)`` of the controller's own ServiceAccount; None:
             found with a SelfSubjectReview (no guards when the controller does not run as a
             ServiceAccount, e.g. with an admin kubeconfig).
+        failures: the count of consecutive failures of a key kept by the work queue serving
+            it (:meth:`controller.queue.WorkQueue.failures`); None: passes run by hand see 0.
 
     Raises:
         ValueError: inconsistent arguments.
@@ -289,8 +392,8 @@ class Lifecycle:
         admission_settle_seconds: float = 2.0,
         resync_seconds: float = 10.0,
         timeout_seconds: int = 5,
-        max_backoff: float = 30.0,
         service_account: tuple[str, str] | None = None,
+        failures: Callable[[str], int] | None = None,
     ) -> None:
         if (service is None) == (url is None):
             raise ValueError("give exactly one of service= or url=")
@@ -308,15 +411,14 @@ class Lifecycle:
         self.admission_settle_seconds = admission_settle_seconds
         self.resync_seconds = resync_seconds
         self.timeout_seconds = timeout_seconds
-        self.max_backoff = max_backoff
+        self._failures: Callable[[str], int] = failures or (lambda _key: 0)
         self.last_result: ReconcileResult | None = None
         self.params_path = params_path(namespace)
         self.params_collection_path = PARAMS_COLLECTION_PATH.format(namespace=namespace)
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        self._uninstall_task: asyncio.Task[ReconcileResult] | None = None
-        self._uninstall_failures = 0
+        self._withdrawal: _Withdrawal | None = None
+        #: True once the ordered uninstall released the controller's ServiceAccount: the
+        #: product is gone, and this process has nothing left to do (its token dies with it).
+        self.gone = False
         self._policy_api = False
         #: whether the policy may exist (None: not known yet): no DELETE per resync
         self._policy_present: bool | None = None
@@ -326,116 +428,98 @@ class Lifecycle:
         self.guard_problem = ""
 
     # --- public API ---------------------------------------------------------------------
-    def notify(self) -> None:
-        """Ask :meth:`run` for a reconcile now (call it from the config watch handler)."""
-        self._wake.set()
+    @property
+    def uninstalling(self) -> bool:
+        """True while an ordered uninstall started by this process has not finished (a pass
+        cut short by a lost lease or a stop leaves it true: :meth:`finish` completes it)."""
+        return self._withdrawal is not None and self._withdrawal.uninstall
 
-    def start(self) -> asyncio.Task[None]:
-        """Run :meth:`run` as a task (idempotent) and return it."""
-        if self._task is None or self._task.done():
-            self._stopping = False
-            self._task = asyncio.create_task(self.run(), name="podplacement lifecycle")
-        return self._task
+    @property
+    def final_seconds(self) -> float:
+        """The bound, in seconds, on serving :data:`FINISH_KEY` or :data:`LAST_STOP_KEY` to
+        its end: the settle time, the release deadline and :data:`FINAL_MARGIN_SECONDS`."""
+        return (self.admission_settle_seconds + self.uninstall_deadline_seconds
+                + FINAL_MARGIN_SECONDS)
 
-    async def run(self) -> None:
-        """Reconcile on every :meth:`notify` and every ``resync_seconds`` until :meth:`stop`.
+    async def handle(self, key: str) -> float | None:
+        """The work-queue handler of :data:`KEYS`: one pass of :meth:`reconcile`,
+        :meth:`finish` or :meth:`last_stop`; its result is kept in :attr:`last_result`.
 
-        Errors are logged and retried with exponential backoff (jittered, capped at
-        ``max_backoff``); this coroutine returns only when stopped or cancelled.
-        """
-        backoff = 0.5
-        while not self._stopping:
-            self._wake.clear()
-            delay = self.resync_seconds
-            try:
-                self.last_result = await self.reconcile()
-                backoff = 0.5
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("lifecycle reconcile failed: %s", exc)
-                delay = min(delay, backoff * (0.5 + random.random()))
-                backoff = min(self.max_backoff, backoff * 2)
-            if self._stopping:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-
-    async def stop(self) -> None:
-        """Stop :meth:`run`. The webhook configuration stays: it exists while the config
-        does, whichever controller process leads (only the ordered uninstall deletes it).
-        An ordered uninstall under way is not cut short: it runs to its end (bounded by
-        ``uninstall_deadline_seconds`` plus a margin), leader or not, because a namespace
-        being deleted also deletes the leader-election Lease."""
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self.wait_uninstall()
-
-    async def wait_uninstall(self) -> ReconcileResult | None:
-        """Wait for an ordered uninstall under way, if any (at most
-        ``uninstall_deadline_seconds`` + 30 s); its result, or None (none, failed, or
-        too slow)."""
-        task = self._uninstall_task
-        if task is None:
-            return None
-        try:
-            return await asyncio.wait_for(asyncio.shield(task),
-                                          self.uninstall_deadline_seconds + 30.0)
-        except Exception as exc:  # TimeoutError, ApiError: logged, the caller goes on
-            log.warning("ordered uninstall did not finish: %s", exc)
-            return None
-
-    async def reconcile(self) -> ReconcileResult:
-        """One idempotent pass: read the config, the product's namespace and the
-        controller's ServiceAccount; converge the webhook configuration, the admission
-        policy, the finalizers, the guards and the status, or run the ordered uninstall.
+        Returns:
+            The pass's ``requeue_after``: seconds until the key runs again, None when done.
+            A failure of :data:`FINISH_KEY` or :data:`LAST_STOP_KEY` after
+            ``FINAL_ATTEMPTS - 1`` failed attempts (the queue's count) is logged and the key
+            is done: the process is ending.
 
         Raises:
-            ApiError: a read or write failed (the caller retries with backoff).
-            Exception: whatever the CA bundle source or ``ungate_remaining`` raised.
+            ValueError: ``key`` is not one of :data:`KEYS`.
+            Exception: whatever the pass raised (the queue retries after its backoff).
         """
-        namespace_obj = await self._get_namespace()
-        service_account = await self._get_service_account()
-        config = await self._get_config()
-        reason = ownership.uninstall_reason(config, namespace_obj, service_account,
-                                            namespace=self.namespace)
-        if reason:
-            return await self._start_uninstall(reason, removed=ownership.product_removed(
-                namespace_obj, service_account))
-        self._uninstall_failures = 0
-        if config is None:
-            await self._delete_policy()
-            deleted = await self._delete_webhook()
-            return ReconcileResult("absent", "deleted" if deleted else "absent")
-        config = await self._ensure_finalizer(config)
-        await self._ensure_guards(namespace_obj, service_account)
-        return await self._converge(config, ownership.namespace_owner(namespace_obj))
+        passes = {LIFECYCLE_KEY: self.reconcile, FINISH_KEY: self.finish,
+                  LAST_STOP_KEY: self.last_stop}
+        step = passes.get(key)
+        if step is None:
+            raise ValueError(f"not a lifecycle key: {key!r}")
+        try:
+            result = await step()
+        except Exception as exc:
+            if key == LIFECYCLE_KEY or self._failures(key) + 1 < FINAL_ATTEMPTS:
+                raise
+            log.warning("%s: giving up after %d failed attempts: %s", key, FINAL_ATTEMPTS, exc)
+            return None
+        self.last_result = result
+        return result.requeue_after
 
-    async def finish_if_removed(self) -> bool:
-        """After a lost lease: when the product itself is being removed (its namespace or
-        ServiceAccount is being deleted, so no controller can take the Lease again), run
-        the ordered uninstall to its end here. True when it ran.
+    async def reconcile(self) -> ReconcileResult:
+        """One idempotent pass of :data:`LIFECYCLE_KEY`: read the config, the product's
+        namespace and the controller's ServiceAccount; converge the webhook configuration,
+        the admission policy, the finalizers, the guards and the status, or run one pass of
+        the ordered uninstall.
+
+        Returns:
+            The result, ``requeue_after`` set: the settle time still to wait during an
+            uninstall, else ``resync_seconds``.
+
+        Raises:
+            ApiError: a read or write failed (the queue retries with backoff).
+            Exception: whatever the CA bundle source raised, or ``ungate_remaining`` before
+                its :data:`RELEASE_ATTEMPTS`-th failure.
+        """
+        seen = await self._observe()
+        reason = self._uninstall_reason(seen)
+        if reason:
+            result = await self._uninstall(seen, reason, LIFECYCLE_KEY)
+        else:
+            self._withdrawal = None
+            result = await self._keep_installed(seen)
+        if result.requeue_after is None:
+            result = dataclasses.replace(result, requeue_after=self.resync_seconds)
+        return result
+
+    async def finish(self) -> ReconcileResult:
+        """One pass of :data:`FINISH_KEY`, served when this process stops leading (lost
+        lease or graceful stop), after its pod workers stopped: when an ordered uninstall is
+        due and either under way here (:attr:`uninstalling`) or the product itself is being
+        removed (its namespace or ServiceAccount is being deleted, so no controller can take
+        the Lease again), one pass of it; otherwise nothing (state ``idle``).
+
+        Returns:
+            The result; ``requeue_after`` None once finished (or idle), else the settle
+            time still to wait.
 
         Raises:
             ApiError: a read or write failed.
         """
-        namespace_obj = await self._get_namespace()
-        service_account = await self._get_service_account()
-        if not ownership.product_removed(namespace_obj, service_account):
-            return False
-        config = await self._get_config()
-        reason = ownership.uninstall_reason(config, namespace_obj, service_account,
-                                            namespace=self.namespace)
-        await self._start_uninstall(reason, removed=True)
-        return True
+        seen = await self._observe()
+        reason = self._uninstall_reason(seen)
+        removed = ownership.product_removed(seen.namespace, seen.service_account)
+        if not reason or not (removed or self.uninstalling):
+            return ReconcileResult("idle", "unchanged")
+        return await self._uninstall(seen, reason, FINISH_KEY)
 
     async def last_stop(self) -> ReconcileResult:
-        """Called by the last controller to stop gracefully (no other took the lease).
+        """One pass of :data:`LAST_STOP_KEY`, served by the last controller to stop
+        gracefully (no other took the lease) after its pod workers stopped.
 
         When the product is being removed (the config, the namespace or the ServiceAccount
         is being deleted), this is the ordered uninstall. Otherwise it **stands down**: the
@@ -448,101 +532,102 @@ class Lifecycle:
         object (and the webhook, if it still runs, places pods itself); the next leader
         restores everything.
 
+        Returns:
+            The result; ``requeue_after`` None once finished, else the settle time still
+            to wait.
+
         Raises:
-            ApiError: a read or write failed (logged by the caller; the process is ending).
+            ApiError: a read or write failed.
         """
-        namespace_obj = await self._get_namespace()
-        service_account = await self._get_service_account()
-        config = await self._get_config()
-        reason = ownership.uninstall_reason(config, namespace_obj, service_account,
-                                            namespace=self.namespace)
+        seen = await self._observe()
+        reason = self._uninstall_reason(seen)
         if reason:
-            return await self._start_uninstall(reason, removed=ownership.product_removed(
-                namespace_obj, service_account))
-        return await self._stand_down(config, service_account)
+            return await self._uninstall(seen, reason, LAST_STOP_KEY)
+        return await self._stand_down(seen, LAST_STOP_KEY)
 
     # --- normal path -------------------------------------------------------------------
+    async def _observe(self) -> _Observed:
+        namespace_obj = await self._get_namespace()
+        service_account = await self._get_service_account()
+        return _Observed(await self._get_config(), namespace_obj, service_account)
+
+    def _uninstall_reason(self, seen: _Observed) -> str:
+        return ownership.uninstall_reason(seen.config, seen.namespace, seen.service_account,
+                                          namespace=self.namespace)
+
+    async def _keep_installed(self, seen: _Observed) -> ReconcileResult:
+        """Nothing is being deleted: no config, no admission objects; else the finalizer,
+        the guards, the admission objects and the status."""
+        if seen.config is None:
+            await self._delete_policy()
+            deleted = await self._delete_webhook()
+            return ReconcileResult("absent", "deleted" if deleted else "absent")
+        config = await self._ensure_finalizer(seen.config)
+        await self._ensure_guards(seen.namespace, seen.service_account)
+        return await self._converge(config, ownership.namespace_owner(seen.namespace))
+
     async def _converge(self, config: dict[str, Any],
                         owner: Sequence[Mapping[str, Any]]) -> ReconcileResult:
-        degraded: list[ConditionSpec] = []
-        if self.guard_problem:
-            degraded.append(ConditionSpec(COND_DEGRADED, "True", "UninstallGuardsFailed",
-                                          self.guard_problem[:1000]))
-        try:
-            PlacementConfig.from_object(config)
-        except ConfigError as exc:
-            degraded.append(ConditionSpec(COND_DEGRADED, "True", "InvalidConfig", str(exc)))
+        """The webhook configuration and the admission policy of ``config`` (parsed once,
+        here), and the status that says so."""
+        placement, parse_error = config_or_defaults(config)
         selection = webhook_namespace_selection(config, self.namespace)
-        if not selection.exact:
-            degraded.append(
-                ConditionSpec(
-                    COND_DEGRADED, "True", "NamespaceSelectorNotExpressible", selection.reason
-                )
-            )
-        try:
-            ca = await self._ca_bundle()
-            desired = desired_webhook_configuration(
-                config,
-                ca_bundle=ca,
-                service=self.service,
-                url=self.url,
-                own_namespace=self.namespace,
-                timeout_seconds=self.timeout_seconds,
-                cert_manager_certificate=self.cert_manager_certificate,
-                owner=owner,
-            )
-            action = await self._apply_webhook(desired)
-            policy, policy_problem = await self._apply_policy(config, selection, owner)
-        except Exception as exc:
-            reason = "WebhookConfigurationFailed"
-            if not isinstance(exc, ApiError):
-                reason = "CABundleUnavailable"
-            with contextlib.suppress(ApiError):
-                await self._write_status(
-                    config,
-                    [
-                        ConditionSpec(COND_AVAILABLE, "False", reason, str(exc)[:1000]),
-                        ConditionSpec(COND_PROGRESSING, "True", "Retrying", str(exc)[:1000]),
-                        ConditionSpec(COND_DEGRADED, "True", reason, str(exc)[:1000]),
-                        ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
-                    ],
-                )
-            raise
+        degraded = self._degradations(parse_error, selection)
+        action, policy, policy_problem = await self._apply_admission(config, placement,
+                                                                     selection, owner)
         if policy_problem:
             degraded.append(ConditionSpec(COND_DEGRADED, "True", "AdmissionPolicyFailed",
                                           policy_problem[:1000]))
-        mechanism = (
-            f"pods are gated by MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} (in the API "
-            f"server) and MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"
-            if policy else
-            f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
-            "(the admission policy is not in force)"
-        )
-        wanted = [
-            ConditionSpec(COND_AVAILABLE, "True", "AsExpected", mechanism),
-            ConditionSpec(COND_PROGRESSING, "False", "AsExpected"),
-            degraded[0]
-            if degraded
-            else ConditionSpec(COND_DEGRADED, "False", "AsExpected"),
-            ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
-        ]
-        if len(degraded) > 1:
-            wanted[2] = ConditionSpec(
-                COND_DEGRADED,
-                "True",
-                degraded[0].reason,
-                "; ".join(d.message for d in degraded),
-            )
-        placement = admissionpolicy.placement_config(config)
+        wanted = _available_conditions(policy, degraded)
         admission = {
             "mechanism": ADMISSION_MECHANISM_POLICY if policy else ADMISSION_MECHANISM_WEBHOOK,
             "fastPaths": placement.admission_fast_paths,
         }
         written = await self._write_status(config, wanted, admission=admission)
-        return ReconcileResult(
-            "available", action, status_written=written, degraded=wanted[2].reason
-            if wanted[2].status == "True" else ""
-        )
+        return ReconcileResult("available", action, status_written=written,
+                               degraded=wanted[2].reason if wanted[2].status == "True" else "")
+
+    def _degradations(self, parse_error: str | None,
+                      selection: WebhookNamespaceSelection) -> list[ConditionSpec]:
+        """The Degraded conditions known before any write, most important first."""
+        degraded: list[ConditionSpec] = []
+        if self.guard_problem:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True", "UninstallGuardsFailed",
+                                          self.guard_problem[:1000]))
+        if parse_error is not None:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True", "InvalidConfig", parse_error))
+        if not selection.exact:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True",
+                                          "NamespaceSelectorNotExpressible", selection.reason))
+        return degraded
+
+    async def _apply_admission(
+        self, config: dict[str, Any], placement: PlacementConfig,
+        selection: WebhookNamespaceSelection, owner: Sequence[Mapping[str, Any]],
+    ) -> tuple[str, bool, str]:
+        """Converge the webhook configuration, then the admission policy. Returns the
+        webhook's action, whether the policy is in force and the policy's problem ("" when
+        none). A failure of the webhook configuration or the CA bundle is written to the
+        status, then raised."""
+        try:
+            desired = desired_webhook_configuration(
+                config, ca_bundle=await self._ca_bundle(), service=self.service, url=self.url,
+                own_namespace=self.namespace, timeout_seconds=self.timeout_seconds,
+                cert_manager_certificate=self.cert_manager_certificate, owner=owner)
+            action = await self._apply_webhook(desired)
+            policy, problem = await self._apply_policy(placement, selection, owner)
+        except Exception as exc:
+            reason = "WebhookConfigurationFailed" if isinstance(exc, ApiError) else (
+                "CABundleUnavailable")
+            with contextlib.suppress(ApiError):
+                await self._write_status(config, [
+                    ConditionSpec(COND_AVAILABLE, "False", reason, str(exc)[:1000]),
+                    ConditionSpec(COND_PROGRESSING, "True", "Retrying", str(exc)[:1000]),
+                    ConditionSpec(COND_DEGRADED, "True", reason, str(exc)[:1000]),
+                    ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
+                ])
+            raise
+        return action, policy, problem
 
     async def _ca_bundle(self) -> bytes | None:
         if self.cert_manager_certificate:
@@ -652,25 +737,31 @@ class Lifecycle:
                                content_type=MERGE_PATCH)
         return True
 
-    # --- uninstall -----------------------------------------------------------------------
-    async def _start_uninstall(self, reason: str, *, removed: bool) -> ReconcileResult:
-        """Run the ordered uninstall as a task of its own, so that neither a lost lease nor
-        :meth:`stop` cuts it short, and return its result (or raise its error)."""
-        if self._uninstall_task is None or self._uninstall_task.done():
-            self._uninstall_task = asyncio.create_task(
-                self._uninstall(reason, removed=removed), name="podplacement uninstall")
-        return await asyncio.shield(self._uninstall_task)
+    # --- uninstall and stand-down ----------------------------------------------------------
+    def _withdrawing(self, *, uninstall: bool) -> _Withdrawal:
+        """The withdrawal under way, or a new one."""
+        if self._withdrawal is None:
+            self._withdrawal = _Withdrawal(uninstall)
+        elif uninstall:
+            self._withdrawal.uninstall = True
+        return self._withdrawal
 
-    async def _uninstall(self, reason: str, *, removed: bool) -> ReconcileResult:
-        """The ordered uninstall (module docstring): nothing gates new pods, every gated pod
-        is released, the config's finalizer goes; when the product itself is ``removed``
+    async def _uninstall(self, seen: _Observed, reason: str, key: str) -> ReconcileResult:
+        """One pass of the ordered uninstall (module docstring) for the work-queue key
+        ``key``: nothing gates new pods; once that has settled, every gated pod is
+        released and the config's finalizer goes; when the product itself is being removed
         (its namespace or ServiceAccount is being deleted), the ServiceAccount's finalizer
-        goes last of all (its token dies with it)."""
-        log.info("ordered uninstall: %s", reason)
-        config = await self._get_config()
-        if config is not None and ownership.has_finalizer(config):
+        goes last of all (its token dies with it: :attr:`gone`). Every step is idempotent.
+
+        Returns:
+            ``uninstalling`` with the settle time still to wait, or ``uninstalled`` (done).
+        """
+        w = self._withdrawing(uninstall=True)
+        if w.settle_until is None:
+            log.info("ordered uninstall: %s", reason)
+        if seen.config is not None and ownership.has_finalizer(seen.config):
             with contextlib.suppress(ApiError):
-                await self._write_status(config, [
+                await self._write_status(seen.config, [
                     ConditionSpec(COND_AVAILABLE, "False", "Deprovisioning", reason),
                     ConditionSpec(COND_PROGRESSING, "True", "Deprovisioning",
                                   "removing the admission objects, ungating pods"),
@@ -679,51 +770,83 @@ class Lifecycle:
                 ])
         # 1. no new pod gets gated from here on: the in-server policy, its params object and
         # the webhook configuration go
-        policy_was_there = self._policy_present is not False
-        await self._delete_policy()
-        params_deleted = await self._delete_params()
-        deleted = await self._delete_webhook()
-        if deleted or policy_was_there or params_deleted:
-            # The API server applies a deleted policy or webhook configuration for a moment
-            # longer (its informers): let that pass, so the pods it still gates are released
-            # below too.
-            await asyncio.sleep(self.admission_settle_seconds)
+        webhook = "deleted" if await self._withdraw_admission(w, everything=True) else "absent"
+        wait = _remaining(w.settle_until)
+        if wait > 0:
+            return ReconcileResult("uninstalling", webhook, ungated=w.ungated,
+                                   requeue_after=wait)
         # 2. release every pod still gated
-        ungated = await self._release_gated(self.uninstall_deadline_seconds)
-        log.info("uninstall: admission objects removed, %d gated pods released", ungated)
+        w.ungated += await self._release_gated(w, key)
+        log.info("uninstall: admission objects removed, %d gated pods released", w.ungated)
         # 3. let the API server delete the config
         fresh = await self._get_config()
         if fresh is not None:
             await self._patch_finalizer(CONFIG_PATH, fresh, add=False)
         # 4. the controller itself is going: its ServiceAccount's finalizer, last of all
-        if removed:
+        if ownership.product_removed(seen.namespace, seen.service_account):
             await self._release_service_account()
-        self._uninstall_failures = 0
-        return ReconcileResult("uninstalled", "deleted" if deleted else "absent", ungated=ungated)
+            self.gone = True
+        self._withdrawal = None
+        return ReconcileResult("uninstalled", webhook, ungated=w.ungated)
 
-    async def _release_gated(self, deadline: float) -> int:
-        """Run ``ungate_remaining``; after 3 failed attempts in a row, go on without it
-        (the caller must not be held forever)."""
+    async def _withdraw_admission(self, w: _Withdrawal, *, everything: bool) -> bool:
+        """Delete what gates new pods: the params object and, with ``everything``, the
+        admission policy, its binding and the webhook configuration. Sets the settle time
+        ``admission_settle_seconds`` ahead when something was (or may have been) deleted: the
+        API server applies a deleted policy or webhook configuration for a moment longer (its
+        informers), and the pods it still gates must be released too. A first pass cut short
+        mid-way keeps the settle time it set at its start. Returns whether the webhook
+        configuration was deleted."""
+        first = w.settle_until is None
+        if first:
+            w.settle_until = time.monotonic() + self.admission_settle_seconds
+        policy_was_there = everything and self._policy_present is not False
+        if everything:
+            await self._delete_policy()
+        params_deleted = await self._delete_params()
+        webhook_deleted = await self._delete_webhook() if everything else False
+        if policy_was_there or params_deleted or webhook_deleted:
+            w.settle_until = time.monotonic() + self.admission_settle_seconds
+        elif first:
+            w.settle_until = time.monotonic()
+        return webhook_deleted
+
+    async def _release_gated(self, w: _Withdrawal, key: str) -> int:
+        """Run ``ungate_remaining`` with what is left of the release deadline (all of
+        ``uninstall_deadline_seconds`` on the first attempt); the pods it released. After
+        :data:`RELEASE_ATTEMPTS` failures of ``key`` in a row (the work queue's count), go on
+        without it: the caller must not be held forever."""
         if self.ungate_remaining is None:
             return 0
+        deadline = self.uninstall_deadline_seconds
+        if w.release_by is None:
+            w.release_by = time.monotonic() + deadline
+        else:
+            deadline = _remaining(w.release_by)
         try:
             return await self.ungate_remaining(deadline)
         except Exception:
-            self._uninstall_failures += 1
-            if self._uninstall_failures < 3:
+            if self._failures(key) + 1 < RELEASE_ATTEMPTS:
                 raise
-            log.exception("ungating remaining pods failed 3 times; going on")
+            log.exception("releasing the gated pods failed %d times; going on",
+                          RELEASE_ATTEMPTS)
             return 0
 
-    async def _stand_down(self, config: dict[str, Any] | None,
-                          service_account: dict[str, Any] | None) -> ReconcileResult:
-        """:meth:`last_stop` when the product is not being removed."""
-        params_deleted = await self._delete_params()
-        if params_deleted:
-            await asyncio.sleep(self.admission_settle_seconds)
-        ungated = await self._release_gated(self.uninstall_deadline_seconds)
+    async def _stand_down(self, seen: _Observed, key: str) -> ReconcileResult:
+        """One pass of :meth:`last_stop` when the product is not being removed.
+
+        Returns:
+            ``standing-down`` with the settle time still to wait, or ``stood-down`` (done).
+        """
+        w = self._withdrawing(uninstall=False)
+        await self._withdraw_admission(w, everything=False)
+        wait = _remaining(w.settle_until)
+        if wait > 0:
+            return ReconcileResult("standing-down", "unchanged", ungated=w.ungated,
+                                   requeue_after=wait)
+        w.ungated += await self._release_gated(w, key)
         message = (f"no controller is running: the admission policy is paused (its params "
-                   f"object is deleted) and {ungated} gated pods were released; the next "
+                   f"object is deleted) and {w.ungated} gated pods were released; the next "
                    "controller to lead restores it")
         log.info("standing down: %s", message)
         config = await self._get_config()
@@ -738,9 +861,10 @@ class Lifecycle:
             config = await self._get_config()
             if config is not None:
                 await self._patch_finalizer(CONFIG_PATH, config, add=False)
-        if service_account is not None:
+        if seen.service_account is not None:
             await self._release_service_account()
-        return ReconcileResult("stood-down", "unchanged", ungated=ungated)
+        self._withdrawal = None
+        return ReconcileResult("stood-down", "unchanged", ungated=w.ungated)
 
     # --- guards: what lets the uninstall outlive deploy/'s RBAC ----------------------------
     async def _identity(self) -> tuple[str, str] | None:
@@ -848,22 +972,19 @@ class Lifecycle:
                             admissionpolicy.BINDING_RESOURCE} <= names
         return self._policy_api
 
-    async def _apply_policy(self, config: Mapping[str, Any],
+    async def _apply_policy(self, placement: PlacementConfig,
                             selection: WebhookNamespaceSelection,
                             owner: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
         """Converge the MutatingAdmissionPolicy, its params object and its binding: present
-        when ``spec.admission.mechanism`` is ``Auto`` and the API server serves the API,
-        absent otherwise. Returns ``(in force, problem)``; an API error is reported as the
-        problem (the webhook keeps gating) rather than raised."""
-        mechanism = (((config.get("spec") or {}).get("admission") or {}).get("mechanism")
-                     or ADMISSION_AUTO)
+        when ``spec.admission.mechanism`` of the parsed config ``placement`` is ``Auto`` and
+        the API server serves the API, absent otherwise. Returns ``(in force, problem)``; an
+        API error is reported as the problem (the webhook keeps gating) rather than raised."""
         try:
             if not await self._policy_served():
                 return False, ""
-            if mechanism != ADMISSION_AUTO:
+            if placement.admission_mechanism != ADMISSION_AUTO:
                 await self._delete_policy()
                 return False, ""
-            placement = admissionpolicy.placement_config(config)
             await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
                                      admissionpolicy.desired_policy(placement, owner),
                                      drifted=admissionpolicy.policy_drifted,

@@ -1,26 +1,30 @@
 """Publish the :class:`~controller.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatforms`` named ``cluster`` in the
-product's own namespace (``deploy/crds/imageplatforms.yaml``), is written at most about once a
-second, batched, never once per pod, and paced by its size: every write is a replace of the
-whole object, which costs the API server CPU in proportion to it (about 100 ms for a
-full-size 650 KB map on kube-apiserver v1.36.2), so after a write of N bytes the next one
-waits N / :data:`DEFAULT_WRITE_BYTES_PER_SECOND` seconds (about 6 s at full size, 1 s up to
-100 KB). While a full catalog takes one new image after another (a tag per CI run), its
-writes then cost the API server under 2% of a core instead of about 10%.
-:class:`ParamsWriter` is that loop: each tick expires old tag references and, when the store
-changed, replaces the whole object (a map with removed keys needs a replace, not a merge)
-with the live ``resourceVersion``; it creates the object when it does not exist. A lost race
-(409) re-reads the object and writes on the next tick; any other failure is logged and
-retried on a later tick. Ticks run whether or not anything was recorded, so an expired
-tag reference leaves the object within one tick (``min_interval``, or the pacing
-after a large write) of its TTL with no pod to trigger it. The loop never raises.
+product's own namespace (``deploy/crds/imageplatforms.yaml``; README, "Placement inside the
+API server"), is written at most about once a second, batched, never once per pod, and paced
+by its size: every write is a replace of the whole object, which costs the API server CPU in
+proportion to it (about 100 ms for a full-size 650 KB map on kube-apiserver v1.36.2), so
+after a write of N bytes the next one waits N / :data:`DEFAULT_WRITE_BYTES_PER_SECOND`
+seconds (about 6 s at full size, 1 s up to 100 KB). While a full catalog takes one new image
+after another (a tag per CI run), its writes then cost the API server under 2% of a core
+instead of about 10%.
+
+:class:`ParamsWriter` is a reconciler of the controller's work queue for the key
+:data:`PARAMS_KEY`, with no loop of its own: each pass (a *tick*) expires old tag references
+and, when the store changed, replaces the whole object (a map with removed keys needs a
+replace, not a merge) with the live ``resourceVersion``; it creates the object when it does
+not exist. Each tick asks to run again ``min_interval`` after its start (or the pacing after
+a large write), whether or not anything was recorded, so an expired tag reference leaves the
+object within one tick of its TTL with no pod to trigger it; a tick that comes early (the
+key was queued again) writes nothing and asks for the rest of the interval. A lost race
+(409) re-reads the object and writes on the next tick; any other failure is logged, counted
+and raised, and the queue retries after its backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -58,6 +62,9 @@ def params_path(namespace: str) -> str:
     return PARAMS_PATH.format(namespace=namespace)
 
 
+#: The work-queue key of the params writer (a pod's key is ``namespace/name/uid``).
+PARAMS_KEY = "params:cluster"
+
 #: Every request this module sends (method, path), for the RBAC check of
 #: ``tests/deploy/test_manifests.py`` (``deploy/base/rbac/controller.yaml``).
 API_REQUESTS: tuple[tuple[str, str], ...] = (
@@ -74,6 +81,12 @@ WRITE_CONFLICT = "conflict"
 WRITE_ERROR = "error"
 #: :meth:`ParamsWriter.flush` results besides the write labels: nothing to write.
 WRITE_CLEAN = "clean"
+
+
+class ParamsWriteError(Exception):
+    """A tick could not read or write the params object (already logged and counted in
+    the ``error`` write result); the work queue retries :data:`PARAMS_KEY` after its
+    backoff."""
 
 
 class GaugeLike(Protocol):
@@ -130,8 +143,9 @@ class ParamsWriter:
             :class:`kubeclient.KubeRequester`).
         store: the entries to publish; the controller records into it (no lock: all in one
             event loop, and no store method awaits).
-        min_interval: seconds between the starts of two ticks of :meth:`run`, so at most one
-            write per ``min_interval`` (a re-read after a lost race shares its tick).
+        min_interval: seconds between the starts of two ticks of :meth:`reconcile`, so at
+            most one write per ``min_interval`` (a re-read after a lost race shares its
+            tick).
         write_bytes_per_second: after a tick that wrote N bytes of ``spec.images``, the next
             tick starts ``max(min_interval, N / write_bytes_per_second)`` seconds after it.
         metrics: optional :class:`ParamsMetrics`.
@@ -176,15 +190,19 @@ class ParamsWriter:
         self._meta: dict[str, Any] | None = None
         self._known = False
         self._adopted = False
-        # run() and flush() may overlap; one write at a time.
+        # reconcile() and flush() may overlap; one write at a time.
         self._lock = asyncio.Lock()
+        self._stopped = False
+        # self.clock() before which no tick starts (set by the last tick that did not fail)
+        self._next_tick: float | None = None
+        self._last_error = ""
 
     # --- public -----------------------------------------------------------------------
     async def load(self) -> int:
         """Read the live object, if any, and adopt its entries into the store with their
         learned times (:meth:`ParamsStore.adopt`). Only the first successful read adopts:
         after that, the store is the source of truth and later reads only refresh the
-        ``resourceVersion``. :meth:`run` does this itself when it was not done.
+        ``resourceVersion``. :meth:`reconcile` does this itself when it was not done.
 
         Returns:
             The number of entries adopted (0 when the object does not exist yet).
@@ -209,24 +227,53 @@ class ParamsWriter:
             result = await self._tick()
         return result
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Tick every ``min_interval`` seconds (longer after a large write, see the class)
-        until ``stop`` is set: expire, and write when the store changed. Never raises
-        (cancellation aside); errors are logged and the write is retried on a later tick. It
-        does not write when ``stop`` is set: call :meth:`flush` at shutdown while still the
-        leader."""
-        while not stop.is_set():
-            started = self.clock()
-            interval = self.min_interval
-            try:
-                if await self._tick() in (WRITE_CREATED, WRITE_UPDATED):
-                    interval = max(interval,
-                                   self.store.json_size / self.write_bytes_per_second)
-            except Exception:  # never let the loop die; the next tick retries
-                log.exception("params object %s: unexpected error", PARAMS_NAME)
-            delay = max(interval - (self.clock() - started), 0.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+    def start(self) -> None:
+        """Let :meth:`reconcile` write (a new writer may write from the start)."""
+        self._stopped = False
+
+    async def stop(self) -> None:
+        """Stop writing: wait for a write in flight, after which every :meth:`reconcile`
+        is done at once without a request until :meth:`start` (the ordered uninstall and
+        the stand-down call this before they delete the object, which a tick would create
+        again). :meth:`flush` still writes when called."""
+        self._stopped = True
+        async with self._lock:
+            pass
+
+    @property
+    def stopped(self) -> bool:
+        """True between :meth:`stop` and :meth:`start`."""
+        return self._stopped
+
+    async def reconcile(self, key: str = PARAMS_KEY) -> float | None:
+        """One tick for the work-queue key :data:`PARAMS_KEY`: expire, and write when the
+        store changed (a lost race re-reads the object for the next tick).
+
+        Returns:
+            Seconds until the next tick: ``min_interval`` after this one's start, or the
+            pacing after a large write (the rest of the interval, with no request, when it
+            comes early); None while stopped.
+
+        Raises:
+            ParamsWriteError: the read or the write failed otherwise (transport error,
+                timeout, 5xx, 403, 422); the queue retries after its backoff.
+        """
+        if self._stopped:
+            return None
+        started = self.clock()
+        if self._next_tick is not None and started < self._next_tick:
+            return self._next_tick - started
+        # After a failed tick the queue's backoff paces the retries (an early tick answered
+        # with a delay would reset the queue's failure count).
+        self._next_tick = None
+        result = await self._tick()
+        if result == WRITE_ERROR:
+            raise ParamsWriteError(f"params object {PARAMS_NAME}: {self._last_error}")
+        interval = self.min_interval
+        if result in (WRITE_CREATED, WRITE_UPDATED):
+            interval = max(interval, self.store.json_size / self.write_bytes_per_second)
+        self._next_tick = started + interval
+        return None if self._stopped else max(0.0, self._next_tick - self.clock())
 
     # --- one tick ---------------------------------------------------------------------
     async def _tick(self) -> str:
@@ -237,6 +284,7 @@ class ParamsWriter:
                 except ApiError as exc:
                     log.warning("params object %s: read failed (will retry): %s",
                                 PARAMS_NAME, exc)
+                    self._last_error = f"read failed: {exc}"
                     self._count(WRITE_ERROR)
                     return WRITE_ERROR
             self.store.expire(self.wall_clock())
@@ -295,6 +343,7 @@ class ParamsWriter:
             return WRITE_CONFLICT
         except ApiError as exc:
             log.warning("params object %s: write failed (will retry): %s", PARAMS_NAME, exc)
+            self._last_error = f"write failed: {exc}"
             self._count(WRITE_ERROR)
             return WRITE_ERROR
         self._meta = _metadata(obj)

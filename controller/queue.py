@@ -179,6 +179,10 @@ class WorkQueue:
         """Keys queued, waiting on a timer, or being processed."""
         return len(self._dirty | self._processing | set(self._timers))
 
+    def is_pending(self, key: str) -> bool:
+        """True when ``key`` is queued, waiting on a timer, or being processed."""
+        return key in self._dirty or key in self._processing or key in self._timers
+
     def _check_idle(self) -> None:
         if not self._dirty and not self._processing and not self._timers:
             self._idle.set()

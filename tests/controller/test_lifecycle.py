@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,12 @@ from controller.config import (
 )
 from controller.lifecycle import (
     CONFIG_PATH,
+    LIFECYCLE_KEY,
     WEBHOOK_PATH,
     Lifecycle,
     ServingCertSecret,
 )
+from controller.queue import WorkQueue
 from controller.webhookconfig import ServiceRef, desired_webhook_configuration, webhook_drifted
 from kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv
@@ -59,6 +63,19 @@ def _lifecycle(api: KubeAPI, **kw: Any) -> Lifecycle:
     kw.setdefault("url", URL)
     kw.setdefault("ca_bundle", CA)
     return Lifecycle(api, namespace=NS, **kw)
+
+
+@contextlib.asynccontextmanager
+async def _serving(lc: Lifecycle) -> AsyncIterator[WorkQueue]:
+    """``lc`` served on a work queue as the controller's leader serves it: its key queued
+    once, then every pass's requeue-after."""
+    queue = WorkQueue(workers=1, base_delay=0.1, max_delay=1.0)
+    queue.start(lc.handle)
+    queue.add(LIFECYCLE_KEY)
+    try:
+        yield queue
+    finally:
+        await queue.shutdown()
 
 
 async def test_config_gets_finalizer_webhook_and_available_status(
@@ -108,8 +125,7 @@ async def test_drift_is_reverted_by_the_resync_loop(fresh_localkube: KubeEnv,
     env = fresh_localkube
     _create_config(env)
     lc = _lifecycle(api, resync_seconds=0.2)
-    task = lc.start()
-    try:
+    async with _serving(lc):
         await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
         original = env.get(WEBHOOK_PATH)
         # someone edits the webhook: failurePolicy Fail, no namespace exclusions
@@ -128,9 +144,9 @@ async def test_drift_is_reverted_by_the_resync_loop(fresh_localkube: KubeEnv,
                                  "webhooks": []}, "merge")
         await _until(lambda: len(env.get(WEBHOOK_PATH)["webhooks"]) == 1)
         assert env.get(WEBHOOK_PATH)["metadata"]["labels"]["team"] == "x"
-    finally:
-        await lc.stop()
-    assert task.done()
+    last = lc.last_result
+    await asyncio.sleep(0.5)  # over two resync periods: no pass once the queue stopped
+    assert lc.last_result is last
     assert env.request("GET", WEBHOOK_PATH).status_code == 200
 
 
@@ -138,12 +154,11 @@ async def test_spec_change_is_applied_on_notify(fresh_localkube: KubeEnv, api: K
     env = fresh_localkube
     _create_config(env, {})
     lc = _lifecycle(api, resync_seconds=30)
-    lc.start()
-    try:
+    async with _serving(lc) as queue:
         await _until(lambda: _conditions(env).get("Available", {}).get("status") == "True")
         env.patch(CONFIG_PATH, {"spec": {"namespaceSelector": {"matchExpressions": [
             {"key": "tier", "operator": "In", "values": ["batch"]}]}}})
-        lc.notify()
+        queue.add(LIFECYCLE_KEY)  # what the controller does on the config's watch event
 
         def applied() -> bool:
             exprs = env.get(WEBHOOK_PATH)["webhooks"][0]["namespaceSelector"]["matchExpressions"]
@@ -151,8 +166,6 @@ async def test_spec_change_is_applied_on_notify(fresh_localkube: KubeEnv, api: K
 
         await _until(applied)
         await _until(lambda: env.get(CONFIG_PATH)["status"]["observedGeneration"] == 2)
-    finally:
-        await lc.stop()
 
 
 async def test_inexpressible_selector_and_invalid_config_degrade(fresh_localkube: KubeEnv,
@@ -233,8 +246,16 @@ async def test_ordered_uninstall(fresh_localkube: KubeEnv, api: KubeAPI) -> None
     assert resp.status_code == 200
     assert env.get(CONFIG_PATH)["metadata"]["deletionTimestamp"]  # held by our finalizer
 
+    # the first pass removes what gates new pods, then asks to come back once the API
+    # server's admission chain has followed (the settle time), releasing nothing yet
+    first = await lc.reconcile()
+    assert (first.state, first.webhook, first.ungated) == ("uninstalling", "deleted", 0)
+    assert first.requeue_after is not None and 0 < first.requeue_after <= 2.0
+    assert seen == {}
+    assert env.request("GET", WEBHOOK_PATH).status_code == 404
+    await asyncio.sleep(first.requeue_after)
     result = await lc.reconcile()
-    assert (result.state, result.webhook, result.ungated) == ("uninstalled", "deleted", 4)
+    assert (result.state, result.ungated) == ("uninstalled", 4)
     # order: webhook configuration gone before the pods were released, config still present
     assert seen == {"deadline": 7, "webhook_status": 404, "config_deleting": True,
                     "deprovisioning": "True"}
@@ -269,14 +290,12 @@ async def test_stop_keeps_the_webhook_configuration_for_the_next_leader(
     env = fresh_localkube
     _create_config(env)
     lc = _lifecycle(api)
-    lc.start()
-    await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
-    uid = env.get(WEBHOOK_PATH)["metadata"]["uid"]
-    await lc.stop()
+    async with _serving(lc):
+        await _until(lambda: env.request("GET", WEBHOOK_PATH).status_code == 200)
+        uid = env.get(WEBHOOK_PATH)["metadata"]["uid"]
     lc2 = _lifecycle(api)
-    lc2.start()
-    await asyncio.sleep(0)
-    await lc2.stop()
+    async with _serving(lc2):
+        await asyncio.sleep(0)
     # Neither stop removed it (issue 13: a rolling update must not open a gap), and it is
     # the same object, never deleted and re-created.
     assert env.get(WEBHOOK_PATH)["metadata"]["uid"] == uid

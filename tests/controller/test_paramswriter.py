@@ -5,7 +5,9 @@ few writes, a minimum interval apart; the object holds exactly the store's ``spe
 ``spec.learned`` and ``status.entries``; a full-size object (5,000 realistic references) is
 accepted; TTL expiry removes keys on the server within TTL + 2 s of when they were learned,
 with no record to trigger it, also after a restart (the learned times are adopted); a lost
-race (409) and a deleted object are survived; an unreachable server never stops the loop."""
+race (409) and a deleted object are survived; an unreachable server never stops the ticks
+(the work queue retries them after its backoff); an early tick writes nothing; a stopped
+writer writes nothing."""
 
 from __future__ import annotations
 
@@ -22,7 +24,13 @@ import pytest
 
 from controller.config import DEFAULT_NAMESPACE, PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
 from controller.imageparams import ParamsStore, platforms_value
-from controller.paramswriter import ParamsWriter, params_collection_path, params_path
+from controller.paramswriter import (
+    PARAMS_KEY,
+    ParamsWriter,
+    params_collection_path,
+    params_path,
+)
+from controller.queue import WorkQueue
 from kubeclient import KubeAPI, NotFound
 from tests.harness.kube import KubeEnv, start_localkube
 from tests.harness.realcluster import real_cluster
@@ -149,13 +157,18 @@ def assert_published(obj: dict[str, Any], store: ParamsStore) -> None:
 
 
 async def running(writer: ParamsWriter, body: Callable[[], Awaitable[None]]) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(writer.run(stop))
+    """Run ``body`` while the writer's key is served on a work queue, as the controller's
+    leader serves it (a failed tick is retried after the queue's backoff, here one
+    ``min_interval``); then stop the writer (a write in flight ends) and the queue."""
+    queue = WorkQueue(workers=1, base_delay=writer.min_interval, max_delay=writer.min_interval,
+                      jitter=0.0)
+    queue.start(writer.reconcile)
+    queue.add(PARAMS_KEY)
     try:
         await body()
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(writer.stop(), 10)
+        await queue.shutdown()
 
 
 def reference(i: int, pinned: bool) -> str:
@@ -489,7 +502,7 @@ async def test_load_of_a_missing_object_then_create(api: KubeAPI) -> None:
 
 
 # --- failures (no server) ---------------------------------------------------------------
-async def test_an_unreachable_server_never_stops_the_loop() -> None:
+async def test_an_unreachable_server_never_stops_the_ticks() -> None:
     client = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
     store = ParamsStore(3600)
     metrics = FakeMetrics()
@@ -503,3 +516,57 @@ async def test_an_unreachable_server_never_stops_the_loop() -> None:
     assert store.dirty
     assert metrics.writes.counts["error"] >= 3
     assert set(metrics.writes.counts) == {"error"}
+
+
+async def test_an_early_tick_writes_nothing_and_asks_for_the_rest_of_the_interval(
+        api: KubeAPI) -> None:
+    """The key queued again before ``min_interval`` has passed (e.g. a new term): no
+    request, and the rest of the interval as the requeue-after; on time, one write."""
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store, min_interval=0.5)
+    writes = track_writes(api)
+    store.record(reference(1, pinned=True), AMD_ARM, time.time())
+    first = await writer.reconcile(PARAMS_KEY)
+    assert first is not None and 0 < first <= 0.5
+    assert len(writes) == 1
+    store.record(reference(2, pinned=True), AMD_ARM, time.time())
+    early = await writer.reconcile(PARAMS_KEY)
+    assert early is not None and 0 < early <= 0.5
+    assert len(writes) == 1 and store.dirty
+    await asyncio.sleep(early)
+    assert await writer.reconcile(PARAMS_KEY) is not None
+    assert len(writes) == 2 and not store.dirty
+
+
+async def test_a_stopped_writer_writes_nothing_until_started(api: KubeAPI) -> None:
+    """What the ordered uninstall relies on before it deletes the object: once ``stop()``
+    returns, no tick writes (the key is done), until ``start()``."""
+    store = ParamsStore(3600)
+    writer = ParamsWriter(api, store, min_interval=0.1)
+    writes = track_writes(api)
+    store.record(reference(1, pinned=True), AMD_ARM, time.time())
+    await writer.stop()
+    assert writer.stopped
+    assert await writer.reconcile(PARAMS_KEY) is None
+    assert writes == [] and await live(api) is None
+    writer.start()
+    assert await writer.reconcile(PARAMS_KEY) is not None
+    assert [w[0] for w in writes] == ["create"]
+
+
+async def test_a_failed_tick_raises_for_the_queue_backoff() -> None:
+    """A read or write that fails (here: no server) is counted and raised, so the work
+    queue retries after its backoff; the pacing of ticks does not answer the retry early
+    (which would reset the queue's failure count)."""
+    from controller.paramswriter import ParamsWriteError
+
+    client = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
+    metrics = FakeMetrics()
+    writer = ParamsWriter(client, ParamsStore(3600), min_interval=10.0, metrics=metrics)
+    try:
+        for attempt in range(1, 3):
+            with pytest.raises(ParamsWriteError):
+                await writer.reconcile(PARAMS_KEY)
+            assert metrics.writes.counts["error"] == attempt
+    finally:
+        await client.close()
