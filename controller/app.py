@@ -562,9 +562,10 @@ class Controller:
         so no pod is placed here any more and the lifecycle's and the params writer's work
         in flight is cancelled; the webhook configuration and the rest stay for the next
         leader. An ordered uninstall under way here, or due because the product itself is
-        being removed (its namespace's deletion deletes the Lease, so nobody can lead
-        again), is then finished on a queue of its own (:meth:`_serve_to_end`,
-        :meth:`controller.lifecycle.Lifecycle.finish`), bounded."""
+        being removed (its namespace's deletion deletes the Lease, and no replica can
+        lead again), is then finished on a queue of its own before the term ends
+        (:meth:`_serve_to_end` of :data:`controller.lifecycle.FINISH_KEY`, bounded; a pass
+        that finds nothing to finish is done at once)."""
         if not self.leading:
             return
         self.leading = False
@@ -579,9 +580,7 @@ class Controller:
             self._policy_task = None
         await self.params_writer.stop()
         if self.lifecycle is not None:
-            lost = self.elector is not None and not self.elector.shutting_down
-            if lost or self.lifecycle.uninstalling:
-                await self._serve_to_end(FINISH_KEY)
+            await self._serve_to_end(FINISH_KEY)
 
     async def _serve_to_end(self, key: str) -> None:
         """Serve the lifecycle key ``key`` alone on a one-worker queue of its own (the same

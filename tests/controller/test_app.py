@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from controller.app import Controller, ControllerOptions
 from controller.config import CONFIG_NAME, PlacementConfig
@@ -120,4 +123,50 @@ async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> N
         assert ctl.params.learned() == {"reg.example/app:v1": int(fetched)}
     finally:
         ctl.lifecycle = None
+        await api.close()
+
+
+async def test_the_last_work_is_served_to_its_end_within_its_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the pod workers stopped, a lifecycle key is served alone on a queue of its
+    own: pass after pass until one says done, and never longer than the lifecycle's
+    final_seconds (the pass in flight is then cancelled)."""
+    import asyncio
+
+    from controller import lifecycle
+    from controller.lifecycle import LAST_STOP_KEY, ReconcileResult
+
+    monkeypatch.setattr(lifecycle, "FINAL_MARGIN_SECONDS", 0.5)
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(
+        leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",
+        cert_dir=str(tmp_path), retry_base_delay=0.05))
+    try:
+        lc = ctl._make_lifecycle()
+        assert lc is not None
+        lc.admission_settle_seconds = lc.uninstall_deadline_seconds = 0.0
+        ctl.lifecycle = lc
+        ctl._handlers = dict.fromkeys(lifecycle.KEYS, lc.handle)
+        passes: list[str] = []
+
+        async def settling() -> ReconcileResult:
+            passes.append("pass")
+            if len(passes) < 3:
+                return ReconcileResult("standing-down", "unchanged", requeue_after=0.05)
+            return ReconcileResult("stood-down", "unchanged")
+
+        lc.last_stop = settling  # type: ignore[method-assign]
+        await asyncio.wait_for(ctl._serve_to_end(LAST_STOP_KEY), 5)
+        assert passes == ["pass"] * 3
+
+        async def hanging() -> ReconcileResult:
+            await asyncio.sleep(60)
+            raise AssertionError("not cancelled")
+
+        lc.last_stop = hanging  # type: ignore[method-assign]
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(ctl._serve_to_end(LAST_STOP_KEY), 5)
+        assert 0.4 <= asyncio.get_running_loop().time() - started < 2.0
+        assert ctl._final_queue is None
+    finally:
         await api.close()

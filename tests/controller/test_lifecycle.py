@@ -32,7 +32,7 @@ from controller.lifecycle import (
 )
 from controller.queue import WorkQueue
 from controller.webhookconfig import ServiceRef, desired_webhook_configuration, webhook_drifted
-from kubeclient import KubeAPI
+from kubeclient import ApiError, KubeAPI
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"
@@ -433,3 +433,152 @@ async def test_rotated_ca_bundle_in_the_cert_dir_reaches_the_webhook(
     (tmp_path / "ca.crt").write_bytes(new_ca.cert_pem + old_ca.cert_pem)
     assert (await lc.reconcile()).webhook == "updated"
     assert bundle() == new_ca.cert_pem + old_ca.cert_pem
+
+
+# --- the ordered uninstall and the stand-down as passes of work-queue keys ----------------
+def _release_all(env: KubeEnv) -> int:
+    """Release every gated pod as the controller's callback would (plain ungate)."""
+    pods = env.get(f"/api/v1/pods?labelSelector={GATE_LABEL}%3D{GATE_LABEL_GATED}")["items"]
+    for pod in pods:
+        gates = [g["name"] for g in pod["spec"]["schedulingGates"]]
+        env.patch(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/"
+                  f"{pod['metadata']['name']}", [
+            {"op": "remove", "path": f"/spec/schedulingGates/{gates.index(SCHEDULING_GATE)}"},
+            {"op": "replace", "path": "/metadata/labels/podplacement.io~1scheduling-gate",
+             "value": GATE_LABEL_REMOVED},
+        ], "json")
+    return len(pods)
+
+
+async def test_release_failures_are_the_queues_count_then_the_uninstall_goes_on(
+    fresh_localkube: KubeEnv, api: KubeAPI
+) -> None:
+    """A release that keeps failing is retried after the queue's backoff (the pass raises);
+    at the third failure in a row, counted by the queue, the uninstall goes on without it:
+    the config's finalizer is not held forever."""
+    env = fresh_localkube
+    _create_config(env)
+    calls: list[float] = []
+
+    async def failing(deadline: float) -> int:
+        calls.append(deadline)
+        raise OSError("the API server is unreachable")
+
+    queue = WorkQueue(workers=1, base_delay=0.05, max_delay=0.2)
+    lc = _lifecycle(api, ungate_remaining=failing, admission_settle_seconds=0.1,
+                    failures=queue.failures)
+    await lc.reconcile()
+    env.delete(CONFIG_PATH)
+    queue.start(lc.handle)
+    try:
+        queue.add(LIFECYCLE_KEY)
+        await _until(lambda: env.request("GET", CONFIG_PATH).status_code == 404)
+    finally:
+        await queue.shutdown()
+    assert len(calls) == 3
+    assert lc.last_result is not None and lc.last_result.state == "uninstalled"
+    assert not lc.uninstalling
+
+
+async def test_a_pass_cut_short_resumes_with_the_rest_of_the_release_deadline(
+    fresh_localkube: KubeEnv, api: KubeAPI
+) -> None:
+    """A lost lease or a stop cancels the pass in flight; the next pass (here: the
+    process's last work, FINISH_KEY) neither deletes anything again nor restarts the
+    release deadline: it is counted from the first release attempt."""
+    env = fresh_localkube
+    _create_config(env)
+    env.ensure_namespace("apps")
+    env.create("/api/v1/namespaces/apps/pods", _gated_pod("p0"))
+    deadlines: list[float] = []
+    started = asyncio.Event()
+
+    async def ungate_remaining(deadline: float) -> int:
+        deadlines.append(deadline)
+        if len(deadlines) == 1:
+            started.set()
+            await asyncio.sleep(30)  # cancelled by the stop below
+        return _release_all(env)
+
+    lc = _lifecycle(api, ungate_remaining=ungate_remaining, uninstall_deadline_seconds=5,
+                    admission_settle_seconds=0.1)
+    await lc.reconcile()
+    env.delete(CONFIG_PATH)
+    async with _serving(lc) as queue:
+        queue.add(LIFECYCLE_KEY)
+        await asyncio.wait_for(started.wait(), 10)
+    assert lc.uninstalling  # the queue stopped in the middle of the release
+    await asyncio.sleep(0.3)
+    result = await lc.finish()
+    assert (result.state, result.ungated, result.requeue_after) == ("uninstalled", 1, None)
+    assert deadlines[0] == 5 and 0 < deadlines[1] <= 5 - 0.3
+    assert env.request("GET", CONFIG_PATH).status_code == 404
+    assert not env.get("/api/v1/namespaces/apps/pods/p0")["spec"].get("schedulingGates")
+    assert (await lc.finish()).state == "idle"  # nothing left to finish
+
+
+async def test_last_stop_stands_down_in_passes(fresh_localkube: KubeEnv, api: KubeAPI) -> None:
+    """The stand-down: the params writer is stopped before the params object is deleted,
+    the pass asks to come back after the settle time, then releases the gated pods, says
+    why in the status and removes the finalizer; the webhook configuration stays."""
+    from controller.paramswriter import params_collection_path, params_path
+
+    env = fresh_localkube
+    _create_config(env)
+    env.ensure_namespace(NS)
+    env.ensure_namespace("apps")
+    env.create(params_collection_path(NS), {
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "metadata": {"name": "cluster"}, "spec": {"images": {}}, "status": {"entries": 0}})
+    env.create("/api/v1/namespaces/apps/pods", _gated_pod("p0"))
+    order: list[str] = []
+
+    async def stop_writer() -> None:
+        order.append(f"writer stopped, params {env.request('GET', params_path(NS)).status_code}")
+
+    async def ungate_remaining(deadline: float) -> int:
+        order.append(f"released, params {env.request('GET', params_path(NS)).status_code}")
+        return _release_all(env)
+
+    lc = _lifecycle(api, ungate_remaining=ungate_remaining, before_params_delete=stop_writer,
+                    admission_settle_seconds=0.2)
+    await lc.reconcile()
+    first = await lc.last_stop()
+    assert first.state == "standing-down" and first.requeue_after is not None
+    assert order == ["writer stopped, params 200"]
+    await asyncio.sleep(first.requeue_after)
+    done = await lc.last_stop()
+    assert (done.state, done.ungated, done.requeue_after) == ("stood-down", 1, None)
+    assert order[-1] == "released, params 404"
+    conds = _conditions(env)
+    assert (conds["Available"]["status"], conds["Available"]["reason"]) == (
+        "False", "NoController")
+    assert not env.get(CONFIG_PATH)["metadata"].get("finalizers")
+    assert env.request("GET", WEBHOOK_PATH).status_code == 200
+
+
+async def test_the_last_work_is_given_up_after_its_attempts(api: KubeAPI) -> None:
+    """A failing pass of the process's last work raises to the queue until the queue has
+    counted FINAL_ATTEMPTS - 1 failures, then the key is done; the normal key always
+    raises (the queue keeps retrying it)."""
+    from controller.lifecycle import FINAL_ATTEMPTS, FINISH_KEY, LAST_STOP_KEY
+
+    unreachable = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
+    counted = {"n": 0}
+    lc = Lifecycle(unreachable, namespace=NS, url=URL, ca_bundle=CA,
+                   failures=lambda _key: counted["n"])
+    try:
+        for key in (FINISH_KEY, LAST_STOP_KEY, LIFECYCLE_KEY):
+            counted["n"] = 0
+            with pytest.raises(ApiError):
+                await lc.handle(key)
+            counted["n"] = FINAL_ATTEMPTS - 1
+            if key == LIFECYCLE_KEY:
+                with pytest.raises(ApiError):
+                    await lc.handle(key)
+            else:
+                assert await lc.handle(key) is None
+        with pytest.raises(ValueError):
+            await lc.handle("default/pod/uid")
+    finally:
+        await unreachable.close()
