@@ -564,8 +564,10 @@ class Controller:
         leader. An ordered uninstall under way here, or due because the product itself is
         being removed (its namespace's deletion deletes the Lease, and no replica can
         lead again), is then finished on a queue of its own before the term ends
-        (:meth:`_serve_to_end` of :data:`controller.lifecycle.FINISH_KEY`, bounded; a pass
-        that finds nothing to finish is done at once)."""
+        (:meth:`_serve_to_end` of :data:`controller.lifecycle.FINISH_KEY`, bounded). Whether
+        the product is being removed is read once: when that read fails (the API server is
+        unreachable, the usual reason for a lost lease), the term ends at once, so this
+        process can campaign again as soon as the server is back."""
         if not self.leading:
             return
         self.leading = False
@@ -579,8 +581,21 @@ class Controller:
                 await self._policy_task
             self._policy_task = None
         await self.params_writer.stop()
-        if self.lifecycle is not None:
+        if self.lifecycle is not None and await self._finish_due(self.lifecycle):
             await self._serve_to_end(FINISH_KEY)
+
+    @staticmethod
+    async def _finish_due(lifecycle: Lifecycle) -> bool:
+        """True when an ordered uninstall is under way here or the product is being
+        removed (:meth:`controller.lifecycle.Lifecycle.removal_due`, one attempt; a failed
+        read is logged and means no)."""
+        if lifecycle.uninstalling:
+            return True
+        try:
+            return await lifecycle.removal_due()
+        except Exception as exc:
+            log.warning("cannot tell whether podplacement is being removed: %s", exc)
+            return False
 
     async def _serve_to_end(self, key: str) -> None:
         """Serve the lifecycle key ``key`` alone on a one-worker queue of its own (the same

@@ -441,6 +441,17 @@ class Lifecycle:
         return (self.admission_settle_seconds + self.uninstall_deadline_seconds
                 + FINAL_MARGIN_SECONDS)
 
+    async def removal_due(self) -> bool:
+        """True when the product itself is being removed: its namespace or the controller's
+        ServiceAccount is being deleted (so no controller can take the Lease again, and
+        :meth:`finish` runs the ordered uninstall). One read of each, no retry.
+
+        Raises:
+            ApiError: a read failed (other than 403 and 404, which read as absent).
+        """
+        namespace_obj = await self._get_namespace()
+        return ownership.product_removed(namespace_obj, await self._get_service_account())
+
     async def handle(self, key: str) -> float | None:
         """The work-queue handler of :data:`KEYS`: one pass of :meth:`reconcile`,
         :meth:`finish` or :meth:`last_stop`; its result is kept in :attr:`last_result`.
