@@ -151,8 +151,8 @@ def check_bindings(env: KubeEnv, ns: str, within: float = 15.0) -> int:
     deadline = time.monotonic() + within
     nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
              for n in env.get("/api/v1/nodes")["items"]}
-    checked = 0
     while True:
+        checked = 0  # bound pods of this pass: one that was bound before counts once
         pending = []
         for pod in env.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
             ann = (pod["metadata"].get("annotations") or {}).get(DECISION_ANNOTATION)
