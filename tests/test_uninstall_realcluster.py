@@ -235,7 +235,13 @@ def test_kubectl_delete_k_deploy_releases_every_pod_and_leaves_nothing(
     empty = time.monotonic() - started
     assert left == [], f"left after {UNINSTALL_LIMIT} s: {left}"
     _exited(installed, 30)
-    assert installed.forbidden() == [], "the uninstall lost its rights half-way"
+    # The leader-election Lease is the one thing kubectl takes away on purpose (deploy/'s Role
+    # in the namespace; the namespace's deletion deletes the Lease anyway): its renewal may be
+    # refused, which ends the term, and the uninstall goes on without it. Any other denial
+    # means the uninstall lost its rights half-way.
+    denied = [line for line in installed.forbidden()
+              if "resource lock" not in line and "leases" not in line]
+    assert denied == [], "the uninstall lost its rights half-way"
     pods = cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
     assert len(pods) == 30 and not any(_gated(p) for p in pods)
     placed = [p for p in pods if (p["spec"].get("affinity") or {}).get("nodeAffinity")]
