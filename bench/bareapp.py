@@ -26,8 +26,8 @@ import orjson  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import Response  # noqa: E402
 
-from webhook import app as app_module  # noqa: E402
-from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES  # noqa: E402
+from podplacement.webhook import app as app_module  # noqa: E402
+from podplacement.webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES  # noqa: E402
 
 BARE_BODY = orjson.dumps({"apiVersion": app_module.ADMISSION_V1, "kind": "AdmissionReview",
                           "response": {"uid": "", "allowed": True}})

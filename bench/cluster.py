@@ -99,8 +99,8 @@ from urllib.parse import urlsplit  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from controller.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
-from controller.paramswriter import params_collection_path  # noqa: E402
+from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
+from podplacement.controller.paramswriter import params_collection_path  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
     ControlPlane,

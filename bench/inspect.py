@@ -32,8 +32,8 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 
-from imageinspect import Inspector, RegistriesConfig  # noqa: E402
-from imageinspect._manifest import MANIFEST_ACCEPT, OCI_INDEX, OCI_MANIFEST  # noqa: E402
+from podplacement.imageinspect import Inspector, RegistriesConfig  # noqa: E402
+from podplacement.imageinspect._manifest import MANIFEST_ACCEPT, OCI_INDEX, OCI_MANIFEST  # noqa: E402
 from tests.harness.oci import Pusher  # noqa: E402
 from tests.harness.registry import Registry, start_registry  # noqa: E402
 

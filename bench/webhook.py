@@ -62,7 +62,7 @@ REVIEW = (_SHARED if _SHARED.is_dir() else REPO / "tests" / "reference") / (
 def prepare(workdir: Path) -> tuple[Path, Path]:
     """Write certificates and a PodPlacementConfig; returns (cert_dir, config_file)."""
     sys.path.insert(0, str(REPO))
-    from certs import CertState, generate_ca, issue_serving_cert, write_dir
+    from podplacement.certs import CertState, generate_ca, issue_serving_cert, write_dir
 
     ca = generate_ca()
     serving = issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
@@ -223,10 +223,10 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     import orjson
     import uvloop
 
-    import webhook.app as app_module
-    from controller.config import PlacementConfig
-    from webhook.configsource import StaticConfigSource
-    from webhook.gating import GATED
+    import podplacement.webhook.app as app_module
+    from podplacement.controller.core.config import PlacementConfig
+    from podplacement.webhook.configsource import StaticConfigSource
+    from podplacement.webhook.gating import GATED
 
     body = REVIEW.read_bytes()
     app = load_bareapp().add_baselines(app_module.create_app(StaticConfigSource(

@@ -8,16 +8,16 @@ window (:mod:`certs.rotation`), :func:`load_bundle` for the MutatingWebhookConfi
 :mod:`certs.secretflow`).
 """
 
-from certs._generate import (
+from podplacement.certs._generate import (
     KeyPair,
     generate_ca,
     issue_serving_cert,
     new_private_key,
     service_dns_names,
 )
-from certs.rotation import RotationPlan, apply_rotation, plan_rotation, rotate_dir
-from certs.secretflow import Requester, ServingCertSecret
-from certs.store import (
+from podplacement.certs.rotation import RotationPlan, apply_rotation, plan_rotation, rotate_dir
+from podplacement.certs.secretflow import Requester, ServingCertSecret
+from podplacement.certs.store import (
     CertState,
     CertStoreError,
     ca_bundle,

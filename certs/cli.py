@@ -22,9 +22,17 @@ from typing import Any
 
 import orjson
 
-from certs._generate import generate_ca, issue_serving_cert, service_dns_names
-from certs.rotation import DEFAULT_OVERLAP, DEFAULT_ROTATE_BEFORE, rotate_dir
-from certs.store import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertState, CertStoreError, write_dir
+from podplacement.certs._generate import generate_ca, issue_serving_cert, service_dns_names
+from podplacement.certs.rotation import DEFAULT_OVERLAP, DEFAULT_ROTATE_BEFORE, rotate_dir
+from podplacement.certs.store import (
+    CA_CERT,
+    CA_KEY,
+    TLS_CERT,
+    TLS_KEY,
+    CertState,
+    CertStoreError,
+    write_dir,
+)
 from podplacement.cli import (
     is_dns_label,
     is_dns_subdomain,

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from cryptography import x509
 
-from certs._generate import KeyPair, generate_ca, issue_serving_cert
-from certs.store import CertState, read_dir, write_dir
+from podplacement.certs._generate import KeyPair, generate_ca, issue_serving_cert
+from podplacement.certs.store import CertState, read_dir, write_dir
 
 DEFAULT_ROTATE_BEFORE = dt.timedelta(days=30)
 DEFAULT_OVERLAP = dt.timedelta(minutes=10)

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from certs._generate import service_dns_names
-from certs.rotation import (
+from podplacement.certs._generate import service_dns_names
+from podplacement.certs.rotation import (
     DEFAULT_OVERLAP,
     RotationPlan,
     _issued_by,
@@ -30,7 +30,14 @@ from certs.rotation import (
     apply_rotation,
     plan_rotation,
 )
-from certs.store import CA_CERT, CA_KEY, CertState, CertStoreError, from_secret, to_secret
+from podplacement.certs.store import (
+    CA_CERT,
+    CA_KEY,
+    CertState,
+    CertStoreError,
+    from_secret,
+    to_secret,
+)
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from certs._generate import KeyPair
+from podplacement.certs._generate import KeyPair
 
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"

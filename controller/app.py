@@ -46,9 +46,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from controller import admissionpolicy, paramswriter, policywatch
-from controller.bindingfeed import PODS_PATH, watch_bindings
-from controller.config import (
+from podplacement.controller import paramswriter, policywatch
+from podplacement.controller.bindingfeed import PODS_PATH, watch_bindings
+from podplacement.controller.core import admissionpolicy
+from podplacement.controller.core.config import (
     ADMISSION_AUTO,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -69,29 +70,35 @@ from controller.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from controller.decision import plain_ungate
-from controller.events import EventSink
-from controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
-from controller.findings import FindingsStore
-from controller.imageparams import ParamsStore
-from controller.learn import merge, touches
-from controller.lifecycle import FINISH_KEY, KEYS, LAST_STOP_KEY, LIFECYCLE_KEY, Lifecycle
-from controller.metrics import HealthServer, Metrics
-from controller.numa import InFlight
-from controller.paramswriter import PARAMS_KEY, ParamsWriter
-from controller.platforms import ImageLike, image_platform_pairs
-from controller.podspec import has_gate
-from controller.policy import Ranking, params_policies
-from controller.policywatch import PolicyWatch
-from controller.queue import WorkQueue
-from controller.reconciler import Reconciler, RetryLater, pod_key, split_key
-from controller.registriessource import (
+from podplacement.controller.core.decision import plain_ungate
+from podplacement.controller.core.findings import FindingsStore
+from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.controller.core.learn import merge, touches
+from podplacement.controller.core.numa import InFlight
+from podplacement.controller.core.platforms import ImageLike, image_platform_pairs
+from podplacement.controller.core.podspec import has_gate
+from podplacement.controller.core.policy import Ranking, params_policies
+from podplacement.controller.events import EventSink
+from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
+from podplacement.controller.lifecycle import (
+    FINISH_KEY,
+    KEYS,
+    LAST_STOP_KEY,
+    LIFECYCLE_KEY,
+    Lifecycle,
+)
+from podplacement.controller.metrics import HealthServer, Metrics
+from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter
+from podplacement.controller.policywatch import PolicyWatch
+from podplacement.controller.queue import WorkQueue
+from podplacement.controller.reconciler import Reconciler, RetryLater, pod_key, split_key
+from podplacement.controller.registriessource import (
     CONFIGMAP_PATH,
     LoadedRegistries,
     RegistriesConfigMap,
     registries_from,
 )
-from kubeclient import (
+from podplacement.kubeclient import (
     ApiError,
     Conflict,
     Informer,
@@ -102,7 +109,7 @@ from kubeclient import (
 Handler = Callable[[str], Awaitable[float | None]]
 
 if TYPE_CHECKING:
-    from controller.leader import LeaderElector
+    from podplacement.controller.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +368,7 @@ class Controller:
                loaded.digest if loaded is not None else None)
         if self._inspector is not None and (not self._own_inspector or key == self._inspector_key):
             return self._inspector
-        from imageinspect import Inspector
+        from podplacement.imageinspect import Inspector
 
         o = self.options
         registries = registries_from(
@@ -428,7 +435,7 @@ class Controller:
         """:meth:`config_source` with the exclusions this controller places with: those
         its exec-format-error monitor holds in force now (fresher than the status it
         publishes them in), then those of the config's status still in force
-        (:func:`controller.learn.merge`); none unless ``execFormatErrorMonitor`` has both
+        (:func:`controller.core.learn.merge`); none unless ``execFormatErrorMonitor`` has both
         ``enabled`` and ``learn``."""
         config, error = self.config_source()
         if not (config.exec_format_monitor and config.exec_format_learn):
@@ -619,7 +626,7 @@ class Controller:
         o = self.options
         if not (o.webhook_url or o.webhook_service):
             return None
-        from controller import lifecycle as lc
+        from podplacement.controller import lifecycle as lc
 
         ca: Any
         if o.cert_manager_certificate:
@@ -667,7 +674,7 @@ class Controller:
             self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
             self._handlers[PARAMS_KEY] = self.params_writer.reconcile
         if o.leader_election:
-            from controller.leader import LeaderElector
+            from podplacement.controller.leader import LeaderElector
 
             self.elector = LeaderElector(
                 self.api, o.namespace, identity=o.identity,
@@ -744,7 +751,7 @@ class Controller:
     async def _successor(self, identity: str, within: float) -> bool:
         """True when a controller other than ``identity`` holds the Lease within ``within``
         seconds (polled); False when none does, or the Lease cannot be read."""
-        from controller.leader import LEASE_PATH
+        from podplacement.controller.leader import LEASE_PATH
 
         path = LEASE_PATH.format(namespace=self.options.namespace, name=LEASE_NAME)
         deadline = time.monotonic() + max(0.0, within)
@@ -836,7 +843,7 @@ def _forget_topology(obj: Mapping[str, Any]) -> None:
     name = str((obj.get("metadata") or {}).get("name") or "")
     if not name:
         return
-    from controller.numa._decide import _CACHE
+    from podplacement.controller.core.numa._decide import _CACHE
 
     _CACHE.forget(name)
 

@@ -18,12 +18,12 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from controller.config import DEFAULT_NAMESPACE
-from imageinspect.cli import add_registry_arguments, parse_ca_files
 from podplacement.cli import non_negative_float, one_line, positive_int
+from podplacement.controller.core.config import DEFAULT_NAMESPACE
+from podplacement.imageinspect.cli import add_registry_arguments, parse_ca_files
 
 if TYPE_CHECKING:
-    from controller.app import ControllerOptions
+    from podplacement.controller.app import ControllerOptions
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
         ValueError: an unusable value (message names the flag).
         OSError: a ``--ca-file`` file cannot be read.
     """
-    from controller.app import ControllerOptions
+    from podplacement.controller.app import ControllerOptions
 
     certificate = _certificate_ref(args.cert_manager_certificate)
     if certificate and not (args.webhook_url or args.webhook_service):
@@ -148,8 +148,8 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from controller.app import Controller
-    from kubeclient import KubeAPI
+    from podplacement.controller.app import Controller
+    from podplacement.kubeclient import KubeAPI
 
     try:
         options = options_from_args(args)

@@ -3,11 +3,11 @@ container that fails with an exec format error, verifies the image's binaries on
 digest, learns which (digest, platform) pairs are wrong, and, when asked, deletes a failing
 pod so that its owner recreates it elsewhere.
 
-I/O around the pure rules of :mod:`controller.execformat` (detection, verify on suspicion),
-:mod:`controller.findings` (what is proof) and :mod:`controller.learn` (exclusions, the
+I/O around the pure rules of :mod:`controller.core.execformat` (detection, verify on suspicion),
+:mod:`controller.core.findings` (what is proof) and :mod:`controller.core.learn` (exclusions, the
 remedy). A cache-less list+watch of the pods labelled ``podplacement.io/node-affinity``
 (every pod the product decided about, never all pods; nothing kept per pod) hands each pod
-to :func:`controller.execformat.needs_work`; a pod with something to do is queued by key on
+to :func:`controller.core.execformat.needs_work`; a pod with something to do is queued by key on
 its own :class:`controller.queue.WorkQueue` (the placement queue's depth stays the
 placement's). The per-pod reconcile reads the pod again, starts the one verification of each
 digest it needs (a finding's, or a suspicion's: the runc/crun shape without words), writes
@@ -15,13 +15,13 @@ the label ``podplacement.io/exec-format-error=true`` and the record annotation i
 patch guarded by ``resourceVersion`` (a conflict is retried with a fresh read), and only
 after that write emits one Warning Event ``ExecFormatError`` per new (container, restart),
 counts ``podplacement_exec_format_errors_total{arch}`` and the evidence in the
-:class:`controller.findings.FindingsStore`: the record on the pod is what makes a second
+:class:`controller.core.findings.FindingsStore`: the record on the pod is what makes a second
 run, or another leader, silent. A suspicion is written only once its verification flags the
 node's platform; one whose verification passes leaves no trace on the pod.
 
 Learning (``spec.plugins.execFormatErrorMonitor.learn``): a loop (every ``tick_seconds``,
 and at once after new evidence) expires evidence one ``imageInspection.cacheTTL`` after its
-latest part, computes the exclusions in force (:func:`controller.learn.exclusions`) and
+latest part, computes the exclusions in force (:func:`controller.core.learn.exclusions`) and
 publishes them, with the pods deleted by the remedy, in the PodPlacementConfig's
 ``status.execFormatErrorMonitor`` (a merge patch of the status subresource, written only
 when it differs): that is where the webhook reads them (it watches the object already), and
@@ -44,8 +44,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.bindingfeed import PODS_PATH
-from controller.config import (
+from podplacement.controller.bindingfeed import PODS_PATH
+from podplacement.controller.core.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     CONFIG_NAME,
@@ -60,9 +60,8 @@ from controller.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from controller.decision import WARNING, EventSpec
-from controller.events import EventSink
-from controller.execformat import (
+from podplacement.controller.core.decision import WARNING, EventSpec
+from podplacement.controller.core.execformat import (
     PROOF_MESSAGE,
     ExecFormatFinding,
     event_spec,
@@ -77,8 +76,8 @@ from controller.execformat import (
     updated_record,
     verification_entry,
 )
-from controller.findings import FindingsStore, Verification
-from controller.learn import (
+from podplacement.controller.core.findings import FindingsStore, Verification
+from podplacement.controller.core.learn import (
     DeletedPod,
     deleted_from_status,
     describe,
@@ -87,10 +86,11 @@ from controller.learn import (
     remedy_owner,
     status_patch,
 )
-from controller.metrics import Metrics
-from controller.queue import WorkQueue
-from controller.reconciler import pod_key, split_key
-from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.controller.queue import WorkQueue
+from podplacement.controller.reconciler import pod_key, split_key
+from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +446,7 @@ class ExecFormatMonitor:
         base = (spec_image(pod, f) or f.image).split("@")[0]
         reference = f.reference or (f"{base}@{digest}" if base else "")
         try:
-            from imageinspect import DEFAULT_MAX_BYTES, verify_image
+            from podplacement.imageinspect import DEFAULT_MAX_BYTES, verify_image
 
             async with self._slots:
                 config = self.config_source()[0]

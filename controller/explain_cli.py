@@ -1,5 +1,5 @@
 """The ``podplacement explain`` subcommand: read a pod, the nodes and their NRTs, inspect the
-images (or assume their platforms) and print the dry-run report of :mod:`controller.explain`.
+images (or assume their platforms) and print the dry-run report of :mod:`controller.core.explain`.
 
 The pod is a manifest file (``-``: stdin) or ``pod/NAME`` read from the cluster. Nodes and
 NRTs are files as ``kubectl get ... -o yaml`` prints them (``--nodes``/``--nrt``: a ``List``,
@@ -41,8 +41,9 @@ from typing import Any
 
 import yaml
 
-from controller.bindingfeed import BINDINGS_SELECTOR
-from controller.config import (
+from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
+from podplacement.controller.bindingfeed import BINDINGS_SELECTOR
+from podplacement.controller.core.config import (
     CONFIG_NAME,
     POLICY_KIND,
     ConfigError,
@@ -50,14 +51,17 @@ from controller.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from controller.decision import unique_images
-from controller.explain import OUTPUTS, explain, render
-from controller.numa import STRATEGIES, QuantityError
-from controller.plan import inflight_from_pods
-from controller.policy import rank
-from imageinspect.cli import RegistrySettings, add_registry_arguments, registry_settings
-from kubeclient import ApiError, KubeAPI, default_kubeconfig
-from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
+from podplacement.controller.core.decision import unique_images
+from podplacement.controller.core.explain import OUTPUTS, explain, render
+from podplacement.controller.core.numa import STRATEGIES, QuantityError
+from podplacement.controller.core.plan import inflight_from_pods
+from podplacement.controller.core.policy import rank
+from podplacement.imageinspect.cli import (
+    RegistrySettings,
+    add_registry_arguments,
+    registry_settings,
+)
+from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +163,7 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str | Non
             return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or None
         except OSError:
             return None
-    from kubeclient import kubeconfig_contexts
+    from podplacement.kubeclient import kubeconfig_contexts
 
     try:
         contexts, active = kubeconfig_contexts(kubeconfig)
@@ -216,7 +220,7 @@ async def read_cluster_objects(api: KubeAPI
     Raises:
         ClusterError: the cluster cannot be read.
     """
-    from controller.app import NODES_PATH, NRTS_PATH
+    from podplacement.controller.app import NODES_PATH, NRTS_PATH
 
     try:
         nodes, _ = await api.list_all(NODES_PATH)
@@ -235,7 +239,7 @@ async def learned_exclusions(api: KubeAPI) -> tuple[ExcludedPlatform, ...]:
     """The exclusions the cluster's controller published (the PodPlacementConfig
     ``cluster``'s ``status.execFormatErrorMonitor.excluded``, as every placement path reads
     them); none when the config is missing, unreadable or turns learning off."""
-    from controller.app import CONFIGS_PATH
+    from podplacement.controller.app import CONFIGS_PATH
 
     try:
         obj = await api.request("GET", f"{CONFIGS_PATH}/{CONFIG_NAME}")
@@ -250,7 +254,7 @@ async def read_policies(api: KubeAPI, namespace: str) -> list[dict[str, Any]]:
     Raises:
         ClusterError: the policies cannot be read (e.g. 403).
     """
-    from controller.config import GROUP, POLICY_PLURAL, VERSION
+    from podplacement.controller.core.config import GROUP, POLICY_PLURAL, VERSION
 
     try:
         items, _ = await api.list_all(
@@ -281,12 +285,12 @@ async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
 async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
                               config: PlacementConfig) -> list[Any]:
     """The credentials the controller would use for ``pod``: the very same Secrets
-    (:func:`controller.podspec.pull_secret_refs`: its ``imagePullSecrets`` from its
+    (:func:`controller.core.podspec.pull_secret_refs`: its ``imagePullSecrets`` from its
     namespace, then the config's global pull secret), read by
     :class:`imageinspect.PullSecretReader`. A failed read is logged and gives no
     credentials, as in the controller."""
-    from controller.podspec import pull_secret_refs
-    from imageinspect import PullSecretReader
+    from podplacement.controller.core.podspec import pull_secret_refs
+    from podplacement.imageinspect import PullSecretReader
 
     try:
         return list(await PullSecretReader(api).credentials(pull_secret_refs(pod, config)))
@@ -299,7 +303,7 @@ async def inspect_images(pod: Mapping[str, Any], settings: RegistrySettings,
                          credentials: Sequence[Any], request_timeout: float) -> dict[str, Any]:
     """Inspect every distinct image of ``pod`` once (``imagePullPolicy: Always`` honoured
     like the controller) → ImageInfo or the exception."""
-    from imageinspect import Inspector
+    from podplacement.imageinspect import Inspector
 
     images = unique_images(pod)
     async with Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
@@ -483,8 +487,8 @@ def admission_path_taken(pod: Mapping[str, Any]) -> str:
     annotation (``"path"``: ``admission``, ``webhook``; none: the controller) and gate."""
     import json
 
-    from controller.config import DECISION_ANNOTATION
-    from controller.podspec import has_gate
+    from podplacement.controller.core.config import DECISION_ANNOTATION
+    from podplacement.controller.core.podspec import has_gate
 
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
     if raw is None:
@@ -522,7 +526,7 @@ async def admission_path_dry_run(api: KubeAPI, pod: Mapping[str, Any]) -> str:
 async def numa_placed_pods(api: KubeAPI) -> list[dict[str, Any]]:
     """The pods the controller placed toward NUMA candidates (label
     ``podplacement.io/numa=placed``): their requests are still held on those nodes until the
-    NRTs show them, so explain holds them too (:func:`controller.plan.inflight_from_pods`).
+    NRTs show them, so explain holds them too (:func:`controller.core.plan.inflight_from_pods`).
     Not allowed to list pods cluster-wide (403): a warning, and none are held.
 
     Raises:

@@ -14,7 +14,7 @@ event, and each pass asks to run again after ``resync_seconds``, which is how dr
 webhook configuration (someone edits or deletes it) is reverted: at most ``resync_seconds``
 later (longer while the queue backs off after failures).
 
-Rules (README, "Uninstall"; the ownership rules are :mod:`controller.ownership`'s):
+Rules (README, "Uninstall"; the ownership rules are :mod:`controller.core.ownership`'s):
 
 * While the config exists (and nothing is being deleted) it carries the finalizer
   ``podplacement.io/finalizer``; the MutatingWebhookConfiguration ``podplacement-webhook``,
@@ -74,15 +74,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import certs
-from certs import secretflow
+from podplacement import certs
+from podplacement.certs import secretflow
 
 # The certificate Secrets' names, where the deploy tests and the rotation tests look for them.
-from certs.secretflow import CA_SECRET_NAME as CA_SECRET_NAME
-from certs.secretflow import TLS_SECRET_NAME as TLS_SECRET_NAME
-from certs.secretflow import WEBHOOK_SERVICE_NAME as WEBHOOK_SERVICE_NAME
-from controller import admissionpolicy, ownership
-from controller.config import (
+from podplacement.certs.secretflow import CA_SECRET_NAME as CA_SECRET_NAME
+from podplacement.certs.secretflow import TLS_SECRET_NAME as TLS_SECRET_NAME
+from podplacement.certs.secretflow import WEBHOOK_SERVICE_NAME as WEBHOOK_SERVICE_NAME
+from podplacement.controller.core import admissionpolicy, ownership
+from podplacement.controller.core.config import (
     ADMISSION_AUTO,
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
@@ -95,8 +95,7 @@ from controller.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH, params_path
-from controller.webhookconfig import (
+from podplacement.controller.core.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     ServiceRef,
     WebhookNamespaceSelection,
@@ -104,7 +103,15 @@ from controller.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
-from kubeclient import JSON_PATCH, MERGE_PATCH, ApiError, KubeRequester, NotFound, api_error
+from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH, params_path
+from podplacement.kubeclient import (
+    JSON_PATCH,
+    MERGE_PATCH,
+    ApiError,
+    KubeRequester,
+    NotFound,
+    api_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -695,7 +702,7 @@ class Lifecycle:
 
     async def _patch_finalizer(self, path: str, obj: dict[str, Any], *,
                                add: bool) -> dict[str, Any] | None:
-        """Add or remove :data:`controller.ownership.GUARD_FINALIZER` on the object at
+        """Add or remove :data:`controller.core.ownership.GUARD_FINALIZER` on the object at
         ``path`` (``obj``: as last read), re-reading after a lost race (409/422), at most 3
         times. Returns the object as written, ``obj`` when nothing was to change, or None
         when it is gone.
@@ -925,7 +932,7 @@ class Lifecycle:
                              service_account: dict[str, Any] | None) -> None:
         """While a config is in force and this controller leads: the finalizer on its
         ServiceAccount and the uninstall ClusterRole and binding
-        (:mod:`controller.ownership`). Failures are reported in :attr:`guard_problem` (the
+        (:mod:`controller.core.ownership`). Failures are reported in :attr:`guard_problem` (the
         status's Degraded condition), never raised: gating works without them, only an
         uninstall by ``kubectl delete -k`` would then lose its rights half-way."""
         ref = self._service_account

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.config import METRICS_PREFIX
+from podplacement.controller.core.config import METRICS_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Publish the :class:`~controller.imageparams.ParamsStore` as the params object.
+"""Publish the :class:`~controller.core.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatforms`` named ``cluster`` in the
 product's own namespace (``deploy/crds/imageplatforms.yaml``; README, "Placement inside the
@@ -30,15 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from controller.config import (
+from podplacement.controller.core.config import (
     API_VERSION,
     DEFAULT_NAMESPACE,
     PARAMS_KIND,
     PARAMS_NAME,
     PARAMS_PLURAL,
 )
-from controller.imageparams import ParamsStore
-from kubeclient import ApiError, Conflict, KubeRequester, NotFound
+from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ DEFAULT_WRITE_BYTES_PER_SECOND = 100_000.0
 
 #: The collection and the object, templates of the namespace (the product's own: the
 #: namespace controller deletes the object as soon as that namespace is being deleted, which
-#: pauses the admission policy, see :mod:`controller.admissionpolicy`).
+#: pauses the admission policy, see :mod:`controller.core.admissionpolicy`).
 PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/namespaces/{{namespace}}/{PARAMS_PLURAL}"
 PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
 

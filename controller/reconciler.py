@@ -3,7 +3,7 @@
 One key per pod (``namespace/name/uid``). The reconcile reads the latest pod from the
 informer cache, skips pods that are gone or no longer carry our gate, reads the pod's pull
 secrets from its own namespace (plus the optional global pull secret of the config),
-inspects all images concurrently, decides with :func:`controller.plan.plan` (the pipeline
+inspects all images concurrently, decides with :func:`controller.core.plan.plan` (the pipeline
 ``explain`` shares) and sends its single guarded JSON patch.
 
 Retries belong to the work queue, as in controller-runtime: a reconcile returns None
@@ -26,23 +26,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.config import PlacementConfig
-from controller.decision import (
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.controller.core.decision import (
     Decision,
     Outcome,
     invalid_pull_secret_event,
     plain_ungate,
     unique_images,
 )
-from controller.events import EventSink
-from controller.metrics import Metrics
-from controller.numa import InFlight
-from controller.plan import hold, parse_time, plan
-from controller.platforms import ImageLike
-from controller.podspec import has_gate, pull_secret_refs
-from controller.policy import PlacementPolicy, policy_for
-from imageinspect import PullSecretReader
-from kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.controller.core.numa import InFlight
+from podplacement.controller.core.plan import hold, parse_time, plan
+from podplacement.controller.core.platforms import ImageLike
+from podplacement.controller.core.podspec import has_gate, pull_secret_refs
+from podplacement.controller.core.policy import PlacementPolicy, policy_for
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.imageinspect import PullSecretReader
+from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Reconciler:
         metrics: metrics.
         nodes: informer over Nodes (node inventory, NUMA), optional.
         nrts: informer over NodeResourceTopologies, optional.
-        inflight: ``controller.numa.InFlight`` for NUMA accounting, optional.
+        inflight: ``controller.core.numa.InFlight`` for NUMA accounting, optional.
         failures: the queue's count of consecutive failed rounds of a key
             (:meth:`controller.queue.WorkQueue.failures`): inspection failures
             (:class:`RetryLater`) and API errors; conflicts are retried without counting;
@@ -103,7 +103,7 @@ class Reconciler:
         is_leader: only the leader writes; others return without doing anything.
         policies: namespace → its accepted placement policies, highest priority first
             (:meth:`controller.policywatch.PolicyWatch.of`); the one matching a pod
-            (:func:`controller.policy.policy_for`) is applied.
+            (:func:`controller.core.policy.policy_for`) is applied.
     """
 
     def __init__(
@@ -152,7 +152,7 @@ class Reconciler:
         *,
         on_invalid: Callable[[str, str, Exception], None] | None = None,
     ) -> list[Any]:
-        """Credentials for ``pod``: the Secrets of :func:`controller.podspec.pull_secret_refs`
+        """Credentials for ``pod``: the Secrets of :func:`controller.core.podspec.pull_secret_refs`
         read with :class:`imageinspect.PullSecretReader` (missing or undecodable ones
         skipped; ``on_invalid`` is called for the latter).
 

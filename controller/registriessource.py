@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controller.config import REGISTRIES_CONF_KEY, ObjectRef
-from kubeclient import KubeAPI
+from podplacement.controller.core.config import REGISTRIES_CONF_KEY, ObjectRef
+from podplacement.kubeclient import KubeAPI
 
 if TYPE_CHECKING:
-    from imageinspect import RegistriesConfig
+    from podplacement.imageinspect import RegistriesConfig
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RegistriesConfigMap:
             self.error = error
 
     def _load(self, ref: ObjectRef, cm: Mapping[str, Any]) -> None:
-        from imageinspect import RegistriesConfig, RegistriesConfigError
+        from podplacement.imageinspect import RegistriesConfig, RegistriesConfigError
 
         text = (cm.get("data") or {}).get(REGISTRIES_CONF_KEY)
         if not isinstance(text, str):
@@ -112,7 +112,7 @@ def registries_from(*, config_map: RegistriesConfig | None = None,
         OSError / imageinspect.RegistriesConfigError: ``conf_file`` is read (only when no
             ``config_map``) and is unreadable or invalid.
     """
-    from imageinspect import RegistriesConfig
+    from podplacement.imageinspect import RegistriesConfig
 
     if config_map is not None:
         registries = config_map

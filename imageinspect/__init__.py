@@ -15,13 +15,13 @@ Entry point::
         report.mismatched                                 # platforms it cannot run on
 """
 
-from imageinspect._credentials import (
+from podplacement.imageinspect._credentials import (
     Credential,
     credentials_from_docker_config,
     credentials_from_pull_secrets,
     match_credentials,
 )
-from imageinspect._errors import (
+from podplacement.imageinspect._errors import (
     Blocked,
     ConnectionFailed,
     CredentialError,
@@ -39,13 +39,18 @@ from imageinspect._errors import (
     Unauthorized,
     UnsafeAddress,
 )
-from imageinspect._inspector import Inspector, InspectorStats
-from imageinspect._manifest import ImageInfo, Platform
-from imageinspect._pullsecrets import PullSecretReader, SecretRequester
-from imageinspect._reference import Reference, parse_reference
-from imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
-from imageinspect._rootfs import FileVerdict
-from imageinspect._verify import DEFAULT_MAX_BYTES, PlatformReport, VerifyReport, verify_image
+from podplacement.imageinspect._inspector import Inspector, InspectorStats
+from podplacement.imageinspect._manifest import ImageInfo, Platform
+from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretRequester
+from podplacement.imageinspect._reference import Reference, parse_reference
+from podplacement.imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
+from podplacement.imageinspect._rootfs import FileVerdict
+from podplacement.imageinspect._verify import (
+    DEFAULT_MAX_BYTES,
+    PlatformReport,
+    VerifyReport,
+    verify_image,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from imageinspect._credentials import Credential
+from podplacement.imageinspect._credentials import Credential
 
 _PARAM_RE = re.compile(r'\s*([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))\s*,?')
 DEFAULT_TOKEN_TTL = 60.0

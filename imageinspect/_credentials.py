@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from imageinspect._errors import CredentialError
+from podplacement.imageinspect._errors import CredentialError
 
 DOCKERCONFIGJSON_TYPE = "kubernetes.io/dockerconfigjson"
 DOCKERCFG_TYPE = "kubernetes.io/dockercfg"

@@ -32,7 +32,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
-from imageinspect._auth import (
+from podplacement.imageinspect._auth import (
     TOKEN_EXPIRY_MARGIN,
     Challenge,
     basic_header,
@@ -41,9 +41,9 @@ from imageinspect._auth import (
     pull_scope,
     token_request,
 )
-from imageinspect._cache import AsyncCache
-from imageinspect._credentials import Credential, match_credentials
-from imageinspect._errors import (
+from podplacement.imageinspect._cache import AsyncCache
+from podplacement.imageinspect._credentials import Credential, match_credentials
+from podplacement.imageinspect._errors import (
     ConnectionFailed,
     Denied,
     DigestMismatch,
@@ -57,7 +57,7 @@ from imageinspect._errors import (
     Unauthorized,
     UnsafeAddress,
 )
-from imageinspect._manifest import (
+from podplacement.imageinspect._manifest import (
     MANIFEST_ACCEPT,
     MAX_CONFIG_BYTES,
     MAX_MANIFEST_BYTES,
@@ -69,11 +69,16 @@ from imageinspect._manifest import (
     parse_manifest,
     verify_digest,
 )
-from imageinspect._reference import Reference, parse_reference
-from imageinspect._registries import PullSource, RegistriesConfig
-from imageinspect._transport import AiohttpTransport, Response, StreamResponse, Transport
+from podplacement.imageinspect._reference import Reference, parse_reference
+from podplacement.imageinspect._registries import PullSource, RegistriesConfig
+from podplacement.imageinspect._transport import (
+    AiohttpTransport,
+    Response,
+    StreamResponse,
+    Transport,
+)
 
-log = logging.getLogger("imageinspect")
+log = logging.getLogger("podplacement.imageinspect")
 T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({429, 503})

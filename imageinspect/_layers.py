@@ -24,8 +24,8 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from imageinspect._elf import HEAD_BYTES
-from imageinspect._rootfs import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer
+from podplacement.imageinspect._elf import HEAD_BYTES
+from podplacement.imageinspect._rootfs import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from imageinspect._errors import DigestMismatch, InvalidManifest
+from podplacement.imageinspect._errors import DigestMismatch, InvalidManifest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from imageinspect._credentials import Credential, credentials_from_pull_secrets
-from imageinspect._errors import CredentialError
+from podplacement.imageinspect._credentials import Credential, credentials_from_pull_secrets
+from podplacement.imageinspect._errors import CredentialError
 
-log = logging.getLogger("imageinspect")
+log = logging.getLogger("podplacement.imageinspect")
 
 #: Cached Secret reads at the most; the cache is emptied when it grows past this.
 MAX_CACHED_SECRETS = 10_000

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from imageinspect._errors import InvalidReference
+from podplacement.imageinspect._errors import InvalidReference
 
 DOCKER_HUB_DOMAIN = "docker.io"
 #: Docker Hub's API endpoint for the ``docker.io`` domain.

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from imageinspect._errors import Blocked, InvalidReference, RegistriesConfigError
-from imageinspect._reference import Reference, parse_reference
+from podplacement.imageinspect._errors import Blocked, InvalidReference, RegistriesConfigError
+from podplacement.imageinspect._reference import Reference, parse_reference
 
 _PULL_FROM_MIRROR = ("all", "digest-only", "tag-only")
 

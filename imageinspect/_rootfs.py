@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from imageinspect._elf import NotElf, parse_elf_header, parse_shebang, runs_on
+from podplacement.imageinspect._elf import NotElf, parse_elf_header, parse_shebang, runs_on
 
 FILE = "file"
 DIR = "dir"

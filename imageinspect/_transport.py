@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from imageinspect._errors import ConnectionFailed, Timeout, TooLarge, UnsafeAddress
+from podplacement.imageinspect._errors import ConnectionFailed, Timeout, TooLarge, UnsafeAddress
 
 _FORBIDDEN_NETWORKS = (
     ipaddress.ip_network("169.254.0.0/16"),

@@ -23,11 +23,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from imageinspect._credentials import Credential, match_credentials
-from imageinspect._errors import InvalidManifest, RegistryError
-from imageinspect._inspector import Inspector, _raise_for_status
-from imageinspect._layers import Cancelled, ChunkReader, LayerError, scan_layer
-from imageinspect._manifest import (
+from podplacement.imageinspect._credentials import Credential, match_credentials
+from podplacement.imageinspect._errors import InvalidManifest, RegistryError
+from podplacement.imageinspect._inspector import Inspector, _raise_for_status
+from podplacement.imageinspect._layers import Cancelled, ChunkReader, LayerError, scan_layer
+from podplacement.imageinspect._manifest import (
     INDEX_TYPES,
     MANIFEST_ACCEPT,
     MANIFEST_TYPES,
@@ -42,9 +42,9 @@ from imageinspect._manifest import (
     parse_manifest,
     verify_digest,
 )
-from imageinspect._reference import parse_reference
-from imageinspect._registries import PullSource
-from imageinspect._rootfs import (
+from podplacement.imageinspect._reference import parse_reference
+from podplacement.imageinspect._registries import PullSource
+from podplacement.imageinspect._rootfs import (
     MISMATCH,
     FileVerdict,
     ProgramCheck,

@@ -32,18 +32,23 @@ from typing import Any
 
 import yaml
 
-from imageinspect._credentials import (
+from podplacement.cli import one_line, positive_float, yaml_error_line
+from podplacement.imageinspect._credentials import (
     Credential,
     credentials_from_docker_config,
     credentials_from_pull_secrets,
 )
-from imageinspect._errors import InvalidReference, RegistryError
-from imageinspect._inspector import Inspector
-from imageinspect._manifest import ImageInfo
-from imageinspect._reference import parse_reference
-from imageinspect._registries import RegistriesConfig
-from imageinspect._verify import DEFAULT_MAX_BYTES, PlatformReport, VerifyReport, verify_image
-from podplacement.cli import one_line, positive_float, yaml_error_line
+from podplacement.imageinspect._errors import InvalidReference, RegistryError
+from podplacement.imageinspect._inspector import Inspector
+from podplacement.imageinspect._manifest import ImageInfo
+from podplacement.imageinspect._reference import parse_reference
+from podplacement.imageinspect._registries import RegistriesConfig
+from podplacement.imageinspect._verify import (
+    DEFAULT_MAX_BYTES,
+    PlatformReport,
+    VerifyReport,
+    verify_image,
+)
 
 #: Exit code of ``inspect --verify`` when a platform's program is for another architecture.
 EXIT_MISMATCH = 3

@@ -7,8 +7,8 @@ list+watch loop (with or without a cache). Errors form one family rooted in
 :class:`ApiError`. This package imports nothing else of ours.
 """
 
-from kubeclient._kubeconfig import kubeconfig_contexts
-from kubeclient.client import (
+from podplacement.kubeclient._kubeconfig import kubeconfig_contexts
+from podplacement.kubeclient.client import (
     APPLY_PATCH,
     JSON_PATCH,
     MERGE_PATCH,
@@ -30,14 +30,14 @@ from kubeclient.client import (
     retry_delay,
     unavailable,
 )
-from kubeclient.credentials import (
+from podplacement.kubeclient.credentials import (
     ConfigCredentials,
     Credentials,
     StaticCredentials,
     default_kubeconfig,
     load_configuration,
 )
-from kubeclient.informer import EventHandler, Informer
+from podplacement.kubeclient.informer import EventHandler, Informer
 
 __all__ = [
     "APPLY_PATCH",

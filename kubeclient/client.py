@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from kubeclient.credentials import (
+from podplacement.kubeclient.credentials import (
     ConfigCredentials,
     ConfigLoader,
     Credentials,

@@ -191,7 +191,7 @@ async def load_configuration(path: str | None, context: str | None = None) -> tu
     """
     from kubernetes.aio.client import Configuration
 
-    from kubeclient._kubeconfig import load_incluster, load_kubeconfig
+    from podplacement.kubeclient._kubeconfig import load_incluster, load_kubeconfig
 
     cfg = Configuration()
     if path is None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubeclient.client import ApiError, KubeAPI, next_backoff, object_key, retry_delay
+from podplacement.kubeclient.client import ApiError, KubeAPI, next_backoff, object_key, retry_delay
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ log = logging.getLogger(__name__)
 
 #: Modules that provide subcommands, in help order.
 SUBCOMMAND_MODULES = (
-    "webhook.cli",
-    "controller.cli",
-    "certs.cli",
-    "imageinspect.cli",
-    "controller.explain_cli",
+    "podplacement.webhook.cli",
+    "podplacement.controller.cli",
+    "podplacement.certs.cli",
+    "podplacement.imageinspect.cli",
+    "podplacement.controller.explain_cli",
     "podplacement.demo.cli",
 )
 
@@ -200,7 +200,7 @@ def _plugin_error(command: str, message: str) -> int:
 
 def _plugin_explain(argv: list[str]) -> int:
     """``kubectl podplacement explain ...`` → ``podplacement explain`` reading the cluster."""
-    from controller.explain_cli import pod_reference
+    from podplacement.controller.explain_cli import pod_reference
 
     pre = OneLineParser(prog=f"{PLUGIN} explain", add_help=False)
     pre.add_argument("-f", "--filename")

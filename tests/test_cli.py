@@ -79,12 +79,12 @@ def test_usage_errors_are_one_line(argv: list[str], capsys: pytest.CaptureFixtur
 
 def test_unexpected_errors_are_one_line(capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import imageinspect.cli
+    from podplacement.imageinspect import cli as imageinspect_cli
 
     def boom(args: object) -> int:
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(imageinspect.cli, "run", boom)
+    monkeypatch.setattr(imageinspect_cli, "run", boom)
     assert cli.main(["inspect", "nginx"]) == 1
     err = capsys.readouterr().err
     assert err == "podplacement inspect: RuntimeError: disk on fire second line\n"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     AFFINITY_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -95,7 +95,7 @@ def test_arch_expectations_are_the_intersection_of_the_image_platforms() -> None
 def test_pull_secret_holds_the_private_registry_credentials() -> None:
     import base64
 
-    from imageinspect import credentials_from_pull_secrets, match_credentials
+    from podplacement.imageinspect import credentials_from_pull_secrets, match_credentials
 
     secret = workloads.pull_secret(REGISTRIES)
     raw = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
@@ -118,7 +118,7 @@ def test_config_parses_with_the_product_model() -> None:
 
 
 def test_numa_pods_fit_as_the_demo_claims_under_the_product_numa_model() -> None:
-    from controller.numa import decide_numa
+    from podplacement.controller.core.numa import decide_numa
 
     config = PlacementConfig.from_object(workloads.placement_config()).topology
     nodes = workloads.node_objects()
@@ -367,8 +367,8 @@ def test_check_accepts_what_was_expected_and_names_every_mismatch() -> None:
 def test_registries_conf_marks_only_the_public_registry_insecure() -> None:
     from types import SimpleNamespace
 
-    from imageinspect import RegistriesConfig
     from podplacement.demo.run import registries_conf
+    from podplacement.imageinspect import RegistriesConfig
 
     pair = SimpleNamespace(public=SimpleNamespace(host="127.0.0.1:5000"),
                            private=SimpleNamespace(host="127.0.0.1:5443"))
@@ -454,8 +454,9 @@ def test_metrics_summary_reads_outcomes_verbs_registry_and_latency() -> None:
 
 # --- the whole demo -----------------------------------------------------------------------
 
-DEMO_PIECES = ("localkube.__main__", "webhook.cli", "controller.cli", "certs.cli",
-               "imageinspect", "controller.numa")
+DEMO_PIECES = ("localkube.__main__", "podplacement.webhook.cli", "podplacement.controller.cli",
+               "podplacement.certs.cli", "podplacement.imageinspect",
+               "podplacement.controller.core.numa")
 
 
 def _debs_dir() -> Path | None:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     ADMISSION_POLICY_NAME,
     DECISION_ANNOTATION,
     GATE_LABEL,

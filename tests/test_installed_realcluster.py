@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     SCHEDULING_GATE,

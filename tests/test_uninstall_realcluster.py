@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     ADMISSION_POLICY_NAME,
     AFFINITY_LABEL,
     CONFIG_FINALIZER,
@@ -36,8 +36,8 @@ from controller.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from controller.ownership import UNINSTALL_RBAC_NAME
-from controller.paramswriter import params_path
+from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME
+from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import (
     CONTROLLER_SA,
     NAMESPACE,

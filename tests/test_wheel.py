@@ -62,8 +62,20 @@ def test_the_wheel_holds_the_crds_as_files_equal_to_deploys(wheel: Path) -> None
         for member, source in CRDS.items():
             assert member in names, sorted(n for n in names if "crds" in n)
             assert zf.read(member) == source.read_bytes()
-        assert "kubeclient/__init__.py" in names
+        assert "podplacement/kubeclient/__init__.py" in names
         assert not any(n.startswith("tests/") for n in names)
+
+
+def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
+    """One import package, podplacement (its controller, webhook, imageinspect, certs and
+    kubeclient are subpackages, the repository's top-level folders linked into it): nothing
+    with a generic top-level name that could collide with another distribution."""
+    with zipfile.ZipFile(wheel) as zf:
+        tops = {n.split("/")[0] for n in zf.namelist()}
+        for sub in ("controller/core/placement.py", "webhook/app.py", "imageinspect/cli.py",
+                    "certs/cli.py", "kubeclient/client.py"):
+            assert f"podplacement/{sub}" in zf.namelist(), sub
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"podplacement"}, tops
 
 
 def test_the_demo_finds_its_crds_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

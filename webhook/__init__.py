@@ -18,7 +18,7 @@ the MutatingWebhookConfiguration's ``namespaceSelector`` (kept in sync by the co
 those pods from reaching the webhook at all.
 """
 
-from webhook.gating import GateDecision, should_gate
-from webhook.patch import gate_patch
+from podplacement.webhook.gating import GateDecision, should_gate
+from podplacement.webhook.patch import gate_patch
 
 __all__ = ["GateDecision", "gate_patch", "should_gate"]

@@ -3,11 +3,11 @@ the config's budget, with one manifest ``HEAD`` for an image pulled with ``Alway
 
 A pod the admission policy gated, or one the webhook would gate, is placed in the webhook's
 answer (gate removed, the controller's own decision,
-:func:`controller.admission.admission_placement`) when the webhook knows every image of it
+:func:`controller.core.admission.admission_placement`) when the webhook knows every image of it
 **for the pod's namespace and pull Secrets**
 (:mod:`webhook.placecache`). What it does not know yet it learns now, as the controller would,
 within ``spec.admission.inspectionBudget`` seconds counted from the start of the review
-(:attr:`controller.config.PlacementConfig.admission_inspection_budget`; README "The webhook
+(:attr:`controller.core.config.PlacementConfig.admission_inspection_budget`; README "The webhook
 after the policy"):
 
 * an image missing from the cache is inspected
@@ -40,12 +40,16 @@ from typing import Any, Protocol
 
 import orjson
 
-from controller.admission import AdmissionPlacement, admission_placement, fast_path_applies
-from controller.config import PlacementConfig
-from controller.decision import unique_images
-from controller.policy import PlacementPolicy, policy_for
-from webhook.admitinspect import NotInspectedInTime, PodImages, TooManyInspections
-from webhook.policysource import PolicySource
+from podplacement.controller.core.admission import (
+    AdmissionPlacement,
+    admission_placement,
+    fast_path_applies,
+)
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.controller.core.decision import unique_images
+from podplacement.controller.core.policy import PlacementPolicy, policy_for
+from podplacement.webhook.admitinspect import NotInspectedInTime, PodImages, TooManyInspections
+from podplacement.webhook.policysource import PolicySource
 
 __all__ = [
     "GATED",
@@ -199,7 +203,7 @@ async def place_reviewed_pod(
     whole review: the webhook's selective decoder kept only the gating fields, the decision
     reads the whole pod). Never raises for an internal error: it is logged, ``on_error()``
     is called, and the answer is "left gated" (:data:`GATED`). The namespace's placement
-    policy matching the pod (``policies``; :func:`controller.policy.policy_for`) applies."""
+    policy matching the pod (``policies``; :func:`controller.core.policy.policy_for`) applies."""
     try:
         pod = orjson.loads(body)["request"]["object"]
         policy = policy_for(pod, policies.of(namespace)) if policies is not None else None

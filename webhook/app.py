@@ -37,10 +37,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.requests import ClientDisconnect
 
-from controller.admission import AdmissionPlacement
-from controller.config import DEFAULT_NAMESPACE, METRICS_PREFIX
-from controller.policy import policy_for
-from webhook.admitplace import (
+from podplacement.controller.core.admission import AdmissionPlacement
+from podplacement.controller.core.config import DEFAULT_NAMESPACE, METRICS_PREFIX
+from podplacement.controller.core.policy import policy_for
+from podplacement.webhook.admitplace import (
     GATED,
     GATED_INSPECTION_FAILED,
     GATED_OVER_BUDGET,
@@ -49,22 +49,26 @@ from webhook.admitplace import (
     PLACED_REVALIDATED,
     place_reviewed_pod,
 )
-from webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
-from webhook.configsource import ConfigSource
-from webhook.gating import (
+from podplacement.webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
+from podplacement.webhook.configsource import ConfigSource
+from podplacement.webhook.gating import (
     REASON_ALREADY_GATED,
     REASON_GATED,
     REASON_PLACED_AT_ADMISSION,
     SKIP_REASONS,
     should_gate,
 )
-from webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, ConnectionStats
-from webhook.outage import UNPLACED_REASONS, OutageAnswer, answer_during_outage
-from webhook.patch import gate_patch, patch_shape
-from webhook.policysource import PolicySource
+from podplacement.webhook.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    ConnectionStats,
+)
+from podplacement.webhook.outage import UNPLACED_REASONS, OutageAnswer, answer_during_outage
+from podplacement.webhook.patch import gate_patch, patch_shape
+from podplacement.webhook.policysource import PolicySource
 
 if TYPE_CHECKING:
-    from webhook.admitinspect import AdmissionInspector
+    from podplacement.webhook.admitinspect import AdmissionInspector
 
 log = logging.getLogger(__name__)
 
@@ -710,7 +714,7 @@ def create_app(
             (:class:`webhook.placecache.PlaceCache`; closed with the app). A pod the webhook
             would gate, or that the admission policy gated, whose images the cache knows for
             the pod's credentials is placed in the answer (the controller's decision,
-            :func:`controller.admission.admission_placement`: final affinity, labels,
+            :func:`controller.core.admission.admission_placement`: final affinity, labels,
             annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
             images cannot run on), counted as ``admissions_total{path="webhook-placed"}``.
             On a miss, and for images pulled with ``Always``, the images are inspected

@@ -16,12 +16,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controller.config import DEFAULT_NAMESPACE
-from controller.webhookconfig import DEFAULT_TIMEOUT_SECONDS
-from imageinspect.cli import add_registry_arguments, registry_settings
 from podplacement.cli import one_line, positive_float, positive_int
-from webhook.admitinspect import DEFAULT_BUDGET
-from webhook.limits import (
+from podplacement.controller.core.config import DEFAULT_NAMESPACE
+from podplacement.controller.core.webhookconfig import DEFAULT_TIMEOUT_SECONDS
+from podplacement.imageinspect.cli import add_registry_arguments, registry_settings
+from podplacement.webhook.admitinspect import DEFAULT_BUDGET
+from podplacement.webhook.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
@@ -29,11 +29,11 @@ from webhook.limits import (
 )
 
 if TYPE_CHECKING:
-    from webhook.admitinspect import AdmissionInspector
-    from webhook.configsource import ConfigSource
-    from webhook.leasewatch import ControllerLease
-    from webhook.placecache import PlaceCache
-    from webhook.policysource import PolicySource
+    from podplacement.webhook.admitinspect import AdmissionInspector
+    from podplacement.webhook.configsource import ConfigSource
+    from podplacement.webhook.leasewatch import ControllerLease
+    from podplacement.webhook.placecache import PlaceCache
+    from podplacement.webhook.policysource import PolicySource
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +115,13 @@ def _budget(text: str) -> float:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from imageinspect import Inspector
-    from kubeclient import KubeAPI
-    from webhook.admitinspect import AdmissionInspector
-    from webhook.configsource import StaticConfigSource, WatchingConfigSource
-    from webhook.leasewatch import ControllerLease
-    from webhook.placecache import PlaceCache
-    from webhook.policysource import WatchingPolicySource
+    from podplacement.imageinspect import Inspector
+    from podplacement.kubeclient import KubeAPI
+    from podplacement.webhook.admitinspect import AdmissionInspector
+    from podplacement.webhook.configsource import StaticConfigSource, WatchingConfigSource
+    from podplacement.webhook.leasewatch import ControllerLease
+    from podplacement.webhook.placecache import PlaceCache
+    from podplacement.webhook.policysource import WatchingPolicySource
 
     if args.config_file:
         return await _serve_with(args, StaticConfigSource.from_file(args.config_file), None)
@@ -148,9 +148,9 @@ async def _serve_with(args: argparse.Namespace, source: ConfigSource,
                       admission_inspector: AdmissionInspector | None = None,
                       policies: PolicySource | None = None) -> int:
     """Serve with ``source`` (and ``lease``) until SIGINT/SIGTERM; returns 0."""
-    from webhook.app import WebhookMetrics, create_app
-    from webhook.limits import ConnectionLimits
-    from webhook.server import WebhookServer
+    from podplacement.webhook.app import WebhookMetrics, create_app
+    from podplacement.webhook.limits import ConnectionLimits
+    from podplacement.webhook.server import WebhookServer
 
     cert_dir = Path(args.cert_dir)
     holder: dict[str, WebhookServer] = {}

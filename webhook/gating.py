@@ -6,8 +6,8 @@ on, and only the images tell. Every
 "no" carries a short snake_case reason that the webhook uses as a metrics label. The input is
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
-No I/O, and no import from the controller except :mod:`controller.config` and the pure
-:mod:`controller.podspec` (which holds the gate-presence rule, shared with the controller).
+No I/O, and no import from the controller except :mod:`controller.core.config` and the pure
+:mod:`controller.core.podspec` (which holds the gate-presence rule, shared with the controller).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import (
+from podplacement.controller.core.config import (
     ADMISSION_PATH_MARK,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -24,7 +24,7 @@ from controller.config import (
     SYSTEM_NAMESPACES,
     PlacementConfig,
 )
-from controller.podspec import has_gate
+from podplacement.controller.core.podspec import has_gate
 
 __all__ = [
     "ADMISSION_PATH_MARK",

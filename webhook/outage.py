@@ -11,7 +11,7 @@ stall when the controller is down"):
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,
    concurrent reviews of one image and credentials sharing one inspection; images pulled
    with ``Always`` revalidated with the registry);
-2. the controller's decision is answered (:func:`controller.admission.outage_placement`:
+2. the controller's decision is answered (:func:`controller.core.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
    (``fallbackArchitecture`` required when set, else no architecture requirement), the
@@ -28,17 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.admission import WARNING_PREFIX, outage_placement
-from controller.config import PlacementConfig
-from controller.decision import Outcome, unique_images
-from controller.policy import PlacementPolicy
-from webhook.admitinspect import (
+from podplacement.controller.core.admission import WARNING_PREFIX, outage_placement
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.controller.core.decision import Outcome, unique_images
+from podplacement.controller.core.policy import PlacementPolicy
+from podplacement.webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,
     NotInspectedInTime,
     TooManyInspections,
 )
-from webhook.patch import release_patch
+from podplacement.webhook.patch import release_patch
 
 __all__ = [
     "UNPLACED_BUSY",

@@ -13,14 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from controller.config import (
+from podplacement.controller.core.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     GATE_LABEL_GATED,
     GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
 )
-from controller.podspec import escape_token, gate_index
+from podplacement.controller.core.podspec import escape_token, gate_index
 
 __all__ = ["CONTROLLER_UNAVAILABLE", "gate_patch", "patch_shape", "release_patch"]
 

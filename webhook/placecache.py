@@ -1,7 +1,7 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
 The webhook places a pod at admission when it knows every image of the pod
-(:func:`controller.admission.admission_placement`; README "The webhook after the policy"):
+(:func:`controller.core.admission.admission_placement`; README "The webhook after the policy"):
 from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
 config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
 :mod:`webhook.admitplace`). With a budget of 0, a miss leaves the pod gated for the
@@ -12,7 +12,7 @@ credentials is placed by the webhook. A review with ``dryRun`` only reads the ca
 (``lookup(touch=False)``) and schedules no fill.
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
-controller would inspect it with, :func:`controller.podspec.pull_secret_refs`; the image
+controller would inspect it with, :func:`controller.core.podspec.pull_secret_refs`; the image
 reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
 result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
 pod of A naming other secrets (no namespace learns what another's credentials opened).
@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from controller.config import PlacementConfig
-from controller.decision import unique_images
-from controller.podspec import pull_secret_refs
-from imageinspect import PullSecretReader
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.controller.core.decision import unique_images
+from podplacement.controller.core.podspec import pull_secret_refs
+from podplacement.imageinspect import PullSecretReader
 
 __all__ = ["CacheKey", "InspectorLike", "KubeClientLike", "PlaceCache", "PlaceCacheStats",
            "cache_keys"]
@@ -108,7 +108,7 @@ def cache_keys(pod: Mapping[str, Any], namespace: str,
                config: PlacementConfig) -> dict[str, CacheKey]:
     """The cache key of each distinct image of ``pod`` (image reference as written → key):
     ``(the pull Secrets it is inspected with, image)``, the Secrets as
-    :func:`controller.podspec.pull_secret_refs` gives them for ``namespace`` (the
+    :func:`controller.core.podspec.pull_secret_refs` gives them for ``namespace`` (the
     controller's rule), the namespace itself first (no two namespaces share a key)."""
     refs = (("", namespace), *pull_secret_refs(pod, config, namespace))
     return {image: (refs, image) for image in unique_images(pod)}

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from webhook.limits import ConnectionLimits
-from webhook.tls import CertReloader, server_ssl_context
+from podplacement.webhook.limits import ConnectionLimits
+from podplacement.webhook.tls import CertReloader, server_ssl_context
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import (
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,

@@ -53,7 +53,7 @@ from typing import IO, Any, TextIO
 
 import yaml
 
-from controller.config import (
+from podplacement.controller.core.config import (
     API_VERSION,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -63,7 +63,6 @@ from controller.config import (
     NRT_VERSION,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.demo import report, workloads
 from podplacement.demo.images import DemoImageError, prepare_busybox
 from podplacement.demo.seed import (
@@ -72,6 +71,7 @@ from podplacement.demo.seed import (
     start_registries,
 )
 from podplacement.demo.workloads import Expectation
+from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.sandbox.controlplane import (
     K8S_VERSION,
     Assets,

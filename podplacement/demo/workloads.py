@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import (
+from podplacement.controller.core.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,

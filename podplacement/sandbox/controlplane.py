@@ -43,7 +43,7 @@ from typing import IO, Any
 import httpx
 import yaml
 
-import certs
+from podplacement import certs
 from podplacement.sandbox.ports import free_port
 
 log = logging.getLogger("podplacement.sandbox")

@@ -24,7 +24,7 @@ from typing import IO, Any, Protocol
 import httpx
 import yaml
 
-import certs
+from podplacement import certs
 from podplacement.sandbox.ports import free_port
 
 __all__ = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-import certs
+from podplacement import certs
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"

@@ -11,8 +11,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from certs import read_dir
 from podplacement import cli
+from podplacement.certs import read_dir
 from tests.harness.cli import one_line, run_cli
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs import (
+from podplacement.certs import (
     CertState,
     apply_rotation,
     generate_ca,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-import certs
-from certs.secretflow import CA_SECRET_NAME, TLS_SECRET_NAME, WEBHOOK_SERVICE_NAME
-from kubeclient import ApiError, KubeAPI
+from podplacement import certs
+from podplacement.certs.secretflow import CA_SECRET_NAME, TLS_SECRET_NAME, WEBHOOK_SERVICE_NAME
+from podplacement.kubeclient import ApiError, KubeAPI
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

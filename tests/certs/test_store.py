@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs import (
+from podplacement.certs import (
     CertState,
     CertStoreError,
     ca_bundle,

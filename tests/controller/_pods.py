@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
 from localkube.patch import apply_patch
 from localkube.podrules import validate_pod_update
+from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
 
 
 @dataclass(frozen=True, slots=True)

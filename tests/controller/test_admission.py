@@ -19,14 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.admission import (
+from localkube.patch import apply_patch
+from podplacement.controller.core.admission import (
     PATH_WEBHOOK,
     admission_placement,
     fast_path_applies,
     outage_placement,
 )
-from controller.affinity import expression
-from controller.config import (
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     FAST_PATHS_DISABLED,
@@ -38,7 +39,7 @@ from controller.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from controller.decision import (
+from podplacement.controller.core.decision import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -47,10 +48,9 @@ from controller.decision import (
     WARNING,
     decide,
 )
-from controller.plan import plan
-from localkube.patch import apply_patch
+from podplacement.controller.core.plan import plan
+from podplacement.webhook.patch import gate_patch
 from tests.controller._pods import apply, img
-from webhook.patch import gate_patch
 
 IMAGES = {
     i.reference: i

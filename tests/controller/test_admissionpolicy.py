@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller import admissionpolicy as ap
-from controller.config import (
+from podplacement.controller.core import admissionpolicy as ap
+from podplacement.controller.core.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
     PARAMS_KIND,
@@ -18,8 +18,8 @@ from controller.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from controller.ownership import namespace_owner
-from controller.webhookconfig import webhook_namespace_selection
+from podplacement.controller.core.ownership import namespace_owner
+from podplacement.controller.core.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
     "apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",

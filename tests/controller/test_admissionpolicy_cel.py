@@ -1,25 +1,25 @@
 """The admission policy's plain CEL variables equal the Python rule, evaluated offline.
 
-The policy ``podplacement-gate`` (:func:`controller.admissionpolicy.desired_policy`) computes
-in CEL the facts :func:`controller.placement.placement_facts` computes in Python, for the
+The policy ``podplacement-gate`` (:func:`controller.core.admissionpolicy.desired_policy`) computes
+in CEL the facts :func:`controller.core.placement.placement_facts` computes in Python, for the
 pods it places (README "How it decides", "Placement inside the API server"). Here its
 ``variables`` are evaluated with Google's CEL runtime (``cel-expr-python``: the optional
 library's ``.?``/``orValue``, the strings library's ``split``/``join``) on generated pods and
 params tables, with no cluster, and each one is compared with what the Python rule says:
 
-- ``images``: :func:`controller.placement.pod_images`, initContainers then containers;
+- ``images``: :func:`controller.core.placement.pod_images`, initContainers then containers;
 - ``known``: every distinct image is in the table and none is pulled ``Always``;
 - ``free``: no ``nodeAffinity`` and no ``kubernetes.io/os``/``arch`` nodeSelector pin;
 - ``lists``/``pairs``: the table's entries and their intersection
-  (:func:`controller.platforms.supported_platforms`);
+  (:func:`controller.core.platforms.supported_platforms`);
 - ``matched``/``hasPolicy``: the namespace's placement policies (published in the params as
-  :func:`controller.policy.params_policies`) whose selector matches the pod, the first
-  being :func:`controller.policy.policy_for`'s pick;
+  :func:`controller.core.policy.params_policies`) whose selector matches the pod, the first
+  being :func:`controller.core.policy.policy_for`'s pick;
 - ``allowedOk``: that policy's ``allowedArchitectures`` remove none of the common pairs;
 - ``placed``: known, free, allowedOk, and the common platforms linux only or none;
 - for a placed pod, ``archs``, ``weights``, ``preferredArchs`` and ``decision``: the
   architectures, the weights (the policy's or the cluster's), the preferred terms and the
-  annotation (:func:`controller.admissionpolicy.admission_record`,
+  annotation (:func:`controller.core.admissionpolicy.admission_record`,
   byte for byte) of the Python facts of the same pod once gated.
 
 The typed ``Object{}`` parts of the JSONPatch only the API server evaluates; they are checked
@@ -41,9 +41,9 @@ from cel_expr_python.ext import ext_optional, ext_strings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import admissionpolicy as ap
-from controller.affinity import expression
-from controller.config import (
+from podplacement.controller.core import admissionpolicy as ap
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     GATE_LABEL,
     GATE_LABEL_GATED,
@@ -53,16 +53,16 @@ from controller.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from controller.imageparams import platforms_value
-from controller.placement import (
+from podplacement.controller.core.imageparams import platforms_value
+from podplacement.controller.core.placement import (
     Outcome,
     compact_json,
     placement_facts,
     pod_images,
     unique_images,
 )
-from controller.platforms import supported_platforms
-from controller.policy import (
+from podplacement.controller.core.platforms import supported_platforms
+from podplacement.controller.core.policy import (
     EMPTY_RANKING,
     Ranking,
     narrow,
@@ -401,8 +401,8 @@ def test_a_changed_variable_is_caught(name: str, old: str, new: str) -> None:
 def test_the_policys_texts_are_the_python_rules() -> None:
     """The place branch writes the labels the controller writes for a placed pod and marks
     its decision as the webhook's configuration recognises it."""
-    from controller.config import ADMISSION_PATH_MARK
-    from controller.placement import RECORD_PATH, placed_labels
+    from podplacement.controller.core.config import ADMISSION_PATH_MARK
+    from podplacement.controller.core.placement import RECORD_PATH, placed_labels
 
     assert compact_json({RECORD_PATH: ap.ADMISSION_PATH})[1:-1] == ADMISSION_PATH_MARK
     patch = ap.place_patch_mutation()

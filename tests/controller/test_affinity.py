@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.affinity import (
+from podplacement.controller.core.affinity import (
     AffinityPlan,
     PlatformRequirement,
     arch_preferences,
@@ -19,7 +19,12 @@ from controller.affinity import (
     require_oses,
     unsatisfiable_marker,
 )
-from controller.config import ARCH_LABEL, HOSTNAME_LABEL, NO_SUPPORTED_PLATFORM_KEY, OS_LABEL
+from podplacement.controller.core.config import (
+    ARCH_LABEL,
+    HOSTNAME_LABEL,
+    NO_SUPPORTED_PLATFORM_KEY,
+    OS_LABEL,
+)
 from tests.controller._pods import apply, assert_kep3838, gated_pod, required, terms_of
 
 ZONE = expression("topology.kubernetes.io/zone", "In", ["zone-a", "zone-b"])

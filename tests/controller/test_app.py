@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from controller.app import Controller, ControllerOptions
-from controller.config import CONFIG_NAME, PlacementConfig
-from kubeclient import KubeAPI
+from podplacement.controller.app import Controller, ControllerOptions
+from podplacement.controller.core.config import CONFIG_NAME, PlacementConfig
+from podplacement.kubeclient import KubeAPI
 
 
 async def test_unreadable_config_falls_back_to_defaults_with_the_error() -> None:
@@ -41,7 +41,7 @@ def test_default_options_match_the_issue() -> None:
 
 
 async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
-    from controller.numa._decide import _CACHE
+    from podplacement.controller.core.numa._decide import _CACHE
 
     api = KubeAPI.from_url("http://127.0.0.1:9")
     ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
@@ -65,17 +65,17 @@ async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
 def test_log_verbosity_from_the_config_sets_and_restores_logger_levels() -> None:
     import logging
 
-    from controller.app import apply_log_verbosity
+    from podplacement.controller.app import apply_log_verbosity
 
     try:
-        assert "controller" in apply_log_verbosity("Debug")
-        assert logging.getLogger("controller").level == logging.DEBUG
+        assert "podplacement.controller" in apply_log_verbosity("Debug")
+        assert logging.getLogger("podplacement.controller").level == logging.DEBUG
         assert logging.getLogger("aiohttp.client").level == logging.NOTSET
         assert "aiohttp.client" in apply_log_verbosity("Trace")
         assert logging.getLogger("aiohttp.client").level == logging.DEBUG
     finally:
         assert apply_log_verbosity("Normal") == ()
-    assert logging.getLogger("controller").level == logging.NOTSET
+    assert logging.getLogger("podplacement.controller").level == logging.NOTSET
     assert logging.getLogger("aiohttp.client").level == logging.NOTSET
 
 
@@ -106,7 +106,7 @@ async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> N
     answered), so it is not renewed by pods."""
     import time
 
-    from imageinspect import ImageInfo, Platform
+    from podplacement.imageinspect import ImageInfo, Platform
 
     api = KubeAPI.from_url("http://127.0.0.1:9")
     ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
@@ -133,8 +133,8 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
     final_seconds (the pass in flight is then cancelled)."""
     import asyncio
 
-    from controller import lifecycle
-    from controller.lifecycle import LAST_STOP_KEY, ReconcileResult
+    from podplacement.controller import lifecycle
+    from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult
 
     monkeypatch.setattr(lifecycle, "FINAL_MARGIN_SECONDS", 0.5)
     api = KubeAPI.from_url("http://127.0.0.1:9")

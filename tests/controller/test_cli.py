@@ -13,10 +13,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-import certs
-from controller.cli import options_from_args
-from kubeclient import KubeAPI
+from podplacement import certs
 from podplacement.cli import build_parser
+from podplacement.controller.cli import options_from_args
+from podplacement.kubeclient import KubeAPI
 from podplacement.sandbox.ports import free_port
 from tests.controller.conftest import Images, create_pod, eventually, gated_pod, wait_ungated
 from tests.harness.kube import KubeEnv

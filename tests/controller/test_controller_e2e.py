@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from controller.affinity import expression
-from controller.config import (
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     GATE_LABEL,
@@ -19,7 +19,7 @@ from controller.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI
 from tests.controller.conftest import (
     Images,
     StartController,

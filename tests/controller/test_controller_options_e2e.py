@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
-from kubeclient import ApiError, KubeAPI
+from podplacement.controller.core.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
+from podplacement.kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     CONFIG_PATH as CONFIG,
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from controller.decision import EventSpec
-from controller.events import REPORTING_CONTROLLER, event_body
+from podplacement.controller.core.decision import EventSpec
+from podplacement.controller.events import REPORTING_CONTROLLER, event_body
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
 NOW = dt.datetime(2026, 11, 22, 5, 55, 15, 0, tzinfo=dt.UTC)

@@ -13,23 +13,23 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     EXEC_FORMAT_ANNOTATION,
     EXEC_FORMAT_LABEL,
     ImageInspectionConfig,
     PlacementConfig,
     excluded_from_status,
 )
-from controller.decision import EventSpec
-from controller.execformatmonitor import (
+from podplacement.controller.core.decision import EventSpec
+from podplacement.controller.core.findings import FindingsStore
+from podplacement.controller.execformatmonitor import (
     CONFIG_STATUS_PATH,
     REMEDY_GRACE_SECONDS,
     ExecFormatMonitor,
 )
-from controller.findings import FindingsStore
-from controller.metrics import Metrics
-from imageinspect import PlatformReport, VerifyReport
-from kubeclient import NotFound
+from podplacement.controller.metrics import Metrics
+from podplacement.imageinspect import PlatformReport, VerifyReport
+from podplacement.kubeclient import NotFound
 
 INDEX = "sha256:" + "1" * 64
 AMD_MANIFEST = "sha256:" + "4" * 64
@@ -132,7 +132,7 @@ def verified(monkeypatch: pytest.MonkeyPatch) -> list[str]:
                             1 << 20, tuple(r for r in reports
                                            if platforms is None or r.platform in platforms))
 
-    import imageinspect
+    from podplacement import imageinspect
 
     monkeypatch.setattr(imageinspect, "verify_image", verify_image)
     return calls
@@ -213,7 +213,7 @@ async def test_an_honest_image_and_an_unrelated_crash_leave_nothing(
             PlatformReport("linux/amd64", AMD_MANIFEST, "ok", "fine"),
             PlatformReport("linux/arm64", ARM_MANIFEST, "ok", "fine")))
 
-    import imageinspect
+    from podplacement import imageinspect
 
     monkeypatch.setattr(imageinspect, "verify_image", honest)
     api, clock = Api(), Clock()
@@ -300,6 +300,6 @@ async def test_restart_rebuilds_evidence_below_the_threshold_from_the_records(
 
 
 def _skip_verification(at: float) -> Any:
-    from controller.execformatmonitor import _PlatformResult, _Verified
+    from podplacement.controller.execformatmonitor import _PlatformResult, _Verified
 
     return _Verified(at, INDEX, {"linux/arm64": _PlatformResult("incomplete", "cap", "")})

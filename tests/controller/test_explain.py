@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.config import PlacementConfig, TopologyConfig
-from controller.explain import apply_patch, explain, render
-from imageinspect import ImageInfo, Platform
 from podplacement.cli import main
+from podplacement.controller.core.config import PlacementConfig, TopologyConfig
+from podplacement.controller.core.explain import apply_patch, explain, render
+from podplacement.imageinspect import ImageInfo, Platform
 from tests.controller.numa._build import gpod, node, nrt
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry
@@ -334,7 +334,7 @@ def test_cli_kubeconfig_without_the_nrt_crd(tmp_path: Path,
 
 
 def test_the_exec_format_error_record_is_shown() -> None:
-    from controller.config import EXEC_FORMAT_ANNOTATION
+    from podplacement.controller.core.config import EXEC_FORMAT_ANNOTATION
 
     nodes, nrts = _cluster()
     assert explain(_pod(), nodes, nrts, {IMAGE: AMD_ARM}, NUMA)["execFormatErrors"] is None

@@ -3,7 +3,7 @@ over when the leader stops and finishes the pods still gated."""
 
 from __future__ import annotations
 
-from kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI
 from tests.controller.conftest import (
     Images,
     StartController,

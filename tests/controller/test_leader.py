@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from controller.leader import LeaderElector, micro_time
-from kubeclient import KubeAPI
+from podplacement.controller.leader import LeaderElector, micro_time
+from podplacement.kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"

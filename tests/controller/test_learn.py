@@ -1,5 +1,5 @@
-"""Learning from exec format errors (controller.findings' rule, controller.learn), verify on
-suspicion (controller.execformat) and the config's switches: pure."""
+"""Learning from exec format errors (controller.core.findings' rule, controller.core.learn),
+verify on suspicion (controller.core.execformat) and the config's switches: pure."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from controller.admission import admission_placement
-from controller.config import (
+from podplacement.controller.core.admission import admission_placement
+from podplacement.controller.core.config import (
     DECISION_ANNOTATION,
     ConfigError,
     ExcludedPlatform,
     PlacementConfig,
     excluded_from_status,
 )
-from controller.decision import Outcome
-from controller.execformat import (
+from podplacement.controller.core.decision import Outcome
+from podplacement.controller.core.execformat import (
     PROOF_VERIFICATION,
     SUSPECT_MAX_RUN_SECONDS,
     event_spec,
@@ -30,15 +30,15 @@ from controller.execformat import (
     updated_record,
     verification_entry,
 )
-from controller.explain import explain, render_table
-from controller.findings import (
+from podplacement.controller.core.explain import explain, render_table
+from podplacement.controller.core.findings import (
     PROOF_ERRORS,
     FindingsStore,
     Verification,
     proof_of,
 )
-from controller.imageparams import ParamsStore
-from controller.learn import (
+from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.controller.core.learn import (
     DeletedPod,
     LearnedImage,
     deleted_from_status,
@@ -50,8 +50,8 @@ from controller.learn import (
     status_patch,
     touches,
 )
-from controller.plan import plan
-from imageinspect import ImageInfo, Platform
+from podplacement.controller.core.plan import plan
+from podplacement.imageinspect import ImageInfo, Platform
 from tests.controller._pods import gated_pod
 from tests.controller.test_execformat import pod, status, terminated
 

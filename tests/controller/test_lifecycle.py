@@ -16,23 +16,27 @@ import pytest
 import yaml
 from cryptography import x509
 
-from controller.config import (
+from podplacement.controller.core.config import (
     CONFIG_FINALIZER,
     GATE_LABEL,
     GATE_LABEL_GATED,
     GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
 )
-from controller.lifecycle import (
+from podplacement.controller.core.webhookconfig import (
+    ServiceRef,
+    desired_webhook_configuration,
+    webhook_drifted,
+)
+from podplacement.controller.lifecycle import (
     CONFIG_PATH,
     LIFECYCLE_KEY,
     WEBHOOK_PATH,
     Lifecycle,
     ServingCertSecret,
 )
-from controller.queue import WorkQueue
-from controller.webhookconfig import ServiceRef, desired_webhook_configuration, webhook_drifted
-from kubeclient import ApiError, KubeAPI
+from podplacement.controller.queue import WorkQueue
+from podplacement.kubeclient import ApiError, KubeAPI
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"
@@ -362,7 +366,7 @@ async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
     ordinary namespaces only, not in opted-out, system, own or config-excluded ones."""
     from aiohttp import web
 
-    import certs
+    from podplacement import certs
 
     env = fresh_localkube
     ca = certs.generate_ca()
@@ -415,8 +419,8 @@ async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
 async def test_rotated_ca_bundle_in_the_cert_dir_reaches_the_webhook(
     fresh_localkube: KubeEnv, api: KubeAPI, tmp_path: Path
 ) -> None:
-    import certs
-    from controller.lifecycle import ca_bundle_from_dir
+    from podplacement import certs
+    from podplacement.controller.lifecycle import ca_bundle_from_dir
 
     env = fresh_localkube
     old_ca, new_ca = certs.generate_ca(), certs.generate_ca()
@@ -521,7 +525,7 @@ async def test_last_stop_stands_down_in_passes(fresh_localkube: KubeEnv, api: Ku
     """The stand-down: the params writer is stopped before the params object is deleted,
     the pass asks to come back after the settle time, then releases the gated pods, says
     why in the status and removes the finalizer; the webhook configuration stays."""
-    from controller.paramswriter import params_collection_path, params_path
+    from podplacement.controller.paramswriter import params_collection_path, params_path
 
     env = fresh_localkube
     _create_config(env)
@@ -561,7 +565,7 @@ async def test_the_last_work_is_given_up_after_its_attempts(api: KubeAPI) -> Non
     """A failing pass of the process's last work raises to the queue until the queue has
     counted FINAL_ATTEMPTS - 1 failures, then the key is done; the normal key always
     raises (the queue keeps retrying it)."""
-    from controller.lifecycle import FINAL_ATTEMPTS, FINISH_KEY, LAST_STOP_KEY
+    from podplacement.controller.lifecycle import FINAL_ATTEMPTS, FINISH_KEY, LAST_STOP_KEY
 
     unreachable = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
     counted = {"n": 0}

@@ -15,15 +15,15 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-import certs
-from controller.lifecycle import (
+from podplacement import certs
+from podplacement.controller.core.webhookconfig import ServiceRef
+from podplacement.controller.lifecycle import (
     WEBHOOK_PATH,
     WEBHOOK_SERVICE_NAME,
     Lifecycle,
     ServingCertSecret,
 )
-from controller.webhookconfig import ServiceRef
-from kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

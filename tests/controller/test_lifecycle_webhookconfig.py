@@ -1,4 +1,4 @@
-"""controller.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
+"""controller.core.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
 the opt-out namespaceSelector negation and drift detection; controller.lifecycle's condition
 merge."""
 
@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     EXCLUDE_NAMESPACE_LABEL,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
-from controller.lifecycle import ConditionSpec, merge_conditions
-from controller.ownership import namespace_owner
-from controller.webhookconfig import (
+from podplacement.controller.core.ownership import namespace_owner
+from podplacement.controller.core.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     NAMESPACE_NAME_LABEL,
     ServiceRef,
@@ -28,6 +27,7 @@ from controller.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
+from podplacement.controller.lifecycle import ConditionSpec, merge_conditions
 from tests.harness.reference import REFERENCE as _REFERENCE_DIR
 
 REFERENCE = _REFERENCE_DIR / "admission-webhook-configuration.json"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.affinity import expression
-from controller.config import (
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     NUMA_LABEL,
@@ -18,7 +18,7 @@ from controller.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from kubeclient import ApiError, KubeAPI
+from podplacement.kubeclient import ApiError, KubeAPI
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from tests.controller.conftest import (
     Images,

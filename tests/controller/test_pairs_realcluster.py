@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from controller.affinity import expression
-from controller.app import Controller, ControllerOptions
-from controller.config import ARCH_LABEL, OS_LABEL
-from controller.decision import PLATFORMS_LEFT_OUT
-from imageinspect import Inspector
-from kubeclient import KubeAPI
+from podplacement.controller.app import Controller, ControllerOptions
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL
+from podplacement.controller.core.decision import PLATFORMS_LEFT_OUT
+from podplacement.imageinspect import Inspector
+from podplacement.kubeclient import KubeAPI
 from podplacement.sandbox.controlplane import FakeNode
 from tests.controller.conftest import (
     create_pod,

@@ -22,16 +22,20 @@ from typing import Any
 import orjson
 import pytest
 
-from controller.config import DEFAULT_NAMESPACE, PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
-from controller.imageparams import ParamsStore, platforms_value
-from controller.paramswriter import (
+from podplacement.controller.core.config import (
+    DEFAULT_NAMESPACE,
+    PARAMS_MAX_BYTES,
+    PARAMS_MAX_ENTRIES,
+)
+from podplacement.controller.core.imageparams import ParamsStore, platforms_value
+from podplacement.controller.paramswriter import (
     PARAMS_KEY,
     ParamsWriter,
     params_collection_path,
     params_path,
 )
-from controller.queue import WorkQueue
-from kubeclient import KubeAPI, NotFound
+from podplacement.controller.queue import WorkQueue
+from podplacement.kubeclient import KubeAPI, NotFound
 from tests.harness.kube import KubeEnv, start_localkube
 from tests.harness.realcluster import real_cluster
 
@@ -558,7 +562,7 @@ async def test_a_failed_tick_raises_for_the_queue_backoff() -> None:
     """A read or write that fails (here: no server) is counted and raised, so the work
     queue retries after its backoff; the pacing of ticks does not answer the retry early
     (which would reset the queue's failure count)."""
-    from controller.paramswriter import ParamsWriteError
+    from podplacement.controller.paramswriter import ParamsWriteError
 
     client = KubeAPI.from_url("http://127.0.0.1:9", request_timeout=1)
     metrics = FakeMetrics()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
-from controller.podpatch import build_pod_patch
-from controller.podspec import escape_token, gate_index
+from podplacement.controller.core.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
+from podplacement.controller.core.podpatch import build_pod_patch
+from podplacement.controller.core.podspec import escape_token, gate_index
 from tests.controller._pods import apply, gated_pod
 
 

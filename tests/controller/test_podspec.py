@@ -1,4 +1,4 @@
-"""The shared pod rules (controller.podspec): QoS, quantities, gate, JSON pointers, nodes.
+"""The shared pod rules (controller.core.podspec): QoS, quantities, gate, JSON pointers, nodes.
 
 The QoS class is checked three ways: a table, a hypothesis comparison with an independent
 transcription of kubernetes ``pkg/apis/core/helper/qos`` ``ComputePodQOS`` (plus the API
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import podspec
-from controller.config import SCHEDULING_GATE
-from controller.podspec import (
+from podplacement.controller.core import podspec
+from podplacement.controller.core.config import SCHEDULING_GATE
+from podplacement.controller.core.podspec import (
     BEST_EFFORT,
     BURSTABLE,
     GUARANTEED,
@@ -241,12 +241,14 @@ def test_node_eligibility() -> None:
 
 
 def test_podspec_and_webhook_layering() -> None:
-    """podspec imports only the standard library and controller.config; the webhook's pure
-    rules import nothing from the controller but controller.config and controller.podspec."""
-    allowed = {"podspec.py": {"controller.config"},
-               "gating.py": {"controller.config", "controller.podspec"},
-               "patch.py": {"controller.config", "controller.podspec"}}
-    paths = {"podspec.py": ROOT / "controller" / "podspec.py",
+    """podspec imports only the standard library and controller.core.config; the webhook's
+    pure rules import nothing from the controller but controller.core.config and
+    controller.core.podspec."""
+    core = "podplacement.controller.core"
+    allowed = {"podspec.py": {f"{core}.config"},
+               "gating.py": {f"{core}.config", f"{core}.podspec"},
+               "patch.py": {f"{core}.config", f"{core}.podspec"}}
+    paths = {"podspec.py": ROOT / "controller" / "core" / "podspec.py",
              "gating.py": ROOT / "webhook" / "gating.py",
              "patch.py": ROOT / "webhook" / "patch.py"}
     for name, path in paths.items():

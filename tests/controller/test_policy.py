@@ -1,4 +1,4 @@
-"""Per-namespace placement policies: the rule (controller/policy.py) and how every path
+"""Per-namespace placement policies: the rule (controller/core/policy.py) and how every path
 applies it (README "Per-namespace placement policies").
 
 Shown: parsing, the unique-priority ranking (the older policy wins, the other is reported),
@@ -20,9 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import admissionpolicy as ap
-from controller.admission import admission_placement
-from controller.config import (
+from localkube.patch import apply_patch
+from podplacement.controller.core import admissionpolicy as ap
+from podplacement.controller.core.admission import admission_placement
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -31,14 +32,14 @@ from controller.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from controller.placement import (
+from podplacement.controller.core.placement import (
     ARCHITECTURES_NOT_ALLOWED,
     NO_SUPPORTED_PLATFORM_EVENT,
     Outcome,
     placement_facts,
 )
-from controller.plan import plan
-from controller.policy import (
+from podplacement.controller.core.plan import plan
+from podplacement.controller.core.policy import (
     REASON_INVALID,
     REASON_PRIORITY_CONFLICT,
     PolicyError,
@@ -51,7 +52,6 @@ from controller.policy import (
     selector_matches,
     selector_text,
 )
-from localkube.patch import apply_patch
 from tests.controller._pods import apply, gated_pod, img
 from tests.controller.test_admissionpolicy_cel import evaluate, mismatches
 

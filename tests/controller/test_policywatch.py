@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controller.imageparams import ParamsStore
-from controller.metrics import Metrics
-from controller.policy import params_policies
-from controller.policywatch import POLICY_STATUS_PATH, PolicyWatch
+from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.controller.core.policy import params_policies
+from podplacement.controller.metrics import Metrics
+from podplacement.controller.policywatch import POLICY_STATUS_PATH, PolicyWatch
 
 
 class _Api:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from controller.queue import TokenBucket, WorkQueue
+from podplacement.controller.queue import TokenBucket, WorkQueue
 
 
 async def test_duplicate_adds_are_processed_once() -> None:

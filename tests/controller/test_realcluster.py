@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from controller.app import Controller, ControllerOptions
-from controller.config import SCHEDULING_GATE
-from imageinspect import Inspector
-from kubeclient import ApiError, KubeAPI
+from podplacement.controller.app import Controller, ControllerOptions
+from podplacement.controller.core.config import SCHEDULING_GATE
+from podplacement.imageinspect import Inspector
+from podplacement.kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     Images,
     create_pod,

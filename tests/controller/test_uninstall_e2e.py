@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import certs
-from controller.config import CONFIG_FINALIZER
-from kubeclient import ApiError, KubeAPI
+from podplacement import certs
+from podplacement.controller.core.config import CONFIG_FINALIZER
+from podplacement.kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     CONFIG_PATH as CONFIG,
 )

@@ -11,9 +11,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import decision as d
-from controller.affinity import expression
-from controller.config import ARCH_LABEL, HOSTNAME_LABEL, OS_LABEL, PlacementConfig
+from podplacement.controller.core import decision as d
+from podplacement.controller.core.affinity import expression
+from podplacement.controller.core.config import (
+    ARCH_LABEL,
+    HOSTNAME_LABEL,
+    OS_LABEL,
+    PlacementConfig,
+)
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 
 CFG = PlacementConfig()

@@ -21,8 +21,8 @@ import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 import yaml
 
-from controller import app, leader, lifecycle
-from controller.config import (
+from podplacement.controller import app, leader, lifecycle
+from podplacement.controller.core.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
     CONTROLLER_SERVICE_ACCOUNT,
@@ -32,8 +32,8 @@ from controller.config import (
     ConfigError,
     PlacementConfig,
 )
-from controller.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
-from controller.webhookconfig import (
+from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
+from podplacement.controller.core.webhookconfig import (
     NAMESPACE_NAME_LABEL,
     ServiceRef,
     desired_webhook_configuration,
@@ -103,10 +103,10 @@ BASE_PERMISSIONS = (
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
     # get of every ImagePlatforms: the API server's condition for creating a policy with
-    # that paramKind (controller/admissionpolicy.py)
+    # that paramKind (controller/core/admissionpolicy.py)
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get")
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
-    # the uninstall guards (controller/ownership.py)
+    # the uninstall guards (controller/core/ownership.py)
     | _rows(_C, "cluster", "", "namespaces", "get", NS)
     | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
     | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterroles", "create")
@@ -339,7 +339,7 @@ def test_container_arguments_parse(rendered: list[dict[str, Any]]) -> None:
     """Every container's arguments parse with the real ``podplacement`` parser (no unknown
     flag, a known subcommand), and the controller's turn into usable ControllerOptions (the
     cert-manager overlay's ``--cert-manager-certificate`` included)."""
-    from controller.cli import options_from_args
+    from podplacement.controller.cli import options_from_args
 
     parser, available = _subcommands()
     for dep in _of_kind(rendered, "Deployment"):
@@ -392,7 +392,7 @@ def test_rbac_grants_exactly_the_declared_table(base: list[dict[str, Any]],
 
 
 def test_the_uninstall_copy_adds_no_right() -> None:
-    """The ClusterRole the controller creates for its uninstall (controller/ownership.py) may
+    """The ClusterRole the controller creates for its uninstall (controller/core/ownership.py) may
     only hold rights the controller's own ClusterRole grants cluster-wide: the API server
     refuses anything else (RBAC escalation prevention), and the copy must grant nothing
     new."""
@@ -554,7 +554,7 @@ USER_COMMANDS = frozenset({"controller/explain_cli.py"})
 def _code_paths(package: str) -> Iterator[tuple[str, str, str]]:
     """(file, method or "", path) for every string/f-string literal that is an API path and
     that sits in a call whose first argument is an HTTP method (best effort)."""
-    from controller import config as cfg
+    from podplacement.controller.core import config as cfg
 
     consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
     for file in sorted((ROOT / package).rglob("*.py")):
@@ -692,7 +692,7 @@ def test_sample_config_is_valid_and_parses() -> None:
 
 def test_every_crd_field_is_read_by_the_config_model() -> None:
     """A config with every field set to a non-default value passes the schema, and
-    controller.config parses each value back: the CRD and the model use the same names."""
+    controller.core.config parses each value back: the CRD and the model use the same names."""
     obj = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",
            "metadata": {"name": "cluster"}, "spec": copy.deepcopy(FULL_SPEC)}
     assert _validate(obj) == []
@@ -778,7 +778,7 @@ def test_crd_keeps_the_recorded_essentials() -> None:
 def _all_path_literals(package: str) -> Iterator[tuple[str, str]]:
     """(file, path) for every string or f-string literal in the package that is an API path
     (informer paths, module constants, request calls)."""
-    from controller import config as cfg
+    from podplacement.controller.core import config as cfg
 
     consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
     for file in sorted((ROOT / package).rglob("*.py")):
@@ -842,8 +842,8 @@ def test_api_server_accepts_the_sample_and_rejects_bad_configs(kube: Any) -> Non
 def test_the_api_server_refuses_an_inspection_budget_over_4s(real_kube: Any) -> None:
     """The CRD's CEL rule on ``spec.admission.inspectionBudget`` (localkube does not evaluate
     ``duration()``): 4s passes, 4.5s is refused with the rule's message, like the model's
-    :data:`controller.config.MAX_INSPECTION_BUDGET`."""
-    from controller.config import MAX_INSPECTION_BUDGET
+    :data:`controller.core.config.MAX_INSPECTION_BUDGET`."""
+    from podplacement.controller.core.config import MAX_INSPECTION_BUDGET
 
     for budget, status in (("4s", 201), ("0s", 201), ("4500ms", 422)):
         obj = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",

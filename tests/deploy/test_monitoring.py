@@ -59,9 +59,9 @@ def parse_exposition(text: str) -> Series:
 
 
 async def _webhook_exposition() -> str:
-    from controller.config import PlacementConfig
-    from webhook.app import create_app
-    from webhook.configsource import StaticConfigSource
+    from podplacement.controller.core.config import PlacementConfig
+    from podplacement.webhook.app import create_app
+    from podplacement.webhook.configsource import StaticConfigSource
 
     app = create_app(StaticConfigSource(PlacementConfig()), own_namespace="podplacement-system")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -76,10 +76,10 @@ async def _controller_exposition(kube: KubeEnv, registry_host: str, cert_dir: Pa
     webhook configuration and the admission policy's params object) until it placed the pod
     of an image the registry has, fell back for one it does not and wrote the params; its
     /metrics."""
-    from controller.app import Controller, ControllerOptions
-    from controller.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
-    from imageinspect import Inspector, RegistriesConfig
-    from kubeclient import KubeAPI
+    from podplacement.controller.app import Controller, ControllerOptions
+    from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+    from podplacement.imageinspect import Inspector, RegistriesConfig
+    from podplacement.kubeclient import KubeAPI
 
     ns = f"mon-{uuid.uuid4().hex[:8]}"
     kube.ensure_namespace(ns)
@@ -122,7 +122,7 @@ async def _controller_exposition(kube: KubeEnv, registry_host: str, cert_dir: Pa
 def exported(tmp_path_factory: pytest.TempPathFactory, registry: Any,
              make_pusher: Any) -> Series:
     """The samples of a live /metrics of the webhook and of the controller, merged."""
-    from certs import CertState, generate_ca, issue_serving_cert, write_dir
+    from podplacement.certs import CertState, generate_ca, issue_serving_cert, write_dir
 
     make_pusher(registry).multiarch("monitoring/app", "v1", ["linux/amd64", "linux/arm64"])
     work = tmp_path_factory.mktemp("monitoring")

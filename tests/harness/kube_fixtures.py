@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI
 from tests.harness.kube import KubeEnv, start_localkube
 
 

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 from cryptography.hazmat.primitives import serialization
 
-import certs
+from podplacement import certs
 from tests.harness.httpserver import QuietHTTPServer
 
 TOKEN_PATH = "/token"

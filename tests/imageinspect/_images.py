@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import zstandard
 
-from imageinspect._elf import (
+from podplacement.imageinspect._elf import (
     ELFCLASS32,
     ELFCLASS64,
     ELFDATA2LSB,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imageinspect import Inspector, RegistriesConfig
+from podplacement.imageinspect import Inspector, RegistriesConfig
 from tests.harness.registry import Registry
 
 InspectorFactory = Callable[..., Awaitable[Inspector]]

@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from imageinspect import Credential
-from imageinspect._auth import (
+from podplacement.imageinspect import Credential
+from podplacement.imageinspect._auth import (
     Challenge,
     basic_header,
     parse_challenges,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from imageinspect._cache import AsyncCache
+from podplacement.imageinspect._cache import AsyncCache
 
 
 class FakeClock:

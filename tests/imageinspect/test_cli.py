@@ -106,7 +106,7 @@ def test_secrets_never_reach_the_logs(
 ) -> None:
     import asyncio
 
-    from imageinspect import Credential, Inspector
+    from podplacement.imageinspect import Credential, Inspector
 
     async def run() -> None:
         assert basic_registry.ca_pem is not None

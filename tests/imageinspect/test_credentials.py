@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from imageinspect import (
+from podplacement.imageinspect import (
     Credential,
     CredentialError,
     credentials_from_docker_config,
     credentials_from_pull_secrets,
     match_credentials,
 )
-from imageinspect._credentials import normalize_key, urls_match
+from podplacement.imageinspect._credentials import normalize_key, urls_match
 
 
 def _b64(text: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from imageinspect._elf import (
+from podplacement.imageinspect._elf import (
     EM_PPC64,
     EM_S390,
     EM_X86_64,

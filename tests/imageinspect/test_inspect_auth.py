@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from imageinspect import Credential, Platform, Unauthorized
+from podplacement.imageinspect import Credential, Platform, Unauthorized
 from tests.harness.faults import FaultProxy, SeenRequest
 from tests.harness.oci import Pusher
 from tests.harness.registry import Registry
@@ -249,7 +249,7 @@ async def test_a_forbidden_realm_for_one_repository_does_not_poison_the_host(
     fault_proxy: object,
     make_inspector: InspectorFactory,
 ) -> None:
-    from imageinspect import UnsafeAddress
+    from podplacement.imageinspect import UnsafeAddress
     from tests.imageinspect.conftest import insecure
 
     ts = token_registry.token_server
@@ -299,7 +299,7 @@ async def test_a_bad_realm_learned_after_a_good_one_stays_with_its_repository(
     fault_proxy: object,
     make_inspector: InspectorFactory,
 ) -> None:
-    from imageinspect import UnsafeAddress
+    from podplacement.imageinspect import UnsafeAddress
     from tests.imageinspect.conftest import insecure
 
     ts = token_registry.token_server

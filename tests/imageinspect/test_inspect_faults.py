@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from imageinspect import (
+from podplacement.imageinspect import (
     Denied,
     DigestMismatch,
     Inspector,
@@ -20,7 +20,7 @@ from imageinspect import (
     TooLarge,
     credentials_from_docker_config,
 )
-from imageinspect._manifest import DOCKER_SCHEMA1_SIGNED, OCI_MANIFEST
+from podplacement.imageinspect._manifest import DOCKER_SCHEMA1_SIGNED, OCI_MANIFEST
 from tests.harness.faults import FaultProxy
 from tests.harness.oci import Pusher
 from tests.harness.registry import Registry

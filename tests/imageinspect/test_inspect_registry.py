@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from imageinspect import (
+from podplacement.imageinspect import (
     Blocked,
     ConnectionFailed,
     InvalidReference,
@@ -17,7 +17,12 @@ from imageinspect import (
     RegistriesConfig,
     UnsafeAddress,
 )
-from imageinspect._manifest import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
+from podplacement.imageinspect._manifest import (
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+)
 from tests.harness.oci import Pusher
 from tests.harness.registry import Registry
 from tests.imageinspect.conftest import InspectorFactory, insecure, trust
@@ -308,7 +313,7 @@ async def test_link_local_and_metadata_addresses_are_refused(
 async def test_resolver_refuses_names_that_resolve_to_link_local() -> None:
     from aiohttp.abc import ResolveResult
 
-    from imageinspect._transport import _GuardedResolver, _UnsafeAddressOSError
+    from podplacement.imageinspect._transport import _GuardedResolver, _UnsafeAddressOSError
 
     class FakeInner:
         async def resolve(self, host: str, port: int, family: object) -> list[ResolveResult]:
@@ -351,8 +356,8 @@ async def _no_sleep(delay: float) -> None:
 
 
 def test_image_info_json_shape() -> None:
-    from imageinspect import ImageInfo
-    from imageinspect.cli import _describe
+    from podplacement.imageinspect import ImageInfo
+    from podplacement.imageinspect.cli import _describe
 
     info = ImageInfo("r/x:y", "sha256:" + "0" * 64, OCI_INDEX, (Platform("linux", "arm64", "v8"),))
     assert json.loads(json.dumps(_describe(info)))["platforms"] == ["linux/arm64/v8"]

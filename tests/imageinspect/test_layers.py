@@ -7,9 +7,15 @@ import threading
 
 import pytest
 
-from imageinspect._elf import HEAD_BYTES
-from imageinspect._layers import Cancelled, ChunkReader, LayerError, compression_of, scan_layer
-from imageinspect._rootfs import FILE, HARDLINK, SYMLINK, Layer
+from podplacement.imageinspect._elf import HEAD_BYTES
+from podplacement.imageinspect._layers import (
+    Cancelled,
+    ChunkReader,
+    LayerError,
+    compression_of,
+    scan_layer,
+)
+from podplacement.imageinspect._rootfs import FILE, HARDLINK, SYMLINK, Layer
 from tests.imageinspect._images import (
     elf,
     file,

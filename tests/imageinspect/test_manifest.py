@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from imageinspect import DigestMismatch, InvalidManifest, Platform
-from imageinspect._manifest import (
+from podplacement.imageinspect import DigestMismatch, InvalidManifest, Platform
+from podplacement.imageinspect._manifest import (
     DOCKER_LIST,
     DOCKER_MANIFEST,
     DOCKER_SCHEMA1,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from imageinspect import PullSecretReader
+from podplacement.imageinspect import PullSecretReader
 
 
 class _Status(Exception):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imageinspect import InvalidReference, Reference, parse_reference
+from podplacement.imageinspect import InvalidReference, Reference, parse_reference
 
 D64 = "sha256:" + "ab" * 32
 

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from imageinspect import Blocked, RegistriesConfig, RegistriesConfigError, parse_reference
+from podplacement.imageinspect import (
+    Blocked,
+    RegistriesConfig,
+    RegistriesConfigError,
+    parse_reference,
+)
 
 CONF = """
 unqualified-search-registries = ["docker.io"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from imageinspect._elf import HEAD_BYTES
-from imageinspect._rootfs import (
+from podplacement.imageinspect._elf import HEAD_BYTES
+from podplacement.imageinspect._rootfs import (
     DIR,
     FILE,
     FOUND,

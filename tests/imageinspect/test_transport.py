@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from imageinspect._transport import is_forbidden_address
+from podplacement.imageinspect._transport import is_forbidden_address
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imageinspect import Credential, verify_image
 from podplacement import cli
+from podplacement.imageinspect import Credential, verify_image
 from tests.harness.oci import OCI_LAYER_ZSTD, Pusher
 from tests.harness.registry import Registry
 from tests.imageinspect._images import elf, file, layer, symlink, whiteout

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from kubeclient import ApiError, ConfigCredentials, KubeAPI, load_configuration
+from podplacement.kubeclient import ApiError, ConfigCredentials, KubeAPI, load_configuration
 from tests.harness.kube import KubeEnv
 
 # Prints an ExecCredential whose token counts the runs (token-1, token-2, ...), or the

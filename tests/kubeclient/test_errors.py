@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kubeclient import (
+from podplacement.kubeclient import (
     ApiError,
     Conflict,
     Gone,

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from kubeclient import (
+from localkube import LocalKube
+from podplacement.kubeclient import (
     UNAVAILABLE_RETRY_SECONDS,
     ApiError,
     Informer,
@@ -21,7 +22,6 @@ from kubeclient import (
     request_verb,
     retry_delay,
 )
-from localkube import LocalKube
 from tests.controller.conftest import eventually
 from tests.harness.kube import KubeEnv, start_localkube
 

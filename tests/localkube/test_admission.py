@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-import certs
 from localkube import podrules
 from localkube.admission import Admission, go_json_bytes, label_selector_matches, rule_matches
 from localkube.errors import StatusError
+from podplacement import certs
 from tests.harness.reference import REFERENCE
 
 RECORDED_HOST = "https://127.0.0.1:17443"

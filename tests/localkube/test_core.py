@@ -14,8 +14,14 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.config import API_VERSION, CONFIG_NAME, CONFIG_PLURAL, GROUP, VERSION
 from localkube import LocalKube
+from podplacement.controller.core.config import (
+    API_VERSION,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    GROUP,
+    VERSION,
+)
 from tests.harness.kube import CRD_FILES, KubeEnv
 
 PPC = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
@@ -766,7 +772,7 @@ def gating_webhook(tmp_path: Path) -> Iterator[tuple[str, str, list[dict[str, An
 
     from aiohttp import web
 
-    import certs
+    from podplacement import certs
 
     ca = certs.generate_ca("test-webhook-ca")
     serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])

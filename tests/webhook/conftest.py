@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from certs import CertState, generate_ca, issue_serving_cert, write_dir
-from controller.config import PlacementConfig
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
+from podplacement.certs import CertState, generate_ca, issue_serving_cert, write_dir
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
 
 
 @pytest.fixture

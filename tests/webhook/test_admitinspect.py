@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from controller.config import ImageInspectionConfig, PlacementConfig
-from imageinspect import Credential
-from tests.controller._pods import img
-from webhook.admitinspect import (
+from podplacement.controller.core.config import ImageInspectionConfig, PlacementConfig
+from podplacement.imageinspect import Credential
+from podplacement.webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,
     NotInspectedInTime,
     TooManyInspections,
 )
-from webhook.placecache import PlaceCache, cache_keys
+from podplacement.webhook.placecache import PlaceCache, cache_keys
+from tests.controller._pods import img
 
 CFG = PlacementConfig(image_inspection=ImageInspectionConfig(cache_ttl_seconds=60.0))
 

@@ -17,8 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.config import GATE_LABEL, SCHEDULING_GATE, PlacementConfig
-from imageinspect import Inspector
+from podplacement.controller.core.config import GATE_LABEL, SCHEDULING_GATE, PlacementConfig
+from podplacement.imageinspect import Inspector
+from podplacement.webhook.admitinspect import AdmissionInspector
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.placecache import PlaceCache
 from tests.harness.faults import FaultProxy
 from tests.harness.registry import Registry
 from tests.imageinspect.conftest import insecure
@@ -31,10 +35,6 @@ from tests.webhook.test_outage import (
     required_archs,
     review_of,
 )
-from webhook.admitinspect import AdmissionInspector
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
-from webhook.placecache import PlaceCache
 
 PATHS = "podplacement_webhook_admissions_total"
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.config import SCHEDULING_GATE
+from podplacement.controller.core.config import SCHEDULING_GATE
+from podplacement.webhook import app as app_module
+from podplacement.webhook.app import INTERNAL_ERROR_WARNING, create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.patch import gate_patch
 from tests.webhook.reference import RAW_CASES, raw_body, recorded_answer
-from webhook import app as app_module
-from webhook.app import INTERNAL_ERROR_WARNING, create_app
-from webhook.configsource import StaticConfigSource
-from webhook.patch import gate_patch
 
 BAREAPP = Path(__file__).resolve().parents[2] / "bench" / "bareapp.py"
 

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.admission import admission_placement
-from controller.config import (
+from localkube.patch import apply_patch
+from podplacement.controller.core.admission import admission_placement
+from podplacement.controller.core.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -23,14 +24,13 @@ from controller.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from controller.decision import unique_images
-from localkube.patch import apply_patch
+from podplacement.controller.core.decision import unique_images
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.placecache import PlaceCache
 from tests.controller._pods import img
 from tests.webhook.reference import raw_body
 from tests.webhook.test_app import metric
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
-from webhook.placecache import PlaceCache
 
 
 class _NotFound(Exception):
@@ -190,8 +190,8 @@ async def test_the_cache_path_applies_the_namespaces_policy(
     """A PodPlacementPolicy of the pod's namespace matching its labels applies on the cache
     path: its limit removes nothing here (arm64 images), its weights replace the config's,
     and the annotation and label name it; a policy of another namespace changes nothing."""
-    from controller.config import POLICY_LABEL
-    from webhook.policysource import StaticPolicySource
+    from podplacement.controller.core.config import POLICY_LABEL
+    from podplacement.webhook.policysource import StaticPolicySource
 
     def policy(ns: str, name: str) -> dict[str, Any]:
         return {"metadata": {"namespace": ns, "name": name},

@@ -14,12 +14,12 @@ import httpx
 import pytest
 import yaml
 
-from certs import load_bundle
-from controller.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
+from podplacement.certs import load_bundle
+from podplacement.controller.core.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
 from podplacement.sandbox.ports import free_port
+from podplacement.webhook.configsource import CONFIG_LIST_PATH
 from tests.harness.kube import KubeEnv
 from tests.webhook.reference import raw_body
-from webhook.configsource import CONFIG_LIST_PATH
 
 
 def start(*args: str) -> subprocess.Popen[str]:

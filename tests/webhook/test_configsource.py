@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.config import API_VERSION, CONFIG_KIND, CONFIG_NAME, ConfigError
-from kubeclient import KubeAPI
-from tests.harness.kube import KubeEnv, start_localkube
-from tests.webhook.waiting import wait_until
-from webhook.configsource import (
+from podplacement.controller.core.config import API_VERSION, CONFIG_KIND, CONFIG_NAME, ConfigError
+from podplacement.kubeclient import KubeAPI
+from podplacement.webhook.configsource import (
     CONFIG_LIST_PATH,
     StaticConfigSource,
     WatchingConfigSource,
 )
+from tests.harness.kube import KubeEnv, start_localkube
+from tests.webhook.waiting import wait_until
 
 
 def config_object(weight: int = 50) -> dict[str, Any]:
@@ -128,7 +128,7 @@ async def test_existing_config_is_read_by_the_first_list(kube: KubeEnv, api: Kub
 async def test_expired_resource_version_triggers_a_relist(
     kube: KubeEnv, source: WatchingConfigSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kubeclient.informer")
+    caplog.set_level(logging.INFO, logger="podplacement.kubeclient.informer")
     assert await source.wait_synced(10)
     # Writes elsewhere push the watch's resourceVersion out of the 5-event history; the
     # next resume (after the 2 s watch timeout) gets 410 and must relist.

@@ -10,20 +10,20 @@ import base64
 import json
 from typing import Any
 
-from controller.config import (
+from localkube.patch import apply_patch
+from podplacement.controller.core.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from kubeclient import KubeAPI
-from localkube.patch import apply_patch
+from podplacement.kubeclient import KubeAPI
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.leasewatch import ControllerLease, lease_record
+from podplacement.webhook.patch import release_patch
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import raw_body
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
-from webhook.leasewatch import ControllerLease, lease_record
-from webhook.patch import release_patch
 
 
 def _apply(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from controller.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.controller.core.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.webhook import app as app_module
+from podplacement.webhook.app import BadReview, create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.gating import should_gate
+from podplacement.webhook.patch import gate_patch
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import RAW_CASES, raw_body
-from webhook import app as app_module
-from webhook.app import BadReview, create_app
-from webhook.configsource import StaticConfigSource
-from webhook.gating import should_gate
-from webhook.patch import gate_patch
 
 pytest.importorskip("msgspec")
 

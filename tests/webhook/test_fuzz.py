@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.controller.core.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import RAW_CASES, raw_body
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

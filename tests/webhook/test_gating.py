@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from controller.config import (
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,
     TopologyConfig,
 )
+from podplacement.webhook import gating
+from podplacement.webhook.gating import GateDecision, should_gate
 from tests.harness.reference import REFERENCE
-from webhook import gating
-from webhook.gating import GateDecision, should_gate
 
 CONFIG = PlacementConfig()
 OWN = "podplacement-system"

@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from certs import load_bundle
-from controller.config import PlacementConfig
+from podplacement.certs import load_bundle
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.webhook.app import WebhookMetrics, create_app, read_body
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.limits import DEFAULT_MAX_BODY_BYTES, ConnectionLimits
+from podplacement.webhook.server import WebhookServer
 from tests.webhook.reference import raw_body
 from tests.webhook.waiting import wait_until
-from webhook.app import WebhookMetrics, create_app, read_body
-from webhook.configsource import StaticConfigSource
-from webhook.limits import DEFAULT_MAX_BODY_BYTES, ConnectionLimits
-from webhook.server import WebhookServer
 
 BODY = raw_body("a-plain-pod")
 #: Upper bound for "promptly" and "within the timeout" (the timeouts below are 1 s).
@@ -327,7 +327,7 @@ async def test_read_body_joins_chunks_up_to_the_limit() -> None:
 
 
 async def test_read_body_refuses_a_malformed_content_length() -> None:
-    from webhook.app import BadReview
+    from podplacement.webhook.app import BadReview
 
     with pytest.raises(BadReview, match="not a number"):
         await _read([], [(b"content-length", b"-1")])
@@ -377,7 +377,7 @@ def _stalled_request() -> tuple[Any, asyncio.Event]:
 
 @pytest.mark.parametrize("shared", [True, False], ids=["deadlines", "asyncio.timeout"])
 async def test_read_body_times_out_a_stalled_body(shared: bool) -> None:
-    from webhook.app import BodyDeadlines, BodyTimeout
+    from podplacement.webhook.app import BodyDeadlines, BodyTimeout
 
     request, _ = _stalled_request()
     deadlines = BodyDeadlines(tick=0.05) if shared else None
@@ -390,7 +390,7 @@ async def test_read_body_times_out_a_stalled_body(shared: bool) -> None:
 
 async def test_read_body_lets_another_cancellation_through() -> None:
     """Cancelling a read from outside (shutdown) stays a cancellation, not a 408."""
-    from webhook.app import BodyDeadlines
+    from podplacement.webhook.app import BodyDeadlines
 
     deadlines = BodyDeadlines(tick=0.05)
     request, _ = _stalled_request()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from certs import load_bundle, rotate_dir
-from controller.config import (
+from podplacement.certs import load_bundle, rotate_dir
+from podplacement.controller.core.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,
@@ -26,12 +26,12 @@ from controller.config import (
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
-from kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
+from podplacement.webhook.server import WebhookServer
 from tests.harness.kube import KubeEnv
 from tests.webhook.waiting import wait_until
-from webhook.app import create_app
-from webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
-from webhook.server import WebhookServer
 
 MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.config import (
+from localkube.patch import apply_patch
+from podplacement.controller.core.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -26,19 +27,18 @@ from controller.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from imageinspect import Inspector
-from localkube.patch import apply_patch
+from podplacement.imageinspect import Inspector
+from podplacement.webhook.admitinspect import AdmissionInspector
+from podplacement.webhook.app import INTERNAL_ERROR_WARNING, create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.leasewatch import ControllerLease
+from podplacement.webhook.placecache import PlaceCache
 from tests.harness.faults import FaultProxy
 from tests.harness.registry import Registry
 from tests.imageinspect.conftest import insecure
 from tests.webhook.reference import raw_body
 from tests.webhook.test_app import metric
 from tests.webhook.test_controller_unavailable import FakeClock, _lease, _lease_obj
-from webhook.admitinspect import AdmissionInspector
-from webhook.app import INTERNAL_ERROR_WARNING, create_app
-from webhook.configsource import StaticConfigSource
-from webhook.leasewatch import ControllerLease
-from webhook.placecache import PlaceCache
 
 MANIFESTS = r"/v2/.+/manifests/"
 
@@ -282,8 +282,8 @@ async def test_an_internal_error_allows_the_pod_unchanged_and_is_counted(
 
 
 def test_the_budget_flag_stays_below_the_webhook_timeout() -> None:
-    from controller.webhookconfig import DEFAULT_TIMEOUT_SECONDS
     from podplacement.cli import build_parser
+    from podplacement.controller.core.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 
     parser = build_parser()
     args = parser.parse_args(["webhook"])

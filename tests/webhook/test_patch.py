@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from controller.config import GATE_LABEL, SCHEDULING_GATE
-from controller.podspec import escape_token
+from podplacement.controller.core.config import GATE_LABEL, SCHEDULING_GATE
+from podplacement.controller.core.podspec import escape_token
+from podplacement.webhook.patch import gate_patch
 from tests.webhook.reference import apply_add_ops, raw_body, recorded_answer, stored_pod
-from webhook.patch import gate_patch
 
 
 @pytest.mark.parametrize("case", ["a-plain-pod", "a-no-labels", "b-deployment-pod"])

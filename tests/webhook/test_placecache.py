@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from controller.config import ImageInspectionConfig, ObjectRef, PlacementConfig
-from imageinspect import Credential
+from podplacement.controller.core.config import ImageInspectionConfig, ObjectRef, PlacementConfig
+from podplacement.imageinspect import Credential
+from podplacement.webhook.placecache import PlaceCache, cache_keys
 from tests.controller._pods import img
-from webhook.placecache import PlaceCache, cache_keys
 
 CFG = PlacementConfig(image_inspection=ImageInspectionConfig(cache_ttl_seconds=60.0))
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from certs import load_bundle
-from controller.config import (
+from podplacement.certs import load_bundle
+from podplacement.controller.core.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,
@@ -32,18 +32,18 @@ from controller.config import (
     GATE_LABEL,
     SCHEDULING_GATE,
 )
-from imageinspect import Inspector
-from kubeclient import KubeAPI
+from podplacement.imageinspect import Inspector
+from podplacement.kubeclient import KubeAPI
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
+from podplacement.webhook.placecache import PlaceCache
+from podplacement.webhook.server import WebhookServer
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher
 from tests.harness.realcluster import real_cluster
 from tests.harness.registry import Registry
 from tests.webhook.test_localkube_admission import MWC_PATH, call, mwc
 from tests.webhook.waiting import wait_until
-from webhook.app import create_app
-from webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
-from webhook.placecache import PlaceCache
-from webhook.server import WebhookServer
 
 pytestmark = pytest.mark.realcluster
 

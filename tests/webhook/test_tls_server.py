@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from certs import load_bundle, rotate_dir
-from controller.config import PlacementConfig
+from podplacement.certs import load_bundle, rotate_dir
+from podplacement.controller.core.config import PlacementConfig
+from podplacement.webhook.app import create_app
+from podplacement.webhook.configsource import StaticConfigSource
+from podplacement.webhook.server import WebhookServer
 from tests.webhook.reference import raw_body
 from tests.webhook.waiting import wait_until
-from webhook.app import create_app
-from webhook.configsource import StaticConfigSource
-from webhook.server import WebhookServer
 
 BODY = raw_body("a-plain-pod")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controller.config import TopologyConfig
-from controller.numa import NodeVerdict, TopologyCache, decide_numa
+from podplacement.controller.core.config import TopologyConfig
+from podplacement.controller.core.numa import NodeVerdict, TopologyCache, decide_numa
 
 Res = Mapping[str, Any]
 

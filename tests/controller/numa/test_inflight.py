@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.config import TopologyConfig
-from controller.numa import (
+from podplacement.controller.core.config import TopologyConfig
+from podplacement.controller.core.numa import (
     InFlight,
     TopologyCache,
     decide_numa,

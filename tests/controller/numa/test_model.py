@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from controller.numa import (
+from podplacement.controller.core.numa import (
     QuantityError,
     effective_requests,
     format_quantity,

@@ -1,0 +1,460 @@
+"""Shared names and the PodPlacementConfig model.
+
+This module is the one place where podplacement's API group, label keys, gate name and
+annotation keys are spelled out (DESIGN.md, "Names"); every other module imports them from
+here. It also turns the ``PodPlacementConfig`` custom resource (a plain dict as the
+Kubernetes JSON API returns it) into a frozen :class:`PlacementConfig`. The webhook imports
+this module, so it must stay free of I/O and of imports from the rest of the controller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- API --------------------------------------------------------------------------------
+GROUP = "podplacement.io"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CONFIG_KIND = "PodPlacementConfig"
+CONFIG_PLURAL = "podplacementconfigs"
+CONFIG_NAME = "cluster"
+CONFIG_FINALIZER = f"{GROUP}/finalizer"
+#: The namespaced placement policy (README "Per-namespace placement policies").
+POLICY_KIND = "PodPlacementPolicy"
+POLICY_PLURAL = "podplacementpolicies"
+
+# --- Pod mutation names -----------------------------------------------------------------
+SCHEDULING_GATE = f"{GROUP}/scheduling-gate"
+GATE_LABEL = f"{GROUP}/scheduling-gate"
+GATE_LABEL_GATED = "gated"
+GATE_LABEL_REMOVED = "removed"
+AFFINITY_LABEL = f"{GROUP}/node-affinity"
+AFFINITY_LABEL_SET = "set"
+AFFINITY_LABEL_NOT_SET = "not-set"
+NUMA_LABEL = f"{GROUP}/numa"
+NUMA_LABEL_WAITING = "waiting"
+NUMA_LABEL_PLACED = "placed"
+DECISION_ANNOTATION = f"{GROUP}/decision"
+#: Label set on a pod placed under a PodPlacementPolicy: the policy's name (its namespace is
+#: the pod's). The controller counts the pods carrying it into the policy's status.
+POLICY_LABEL = f"{GROUP}/policy"
+EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
+NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
+#: Label set on a pod once a container of it failed with an exec format error; the annotation
+#: of the same key holds what was seen (:mod:`controller.core.execformat`).
+EXEC_FORMAT_LABEL = f"{GROUP}/exec-format-error"
+EXEC_FORMAT_LABEL_TRUE = "true"
+EXEC_FORMAT_ANNOTATION = f"{GROUP}/exec-format-error"
+#: The Warning Event reason of a detection.
+EXEC_FORMAT_REASON = "ExecFormatError"
+#: Owners whose pods ``deleteFailedPods`` may delete (their controller recreates them).
+REMEDIABLE_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
+#: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.
+MAX_EXCLUSIONS = 256
+MAX_DELETED_PODS = 256
+#: Digests one exclusion names at most (the CRD's ``maxItems``).
+MAX_EXCLUSION_DIGESTS = 8
+WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
+WEBHOOK_NAME = "pods.podplacement.io"
+#: The controller's leader-election Lease (in its own namespace); the webhook watches it.
+LEASE_NAME = "podplacement-controller"
+#: Seconds a released (or missing) controller Lease may stay without a holder before the
+#: webhook treats the controller as gone and places pods itself: longer than a handover
+#: (a standby takes a released Lease within one retry period, about 2 s), shorter than the
+#: wait of a stopping leader before it stands down and releases the gated pods (at least
+#: this plus one second: controller.app), so no pod the webhook gated meanwhile is left.
+LEASE_RELEASED_GRACE_SECONDS = 4.0
+#: deploy/'s ServiceAccount of the controller (the one whose finalizer guards the uninstall).
+CONTROLLER_SERVICE_ACCOUNT = "podplacement-controller"
+#: The MutatingAdmissionPolicy and its binding that gate pods inside the API server.
+ADMISSION_POLICY_NAME = "podplacement-gate"
+#: ``spec.admission.mechanism``: the policy when the API server serves it, or the webhook only.
+ADMISSION_AUTO = "Auto"
+ADMISSION_WEBHOOK = "Webhook"
+#: ``spec.admission.fastPaths``: place warm pods at admission, or always gate.
+FAST_PATHS_ENABLED = "Enabled"
+FAST_PATHS_DISABLED = "Disabled"
+#: ``spec.admission.inspectionBudget``: seconds the webhook may spend, counted from the start
+#: of a review, inspecting (or, for ``imagePullPolicy: Always``, revalidating) a gated pod's
+#: images it does not know yet before it leaves the pod to the controller; 0 inspects
+#: nothing at admission. The default is a few registry round trips on a nearby registry.
+DEFAULT_INSPECTION_BUDGET = 0.3
+#: Its upper bound (also the CRD's CEL rule): the API server waits for the webhook at most
+#: its configuration's ``timeoutSeconds`` (5 s, ``controller.core.webhookconfig``) and then
+#: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
+MAX_INSPECTION_BUDGET = 4.0
+#: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
+#: product's namespace, ``spec.images``: image reference as written in pods → sorted,
+#: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
+#: registry answered for it; anonymous inspection results only (:mod:`controller.core.imageparams`).
+PARAMS_KIND = "ImagePlatforms"
+PARAMS_PLURAL = "imageplatforms"
+PARAMS_NAME = "cluster"
+#: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
+#: ``spec.images`` and ``spec.learned`` maps together.
+PARAMS_MAX_ENTRIES = 5000
+PARAMS_MAX_BYTES = 1_000_000
+FIELD_MANAGER = "podplacement"
+#: What the admission policy's place branch writes into the decision annotation; the
+#: webhook (``webhook.gating``) and its configuration's matchConditions recognise a pod the
+#: policy placed by it, with the label ``scheduling-gate=removed``.
+ADMISSION_PATH_MARK = '"path":"admission"'
+
+#: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
+REGISTRIES_CONF_KEY = "registries.conf"
+
+# --- Well-known Kubernetes names --------------------------------------------------------
+ARCH_LABEL = "kubernetes.io/arch"
+OS_LABEL = "kubernetes.io/os"
+#: The ``kubernetes.io/os`` value of Linux nodes (also assumed for a node without the label,
+#: as the kubelet sets it on every node); the OS a term keeps first when one term cannot name
+#: several OSes exactly (``controller.core.affinity.platform_requirement``).
+LINUX = "linux"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+DEFAULT_NAMESPACE = "podplacement-system"
+ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
+
+# --- NodeResourceTopology ---------------------------------------------------------------
+NRT_GROUP = "topology.node.k8s.io"
+NRT_VERSION = "v1alpha2"
+NRT_PLURAL = "noderesourcetopologies"
+
+METRICS_PREFIX = "podplacement_"
+
+#: ``spec.logVerbosity`` -> loggers set to DEBUG (Normal: none; the ``--log-level`` applies).
+LOG_VERBOSITY_LOGGERS: dict[str, tuple[str, ...]] = {
+    "Normal": (),
+    "Debug": ("podplacement.controller", "podplacement.imageinspect", "podplacement.webhook",
+              "podplacement.certs"),
+    "Trace": ("podplacement.controller", "podplacement.imageinspect", "podplacement.webhook",
+              "podplacement.certs", "aiohttp.client", "kubernetes"),
+}
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+class ConfigError(ValueError):
+    """A PodPlacementConfig field has a value the controller cannot use.
+
+    Attributes:
+        path: the JSON path of the field, e.g. ``spec.imageInspection.cacheTTL``.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def parse_duration(text: str, path: str = "duration") -> float:
+    """Parse a Go ``time.Duration`` string (``"6h"``, ``"1h30m"``, ``"90s"``) into seconds.
+
+    Raises:
+        ConfigError: the text is empty or not a sequence of ``<number><h|m|s|ms>``.
+    """
+    text = text.strip()
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if not text or pos != len(text):
+        raise ConfigError(path, f"invalid duration {text!r} (want e.g. '6h', '30m', '90s')")
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformWeight:
+    """One preferred architecture and its scheduler weight (1..100)."""
+
+    architecture: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """A namespaced object reference (``{namespace, name}``)."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConfig:
+    """``spec.topology``: NUMA-aware placement settings (see controller NUMA code).
+
+    ``scoring_strategy`` is one of MostAllocated, LeastAllocated, BalancedAllocation,
+    LeastNUMANodes (scheduler-plugins NodeResourceTopologyMatch score strategies).
+    """
+
+    enabled: bool = False
+    scoring_strategy: str = "LeastAllocated"
+    max_candidate_nodes: int = 16
+    nodes_without_topology: str = "Allow"
+    max_wait_seconds: float = 300.0
+    unsatisfiable: str = "Wait"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInspectionConfig:
+    """``spec.imageInspection``: registry lookups (TTL in seconds, timeout in seconds)."""
+
+    cache_ttl_seconds: float = 6 * 3600.0
+    max_retries: int = 5
+    registry_timeout_seconds: float = 10.0
+    global_pull_secret: ObjectRef | None = None
+    registries_config_map: ObjectRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExcludedPlatform:
+    """One (image content, platform) pair the controller learned is wrong: placement drops
+    the platform from every image result whose digest is one of :attr:`digests`
+    (README "Exec format errors", "Learn"; the rule: :func:`controller.core.learn.exclusions`).
+
+    Attributes:
+        digests: the digests of that content (sorted): the digest the node ran (the status
+            ``imageID``), the digest placement saw for the pod's image reference (the
+            decision annotation) and, when verification ran, the index digest and the
+            platform's own manifest digest.
+        os, architecture: the platform excluded (``linux``, ``arm64``).
+        proof: ``verification`` (its binary is for another machine) or
+            ``exec-format-errors`` (at least two on nodes of that architecture).
+        errors: exec format errors counted.
+        last_seen: unix seconds of the latest evidence (an error, or the verification).
+        expires: unix seconds when the exclusion ends unless new evidence comes
+            (``last_seen`` + ``imageInspection.cacheTTL``).
+        image: an image reference, as written in a pod, that ran the digest.
+        reason: one sentence on the proof (the verification's reason, or the error count).
+    """
+
+    digests: tuple[str, ...]
+    os: str
+    architecture: str
+    proof: str
+    errors: int = 0
+    last_seen: float = 0.0
+    expires: float = 0.0
+    image: str = ""
+    reason: str = ""
+
+    @property
+    def platform(self) -> str:
+        """``os/architecture``."""
+        return f"{self.os}/{self.architecture}"
+
+    def to_status(self) -> dict[str, Any]:
+        """The ``status.execFormatErrorMonitor.excluded[]`` item. Times are whole unix
+        seconds: the last evidence rounded down, and the expiry the same span after that
+        (rounded up), so that an exclusion taken back from the status after a restart
+        publishes the same values (never a younger one)."""
+        last_seen = math.floor(self.last_seen)
+        expires = math.ceil(last_seen + (self.expires - self.last_seen))
+        return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]),
+                "platform": self.platform, "proof": self.proof,
+                "errors": self.errors, "lastSeen": last_seen,
+                "expires": expires, "image": self.image[:512],
+                "reason": self.reason[:300]}
+
+    @classmethod
+    def from_status(cls, item: Any) -> ExcludedPlatform | None:
+        """Parse one ``excluded[]`` item; None when it is malformed (no digest, a platform
+        that is not ``os/arch``, times that are not numbers)."""
+        if not isinstance(item, Mapping):
+            return None
+        digests = item.get("digests")
+        platform = item.get("platform")
+        if (not isinstance(digests, list) or not digests
+                or not all(isinstance(d, str) and d for d in digests)
+                or not isinstance(platform, str)):
+            return None
+        os_name, sep, arch = platform.partition("/")
+        if not sep or not os_name or not arch or "/" in arch:
+            return None
+        numbers = [item.get(k, 0) for k in ("errors", "lastSeen", "expires")]
+        if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+            return None
+        return cls(tuple(sorted(set(digests))), os_name, arch, str(item.get("proof") or ""),
+                   int(numbers[0]), float(numbers[1]), float(numbers[2]),
+                   str(item.get("image") or ""), str(item.get("reason") or ""))
+
+
+def excluded_from_status(obj: Mapping[str, Any]) -> tuple[ExcludedPlatform, ...]:
+    """The exclusions a PodPlacementConfig object carries in
+    ``status.execFormatErrorMonitor.excluded`` (malformed items skipped, at most
+    :data:`MAX_EXCLUSIONS`). The leading controller keeps that list to the exclusions in
+    force: it removes one when it expires, so readers (the webhook) take the list as it is."""
+    status = obj.get("status")
+    monitor = status.get("execFormatErrorMonitor") if isinstance(status, Mapping) else None
+    items = monitor.get("excluded") if isinstance(monitor, Mapping) else None
+    if not isinstance(items, list):
+        return ()
+    out = [x for x in (ExcludedPlatform.from_status(i) for i in items[:MAX_EXCLUSIONS])
+           if x is not None]
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    """The parsed spec of the PodPlacementConfig ``cluster``.
+
+    ``namespace_selector`` is a metav1.LabelSelector dict (opt-out: matching namespaces are
+    not processed); ``preferred_platforms`` is empty unless
+    ``plugins.nodeAffinityScoring.enabled`` is true; ``exec_format_monitor`` is
+    ``plugins.execFormatErrorMonitor.enabled`` (default true: detection, Events, metrics),
+    ``exec_format_learn`` its ``learn`` (default true: placement leaves out the platforms
+    proven wrong) and ``delete_failed_pods`` its ``deleteFailedPods`` (default false).
+    ``excluded`` is not spec: the exclusions in force that the controller published in
+    ``status.execFormatErrorMonitor.excluded`` (:func:`excluded_from_status`), read with the
+    object so that every reader of the config (the webhook, ``explain``) places as the
+    controller does; empty unless both ``enabled`` and ``learn`` are true.
+    ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
+    0..:data:`MAX_INSPECTION_BUDGET`).
+    """
+
+    log_verbosity: str = "Normal"
+    namespace_selector: Mapping[str, Any] | None = None
+    preferred_platforms: tuple[PlatformWeight, ...] = ()
+    fallback_architecture: str | None = None
+    image_inspection: ImageInspectionConfig = field(default_factory=ImageInspectionConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    admission_mechanism: str = ADMISSION_AUTO
+    admission_fast_paths: str = FAST_PATHS_ENABLED
+    exec_format_monitor: bool = True
+    exec_format_learn: bool = True
+    delete_failed_pods: bool = False
+    excluded: tuple[ExcludedPlatform, ...] = ()
+    admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
+    generation: int = 0
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PlacementConfig:
+        """Build from a PodPlacementConfig object (``{"metadata": ..., "spec": ...}``).
+
+        Missing fields take their defaults. Raises:
+            ConfigError: a field has the wrong type or an unusable value.
+        """
+        spec = obj.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ConfigError("spec", "must be an object")
+        plugins = _mapping(spec, "plugins", "spec")
+        scoring = plugins.get("nodeAffinityScoring") or {}
+        platforms: list[PlatformWeight] = []
+        if scoring.get("enabled"):
+            seen: set[str] = set()
+            for i, item in enumerate(scoring.get("platforms") or []):
+                path = f"spec.plugins.nodeAffinityScoring.platforms[{i}]"
+                arch, weight = item.get("architecture"), item.get("weight")
+                if not isinstance(arch, str) or arch in seen:
+                    raise ConfigError(path, f"invalid or duplicate architecture {arch!r}")
+                if not isinstance(weight, int) or not 1 <= weight <= 100:
+                    raise ConfigError(path, f"weight must be an integer 1..100, got {weight!r}")
+                seen.add(arch)
+                platforms.append(PlatformWeight(arch, weight))
+        ii = _mapping(spec, "imageInspection", "spec")
+        inspection = ImageInspectionConfig(
+            cache_ttl_seconds=parse_duration(
+                str(ii.get("cacheTTL", "6h")), "spec.imageInspection.cacheTTL"
+            ),
+            max_retries=_int(ii, "maxRetries", 5, "spec.imageInspection"),
+            registry_timeout_seconds=float(
+                _int(ii, "registryTimeoutSeconds", 10, "spec.imageInspection")
+            ),
+            global_pull_secret=_ref(ii.get("globalPullSecretRef"), "globalPullSecretRef"),
+            registries_config_map=_ref(ii.get("registriesConfigMapRef"), "registriesConfigMapRef"),
+        )
+        topo = _mapping(spec, "topology", "spec")
+        topology = TopologyConfig(
+            enabled=bool(topo.get("enabled", False)),
+            scoring_strategy=str(topo.get("scoringStrategy", "LeastAllocated")),
+            max_candidate_nodes=_int(topo, "maxCandidateNodes", 16, "spec.topology"),
+            nodes_without_topology=str(topo.get("nodesWithoutTopology", "Allow")),
+            max_wait_seconds=float(_int(topo, "maxWaitSeconds", 300, "spec.topology")),
+            unsatisfiable=str(topo.get("unsatisfiable", "Wait")),
+        )
+        selector = spec.get("namespaceSelector")
+        admission = _mapping(spec, "admission", "spec")
+        mechanism = admission.get("mechanism", ADMISSION_AUTO)
+        if mechanism not in (ADMISSION_AUTO, ADMISSION_WEBHOOK):
+            raise ConfigError("spec.admission.mechanism",
+                              f"must be {ADMISSION_AUTO} or {ADMISSION_WEBHOOK}, got {mechanism!r}")
+        fast_paths = admission.get("fastPaths", FAST_PATHS_ENABLED)
+        if fast_paths not in (FAST_PATHS_ENABLED, FAST_PATHS_DISABLED):
+            raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
+                              f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
+        monitor = _mapping(plugins, "execFormatErrorMonitor", "spec.plugins")
+        switches: dict[str, bool] = {}
+        for key, default in (("enabled", True), ("learn", True), ("deleteFailedPods", False)):
+            value = monitor.get(key, default)
+            if not isinstance(value, bool):
+                raise ConfigError(f"spec.plugins.execFormatErrorMonitor.{key}",
+                                  f"must be a boolean, got {value!r}")
+            switches[key] = value
+        learn = switches["enabled"] and switches["learn"]
+        budget = admission.get("inspectionBudget")
+        inspection_budget = (DEFAULT_INSPECTION_BUDGET if budget is None else parse_duration(
+            str(budget), "spec.admission.inspectionBudget"))
+        if inspection_budget > MAX_INSPECTION_BUDGET:
+            raise ConfigError("spec.admission.inspectionBudget",
+                              f"must be at most {MAX_INSPECTION_BUDGET:g}s (the webhook's "
+                              f"timeout is 5s), got {budget!r}")
+        return cls(
+            log_verbosity=str(spec.get("logVerbosity", "Normal")),
+            namespace_selector=selector if isinstance(selector, Mapping) else None,
+            preferred_platforms=tuple(platforms),
+            fallback_architecture=spec.get("fallbackArchitecture") or None,
+            image_inspection=inspection,
+            topology=topology,
+            admission_mechanism=str(mechanism),
+            admission_fast_paths=str(fast_paths),
+            exec_format_monitor=switches["enabled"],
+            exec_format_learn=switches["learn"],
+            delete_failed_pods=switches["deleteFailedPods"],
+            excluded=excluded_from_status(obj) if learn else (),
+            admission_inspection_budget=inspection_budget,
+            generation=int((obj.get("metadata") or {}).get("generation") or 0),
+        )
+
+
+def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    value = parent.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}.{key}", "must be an object")
+    return value
+
+
+def _int(parent: Mapping[str, Any], key: str, default: int, path: str) -> int:
+    value = parent.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{path}.{key}", f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _ref(value: Any, name: str) -> ObjectRef | None:
+    if not value:
+        return None
+    if not isinstance(value, Mapping) or not value.get("name"):
+        raise ConfigError(f"spec.imageInspection.{name}", "needs namespace and name")
+    return ObjectRef(str(value.get("namespace") or DEFAULT_NAMESPACE), str(value["name"]))
+
+
+def config_or_defaults(obj: Mapping[str, Any] | None) -> tuple[PlacementConfig, str | None]:
+    """The one fallback of every reader of the PodPlacementConfig ``cluster``: its parsed
+    form, or the defaults when there is none (error None) or when it does not parse (the
+    error's text; the controller then decides with the defaults, so pods still get
+    ungated, and says so in its status and the decision annotation).
+
+    Never raises.
+    """
+    if not obj:
+        return PlacementConfig(), None
+    try:
+        return PlacementConfig.from_object(obj), None
+    except (ConfigError, TypeError, ValueError, AttributeError) as exc:
+        return PlacementConfig(), str(exc)
