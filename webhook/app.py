@@ -9,7 +9,7 @@ request's ``uid``, ``allowed: true`` and, for a gated pod, a base64 JSONPatch
 HTTP 400 (the API server then applies failurePolicy), an unexpected error while deciding gets
 ``allowed: true`` without a patch plus a ``warnings`` entry and an error count. A body over
 ``max_body_bytes`` gets HTTP 413 and one not received within ``body_timeout`` seconds HTTP
-408 (:func:`read_body`; the other read limits are in :mod:`webhook.limits`). Other resources,
+408 (:func:`webhook.limits.read_body`, with the other read limits). Other resources,
 subresources and operations are allowed unchanged. Dry-run requests (``request.dryRun``)
 get the same answers, but cause nothing beyond them (``sideEffects: None``): no registry
 request and no cache fill, only cache reads. A gated pod whose images the webhook knows, or
@@ -20,7 +20,6 @@ released with the fallback (:mod:`webhook.outage`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import logging
@@ -35,11 +34,11 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
-from starlette.requests import ClientDisconnect
 
 from podplacement.controller.core.admission import AdmissionPlacement
 from podplacement.controller.core.config import DEFAULT_NAMESPACE, METRICS_PREFIX
 from podplacement.controller.core.policy import policy_for
+from podplacement.webhook import limits as _limits
 from podplacement.webhook.admitplace import (
     GATED,
     GATED_INSPECTION_FAILED,
@@ -61,7 +60,13 @@ from podplacement.webhook.gating import (
 from podplacement.webhook.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
+    BadContentLength,
+    BodyDeadlines,
+    BodyRefused,
+    BodyTimeout,
+    BodyTooLarge,
     ConnectionStats,
+    read_body,
 )
 from podplacement.webhook.outage import UNPLACED_REASONS, OutageAnswer, answer_during_outage
 from podplacement.webhook.patch import gate_patch, patch_shape
@@ -109,9 +114,9 @@ REASON_REVALIDATED = "revalidated"
 #: ``reason`` for requests that are not a pod CREATE.
 REASON_NOT_POD_CREATE = "not_pod_create"
 #: ``reason`` of ``bad_request``: a body over the limit (HTTP 413).
-REASON_BODY_TOO_LARGE = "body_too_large"
+REASON_BODY_TOO_LARGE = _limits.REASON_BODY_TOO_LARGE
 #: ``reason`` of ``bad_request``: a body not received in time (HTTP 408).
-REASON_BODY_TIMEOUT = "body_timeout"
+REASON_BODY_TIMEOUT = _limits.REASON_BODY_TIMEOUT
 
 INTERNAL_ERROR_WARNING = "podplacement webhook: internal error, pod admitted without gating"
 
@@ -123,28 +128,6 @@ _LATENCY_BUCKETS = (
 
 class BadReview(ValueError):
     """The body is not a usable AdmissionReview (answered with HTTP 400)."""
-
-
-class BodyRefused(Exception):
-    """The body was not read whole: too large or too slow. ``status`` is the HTTP status of
-    the answer (4xx: the webhook never answers 5xx), ``reason`` the metrics label."""
-
-    status = 400
-    reason = ""
-
-
-class BodyTooLarge(BodyRefused):
-    """The body is over the limit (declared in ``Content-Length`` or counted): HTTP 413."""
-
-    status = 413
-    reason = REASON_BODY_TOO_LARGE
-
-
-class BodyTimeout(BodyRefused):
-    """The body was not received whole within the body timeout: HTTP 408."""
-
-    status = 408
-    reason = REASON_BODY_TIMEOUT
 
 
 class WebhookMetrics:
@@ -186,7 +169,8 @@ class WebhookMetrics:
         self.bad_request = self._requests.labels(OUTCOME_BAD_REQUEST, "")
         self.body_too_large = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TOO_LARGE)
         self.body_timeout = self._requests.labels(OUTCOME_BAD_REQUEST, REASON_BODY_TIMEOUT)
-        self.error = self._requests.labels(OUTCOME_ERROR, "")
+        #: ``requests_total{outcome="error"}``, counted with ``errors_total`` (internal errors)
+        self.failed_requests = self._requests.labels(OUTCOME_ERROR, "")
         self.released = self._requests.labels(OUTCOME_RELEASED, REASON_CONTROLLER_UNAVAILABLE)
         self.placed = self._requests.labels(OUTCOME_PLACED, "")
         self.placed_inspected = self._requests.labels(OUTCOME_PLACED, REASON_INSPECTED)
@@ -442,28 +426,6 @@ def _pod_and_namespace(request: Mapping[str, Any]) -> tuple[Mapping[str, Any], s
     return pod, namespace
 
 
-if msgspec is not None:
-    class _Nothing(msgspec.Struct):
-        """Decodes any JSON object into nothing: a syntax check that builds no object."""
-
-    _SYNTAX_CHECK: Any = msgspec.json.Decoder(_Nothing)
-
-
-_SYNTAX_ERRORS: tuple[type[Exception], ...] = (*_DECODE_ERRORS, orjson.JSONDecodeError)
-
-
-def _validate_json(body: bytes) -> None:
-    """Raise :class:`BadReview` unless ``body`` is a JSON object (msgspec when installed,
-    without building anything; orjson otherwise). Only for the benchmark's floor endpoint."""
-    try:
-        if msgspec is not None:
-            _SYNTAX_CHECK.decode(body)
-        elif not isinstance(orjson.loads(body), dict):
-            raise BadReview("body is not a JSON object")
-    except _SYNTAX_ERRORS as exc:
-        raise BadReview(f"body is not a JSON object: {exc}") from None
-
-
 _PATCH_TAILS: dict[tuple[bool, bool], bytes] = {}
 
 
@@ -558,125 +520,6 @@ def _refused(exc: BodyRefused) -> Response:
     """The 413/408 answer; ``Connection: close``, since the rest of the body is not read."""
     return Response(orjson.dumps({"error": str(exc)}), status_code=exc.status,
                     media_type=_JSON, headers={"connection": "close"})
-
-
-class BodyDeadlines:
-    """Deadlines of the body reads in progress, enforced by one timer per ``tick`` seconds
-    while any read is pending, instead of one timer per request.
-
-    ``asyncio.timeout`` schedules and cancels a timer for every body (about 6 us per request
-    under uvloop, measured; a few percent of the served cost of ``/mutate``, which is spent
-    even when the body is already buffered, as it is for nearly every API server request).
-    Here a read costs a dict entry; the sweep cancels the task of a read past its deadline
-    and :func:`read_body` turns that cancellation into :class:`BodyTimeout`. A deadline fires
-    between ``time_limit`` and ``time_limit + tick`` seconds after the read began. One
-    instance per app; it works on whichever event loop is running.
-    """
-
-    def __init__(self, tick: float = 0.1) -> None:
-        self.tick = tick
-        #: task -> loop time of its deadline
-        self._pending: dict[asyncio.Task[Any], float] = {}
-        self._expired: set[asyncio.Task[Any]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
-
-    def add(self, task: asyncio.Task[Any], seconds: float) -> None:
-        """Start the deadline of ``task``'s read: ``seconds`` from now."""
-        loop = asyncio.get_running_loop()
-        self._pending[task] = loop.time() + seconds
-        if self._timer is None or self._timer_loop is not loop:
-            self._timer_loop = loop
-            self._timer = loop.call_later(self.tick, self._sweep)
-
-    def discard(self, task: asyncio.Task[Any]) -> None:
-        """The read ended (any way): forget its deadline."""
-        self._pending.pop(task, None)
-        self._expired.discard(task)
-
-    def expired(self, task: asyncio.Task[Any]) -> bool:
-        """Whether the sweep cancelled ``task`` (its cancellation is ours to absorb)."""
-        return task in self._expired
-
-    def _sweep(self) -> None:
-        loop = self._timer_loop
-        assert loop is not None
-        now = loop.time()
-        for task, deadline in list(self._pending.items()):
-            if deadline <= now:
-                del self._pending[task]
-                self._expired.add(task)
-                task.cancel()
-        self._timer = loop.call_later(self.tick, self._sweep) if self._pending else None
-
-
-async def read_body(request: Request, *, max_bytes: int, time_limit: float,
-                    deadlines: BodyDeadlines | None = None) -> bytes:
-    """The request body, read whole as bytes, within ``max_bytes`` bytes and ``time_limit``
-    seconds.
-
-    A ``Content-Length`` over ``max_bytes`` is refused before anything is read; otherwise
-    (also for a chunked body, which declares no length) the bytes are counted as they arrive
-    and reading stops at the first chunk that crosses the limit. The time limit runs from the
-    first read to the last body byte; it is enforced here because the app is where the body
-    is read and uvicorn has no body timeout of its own: with ``deadlines`` (the app's, see
-    :class:`BodyDeadlines`: cheaper, up to one tick late), else with ``asyncio.timeout``.
-
-    Raises:
-        BodyTooLarge: declared or received length over ``max_bytes``.
-        BodyTimeout: the body did not arrive whole within ``time_limit`` seconds.
-        BadReview: a ``Content-Length`` that is not a decimal number (httptools refuses those
-            first; kept for other servers).
-        starlette.requests.ClientDisconnect: the client went away mid-body.
-    """
-    for name, value in request.scope["headers"]:
-        if name == b"content-length":
-            if not value.isdigit():
-                raise BadReview(f"Content-Length {value[:40]!r} is not a number")
-            if int(value) > max_bytes:
-                raise BodyTooLarge(
-                    f"body of {int(value)} bytes is over the limit of {max_bytes} bytes")
-            break
-    task = asyncio.current_task() if deadlines is not None else None
-    if deadlines is None or task is None:
-        try:
-            async with asyncio.timeout(time_limit):
-                return await _receive_body(request, max_bytes)
-        except TimeoutError:
-            raise BodyTimeout(f"body not received whole within {time_limit:g} s") from None
-    cancelling = task.cancelling()
-    deadlines.add(task, time_limit)
-    try:
-        return await _receive_body(request, max_bytes)
-    except asyncio.CancelledError:
-        # A cancellation requested while this task waits in receive() is delivered there,
-        # so the sweep's can only surface here, never after the read returned. Absorb only
-        # the sweep's (as asyncio.timeout does): another one (shutdown) propagates.
-        if not deadlines.expired(task) or task.uncancel() > cancelling:
-            raise
-        raise BodyTimeout(f"body not received whole within {time_limit:g} s") from None
-    finally:
-        deadlines.discard(task)
-
-
-async def _receive_body(request: Request, max_bytes: int) -> bytes:
-    receive = request.receive
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise ClientDisconnect()
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > max_bytes:
-            raise BodyTooLarge(f"body is over the limit of {max_bytes} bytes")
-        if not message.get("more_body", False):
-            if not chunks:
-                return chunk
-            chunks.append(chunk)
-            return b"".join(chunks)
-        chunks.append(chunk)
 
 
 def create_app(
@@ -785,7 +628,7 @@ def create_app(
                 # Read once: the parse and the rules see the same config (no await between).
                 config = config_source.current
                 api_version, review_request = _parse_review(body)
-            except BadReview as exc:
+            except (BadReview, BadContentLength) as exc:
                 m.bad_request.inc()
                 return _bad_request(str(exc))
             except BodyTooLarge as exc:
@@ -847,7 +690,7 @@ def create_app(
                 log.exception("admission failed; allowing the pod unchanged",
                               extra={"uid": uid})
                 m.errors.inc()
-                m.error.inc()
+                m.failed_requests.inc()
                 return _review_response(
                     api_version,
                     {"uid": uid, "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]},

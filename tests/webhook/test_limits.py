@@ -17,9 +17,9 @@ import pytest
 
 from podplacement.certs import load_bundle
 from podplacement.controller.core.config import PlacementConfig
-from podplacement.webhook.app import WebhookMetrics, create_app, read_body
+from podplacement.webhook.app import WebhookMetrics, create_app
 from podplacement.webhook.configsource import StaticConfigSource
-from podplacement.webhook.limits import DEFAULT_MAX_BODY_BYTES, ConnectionLimits
+from podplacement.webhook.limits import DEFAULT_MAX_BODY_BYTES, ConnectionLimits, read_body
 from podplacement.webhook.server import WebhookServer
 from tests.webhook.reference import raw_body
 from tests.webhook.waiting import wait_until
@@ -327,9 +327,9 @@ async def test_read_body_joins_chunks_up_to_the_limit() -> None:
 
 
 async def test_read_body_refuses_a_malformed_content_length() -> None:
-    from podplacement.webhook.app import BadReview
+    from podplacement.webhook.limits import BadContentLength
 
-    with pytest.raises(BadReview, match="not a number"):
+    with pytest.raises(BadContentLength, match="not a number"):
         await _read([], [(b"content-length", b"-1")])
 
 
@@ -377,7 +377,7 @@ def _stalled_request() -> tuple[Any, asyncio.Event]:
 
 @pytest.mark.parametrize("shared", [True, False], ids=["deadlines", "asyncio.timeout"])
 async def test_read_body_times_out_a_stalled_body(shared: bool) -> None:
-    from podplacement.webhook.app import BodyDeadlines, BodyTimeout
+    from podplacement.webhook.limits import BodyDeadlines, BodyTimeout
 
     request, _ = _stalled_request()
     deadlines = BodyDeadlines(tick=0.05) if shared else None
@@ -390,7 +390,7 @@ async def test_read_body_times_out_a_stalled_body(shared: bool) -> None:
 
 async def test_read_body_lets_another_cancellation_through() -> None:
     """Cancelling a read from outside (shutdown) stays a cancellation, not a 408."""
-    from podplacement.webhook.app import BodyDeadlines
+    from podplacement.webhook.limits import BodyDeadlines
 
     deadlines = BodyDeadlines(tick=0.05)
     request, _ = _stalled_request()
