@@ -74,8 +74,10 @@ def product(cluster: KubeEnv, registry: Registry, basic_registry: Registry,
     ca.write_bytes(basic_registry.ca_pem)
     registry_options = ["--insecure-registry", registry.host,
                         "--ca-file", f"{basic_registry.host}={ca}"]
+    # no stand-down at the stop (its own tests: tests/test_uninstall_realcluster.py)
     prod = start_product(cluster.plane, tmp_path / "product",
-                         controller_options=registry_options, webhook_options=registry_options)
+                         controller_options=[*registry_options, "--standby-wait", "-1"],
+                         webhook_options=registry_options)
     try:
         yield prod
     finally:

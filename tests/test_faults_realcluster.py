@@ -84,11 +84,15 @@ def product_factory(cluster: KubeEnv, registry: Registry,
     rbac_checked: list[bool] = []
 
     def start(check_rbac: bool = True, controller_options: tuple[str, ...] = (),
-              **kwargs: Any) -> Product:
+              stand_down: bool = False, **kwargs: Any) -> Product:
         assert cluster.plane is not None
+        # The stand-down of the last controller (5 s of waiting for a successor at each
+        # stop) has its own tests (tests/test_uninstall_realcluster.py); here only the test
+        # that relies on it asks for it.
+        standby = () if stand_down else ("--standby-wait", "-1")
         prod = start_product(cluster.plane, tmp_path / f"product-{len(started)}",
                              controller_options=["--insecure-registry", registry.host,
-                                                 *controller_options],
+                                                 *standby, *controller_options],
                              **kwargs)
         started.append(prod)
         rbac_checked.append(check_rbac)
@@ -442,7 +446,8 @@ def test_controller_stopped_the_webhook_places_pods_of_images_never_seen(
         pusher.image(repo, "v1", architecture="amd64")
         images.append(f"{registry.host}/{repo}:v1")
     product: Product = product_factory(webhook_options=(
-        "--controller-unavailable-after", "3", "--insecure-registry", registry.host))
+        "--controller-unavailable-after", "3", "--insecure-registry", registry.host),
+        stand_down=True)
     wait_for(lambda: _policy_gates(cluster, ns), 30)
     product.controllers[0].stop()
     t0 = time.monotonic()
