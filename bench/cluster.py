@@ -50,7 +50,16 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
 - ``controller``: ``spec.admission.fastPaths: Disabled``: every pod gated, then PATCHed by the
   controller (the floor);
 - ``cold`` (the three images new to the product), ``private`` (htpasswd registry, pull
-  secret, warm in the webhook's cache), ``webhook-stopped`` (SIGSTOP for the whole run).
+  secret, warm in the webhook's cache), ``webhook-stopped`` (SIGSTOP for the whole run);
+- ``warm-small`` (the params object holds the bench images only) and ``warm-nomonitor``
+  (``plugins.execFormatErrorMonitor.enabled: false``): ``warm`` less one of its costs;
+- ``floor-product``: the product's own admission policy and params object (as in ``warm``),
+  with no webhook or controller process (:func:`product_policy`);
+- ``floor-label`` and ``floor-place``: no product; a minimal MutatingAdmissionPolicy of the
+  benchmark's own that adds one label, or writes a constant placement of the product's
+  shape, to every pod (:func:`floor_policy`): what the API server spends on any policy
+  mutation, the floor under the product's place branch (their pods are not placed: the
+  arch check does not apply).
 
 ``--light`` creates pods one at a time over 1 connection (default ``--pods 200``) and prints
 the create latency (p50) of each arm and what the product adds to it: with ``new-images``
@@ -119,7 +128,14 @@ NAMESPACE = "bench"
 CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
 PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
 SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "cold-burst",
-             "controller", "cold", "private", "webhook-stopped")
+             "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
+             "warm-small", "warm-nomonitor", "floor-product")
+#: ``warm`` variants that tell where its cost goes: a params object holding only the bench
+#: images, or the exec format error monitor (a watch of every placed pod) switched off.
+WARM_ARMS = ("warm", "warm-policy", "warm-small", "warm-nomonitor")
+#: Arms without the product: a minimal MutatingAdmissionPolicy of the benchmark's own
+#: (:func:`floor_policy`), the floor under any placement done by a policy.
+FLOOR_ARMS = ("floor-label", "floor-place", "floor-product")
 #: The three manifests every image reference of the benchmark names: repository → the
 #: architectures it runs on (all linux).
 REPOS = {"bench/multi": frozenset({"amd64", "arm64"}), "bench/amd": frozenset({"amd64"}),
@@ -542,6 +558,115 @@ def install_policy(plane: ControlPlane, limit: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+#: A constant nodeAffinity with the shape of the product's (one required term, arch and os,
+#: two preferred terms): what ``floor-place`` writes into every pod.
+_FLOOR_AFFINITY = (
+    "Object.spec.affinity{nodeAffinity: Object.spec.affinity.nodeAffinity{"
+    "requiredDuringSchedulingIgnoredDuringExecution: "
+    "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{"
+    "nodeSelectorTerms: [Object.spec.affinity.nodeAffinity."
+    "requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms{matchExpressions: ["
+    "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+    "nodeSelectorTerms.matchExpressions{key: 'kubernetes.io/arch', operator: 'In', "
+    "values: ['amd64', 'arm64']}, "
+    "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+    "nodeSelectorTerms.matchExpressions{key: 'kubernetes.io/os', operator: 'In', "
+    "values: ['linux']}]}]}}}"
+)
+
+
+def floor_policy(arm: str) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy and binding of a floor arm (no product installed; no
+    params, no variables, no matchConditions; every pod CREATE in the bench namespace):
+
+    - ``floor-label``: one JSONPatch op adding one label: what the API server spends on any
+      policy that mutates a pod (the policy machinery, the JSONPatch round trip through
+      JSON), whatever it computes;
+    - ``floor-place``: one JSONPatch writing a constant placement of the product's shape
+      (``spec.affinity`` with a typed nodeAffinity, two labels, a 120-byte annotation):
+      the floor of a policy that places, before any table lookup.
+    """
+    def labels(values: dict[str, str]) -> str:
+        each = ", ".join(f"JSONPatch{{op: 'add', path: '/metadata/labels/' + "
+                         f"jsonpatch.escapeKey('{k}'), value: '{v}'}}" for k, v in values.items())
+        whole = ", ".join(f"'{k}': '{v}'" for k, v in values.items())
+        return (f"(has(object.metadata.labels) ? [{each}] : "
+                f"[JSONPatch{{op: 'add', path: '/metadata/labels', value: {{{whole}}}}}])")
+
+    if arm == "floor-label":
+        patch = labels({"bench.io/floor": "yes"})
+    else:
+        decision = ('{"path":"admission","platforms":["linux/amd64","linux/arm64"],'
+                    '"oses":["linux"],"archs":["amd64","arm64"],"result":"set"}')
+        patch = ("[JSONPatch{op: 'add', path: '/spec/affinity', value: " + _FLOOR_AFFINITY
+                 + "}] + " + labels({"podplacement.io/scheduling-gate": "removed",
+                                      "podplacement.io/node-affinity": "set"})
+                 + " + [JSONPatch{op: 'add', path: '/metadata/annotations', value: "
+                 "{'podplacement.io/decision': " + json.dumps(decision) + "}}]")
+    name = f"bench-{arm}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                 "matchConstraints": {"resourceRules": [{
+                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                     "resources": ["pods"]}]},
+                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}]},
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}},
+    }
+    return [policy, binding]
+
+
+def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[dict[str, Any]]:
+    """``floor-product``: deploy/ applied (CRDs, config) and the params object seeded as for
+    ``warm``, then the MutatingAdmissionPolicy and binding the controller would create for
+    the config (:func:`podplacement.controller.core.admissionpolicy.desired_policy`), but no
+    webhook or controller process: the cost of the product's policy alone."""
+    from podplacement.controller.core import admissionpolicy
+    from podplacement.controller.core.webhookconfig import webhook_namespace_selection
+
+    install_manifests(plane, REPO / "deploy")
+    seed_params(plane, entries, {i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))
+                                 for i in images.base})
+    with plane.client() as c:
+        config = c.get(CONFIG_PATH).json()
+    policy = admissionpolicy.desired_policy(admissionpolicy.placement_config(config))
+    binding = admissionpolicy.desired_binding(
+        webhook_namespace_selection(config, PRODUCT_NAMESPACE),
+        params_namespace=PRODUCT_NAMESPACE)
+    return [policy, binding]
+
+
+def install_floor(plane: ControlPlane, arm: str, limit: float = 30.0,
+                  objects: list[dict[str, Any]] | None = None, image: str | None = None
+                  ) -> None:
+    """Create :func:`floor_policy` (or ``objects``: a policy and its binding) and wait until
+    a dry-run pod of the bench shows its mutation."""
+    base = "/apis/admissionregistration.k8s.io/v1"
+    policy, binding = objects or floor_policy(arm)
+    probe_image = image or "probe"
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "floor-probe"},
+             "spec": {"containers": [{"name": "c", "image": probe_image}]}}
+    with plane.client() as c:
+        c.post(f"{base}/mutatingadmissionpolicies", json=policy).raise_for_status()
+        c.post(f"{base}/mutatingadmissionpolicybindings", json=binding).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            # refused (failurePolicy Fail) until the API server has the binding's policy
+            got = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All", json=probe)
+            if got.is_success and got.json()["metadata"].get("labels"):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{arm}: the policy did not apply within {limit} s: "
+                                   f"{got.status_code} {got.text[:300]}")
+            time.sleep(0.2)
+
+
 def _placed_by(path: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
     return f'"path":"{path}"' in (meta.get("annotations") or {}).get(
@@ -606,8 +731,8 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
     product: Product | None = None
     run = Run(arm, args.pods)
     secret = "bench-pull" if args.private else None
-    work = workload("warm" if arm in ("bare", "warm-policy") else arm, images, args.pods,
-                    secret)
+    work = workload("warm" if arm in ("bare", *WARM_ARMS, *FLOOR_ARMS) else arm, images,
+                    args.pods, secret)
     try:
         # Room for every pod on the nodes of each architecture: the limit measured is the
         # control plane's, never the nodes' pod capacity (500 by default).
@@ -622,7 +747,12 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
             if secret:
                 c.post(f"/api/v1/namespaces/{NAMESPACE}/secrets",
                        json=pull_secret(registry, secret)).raise_for_status()
-        if arm != "bare":
+        if arm == "floor-product":
+            install_floor(plane, arm, objects=product_policy(plane, images, args.params_entries),
+                          image=images.base[0])
+        elif arm in FLOOR_ARMS:
+            install_floor(plane, arm)
+        elif arm != "bare":
             product = _set_up_product(arm, args, plane, registry, images, work, work_dir)
         specs = (_write_specs(plane, work, args.pods, args.procs,
                               1 if args.light else args.clients, work_dir)
@@ -675,16 +805,20 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
         admission["fastPaths"] = "Disabled"
     if args.inspection_budget is not None:
         admission["inspectionBudget"] = args.inspection_budget
-    if admission:
+    spec: dict[str, Any] = {"admission": admission} if admission else {}
+    if scenario == "warm-nomonitor":
+        spec["plugins"] = {"execFormatErrorMonitor": {"enabled": False}}
+    if spec:
         with plane.client() as c:
-            c.patch(CONFIG_PATH, json={"spec": {"admission": admission}},
+            c.patch(CONFIG_PATH, json={"spec": spec},
                     headers={"Content-Type": "application/merge-patch+json"}
                     ).raise_for_status()
-    warm = scenario in ("warm", "warm-policy")
+    warm = scenario in WARM_ARMS
     if scenario != "webhook-warm":
         known = ({i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))
                   for i in images.base} if warm else {})
-        seed_params(plane, args.params_entries, known)
+        seed_params(plane, len(known) if scenario == "warm-small" else args.params_entries,
+                    known)
     options = ["--insecure-registry", registry.host]
     if registry.ca_pem is not None:
         ca = work_dir / "registry-ca.pem"
@@ -808,7 +942,7 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
                 print("    requests per pod by podplacement: " + ", ".join(
                     f"{k} {v / pods:.3f}" for k, v in sorted(extra.items())))
     bad = [(r + 1, name) for r, arms in enumerate(rounds) for name in scenarios
-           if arms[name].wrong or arms[name].escaped]
+           if name not in FLOOR_ARMS and (arms[name].wrong or arms[name].escaped)]
     print("\nno wrong placement" if not bad else f"\n! WRONG PLACEMENTS in {bad}")
 
 
