@@ -286,10 +286,12 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 def test_the_policy_variables_are_the_python_rule() -> None:
     """The property, over generated pods, tables and configs; the generator reaches both
-    branches and both placed outcomes."""
+    branches and both placed outcomes. Derandomized: the same 500 examples every run, so
+    the coverage check below never depends on the draw (a random one once missed the rare
+    ``allowedOk`` false case)."""
     seen: dict[str, int] = {}
 
-    @settings(max_examples=500, deadline=None, database=None,
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(pod=pods(), table=tables, config=st.sampled_from(CONFIGS),
            policies=policy_objects())
