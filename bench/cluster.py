@@ -643,22 +643,22 @@ def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[di
 
 
 def install_floor(plane: ControlPlane, arm: str, limit: float = 30.0,
-                  objects: list[dict[str, Any]] | None = None, image: str | None = None
-                  ) -> None:
+                  objects: list[dict[str, Any]] | None = None, image: str | None = None,
+                  namespace: str = NAMESPACE) -> None:
     """Create :func:`floor_policy` (or ``objects``: a policy and its binding) and wait until
-    a dry-run pod of the bench shows its mutation."""
+    a dry-run pod of ``image`` in ``namespace`` shows its mutation (a label)."""
     base = "/apis/admissionregistration.k8s.io/v1"
     policy, binding = objects or floor_policy(arm)
-    probe_image = image or "probe"
     probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "floor-probe"},
-             "spec": {"containers": [{"name": "c", "image": probe_image}]}}
+             "spec": {"schedulerName": "none",
+                      "containers": [{"name": "c", "image": image or "probe"}]}}
     with plane.client() as c:
         c.post(f"{base}/mutatingadmissionpolicies", json=policy).raise_for_status()
         c.post(f"{base}/mutatingadmissionpolicybindings", json=binding).raise_for_status()
         deadline = time.monotonic() + limit
         while True:
             # refused (failurePolicy Fail) until the API server has the binding's policy
-            got = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All", json=probe)
+            got = c.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json=probe)
             if got.is_success and got.json()["metadata"].get("labels"):
                 return
             if time.monotonic() > deadline:

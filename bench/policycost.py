@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from bench.cluster import CONFIG_PATH, PARAMS_PATH, floor_policy  # noqa: E402
+from bench.cluster import CONFIG_PATH, PARAMS_PATH, floor_policy, install_floor  # noqa: E402
 from podplacement.controller.core import admissionpolicy  # noqa: E402
 from podplacement.controller.core.webhookconfig import webhook_namespace_selection  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
@@ -107,8 +107,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _install(plane: ControlPlane, ns: str, objects: Objects, limit: float = 30.0) -> None:
-    """Bind ``objects`` to namespace ``ns`` only, then wait until a dry-run pod is mutated."""
+def _install(plane: ControlPlane, ns: str, objects: Objects) -> None:
+    """Bind ``objects`` to namespace ``ns`` only, then wait until a dry-run pod is mutated
+    (:func:`bench.cluster.install_floor`)."""
     if objects is None:
         return
     policy, binding = copy.deepcopy(objects[0]), copy.deepcopy(objects[1])
@@ -117,22 +118,7 @@ def _install(plane: ControlPlane, ns: str, objects: Objects, limit: float = 30.0
     binding["spec"]["policyName"] = "variant"
     binding["spec"]["matchResources"] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
-             "spec": {"schedulerName": "none",
-                      "containers": [{"name": "c", "image": next(iter(IMAGES))}]}}
-    with plane.client() as c:
-        c.post(f"{BASE}/mutatingadmissionpolicies", json=policy).raise_for_status()
-        c.post(f"{BASE}/mutatingadmissionpolicybindings", json=binding).raise_for_status()
-        deadline = time.monotonic() + limit
-        while True:
-            got = c.post(f"/api/v1/namespaces/{ns}/pods?dryRun=All", json=probe)
-            if got.is_success and (got.json()["spec"].get("affinity")
-                                   or got.json()["metadata"].get("labels")):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{ns}: the policy did not apply within {limit} s: "
-                                   f"{got.status_code} {got.text[:300]}")
-            time.sleep(0.2)
+    install_floor(plane, ns, objects=[policy, binding], image=next(iter(IMAGES)), namespace=ns)
 
 
 def _uninstall(plane: ControlPlane, limit: float = 10.0) -> None:
