@@ -39,7 +39,13 @@ from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -74,9 +80,8 @@ def product(cluster: KubeEnv, registry: Registry, basic_registry: Registry,
     ca.write_bytes(basic_registry.ca_pem)
     registry_options = ["--insecure-registry", registry.host,
                         "--ca-file", f"{basic_registry.host}={ca}"]
-    # no stand-down at the stop (its own tests: tests/test_uninstall_realcluster.py)
     prod = start_product(cluster.plane, tmp_path / "product",
-                         controller_options=[*registry_options, "--standby-wait", "-1"],
+                         controller_options=[*registry_options, *NO_STAND_DOWN],
                          webhook_options=registry_options)
     try:
         yield prod

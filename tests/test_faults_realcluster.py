@@ -40,7 +40,13 @@ from podplacement.sandbox.product import (
 )
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -86,10 +92,8 @@ def product_factory(cluster: KubeEnv, registry: Registry,
     def start(check_rbac: bool = True, controller_options: tuple[str, ...] = (),
               stand_down: bool = False, **kwargs: Any) -> Product:
         assert cluster.plane is not None
-        # The stand-down of the last controller (5 s of waiting for a successor at each
-        # stop) has its own tests (tests/test_uninstall_realcluster.py); here only the test
-        # that relies on it asks for it.
-        standby = () if stand_down else ("--standby-wait", "-1")
+        # only the test that relies on the stand-down asks for it
+        standby = () if stand_down else NO_STAND_DOWN
         prod = start_product(cluster.plane, tmp_path / f"product-{len(started)}",
                              controller_options=["--insecure-registry", registry.host,
                                                  *standby, *controller_options],

@@ -29,7 +29,13 @@ from podplacement.controller.core.config import (
 from podplacement.sandbox.product import Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -49,7 +55,8 @@ def product(cluster: KubeEnv, registry: Registry,
     assert cluster.plane is not None
     install_manifests(cluster.plane, REPO / "deploy")
     prod = start_product(cluster.plane, tmp_path_factory.mktemp("product"),
-                         controller_options=["--insecure-registry", registry.host])
+                         controller_options=["--insecure-registry", registry.host,
+                                             *NO_STAND_DOWN])
     try:
         yield prod
         # least privilege for real: no request of either process was refused by RBAC

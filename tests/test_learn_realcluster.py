@@ -40,7 +40,13 @@ from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 from tests.imageinspect._images import elf, file, layer, symlink
 
@@ -73,7 +79,8 @@ def product(cluster: KubeEnv, registry: Registry,
     options = ["--insecure-registry", registry.host]
     prod = start_product(cluster.plane, tmp_path_factory.mktemp("learn-product"),
                          controller_options=[*options, "--metrics-port", str(port),
-                                             "--metrics-address", "127.0.0.1"],
+                                             "--metrics-address", "127.0.0.1",
+                                             *NO_STAND_DOWN],
                          webhook_options=options)
     try:
         yield prod, port

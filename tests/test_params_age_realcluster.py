@@ -31,7 +31,13 @@ from podplacement.controller.core.config import DECISION_ANNOTATION, SCHEDULING_
 from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -69,8 +75,8 @@ def product(cluster: KubeEnv, registry: Registry, tmp_path: Path) -> Iterator[Pr
     cluster.patch(CONFIG, {"spec": {"imageInspection": {"cacheTTL": f"{TTL:.0f}s"},
                                     "admission": {"inspectionBudget": "0s"}}})
     options = ["--insecure-registry", registry.host]
-    prod = start_product(cluster.plane, tmp_path / "product", controller_options=options,
-                         webhook_options=options)
+    prod = start_product(cluster.plane, tmp_path / "product",
+                         controller_options=[*options, *NO_STAND_DOWN], webhook_options=options)
     try:
         yield prod
     finally:

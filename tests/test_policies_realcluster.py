@@ -34,7 +34,13 @@ from podplacement.controller.core.config import (
 from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import REPO, checked_namespace, real_cluster, wait_for
+from tests.harness.realcluster import (
+    NO_STAND_DOWN,
+    REPO,
+    checked_namespace,
+    real_cluster,
+    wait_for,
+)
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -67,7 +73,8 @@ def product(cluster: KubeEnv, registry: Registry,
                   {"spec": {"admission": {"inspectionBudget": "0s"}}})
     options = ["--insecure-registry", registry.host]
     prod = start_product(cluster.plane, tmp_path_factory.mktemp("product"),
-                         controller_options=options, webhook_options=options)
+                         controller_options=[*options, *NO_STAND_DOWN],
+                         webhook_options=options)
     try:
         yield prod
     finally:

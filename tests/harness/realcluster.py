@@ -16,6 +16,11 @@ from tests.harness.kube import KubeEnv, start_real
 
 REPO = Path(__file__).resolve().parents[2]
 
+#: Controller options for a product whose last stop need not stand down: a graceful stop
+#: then ends at once instead of waiting 5 s for a successor (``--standby-wait``). The
+#: stand-down has tests of its own (``tests/test_uninstall_realcluster.py``).
+NO_STAND_DOWN = ("--standby-wait", "-1")
+
 
 def real_cluster(tmp_path_factory: pytest.TempPathFactory, name: str,
                  **options: Any) -> Iterator[KubeEnv]:
