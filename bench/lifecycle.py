@@ -154,6 +154,13 @@ def uninstall(plane: ControlPlane, product: Product, registry: Registry, pods: i
     finally:
         p.close()
     _user_namespace(plane, USER_NS)
+    # no inspection at admission (spec.admission.inspectionBudget 0s): the webhook would
+    # place these pods itself, and the scenario is about releasing gated ones
+    with plane.client() as c:
+        c.patch("/apis/podplacement.io/v1beta1/podplacementconfigs/cluster",
+                json={"spec": {"admission": {"inspectionBudget": "0s"}}},
+                headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    time.sleep(1.0)  # the webhook's config watch
     product.controllers[0].popen.send_signal(signal.SIGSTOP)
     _create(plane, USER_NS, [_pod(f"u-{i}", f"{registry.host}/life/multi:u{i}")
                              for i in range(pods)])
