@@ -25,6 +25,11 @@ ungated and bound (orjson). The figures, per arm:
 - p50/p99 from create sent to answered, to ungated and to bound;
 - the API requests per pod by podplacement's ServiceAccounts (audit log, unless
   ``--no-audit``), the webhook's ``admissions_total`` by path, the CPU of every process;
+- the **CPU per pod of every process on this machine** (median over rounds) and what it
+  predicts: with the 2 cores saturated, an arm's rate over bare's is bare's CPU per pod over
+  the arm's (printed next to the measured ratio), and the same without the local registry's
+  CPU, which a real cluster spends on other machines. The registry runs as one tuned for
+  throughput (errors-only log, no access log, in-memory blob descriptor cache);
 - the **arch check** of every bound pod: bound to a node whose (os, arch) its image does not
   run on (*wrong*), or bound without a ``kubernetes.io/arch`` requirement (*escaped*). Both
   must be 0 for the product (bare shows what happens without it).
@@ -911,6 +916,8 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
                             median=True)
         print(f"{name:<16}{_join(ratios, '{:.2f}', median=True):<40}"
               f"{_join(added, '{:+.2f}', median=True):<34}{vs_warm}")
+    if not args.light:
+        report_host_cpu(rounds, scenarios, pods)
     if args.light:
         added_p50 = {name: _median([pct(a[name].create_latency, .5)
                                     - pct(a["bare"].create_latency, .5) for a in rounds])
@@ -944,6 +951,59 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
     bad = [(r + 1, name) for r, arms in enumerate(rounds) for name in scenarios
            if name not in FLOOR_ARMS and (arms[name].wrong or arms[name].escaped)]
     print("\nno wrong placement" if not bad else f"\n! WRONG PLACEMENTS in {bad}")
+
+
+#: The process groups of :func:`report_host_cpu`, in its column order.
+HOST_GROUPS = ("kube-apiserver", "etcd", "scheduler+kcm", "webhook", "controller", "registry",
+               "bench")
+
+
+def host_cpu(run: Run) -> dict[str, float]:
+    """CPU seconds of one arm per group of :data:`HOST_GROUPS` (every process this machine
+    ran for it, the benchmark and its load generators included)."""
+    out = dict.fromkeys(HOST_GROUPS, 0.0)
+    for name, (seconds, _) in run.processes.items():
+        group = ("scheduler+kcm" if name in ("kube-scheduler", "kube-controller-manager")
+                 else "controller" if name.startswith("controller-")
+                 else name if name in out else "bench")
+        out[group] += seconds
+    out["bench"] += run.bench_cpu
+    return out
+
+
+def _cpu_model(arms: dict[str, Run], name: str, registry: bool) -> float:
+    """Bare's CPU over arm ``name``'s in one round (all processes; without the registry's
+    when ``registry`` is False)."""
+    bare, arm = host_cpu(arms["bare"]), host_cpu(arms[name])
+    if not registry:
+        bare["registry"] = arm["registry"] = 0.0
+    total = sum(arm.values())
+    return sum(bare.values()) / total if total else float("nan")
+
+
+def report_host_cpu(rounds: list[dict[str, Run]], scenarios: list[str], pods: int) -> None:
+    """Print, per arm, the CPU milliseconds per pod of every process on this machine (median
+    over rounds) and what that CPU predicts: with the 2 cores saturated, an arm's rate over
+    bare's is bare's CPU per pod over the arm's (the *CPU model* column, next to the measured
+    median), and the same model without the local registry's CPU (a registry a real cluster
+    runs on other machines)."""
+    print("\nCPU ms per pod of every process on this machine (median over rounds); CPU model: "
+          "bare's total over the arm's, then the same without the registry")
+    print(f"{'arm':<16}" + "".join(f"{g:>15}" for g in (*HOST_GROUPS, "total"))
+          + f"{'measured':>10}{'CPU model':>10}{'w/o reg.':>9}")
+    for name in ["bare", *scenarios]:
+        per = {g: _median([host_cpu(a[name])[g] * 1000 / pods for a in rounds])
+               for g in HOST_GROUPS}
+        total = _median([sum(host_cpu(a[name]).values()) * 1000 / pods for a in rounds])
+        line = f"{name:<16}" + "".join(f"{per[g]:>15.2f}" for g in HOST_GROUPS)
+        line += f"{total:>15.2f}"
+        if name != "bare":
+            measured = _median([a[name].bound_per_s / a["bare"].bound_per_s
+                                if a["bare"].bound_per_s else float("nan") for a in rounds])
+            line += (f"{measured:>10.2f}"
+                     f"{_median([_cpu_model(a, name, True) for a in rounds]):>10.2f}"
+                     f"{_median([_cpu_model(a, name, False) for a in rounds]):>9.2f}")
+        print(line)
 
 
 def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> None:
@@ -1008,7 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
     args.private = scenarios == ["private"]
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     registry = (start_registry(work / "registry", tls=True, auth="basic") if args.private
-                else start_registry(work / "registry"))
+                else start_registry(work / "registry", quiet=True))
     try:
         images = push_images(registry, args.pods, "new-images" in scenarios,
                              "cold-burst" in scenarios)

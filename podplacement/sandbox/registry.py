@@ -213,6 +213,7 @@ def start_registry(
     token_issuer: TokenIssuerFactory | None = None,
     token_server_tls: bool | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
+    quiet: bool = False,
 ) -> Registry:
     """Start ``docker-registry serve`` on a free 127.0.0.1 port and wait until ``GET /v2/``
     answers (200, or 401 for the auth variants; OCI distribution-spec API version check).
@@ -231,6 +232,9 @@ def start_registry(
         token_server_tls: serve the token realm over HTTPS (same CA as the registry, or a
             fresh one when the registry is plain HTTP); defaults to ``tls``.
         ready_timeout: seconds to wait for readiness.
+        quiet: serve as a registry tuned for throughput (the benchmarks): log errors only, no
+            access log, and the in-memory blob descriptor cache (distribution's
+            ``storage.cache.blobdescriptor: inmemory``). The tests keep the full logs.
 
     Returns:
         the running :class:`Registry`; call ``stop()`` when done.
@@ -254,9 +258,11 @@ def start_registry(
     http_config: dict[str, Any] = {"addr": host, "secret": "podplacement-test-secret"}
     config: dict[str, Any] = {
         "version": 0.1,
-        "log": {"level": "info", "formatter": "text", "accesslog": {"disabled": False}},
+        "log": {"level": "error" if quiet else "info", "formatter": "text",
+                "accesslog": {"disabled": quiet}},
         "storage": {
             "filesystem": {"rootdirectory": str(tmp / "storage")},
+            **({"cache": {"blobdescriptor": "inmemory"}} if quiet else {}),
             "delete": {"enabled": True},
             "maintenance": {"uploadpurging": {"enabled": False}},
         },
