@@ -75,7 +75,8 @@ every pod is the first of its image (inspected at admission from the local regis
 serialized per pod, 1 process), the generator this benchmark used before, for comparison.
 
 Usage: ``python bench/cluster.py [--scenario warm,always,new-images] [--rounds 3]
-[--pods 2000] [--clients 16] [--procs 2] [--light] [--no-audit] [--params-entries 5000]``
+[--pods 2000] [--clients 16] [--procs 2] [--light] [--no-audit] [--params-entries 5000]
+[--save FILE]``
 """
 
 from __future__ import annotations
@@ -953,6 +954,16 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
     print("\nno wrong placement" if not bad else f"\n! WRONG PLACEMENTS in {bad}")
 
 
+def save(rounds: list[dict[str, Run]], path: Path) -> None:
+    """Write ``rounds`` as JSON to ``path``: per round, per arm, the pods bound per second,
+    the CPU seconds of every process and the benchmark's own, the wrong and escaped pods."""
+    path.write_text(json.dumps([{name: {
+        "bound_per_s": run.bound_per_s, "pods": run.pods, "wall": run.wall,
+        "cpu": {p: c for p, (c, _) in run.processes.items()}, "bench_cpu": run.bench_cpu,
+        "wrong": run.wrong, "escaped": run.escaped, "webhook_paths": run.webhook_paths,
+    } for name, run in arms.items()} for arms in rounds], indent=1))
+
+
 #: The process groups of :func:`report_host_cpu`, in its column order.
 HOST_GROUPS = ("kube-apiserver", "etcd", "scheduler+kcm", "webhook", "controller", "registry",
                "bench")
@@ -971,26 +982,32 @@ def host_cpu(run: Run) -> dict[str, float]:
     return out
 
 
-def _cpu_model(arms: dict[str, Run], name: str, registry: bool) -> float:
-    """Bare's CPU over arm ``name``'s in one round (all processes; without the registry's
-    when ``registry`` is False)."""
+#: The control plane's processes: what a cluster's control-plane nodes run.
+PLANE = ("kube-apiserver", "etcd", "scheduler+kcm")
+
+
+def _cpu_model(arms: dict[str, Run], name: str, registry: bool,
+               only: tuple[str, ...] = HOST_GROUPS) -> float:
+    """Bare's CPU over arm ``name``'s in one round: of the groups ``only`` (every process by
+    default), without the registry's when ``registry`` is False."""
     bare, arm = host_cpu(arms["bare"]), host_cpu(arms[name])
     if not registry:
         bare["registry"] = arm["registry"] = 0.0
-    total = sum(arm.values())
-    return sum(bare.values()) / total if total else float("nan")
+    total = sum(arm[g] for g in only)
+    return sum(bare[g] for g in only) / total if total else float("nan")
 
 
 def report_host_cpu(rounds: list[dict[str, Run]], scenarios: list[str], pods: int) -> None:
     """Print, per arm, the CPU milliseconds per pod of every process on this machine (median
     over rounds) and what that CPU predicts: with the 2 cores saturated, an arm's rate over
     bare's is bare's CPU per pod over the arm's (the *CPU model* column, next to the measured
-    median), and the same model without the local registry's CPU (a registry a real cluster
-    runs on other machines)."""
+    median), the same model without the local registry's CPU (a registry a real cluster
+    runs on other machines), and with the control plane's CPU alone (*plane*: the webhook's
+    replicas, the controller and the registry elsewhere, the API server the bottleneck)."""
     print("\nCPU ms per pod of every process on this machine (median over rounds); CPU model: "
           "bare's total over the arm's, then the same without the registry")
     print(f"{'arm':<16}" + "".join(f"{g:>15}" for g in (*HOST_GROUPS, "total"))
-          + f"{'measured':>10}{'CPU model':>10}{'w/o reg.':>9}")
+          + f"{'measured':>10}{'CPU model':>10}{'w/o reg.':>9}{'plane':>7}")
     for name in ["bare", *scenarios]:
         per = {g: _median([host_cpu(a[name])[g] * 1000 / pods for a in rounds])
                for g in HOST_GROUPS}
@@ -1002,7 +1019,8 @@ def report_host_cpu(rounds: list[dict[str, Run]], scenarios: list[str], pods: in
                                 if a["bare"].bound_per_s else float("nan") for a in rounds])
             line += (f"{measured:>10.2f}"
                      f"{_median([_cpu_model(a, name, True) for a in rounds]):>10.2f}"
-                     f"{_median([_cpu_model(a, name, False) for a in rounds]):>9.2f}")
+                     f"{_median([_cpu_model(a, name, False) for a in rounds]):>9.2f}"
+                     f"{_median([_cpu_model(a, name, False, PLANE) for a in rounds]):>7.2f}")
         print(line)
 
 
@@ -1051,6 +1069,9 @@ def main(argv: list[str] | None = None) -> int:
                          "CRD's, 300ms)")
     ap.add_argument("--no-audit", action="store_true",
                     help="no audit log (no requests-per-pod figures)")
+    ap.add_argument("--save", type=Path, default=None, metavar="FILE",
+                    help="also write every round's figures per arm as JSON (rates, CPU "
+                         "seconds per process) to FILE")
     ap.add_argument("--controller-option", action="append", default=[],
                     help="extra option for podplacement controller (repeatable)")
     args = ap.parse_args(argv)
@@ -1084,6 +1105,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{arms[arm].bench_cpu:.2f} s, kube-apiserver CPU "
                       f"{arms[arm].cpu('kube-apiserver'):.1f} s", file=sys.stderr)
             rounds.append(arms)
+            if args.save is not None:
+                save(rounds, args.save)
         report(rounds, scenarios, args)
     finally:
         registry.stop()
