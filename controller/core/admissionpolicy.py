@@ -264,8 +264,9 @@ CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
 #: (``placement.unique_images``' ``pull_always``), which a params entry cannot do.
 CEL_KNOWN = (
     "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
-    " && !(" + " + ".join(f"object.spec.?{kind}.orValue([])" for kind in CONTAINER_LISTS)
-    + f").exists(c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)})"
+    + "".join(f" && !object.spec.?{kind}.orValue([]).exists("
+              f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)})"
+              for kind in CONTAINER_LISTS)
 )
 
 #: ``free``: no ``spec.affinity.nodeAffinity`` (existing terms take the gate branch: the
@@ -281,7 +282,9 @@ CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
 
 #: ``pairs``: the intersection over images (``controller.core.platforms.supported_platforms``),
 #: in the first image's order: the params values are sorted, so the result is sorted too.
-CEL_PAIRS = "variables.lists[0].filter(p, variables.lists.all(l, p in l))"
+#: A pod of one image (most pods) takes its list as it is, without the filter.
+CEL_PAIRS = ("size(variables.lists) == 1 ? variables.lists[0] : "
+             "variables.lists[0].filter(p, variables.lists.all(l, p in l))")
 
 #: ``placed``: take the place branch: all images known, no affinity/pin to merge with, and
 #: the intersection empty (unsatisfiable marker) or linux only.
@@ -360,7 +363,7 @@ CEL_PREFERRED_ARCHS = "variables.archs.filter(a, a in variables.weights)"
 def _json_strings(list_expr: str) -> str:
     """A CEL list of strings as the text of a JSON array (values match the CRD's
     ``[a-z0-9_.-/]`` pattern: nothing to escape)."""
-    return f"'[' + {list_expr}.map(s, '\"' + s + '\"').join(',') + ']'"
+    return f"(size({list_expr}) == 0 ? '[]' : '[\"' + {list_expr}.join('\",\"') + '\"]')"
 
 
 def _json_string(string_expr: str) -> str:

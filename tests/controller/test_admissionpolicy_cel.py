@@ -338,10 +338,14 @@ EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
 #: One edit per variable: (variable, text to replace, replacement).
 MUTATIONS = (
     ("images", "initContainers", "containers"),
-    # the imagePullPolicy clause dropped from ``known``
-    ("known", "".join(ap.CEL_KNOWN.partition(" && !(")[1:]), ""),
+    # the imagePullPolicy clauses dropped from ``known``, then the containers' one alone
+    ("known", "".join(ap.CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
+    ("known", "!object.spec.?containers.orValue([]).exists(",
+     "!object.spec.?ephemeralContainers.orValue([]).exists("),
     ("free", f" && !('{OS_LABEL}' in object.spec.?nodeSelector.orValue({{}}))", ""),
     ("pairs", "variables.lists.all(", "variables.lists.exists("),
+    # the one-image shortcut
+    ("pairs", "variables.lists[0] :", "variables.lists[0].filter(p, p != 'linux/amd64') :"),
     ("placed", "variables.free && ", ""),
     ("archs", "[1]", "[0]"),
     ("weights", "'arm64': 60", "'arm65': 60"),
@@ -351,6 +355,8 @@ MUTATIONS = (
     ("matched", "!(r.key in variables.labels)", "true"),
     ("allowedOk", "in variables.matched[0].allowed", "in variables.archs"),
     ("decision", ',"policy":', ',"rule":'),
+    ("decision", "variables.pairs.join('\",\"')", "variables.pairs.join(',')"),
+    ("decision", "size(variables.archs) == 0 ? '[]'", "size(variables.archs) == 0 ? '[\"\"]'"),
     ("decision", "'required architectures '", "'required archs '"),
     ("decision", "'no-supported-platform'", "'not-set'"),
 )
