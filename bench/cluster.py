@@ -27,8 +27,10 @@ ungated and bound (orjson). The figures, per arm:
   ``--no-audit``), the webhook's ``admissions_total`` by path, the CPU of every process;
 - the **CPU per pod of every process on this machine** (median over rounds) and what it
   predicts: with the 2 cores saturated, an arm's rate over bare's is bare's CPU per pod over
-  the arm's (printed next to the measured ratio), and the same without the local registry's
-  CPU, which a real cluster spends on other machines. The registry runs as one tuned for
+  the arm's (printed next to the measured ratio), the same without the local registry's
+  CPU, which a real cluster spends on other machines, and with the control plane's
+  processes alone (the webhook's replicas and the registry on other nodes). The registry
+  runs as one tuned for
   throughput (errors-only log, no access log, in-memory blob descriptor cache);
 - the **arch check** of every bound pod: bound to a node whose (os, arch) its image does not
   run on (*wrong*), or bound without a ``kubernetes.io/arch`` requirement (*escaped*). Both
