@@ -921,7 +921,7 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
               f"{_join(added, '{:+.2f}', median=True):<34}{vs_warm}")
     if not args.light:
         report_host_cpu(rounds, scenarios, pods)
-    if args.light:
+    else:
         added_p50 = {name: _median([pct(a[name].create_latency, .5)
                                     - pct(a["bare"].create_latency, .5) for a in rounds])
                      for name in scenarios}
