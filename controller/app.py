@@ -2,7 +2,8 @@
 metrics, leader election and the PodPlacementConfig lifecycle.
 
 Informers (list+watch, cluster-wide): pods with the server-side label selector
-``podplacement.io/scheduling-gate=gated`` (never all pods), Nodes, the PodPlacementConfig and
+``podplacement.io/scheduling-gate=gated`` (never all pods; a gated pod whose label a user
+changed is labelled again, :meth:`Controller._relabel`), Nodes, the PodPlacementConfig and
 NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appears). While
 topology placement is on, a cache-less list+watch of the pods labelled
 ``podplacement.io/numa=placed`` feeds their bindings to the NUMA in-flight accounting. Every
@@ -65,6 +66,7 @@ from podplacement.controller.core.config import (
     NRT_VERSION,
     NUMA_LABEL,
     NUMA_LABEL_WAITING,
+    PARAMS_NAME,
     VERSION,
     ExcludedPlatform,
     PlacementConfig,
@@ -76,7 +78,7 @@ from podplacement.controller.core.imageparams import ParamsStore
 from podplacement.controller.core.learn import merge, touches
 from podplacement.controller.core.numa import InFlight
 from podplacement.controller.core.platforms import ImageLike, image_platform_pairs
-from podplacement.controller.core.podspec import has_gate
+from podplacement.controller.core.podspec import gate_label_ops, has_gate, lost_gate_label
 from podplacement.controller.core.policy import Ranking, params_policies
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
@@ -88,7 +90,11 @@ from podplacement.controller.lifecycle import (
     Lifecycle,
 )
 from podplacement.controller.metrics import HealthServer, Metrics
-from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter
+from podplacement.controller.paramswriter import (
+    PARAMS_KEY,
+    ParamsWriter,
+    params_collection_path,
+)
 from podplacement.controller.policywatch import PolicyWatch
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler, RetryLater, pod_key, split_key
@@ -99,10 +105,12 @@ from podplacement.controller.registriessource import (
     registries_from,
 )
 from podplacement.kubeclient import (
+    JSON_PATCH,
     ApiError,
     Conflict,
     Informer,
     KubeAPI,
+    NotFound,
     object_key,
 )
 
@@ -117,6 +125,10 @@ NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
 #: The ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
+
+#: Work-queue keys ``relabel:<namespace/name/uid>``: a gated pod whose gate label was removed
+#: (:meth:`Controller._relabel`).
+RELABEL_PREFIX = "relabel:"
 
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
@@ -140,6 +152,8 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("PATCH", CONFIG_STATUS_PATH),
     *paramswriter.API_REQUESTS,
     *policywatch.API_REQUESTS,
+    # the params object's creations and deletions (_on_params): list + watch
+    ("GET", paramswriter.PARAMS_COLLECTION_PATH),
 )
 
 
@@ -267,6 +281,14 @@ class Controller:
         self.params = ParamsStore(self.config_source()[0].image_inspection.cache_ttl_seconds)
         self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params,
                                           namespace=o.namespace)
+        #: The params object's creations and deletions: each one changes the mark the
+        #: webhook configuration trusts (its uid), so the lifecycle runs at once
+        #: (:meth:`_on_params`). Cache-less: one object.
+        self.params_objects = Informer(
+            api, params_collection_path(o.namespace),
+            {"fieldSelector": f"metadata.name={PARAMS_NAME}"}, name="params object",
+            watch_timeout=o.watch_timeout, tolerate_absent=True, max_backoff=10.0,
+            keep_cache=False)
         #: The PodPlacementPolicies (ranked on every change, published with the params) and
         #: the pods placed under one (their status; leader only).
         self.policy_watch = PolicyWatch(api, on_change=self._on_policies,
@@ -316,6 +338,7 @@ class Controller:
         self.nrts.add_handler(self._on_nrt)
         self.nodes.add_handler(self._on_node)
         self.configs.add_handler(self._on_config)
+        self.params_objects.add_handler(self._on_params)
 
     # --- pieces --------------------------------------------------------------------------
     def _new_queue(self, workers: int | None = None) -> WorkQueue:
@@ -342,6 +365,9 @@ class Controller:
         """
         handler = self._handlers.get(key)
         if handler is None:
+            if key.startswith(RELABEL_PREFIX):
+                await self._relabel(key[len(RELABEL_PREFIX):])
+                return None
             return await self.reconciler.reconcile(key)
         return await handler(key)
 
@@ -495,9 +521,49 @@ class Controller:
         if etype == "DELETED":
             self.queue.discard(key)
             self.reconciler.forget(str((pod.get("metadata") or {}).get("uid")))
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            if self.leading and not self.reconciler.released_here(uid):
+                # Deleted, or it left the watch because a user changed its gate label (a
+                # label-selected watch reports that as DELETED with the old object): one GET
+                # tells, and a pod still gated is labelled again.
+                self.queue.add(RELABEL_PREFIX + key)
             return
         if self.leading and has_gate(pod):
             self.queue.add(key)
+
+    async def _relabel(self, key: str) -> None:
+        """Put the label ``scheduling-gate=gated`` back on a pod that still carries our
+        gate after its label was changed or removed
+        (:func:`controller.core.podspec.lost_gate_label`), so that the pod watch sees it
+        again and the pod is placed (a pod's creator can update the label of a gated pod;
+        no label decides for the product). Guarded by the pod's uid; a pod gone or
+        changed meanwhile is left as it is."""
+        namespace, name, uid = split_key(key)
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            pod = await self.api.request("GET", path)
+        except NotFound:
+            return  # deleted: nothing to do
+        except ApiError as exc:
+            log.info("pod %s/%s: not relabelled: %s", namespace, name, exc)
+            return
+        if (pod.get("metadata") or {}).get("uid") != uid or not lost_gate_label(pod):
+            return
+        try:
+            ops = [{"op": "test", "path": "/metadata/uid", "value": uid}, *gate_label_ops(pod)]
+            await self.api.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+        except (Conflict, NotFound) as exc:
+            log.info("pod %s/%s: not relabelled: %s", namespace, name, exc)
+            return
+        log.info("pod %s/%s: our gate label was removed; set to %s again", namespace, name,
+                 GATE_LABEL_GATED)
+
+    def _on_params(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A params object created or deleted: converge the webhook configuration's
+        matchCondition to its uid (or to none) at once (:func:`controller.core.config.
+        admission_mark`)."""
+        if etype in ("ADDED", "DELETED") and self.leading and self.lifecycle is not None:
+            self.queue.add(LIFECYCLE_KEY)
 
     def _on_node(self, etype: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if etype == "DELETED":
@@ -657,7 +723,7 @@ class Controller:
             return
         self._started = True
         o = self.options
-        for informer in (self.configs, self.nodes, self.nrts, self.pods):
+        for informer in (self.configs, self.nodes, self.nrts, self.pods, self.params_objects):
             informer.start()
         self.policy_watch.start()
         self.events.start()
@@ -722,7 +788,7 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._registries_task
             self._registries_task = None
-        for informer in (self.pods, self.nodes, self.configs, self.nrts):
+        for informer in (self.pods, self.nodes, self.configs, self.nrts, self.params_objects):
             await informer.stop()
         await self.policy_watch.stop()
         await self.events.flush(2.0)

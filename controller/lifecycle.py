@@ -72,7 +72,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from podplacement import certs
 from podplacement.certs import secretflow
@@ -93,6 +93,7 @@ from podplacement.controller.core.config import (
     VERSION,
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
+    admission_mark,
     config_or_defaults,
 )
 from podplacement.controller.core.webhookconfig import (
@@ -340,6 +341,14 @@ def _available_conditions(policy: bool, degraded: Sequence[ConditionSpec]) -> li
         degraded_condition,
         ConditionSpec(COND_DEPROVISIONING, "False", "AsExpected"),
     ]
+
+
+class _Applied(NamedTuple):
+    """What :meth:`Lifecycle._apply_object` did (``created``, ``unchanged``, ``updated``) and
+    the object as the server returned it."""
+
+    action: str
+    obj: dict[str, Any]
 
 
 def _remaining(until: float | None) -> float:
@@ -623,17 +632,24 @@ class Lifecycle:
         self, config: dict[str, Any], placement: PlacementConfig,
         selection: WebhookNamespaceSelection, owner: Sequence[Mapping[str, Any]],
     ) -> tuple[str, bool, str]:
-        """Converge the webhook configuration, then the admission policy. Returns the
-        webhook's action, whether the policy is in force and the policy's problem ("" when
-        none). A failure of the webhook configuration or the CA bundle is written to the
-        status, then raised."""
+        """Converge the admission policy, then the webhook configuration (which skips the
+        pods the policy placed from the params object that exists now:
+        :func:`controller.core.webhookconfig.match_conditions`). Returns the webhook's
+        action, whether the policy is in force and the policy's problem ("" when none). A
+        failure of the webhook configuration or the CA bundle is written to the status,
+        then raised."""
         try:
+            # The policy first: the webhook configuration skips the pods it placed only from
+            # the params object that exists now (its uid in the mark), else none.
+            policy, problem, catalog_uid = await self._apply_policy(placement, selection, owner)
+            mark = (admission_mark(catalog_uid)
+                    if policy and catalog_uid and admissionpolicy.places(placement) else None)
             desired = desired_webhook_configuration(
                 config, ca_bundle=await self._ca_bundle(), service=self.service, url=self.url,
                 own_namespace=self.namespace, timeout_seconds=self.timeout_seconds,
-                cert_manager_certificate=self.cert_manager_certificate, owner=owner)
+                cert_manager_certificate=self.cert_manager_certificate, owner=owner,
+                placed_mark=mark)
             action = await self._apply_webhook(desired)
-            policy, problem = await self._apply_policy(placement, selection, owner)
         except Exception as exc:
             reason = "WebhookConfigurationFailed" if isinstance(exc, ApiError) else (
                 "CABundleUnavailable")
@@ -662,8 +678,10 @@ class Lifecycle:
 
     async def _apply_webhook(self, desired: dict[str, Any]) -> str:
         """Create the webhook configuration, or update it when it drifted; return the action."""
-        return await self._apply_object(WEBHOOK_COLLECTION_PATH, WEBHOOK_PATH, desired,
-                                        drifted=webhook_drifted, update_body=self._update_body)
+        applied = await self._apply_object(WEBHOOK_COLLECTION_PATH, WEBHOOK_PATH, desired,
+                                           drifted=webhook_drifted,
+                                           update_body=self._update_body)
+        return applied.action
 
     def _update_body(self, live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
         """The PUT body: the live object's metadata (resourceVersion precondition, foreign
@@ -992,17 +1010,19 @@ class Lifecycle:
 
     async def _apply_policy(self, placement: PlacementConfig,
                             selection: WebhookNamespaceSelection,
-                            owner: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+                            owner: Sequence[Mapping[str, Any]]) -> tuple[bool, str, str]:
         """Converge the MutatingAdmissionPolicy, its params object and its binding: present
         when ``spec.admission.mechanism`` of the parsed config ``placement`` is ``Auto`` and
-        the API server serves the API, absent otherwise. Returns ``(in force, problem)``; an
-        API error is reported as the problem (the webhook keeps gating) rather than raised."""
+        the API server serves the API, absent otherwise. Returns ``(in force, problem, params
+        uid)`` (the uid of the params object as read or created in this pass, "" when none);
+        an API error is reported as the problem (the webhook keeps gating) rather than
+        raised."""
         try:
             if not await self._policy_served():
-                return False, ""
+                return False, "", ""
             if placement.admission_mechanism != ADMISSION_AUTO:
                 await self._delete_policy()
-                return False, ""
+                return False, "", ""
             await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
                                      admissionpolicy.desired_policy(placement, owner),
                                      drifted=admissionpolicy.policy_drifted,
@@ -1010,7 +1030,7 @@ class Lifecycle:
             self._policy_present = True
             # Before the binding: the API server skips the policy while its params object is
             # missing (pods pass unplaced and ungated; the webhook then gates them).
-            await self._apply_object(self.params_collection_path, self.params_path,
+            params = await self._apply_object(self.params_collection_path, self.params_path,
                                      admissionpolicy.params_object(self.namespace),
                                      drifted=admissionpolicy.never_drifted,
                                      update_body=self._replacement)
@@ -1022,24 +1042,25 @@ class Lifecycle:
                                      update_body=self._replacement)
         except ApiError as exc:
             log.warning("admission policy %s: %s", ADMISSION_POLICY_NAME, exc)
-            return False, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}"
-        return True, ""
+            return False, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}", ""
+        uid = (params.obj.get("metadata") or {}).get("uid")
+        return True, "", uid if isinstance(uid, str) else ""
 
     async def _apply_object(
         self, collection: str, path: str, desired: dict[str, Any], *,
         drifted: Callable[[Mapping[str, Any], Mapping[str, Any]], bool],
         update_body: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]],
-    ) -> str:
+    ) -> _Applied:
         """Create ``desired`` (a 409 means another writer was first: read it), or PUT
         ``update_body(live, desired)`` when ``drifted(live, desired)``; the action taken
-        (``created``, ``unchanged``, ``updated``)."""
+        (``created``, ``unchanged``, ``updated``) and the object as the server returned it."""
         name, kind = desired["metadata"]["name"], desired["kind"]
         live = await self._get_or_none(path)
         if live is None:
             try:
-                await self.api.request("POST", collection, body=desired)
+                created = await self.api.request("POST", collection, body=desired)
                 log.info("created %s %s", kind, name)
-                return "created"
+                return _Applied("created", created if isinstance(created, dict) else {})
             except ApiError as exc:
                 if exc.status != 409:
                     raise
@@ -1047,10 +1068,10 @@ class Lifecycle:
                 if live is None:
                     raise
         if not drifted(live, desired):
-            return "unchanged"
-        await self.api.request("PUT", path, body=update_body(live, desired))
+            return _Applied("unchanged", live)
+        updated = await self.api.request("PUT", path, body=update_body(live, desired))
         log.info("reverted drift of %s %s", kind, name)
-        return "updated"
+        return _Applied("updated", updated if isinstance(updated, dict) else {})
 
     @staticmethod
     def _replacement(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

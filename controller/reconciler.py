@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,6 +46,9 @@ from podplacement.imageinspect import PullSecretReader
 from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
+
+#: How many pods :meth:`Reconciler.released_here` remembers (about 40 bytes each).
+RELEASED_MEMORY = 65536
 
 ConfigSource = Callable[[], tuple[PlacementConfig, str | None]]
 
@@ -139,6 +143,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.policies = policies
         self._state: dict[str, _PodState] = {}
+        self._released: OrderedDict[str, None] = OrderedDict()
 
     def forget(self, uid: str) -> None:
         """Drop per-pod state (the pod was deleted or left the gated set)."""
@@ -280,10 +285,22 @@ class Reconciler:
             return plain_ungate(pod, f"internal error while deciding: {exc}"[:200])
 
     async def _patch(self, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self.api.request(
+        pod = await self.api.request(
             "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=ops,
             content_type="application/json-patch+json",
         )
+        if isinstance(pod, Mapping) and not has_gate(pod):
+            self._released[str((pod.get("metadata") or {}).get("uid"))] = None
+            while len(self._released) > RELEASED_MEMORY:
+                self._released.popitem(last=False)
+        return pod
+
+    def released_here(self, uid: str) -> bool:
+        """True (once) when this reconciler's own write removed the gate of the pod ``uid``:
+        the pod left the watch of gated pods because it was placed, not because a user
+        changed its label (:meth:`controller.app.Controller._relabel`). Remembers the last
+        :data:`RELEASED_MEMORY` pods."""
+        return self._released.pop(uid, False) is None
 
     def _emit(self, pod: Mapping[str, Any], decision: Decision) -> None:
         for spec in decision.events:

@@ -37,6 +37,7 @@ from prometheus_client.exposition import generate_latest
 
 from podplacement.controller.core.admission import AdmissionPlacement
 from podplacement.controller.core.config import DEFAULT_NAMESPACE, METRICS_PREFIX
+from podplacement.controller.core.podspec import gate_label_ops
 from podplacement.controller.core.policy import policy_for
 from podplacement.webhook import limits as _limits
 from podplacement.webhook.admitplace import (
@@ -53,7 +54,6 @@ from podplacement.webhook.configsource import ConfigSource
 from podplacement.webhook.gating import (
     REASON_ALREADY_GATED,
     REASON_GATED,
-    REASON_PLACED_AT_ADMISSION,
     SKIP_REASONS,
     should_gate,
 )
@@ -83,7 +83,6 @@ ADMISSION_VERSIONS = frozenset({ADMISSION_V1, ADMISSION_V1BETA1})
 
 #: ``outcome`` label values of ``podplacement_webhook_requests_total``.
 #: ``admissions_total{path}`` values.
-PATH_POLICY_PLACED = "policy-placed"
 PATH_WEBHOOK_PLACED = "webhook-placed"
 PATH_WEBHOOK_INSPECTED = "webhook-inspected"
 PATH_WEBHOOK_REVALIDATED = "webhook-revalidated"
@@ -136,7 +135,6 @@ class WebhookMetrics:
 
     * ``requests_total{outcome, reason}``: AdmissionReview requests by outcome and skip reason;
     * ``admissions_total{path}``: pod creations by the path they took:
-      ``policy-placed`` (the MutatingAdmissionPolicy placed the pod from its params object),
       ``webhook-placed`` (from the webhook's cache, or while no controller runs),
       ``webhook-inspected`` (an image inspected at admission within the config's
       ``inspectionBudget``), ``webhook-revalidated`` (images pulled with ``Always`` kept
@@ -183,7 +181,6 @@ class WebhookMetrics:
         self.released_unplaced = {r: unplaced.labels(r) for r in UNPLACED_REASONS}
         admissions = Counter(f"{p}admissions", "Pod creations by the path they took.",
                              ("path",), registry=self.registry)
-        self.policy_placed = admissions.labels(PATH_POLICY_PLACED)
         self.webhook_placed = admissions.labels(PATH_WEBHOOK_PLACED)
         self.path_gated = admissions.labels(PATH_GATED)
         self.path_skipped = admissions.labels(PATH_SKIPPED)
@@ -203,8 +200,7 @@ class WebhookMetrics:
             GATED_INSPECTION_FAILED: admissions.labels(PATH_GATED_INSPECTION_FAILED),
         }
         self._path_by_reason = {REASON_GATED: self.path_gated,
-                                REASON_ALREADY_GATED: self.path_gated,
-                                REASON_PLACED_AT_ADMISSION: self.policy_placed}
+                                REASON_ALREADY_GATED: self.path_gated}
         self.gated = Counter(f"{p}gated_pods", "Pods the webhook gated.",
                              registry=self.registry)
         self.errors = Counter(f"{p}errors", "Internal errors (pod admitted unchanged).",
@@ -446,6 +442,18 @@ def _patch_tail(pod: Mapping[str, Any]) -> bytes:
     return tail
 
 
+def _label_tail(pod: Mapping[str, Any]) -> bytes:
+    """The response members that set our gate label to ``gated`` on a pod created with our
+    gate (:func:`controller.core.podspec.gate_label_ops`), or nothing when it says so
+    already."""
+    ops = gate_label_ops(pod)
+    if not ops:
+        return b""
+    members = orjson.dumps({"patchType": "JSONPatch",
+                            "patch": base64.b64encode(orjson.dumps(ops)).decode()})
+    return b"," + members[1:-1]
+
+
 _ANSWER_HEADS = {
     version: b'{"apiVersion":' + orjson.dumps(version) + b',"kind":"AdmissionReview",'
     b'"response":{"uid":'
@@ -679,6 +687,8 @@ def create_app(
                     kind = placed.kind
                 # --- end of the fast path ---
                 m.decided(decision.reason, kind)
+                if decision.reason == REASON_ALREADY_GATED:
+                    return _allowed(api_version, uid, _label_tail(pod))
                 if not decision.gate:
                     return _allowed(api_version, uid)
                 m.gated.inc()

@@ -17,17 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from podplacement.controller.core.config import (
-    ADMISSION_PATH_MARK,
-    DECISION_ANNOTATION,
-    GATE_LABEL,
-    GATE_LABEL_REMOVED,
     SYSTEM_NAMESPACES,
     PlacementConfig,
 )
 from podplacement.controller.core.podspec import has_gate
 
 __all__ = [
-    "ADMISSION_PATH_MARK",
     "GATED",
     "REASON_ALREADY_GATED",
     "REASON_DAEMONSET",
@@ -35,12 +30,10 @@ __all__ = [
     "REASON_NODE_NAME_SET",
     "REASON_NO_CONFIG",
     "REASON_OWN_NAMESPACE",
-    "REASON_PLACED_AT_ADMISSION",
     "REASON_SYSTEM_NAMESPACE",
     "SKIP_REASONS",
     "GateDecision",
     "is_daemonset_pod",
-    "is_placed_at_admission",
     "should_gate",
 ]
 
@@ -51,7 +44,6 @@ REASON_OWN_NAMESPACE = "own_namespace"
 REASON_NODE_NAME_SET = "node_name_set"
 REASON_DAEMONSET = "daemonset"
 REASON_ALREADY_GATED = "already_gated"
-REASON_PLACED_AT_ADMISSION = "placed_at_admission"
 #: The reason that goes with ``gate=True``.
 REASON_GATED = "gated"
 
@@ -61,7 +53,6 @@ SKIP_REASONS = (
     REASON_OWN_NAMESPACE,
     REASON_NODE_NAME_SET,
     REASON_DAEMONSET,
-    REASON_PLACED_AT_ADMISSION,
     REASON_ALREADY_GATED,
 )
 
@@ -122,10 +113,13 @@ def should_gate(
         A :class:`GateDecision`. Rules, first match wins: no config; a system namespace
         (``kube-system``, ``kube-public``, ``kube-node-lease``); the own namespace;
         ``spec.nodeName`` set (the scheduler is bypassed, a gate would be pointless); the
-        controlling ownerReference is a DaemonSet (its pods are bound per node); the
-        MutatingAdmissionPolicy ``podplacement-gate`` placed the pod already (it runs before
-        the webhooks: label ``podplacement.io/scheduling-gate=removed`` and a decision
-        annotation with ``"path":"admission"``); the pod already carries our gate.
+        controlling ownerReference is a DaemonSet (its pods are bound per node); the pod
+        already carries our gate. No label or annotation of the pod is trusted: a pod the
+        admission policy placed reaches the webhook only when the configuration's
+        matchCondition did not recognise the current params object's mark
+        (:func:`controller.core.webhookconfig.match_conditions`), and it is then placed
+        again like any other pod (a mark a pod's creator set never skips placement,
+        DESIGN.md).
         Every other pod is gated: whether its placement needs a change (an architecture
         requirement, a Warning for a pin its images can't run on, a NUMA placement) depends
         on its images, which only the controller inspects.
@@ -142,8 +136,6 @@ def should_gate(
     metadata = _map(pod.get("metadata"))
     if _owned_by_daemonset(metadata):
         return _SKIPPED[REASON_DAEMONSET]
-    if _placed_at_admission(metadata):
-        return _SKIPPED[REASON_PLACED_AT_ADMISSION]
     if has_gate(pod):
         return _SKIPPED[REASON_ALREADY_GATED]
     return GATED
@@ -151,18 +143,6 @@ def should_gate(
 
 # The public predicates take the pod; should_gate calls their private forms with the parts
 # it already extracted (this runs on every admission: fewer lookups and calls).
-
-
-def is_placed_at_admission(pod: Mapping[str, Any]) -> bool:
-    """True when the admission policy placed ``pod`` (see :func:`should_gate`)."""
-    return _placed_at_admission(_map(pod.get("metadata")))
-
-
-def _placed_at_admission(metadata: Mapping[str, Any]) -> bool:
-    if _map(metadata.get("labels")).get(GATE_LABEL) != GATE_LABEL_REMOVED:
-        return False
-    annotation = _map(metadata.get("annotations")).get(DECISION_ANNOTATION)
-    return isinstance(annotation, str) and ADMISSION_PATH_MARK in annotation
 
 
 def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:

@@ -105,6 +105,7 @@ from podplacement.controller.core.config import (
     PARAMS_KIND,
     PARAMS_NAME,
     POLICY_LABEL,
+    RECORD_CATALOG,
     SCHEDULING_GATE,
     PlacementConfig,
     config_or_defaults,
@@ -370,11 +371,16 @@ def _json_string(string_expr: str) -> str:
     return f"'\"' + {string_expr} + '\"'"
 
 
+#: The params object's ``metadata.uid`` (the catalog's identity in the decision annotation,
+#: :func:`controller.core.config.admission_mark`; the server sets it, a uid needs no escape).
+CEL_CATALOG = "params.?metadata.?uid.orValue('')"
+
 #: The annotation's fields the policy writes, as CEL giving each field's JSON text, and the
 #: condition under which the field is written (None: always). The per-image entries
 #: (digests) are the controller's alone.
 _RECORD: dict[str, tuple[str, str | None]] = {
     RECORD_PATH: (cel_string(json.dumps(ADMISSION_PATH)), None),
+    RECORD_CATALOG: (_json_string(CEL_CATALOG), None),
     RECORD_POLICY: (_json_string("variables.matched[0].name"), "variables.hasPolicy"),
     RECORD_PLATFORMS: (_json_strings("variables.pairs"), None),
     RECORD_OSES: (cel_string(json.dumps([PLACED_OS])), _ANY_PAIRS),
@@ -410,12 +416,14 @@ def _cel_record() -> str:
 CEL_DECISION = _cel_record()
 
 
-def admission_record(placement: Placement) -> dict[str, Any]:
+def admission_record(placement: Placement, catalog_uid: str = "") -> dict[str, Any]:
     """The decision annotation the policy writes for a pod it places, from the Python
     facts of the same pod (:func:`controller.core.placement.placement_facts`): ``"path":
-    "admission"`` and the facts' :data:`POLICY_RECORD_FIELDS`. What ``variables.decision``
-    must equal, byte for byte, once compact (:func:`controller.core.placement.compact_json`)."""
-    record = {RECORD_PATH: ADMISSION_PATH, **placement.record}
+    "admission"``, ``"catalog"``: the params object's uid ``catalog_uid``, and the facts'
+    :data:`POLICY_RECORD_FIELDS`. What ``variables.decision`` must equal, byte for byte,
+    once compact (:func:`controller.core.placement.compact_json`); it starts with
+    :func:`controller.core.config.admission_mark` of ``catalog_uid``."""
+    record = {RECORD_PATH: ADMISSION_PATH, RECORD_CATALOG: catalog_uid, **placement.record}
     return {k: record[k] for k in POLICY_RECORD_FIELDS if k in record}
 
 

@@ -99,10 +99,28 @@ PARAMS_NAME = "cluster"
 PARAMS_MAX_ENTRIES = 5000
 PARAMS_MAX_BYTES = 1_000_000
 FIELD_MANAGER = "podplacement"
-#: What the admission policy's place branch writes into the decision annotation; the
-#: webhook (``webhook.gating``) and its configuration's matchConditions recognise a pod the
-#: policy placed by it, with the label ``scheduling-gate=removed``.
+#: What the admission policy's place branch writes first into the decision annotation.
 ADMISSION_PATH_MARK = '"path":"admission"'
+#: The decision annotation's field that names the catalog (the params object, by its
+#: ``metadata.uid``) the admission policy placed the pod from (:func:`admission_mark`).
+RECORD_CATALOG = "catalog"
+
+
+def admission_mark(catalog_uid: str) -> str:
+    """The text that starts the decision annotation of a pod the admission policy placed
+    from the params object whose ``metadata.uid`` is ``catalog_uid``:
+    ``"path":"admission","catalog":"<uid>"``.
+
+    The webhook configuration's matchCondition skips a pod only when its annotation
+    carries the mark of the params object that exists now (written by the controller,
+    :func:`controller.core.webhookconfig.desired_webhook_configuration`). A pod's creator
+    can copy a mark from another pod, but only while that params object exists, and while
+    it exists the policy runs on every pod it matches and overwrites the annotation (place)
+    or sets the gate label (gate), so a copied mark never skips placement; a new params
+    object has a new uid, which makes every old mark stale (DESIGN.md: what a pod's creator
+    can set is never trusted).
+    """
+    return f'{ADMISSION_PATH_MARK},"{RECORD_CATALOG}":"{catalog_uid}"'
 
 #: Data key of the ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
 REGISTRIES_CONF_KEY = "registries.conf"

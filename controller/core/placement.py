@@ -89,6 +89,7 @@ from podplacement.controller.core.config import (
     NUMA_LABEL_WAITING,
     OS_LABEL,
     POLICY_LABEL,
+    RECORD_CATALOG,  # written by the admission policy only (config.admission_mark)
     PlacementConfig,
 )
 from podplacement.controller.core.learn import LearnedImage, describe, iso, learned_images
@@ -170,8 +171,8 @@ RECORD_NUMA = "numa"
 RECORD_ARCHS = "archs"
 RECORD_RESULT = "result"
 RECORD_REASON = "reason"
-RECORD_FIELDS = (RECORD_PATH, RECORD_IMAGES, RECORD_CONFIG_ERROR, RECORD_POLICY,
-                 RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
+RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR,
+                 RECORD_POLICY, RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
                  RECORD_PAIRS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT, RECORD_REASON)
 
 

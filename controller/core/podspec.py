@@ -28,6 +28,8 @@ from typing import Any
 
 from podplacement.controller.core.config import (
     ARCH_LABEL,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
     LINUX,
     OS_LABEL,
     SCHEDULING_GATE,
@@ -436,6 +438,33 @@ def has_gate(pod: Mapping[str, Any], gate: str = SCHEDULING_GATE) -> bool:
     """True when the pod's ``spec.schedulingGates`` lists ``gate`` (see :func:`gate_index`;
     never raises on odd input)."""
     return gate_index(pod, gate) is not None
+
+
+def lost_gate_label(pod: Mapping[str, Any]) -> bool:
+    """True when ``pod`` carries our gate but its label ``podplacement.io/scheduling-gate`` is
+    not ``gated`` (another value, or none): the controller's watch of ``=gated`` no longer
+    sees it, so the label must be set again (a pod's creator can update the label of a gated
+    pod). Never raises."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    if isinstance(labels, Mapping) and labels.get(GATE_LABEL) == GATE_LABEL_GATED:
+        return False
+    return has_gate(pod)
+
+
+def gate_label_ops(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSONPatch ops that set the label ``podplacement.io/scheduling-gate=gated`` on a pod
+    that carries our gate (the label the controller watches; a pod's creator may have set
+    another value, or none), ``[]`` when it says ``gated`` already. The labels map is
+    created when absent. Used at admission by the webhook and by the controller."""
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    if isinstance(labels, Mapping):
+        if labels.get(GATE_LABEL) == GATE_LABEL_GATED:
+            return []
+        return [{"op": "add", "path": "/metadata/labels/" + escape_token(GATE_LABEL),
+                 "value": GATE_LABEL_GATED}]
+    return [{"op": "add", "path": "/metadata/labels", "value": {GATE_LABEL: GATE_LABEL_GATED}}]
 
 
 # --- JSON pointers ------------------------------------------------------------------------

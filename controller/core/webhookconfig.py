@@ -40,16 +40,17 @@ Kubernetes 1.21).
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from podplacement.controller.core.config import (
-    ADMISSION_PATH_MARK,
     DECISION_ANNOTATION,
     EXCLUDE_NAMESPACE_LABEL,
     GATE_LABEL,
     GATE_LABEL_REMOVED,
+    SCHEDULING_GATE,
     SYSTEM_NAMESPACES,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
@@ -175,18 +176,37 @@ def webhook_namespace_selection(
     )
 
 
-#: The API server does not call the webhook for a pod the MutatingAdmissionPolicy already
-#: placed (it runs first; label ``scheduling-gate=removed`` and ``"path":"admission"`` in the
-#: decision annotation: ``webhook.gating``'s ``placed_at_admission`` rule): no round trip for
-#: the warm pods of the fast path. A CEL error skips the webhook (failurePolicy
-#: Ignore), as the webhook would skip the pod.
-MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
-    {"name": "not-placed-at-admission",
-     "expression": (
-         f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != '{GATE_LABEL_REMOVED}'"
-         f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
-         f".contains('{ADMISSION_PATH_MARK}')")},
-)
+def match_conditions(placed_mark: str | None) -> list[dict[str, str]]:
+    """The webhook's ``matchConditions``.
+
+    Args:
+        placed_mark: the start of the decision annotation of a pod the admission policy
+            placed from the params object that exists now
+            (:func:`controller.core.config.admission_mark` of its uid), or None while no
+            policy with a place branch is in force (``mechanism: Webhook``, a server without
+            the policy API, fast paths off, the params object missing or not known yet).
+
+    Returns:
+        ``[]`` for None: the webhook is called for every pod. Else one condition: the API
+        server does not call the webhook for a pod the policy placed (it runs first; the
+        label ``scheduling-gate=removed``, the current mark, and not our gate: the policy
+        skips a pod created with our gate, and the webhook must label it for the
+        controller), so the warm pods of the fast path cost no round trip. A mark copied
+        from a pod placed from an earlier params object is stale, and while the current
+        object exists the policy overwrites any mark a pod's creator set
+        (:func:`controller.core.config.admission_mark`). A CEL error skips the webhook
+        (failurePolicy Ignore).
+    """
+    if placed_mark is None:
+        return []
+    return [{"name": "not-placed-at-admission",
+             "expression": (
+                 f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != "
+                 f"'{GATE_LABEL_REMOVED}'"
+                 f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
+                 f".startsWith({json.dumps('{' + placed_mark)})"
+                 f" || object.spec.?schedulingGates.orValue([])"
+                 f".exists(g, g.name == '{SCHEDULING_GATE}')")}]
 
 
 def desired_webhook_configuration(
@@ -199,6 +219,7 @@ def desired_webhook_configuration(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cert_manager_certificate: str | None = None,
     owner: Sequence[Mapping[str, Any]] = (),
+    placed_mark: str | None = None,
 ) -> dict[str, Any]:
     """Build the MutatingWebhookConfiguration ``podplacement-webhook``.
 
@@ -277,7 +298,7 @@ def desired_webhook_configuration(
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
                 "reinvocationPolicy": "Never",
-                "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
+                "matchConditions": match_conditions(placed_mark),
             }
         ],
     }

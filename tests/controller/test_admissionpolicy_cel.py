@@ -52,6 +52,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     PlacementConfig,
     PlatformWeight,
+    config_or_defaults,
 )
 from podplacement.controller.core.imageparams import platforms_value
 from podplacement.controller.core.placement import (
@@ -84,13 +85,17 @@ def _program(expression_text: str) -> Any:
 
 
 def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
-             table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING) -> dict[str, Any]:
+             table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING, *,
+             catalog_uid: str | None = None) -> dict[str, Any]:
     """Each variable in order, as the API server binds them: ``object``, ``params`` (the
     ImagePlatforms object, with the policies of ``ranking``), ``request`` (its namespace)
     and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""
-    params = {"spec": {"images": dict(table), "policies": params_policies(ranking)}}
+    params: dict[str, Any] = {"spec": {"images": dict(table),
+                                       "policies": params_policies(ranking)}}
+    if catalog_uid is not None:
+        params["metadata"] = {"name": "cluster", "uid": catalog_uid}
     request = {"namespace": pod["metadata"].get("namespace", "")}
     values: dict[str, Any] = {}
     for var in variables:
@@ -416,3 +421,40 @@ def test_the_policys_texts_are_the_python_rules() -> None:
     patch = ap.place_patch_mutation()
     for key, value in placed_labels(affinity_set=True).items():
         assert f"escapeKey('{key}'), value: '{value}'" in patch
+
+
+def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -> None:
+    """The webhook configuration's matchCondition skips a pod whose annotation starts with
+    the current params object's mark (controller.core.config.admission_mark): the policy
+    must write exactly that, from ``params.metadata.uid``, and the Python record the same."""
+    from podplacement.controller.core.config import admission_mark
+    from podplacement.controller.core.webhookconfig import match_conditions
+
+    uid = "6f1c2a5e-93a1-4b7e-9d35-0e4d2f8c1a77"
+    variables = ap.place_variables(config_or_defaults(None)[0])
+    values = evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"}, catalog_uid=uid)
+    assert values["placed"] is True
+    assert values["decision"].startswith("{" + admission_mark(uid) + ",")
+    config = config_or_defaults(None)[0]
+    facts = placement_facts(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config)
+    assert compact_json(ap.admission_record(facts, uid)) == values["decision"]
+    # the matchCondition as the controller renders it: this pod skips the webhook, the same
+    # annotation from another params object (or none) does not
+    (condition,) = match_conditions(admission_mark(uid))
+    program = _ENV.compile(condition["expression"])
+
+    def skips(decision: str, gates: list[dict[str, str]] | None = None) -> bool:
+        pod: dict[str, Any] = {"metadata": {"labels": {GATE_LABEL: "removed"},
+                                            "annotations": {"podplacement.io/decision": decision}},
+                               "spec": {}}
+        if gates is not None:
+            pod["spec"]["schedulingGates"] = gates
+        return program.eval(data={"object": pod}).plain_value() is False
+
+    assert skips(values["decision"])
+    assert skips(values["decision"], [{"name": "example.com/other"}])
+    assert not skips(values["decision"], [{"name": SCHEDULING_GATE}])
+    other = evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"}, catalog_uid="0ther")
+    assert not skips(other["decision"])
+    assert not skips(evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"})["decision"])
+    assert match_conditions(None) == []

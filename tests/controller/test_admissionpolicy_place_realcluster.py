@@ -257,8 +257,10 @@ def _check(pod: Mapping[str, Any], got: Mapping[str, Any], pool: Mapping[str, st
         ours = json.loads(annotations.pop(DECISION_ANNOTATION))
         theirs = json.loads(want["metadata"]["annotations"][DECISION_ANNOTATION])
         assert ours["path"] == ap.ADMISSION_PATH
+        # the catalog it came from: the params object's uid (config.admission_mark)
+        assert ours["catalog"] and isinstance(ours["catalog"], str)
         assert {k: ours.get(k) for k in FACTS} == {k: theirs.get(k) for k in FACTS}
-        assert set(ours) - {"path"} == set(theirs) & set(FACTS)
+        assert set(ours) - {"path", "catalog"} == set(theirs) & set(FACTS)
         assert annotations == (sent_meta.get("annotations") or {})
         return "placed"
     sent_gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]

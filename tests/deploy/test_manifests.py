@@ -104,7 +104,7 @@ BASE_PERMISSIONS = (
             "get update delete", ADMISSION_POLICY_NAME)
     # get of every ImagePlatforms: the API server's condition for creating a policy with
     # that paramKind (controller/core/admissionpolicy.py)
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get")
+    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get list watch")
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
     # the uninstall guards (controller/core/ownership.py)
     | _rows(_C, "cluster", "", "namespaces", "get", NS)

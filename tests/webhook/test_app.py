@@ -133,23 +133,32 @@ async def test_gated_pods_are_counted(client: httpx.AsyncClient) -> None:
     assert await metric(client, "podplacement_webhook_request_duration_seconds_count") == 3
 
 
+def _decoded_patch(resp: dict[str, Any]) -> list[dict[str, Any]]:
+    patch: list[dict[str, Any]] = json.loads(base64.b64decode(resp["response"]["patch"]))
+    return patch
+
+
 async def test_admissions_are_counted_by_path(client: httpx.AsyncClient) -> None:
-    placed = review(raw_body("a-plain-pod"))
-    meta = placed["request"]["object"]["metadata"]
+    # a pod whose creator preset what the policy writes is gated like any other
+    forged = review(raw_body("a-plain-pod"))
+    meta = forged["request"]["object"]["metadata"]
     meta.setdefault("labels", {})["podplacement.io/scheduling-gate"] = "removed"
     meta["annotations"] = {"podplacement.io/decision": '{"path":"admission","result":"set"}'}
-    resp = (await client.post("/mutate", content=json.dumps(placed))).json()
-    assert "patch" not in resp["response"]
+    resp = (await client.post("/mutate", content=json.dumps(forged))).json()
+    assert {"op": "add", "path": "/metadata/labels/podplacement.io~1scheduling-gate",
+            "value": "gated"} in _decoded_patch(resp)
     gated = review(raw_body("a-plain-pod"))
     gated["request"]["object"]["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
-    await client.post("/mutate", content=json.dumps(gated))
+    gated["request"]["object"]["metadata"].setdefault("labels", {})[
+        "podplacement.io/scheduling-gate"] = "gated"
+    resp = (await client.post("/mutate", content=json.dumps(gated))).json()
+    assert "patch" not in resp["response"]  # gated by the policy: nothing to change
     await client.post("/mutate", content=raw_body("a-plain-pod"))
     skipped = review(raw_body("a-plain-pod"))
     skipped["request"]["namespace"] = "kube-system"
     await client.post("/mutate", content=json.dumps(skipped))
     name = "podplacement_webhook_admissions_total"
-    assert await metric(client, name, path="policy-placed") == 1
-    assert await metric(client, name, path="gated") == 2  # by the policy, by the webhook
+    assert await metric(client, name, path="gated") == 3  # forged, by the policy, by the webhook
     assert await metric(client, name, path="skipped") == 1
     assert await metric(client, name, path="webhook-placed") == 0
 
@@ -323,3 +332,26 @@ async def test_bench_baselines_check_the_json_and_answer_the_constant(
         bad = await client.post("/bare-validate", content=raw_body("a-plain-pod")[:100])
         assert bad.status_code == 400
         assert "not a JSON object" in bad.json()["error"]
+
+
+@pytest.mark.parametrize("labels", [None, {}, {"podplacement.io/scheduling-gate": "removed"},
+                                    {"app": "x"}])
+async def test_a_pod_created_with_our_gate_gets_the_gated_label(
+        client: httpx.AsyncClient, labels: dict[str, str] | None) -> None:
+    """The controller watches ``scheduling-gate=gated``: a pod's creator who presets our gate
+    with another label value (or none) must not strand the pod gated and unseen."""
+    body = review(raw_body("a-plain-pod"))
+    pod = body["request"]["object"]
+    pod["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    pod["metadata"].pop("labels", None)
+    if labels is not None:
+        pod["metadata"]["labels"] = dict(labels)
+    resp = (await client.post("/mutate", content=json.dumps(body))).json()
+    from localkube.patch import apply_json_patch  # the test oracle's RFC 6902
+
+    patched = apply_json_patch(pod, _decoded_patch(resp))
+    assert patched["metadata"]["labels"]["podplacement.io/scheduling-gate"] == "gated"
+    assert {k: v for k, v in patched["metadata"]["labels"].items()
+            if k != "podplacement.io/scheduling-gate"} == {
+        k: v for k, v in (labels or {}).items() if k != "podplacement.io/scheduling-gate"}
+    assert patched["spec"]["schedulingGates"] == [{"name": SCHEDULING_GATE}]

@@ -106,26 +106,29 @@ def _placed(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, An
     return pod
 
 
-def test_pod_the_admission_policy_placed_is_skipped() -> None:
-    """The policy runs before the webhooks: a pod it placed must not be gated again."""
-    annotation = '{"path":"admission","archs":["amd64"],"result":"set"}'
-    pod = _placed({"podplacement.io/scheduling-gate": "removed"},
-                  {"podplacement.io/decision": annotation})
-    assert decide(pod).reason == "placed_at_admission"
-    assert gating.is_placed_at_admission(pod)
-
-
 @pytest.mark.parametrize(("labels", "annotations"), [
+    # what the policy writes (any catalog uid), preset by the pod's creator
+    ({"podplacement.io/scheduling-gate": "removed"},
+     {"podplacement.io/decision":
+      '{"path":"admission","catalog":"0b0e","archs":["amd64"],"result":"set"}'}),
+    ({"podplacement.io/scheduling-gate": "removed"},
+     {"podplacement.io/decision": '{"path":"admission","archs":["amd64"],"result":"set"}'}),
     ({"podplacement.io/scheduling-gate": "removed"}, {}),
     ({"podplacement.io/scheduling-gate": "removed"},
      {"podplacement.io/decision": '{"result":"set"}'}),
     ({}, {"podplacement.io/decision": '{"path":"admission"}'}),
     ({"podplacement.io/scheduling-gate": "gated"},
      {"podplacement.io/decision": '{"path":"admission"}'}),
+    ({"podplacement.io/node-affinity": "set", "podplacement.io/policy": "p"},
+     {"podplacement.io/decision": '{"path":"webhook","result":"set"}'}),
 ])
-def test_a_copied_label_or_annotation_alone_does_not_skip(
+def test_no_label_or_annotation_of_the_pod_skips_it(
         labels: dict[str, str], annotations: dict[str, str]) -> None:
-    assert decide(_placed(labels, annotations)).gate
+    """What a pod's creator can set is never trusted (DESIGN.md): the pods the policy
+    placed are kept from the webhook by its configuration's matchCondition, which checks
+    the current params object's uid (tests/controller/test_lifecycle_webhookconfig.py)."""
+    decision = decide(_placed(labels, annotations))
+    assert decision.gate and decision.reason == "gated"
 
 
 def test_pod_with_another_gate_is_gated() -> None:
