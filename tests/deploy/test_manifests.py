@@ -694,6 +694,8 @@ def test_sample_config_is_valid_and_parses() -> None:
     cfg = PlacementConfig.from_object(sample)
     assert [(p.architecture, p.weight) for p in cfg.preferred_platforms] == [
         ("amd64", 50), ("arm64", 25)]
+    assert sample["spec"]["fallbackOperatingSystems"] == ["linux"]
+    assert cfg.fallback_operating_systems == PlacementConfig().fallback_operating_systems
 
 
 def test_every_crd_field_is_read_by_the_config_model() -> None:
