@@ -72,7 +72,6 @@ from podplacement.controller.core.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from podplacement.controller.core.decision import plain_ungate
 from podplacement.controller.core.findings import FindingsStore
 from podplacement.controller.core.imageparams import ParamsStore
 from podplacement.controller.core.learn import merge, touches
@@ -853,9 +852,12 @@ class Controller:
 
     # --- uninstall -----------------------------------------------------------------------
     async def ungate_remaining(self, deadline_seconds: float) -> int:
-        """Release every pod still gated (ordered uninstall): a normal decision when it
-        completes within ``deadline_seconds``, else a plain ungate. Returns how many of the
-        pods gated when it started are released (deleted ones are not counted)."""
+        """Release every pod still gated (ordered uninstall, stand-down): a normal decision
+        when it completes within ``deadline_seconds``, else the fallback release, which keeps
+        what is known (:meth:`controller.reconciler.Reconciler.release`: the fallback
+        architecture when one applies, the fallback operating systems; the Warning
+        ``PlacementFallback`` says which). Returns how many of the pods gated when it started
+        are released (deleted ones are not counted)."""
         items, _ = await self.api.list_all(
             PODS_PATH, params={"labelSelector": f"{GATE_LABEL}={GATE_LABEL_GATED}"}
         )
@@ -879,14 +881,15 @@ class Controller:
                     return 0
                 if not has_gate(fresh):
                     return 1  # decided (by this call, or by a worker it raced)
-                decision = plain_ungate(fresh, "podplacement is being uninstalled")
+                config, _ = self.placement_config()
                 try:
-                    await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                           body=list(decision.patch))
+                    decision = await self.reconciler.release(
+                        fresh, "podplacement is being uninstalled", config)
                 except ApiError as exc:
                     log.warning("uninstall: ungating %s/%s failed: %s", ns, name, exc)
                     return 0
-                return 1
+                self.reconciler.emit(fresh, decision)
+                return 1 if decision.ungate else 0
 
         try:
             results = await asyncio.gather(*(one(p) for p in pods))

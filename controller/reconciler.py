@@ -13,8 +13,11 @@ stale pod (409, or the 422 a failed ``test`` gets) raises :class:`~kubeclient.Co
 which the queue retries at once without counting (:class:`controller.queue.WorkQueue`
 ``retry_now``), decided again from the informer's newer copy; failed inspections raise
 :class:`RetryLater` until ``imageInspection.maxRetries`` rounds, then the pod falls back.
-Anything unexpected (odd spec, a patch the server rejects as invalid) ends in a plain
-ungate: no pod stays gated forever (README "How it decides", failures and fallback).
+Anything unexpected (odd spec, a patch the server rejects as invalid) ends in the
+fallback release (:func:`controller.core.decision.fallback_ungate`: the fallback
+architecture when one applies, the fallback operating systems), and in a plain ungate only
+when the server refuses that too: no pod stays gated forever, none is released to any node
+while its affinity can still be written (README "How it decides", failures and fallback).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from podplacement.controller.core.config import PlacementConfig
 from podplacement.controller.core.decision import (
     Decision,
     Outcome,
+    fallback_ungate,
     invalid_pull_secret_event,
     plain_ungate,
     unique_images,
@@ -238,7 +242,7 @@ class Reconciler:
             self.forget(uid)
             return None
         if decision.outcome == Outcome.RETRY:
-            self._emit(pod, decision)
+            self.emit(pod, decision)
             self.metrics.processed.labels(Outcome.RETRY).inc()
             raise RetryLater(decision.reason)
         if not decision.patch:
@@ -258,9 +262,13 @@ class Reconciler:
             if exc.status != 422 or not decision.ungate:
                 raise
             # The server refused our affinity (odd spec): never leave the pod gated.
-            log.warning("pod %s/%s: patch rejected (%s); plain ungate", ns, name, exc.message)
-            decision = plain_ungate(pod, f"placement patch rejected: {exc.message[:150]}")
-            await self._patch(ns, name, list(decision.patch))
+            reason = f"placement patch rejected: {exc.message[:150]}"
+            log.warning("pod %s/%s: %s; fallback release", ns, name, reason)
+            if decision.outcome == Outcome.FALLBACK:
+                decision = plain_ungate(pod, reason)  # the fallback's own affinity refused
+                await self._patch(ns, name, list(decision.patch))
+            else:
+                decision = await self.release(pod, reason, config)
             written = None
         self._after(written or pod, decision, config)
         return self._requeue_after(decision, config)
@@ -277,12 +285,54 @@ class Reconciler:
                 nrts=dict(self.nrts.cache) if self.nrts is not None else {},
                 now=time.time(), inflight=self.inflight, failures=failures,
                 config_error=config_error, on_numa_error=numa_failed,
-                policy=policy_for(pod, self.policies(
-                    str((pod.get("metadata") or {}).get("namespace") or ""))),
+                policy=self._policy(pod),
             )
         except Exception as exc:
-            log.exception("decision failed; plain ungate")
-            return plain_ungate(pod, f"internal error while deciding: {exc}"[:200])
+            log.exception("decision failed; fallback release")
+            return self.release_decision(pod, f"internal error while deciding: {exc}"[:200],
+                                         config)
+
+    def _policy(self, pod: Mapping[str, Any]) -> PlacementPolicy | None:
+        return policy_for(pod, self.policies(
+            str((pod.get("metadata") or {}).get("namespace") or "")))
+
+    def release_decision(self, pod: Mapping[str, Any], reason: str,
+                         config: PlacementConfig) -> Decision:
+        """The fallback release of a pod that is not placed
+        (:func:`controller.core.decision.fallback_ungate`, with the namespace's policy), or
+        the plain ungate when even that cannot be computed. Never raises."""
+        try:
+            return fallback_ungate(pod, reason, config, self._policy(pod))
+        except Exception:
+            log.exception("fallback release failed; plain ungate")
+            return plain_ungate(pod, reason)
+
+    async def release(self, pod: Mapping[str, Any], reason: str,
+                      config: PlacementConfig) -> Decision:
+        """Write the fallback release of the gated ``pod`` (:meth:`release_decision`), or the
+        plain ungate when the API server refuses its affinity as invalid (422), so the pod
+        is never left gated. Emits nothing. Returns the decision written (``skip``: the pod
+        no longer carries our gate, nothing written).
+
+        Raises:
+            ApiError: a write failed otherwise (a stale pod: :class:`~kubeclient.Conflict`).
+        """
+        released = self.release_decision(pod, reason, config)
+        if not released.patch:
+            return released
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        try:
+            await self._patch(ns, name, list(released.patch))
+            return released
+        except ApiError as exc:
+            if exc.status != 422 or released.outcome != Outcome.FALLBACK:
+                raise
+            log.warning("pod %s/%s: fallback patch rejected (%s); plain ungate", ns, name,
+                        exc.message)
+        plain = plain_ungate(pod, reason)
+        await self._patch(ns, name, list(plain.patch))
+        return plain
 
     async def _patch(self, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         pod = await self.api.request(
@@ -302,7 +352,8 @@ class Reconciler:
         :data:`RELEASED_MEMORY` pods."""
         return self._released.pop(uid, False) is None
 
-    def _emit(self, pod: Mapping[str, Any], decision: Decision) -> None:
+    def emit(self, pod: Mapping[str, Any], decision: Decision) -> None:
+        """Queue ``decision``'s Events about ``pod`` (counted in ``events_total``)."""
         for spec in decision.events:
             self.metrics.events.labels(spec.type).inc()
             self.events.emit(pod, spec)
@@ -310,7 +361,7 @@ class Reconciler:
     def _after(self, pod: Mapping[str, Any], decision: Decision, config: PlacementConfig
                ) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
-        self._emit(pod, decision)
+        self.emit(pod, decision)
         outcome = decision.outcome
         self.metrics.processed.labels(outcome).inc()
         if decision.ungate:

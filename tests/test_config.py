@@ -55,3 +55,13 @@ def test_inspection_budget_defaults_to_300ms_and_stays_below_the_webhook_timeout
     for bad in ("5s", "4001ms", "fast"):
         with pytest.raises(ConfigError, match="inspectionBudget"):
             PlacementConfig.from_object({"spec": {"admission": {"inspectionBudget": bad}}})
+
+
+def test_fallback_operating_systems_default_to_linux_and_must_name_node_oses() -> None:
+    assert PlacementConfig.from_object({}).fallback_operating_systems == ("linux",)
+    spec = {"fallbackOperatingSystems": ["windows", "linux", "windows"]}
+    assert PlacementConfig.from_object({"spec": spec}).fallback_operating_systems == (
+        "linux", "windows")
+    for bad in ([], "linux", ["Linux"], ["darwin"], [None]):
+        with pytest.raises(ConfigError, match=r"spec\.fallbackOperatingSystems"):
+            PlacementConfig.from_object({"spec": {"fallbackOperatingSystems": bad}})

@@ -421,6 +421,11 @@ def test_controller_stopped_pods_are_released_after_the_threshold_then_held_agai
         decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
         assert decision["result"] == "fallback" and decision["path"] == "webhook", decision
         assert "at admission (no podplacement controller" in decision["reason"]
+        # released unplaced, still never to any node: the fallback's OS requirement
+        assert pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In",
+                                   "values": ["linux"]}]}]
         assert pod["metadata"]["labels"][GATE_LABEL] == "removed"
     finally:
         controller.popen.send_signal(signal.SIGCONT)
@@ -545,33 +550,69 @@ def test_registry_down_missing_tag_and_black_hole_end_ungated_with_a_fallback_wa
     cluster: KubeEnv, product_factory: Any, ns: str, image: str
 ) -> None:
     """Each pod ends ungated, result ``fallback``, with the Warnings ImageInspectionFailed
-    then PlacementFallback. The config is shortened (maxRetries 1, registryTimeoutSeconds 2)
-    to keep CI fast; the README states the bound with the defaults."""
+    then PlacementFallback, and is never released to any node: it keeps the fallback
+    requirement (README "How it decides", item 7), ``kubernetes.io/os In [linux]`` and, for
+    the pod a PodPlacementPolicy selects, its ``fallbackArchitecture`` arm64 too. Each pod
+    prefers the Windows node (weight 100), so kube-scheduler would bind it there were it
+    released without the OS requirement; none is. The config is shortened (maxRetries 1,
+    registryTimeoutSeconds 2) to keep CI fast; the README states the bound with the
+    defaults."""
     cfg = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
     hole, close = _black_hole()
     cluster.patch(cfg, {"spec": {"imageInspection": {"maxRetries": 1,
                                                      "registryTimeoutSeconds": 2}}})
+    cluster.create(f"/apis/podplacement.io/v1beta1/namespaces/{ns}/podplacementpolicies", {
+        "apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementPolicy",
+        "metadata": {"name": "arm-fallback"},
+        "spec": {"priority": 1, "podSelector": {"matchLabels": {"fallback": "arm"}},
+                 "fallbackArchitecture": "arm64"}})
+    windows_first = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}]}}
     try:
         product_factory(controller_options=("--insecure-registry", hole))
         started = time.monotonic()
         missing = image.rsplit(":", 1)[0] + ":no-such-tag"
         refs = {"down": "127.0.0.1:9/faults/down:v1", "missing": missing,
-                "hole": f"{hole}/faults/hole:v1"}
+                "hole": f"{hole}/faults/hole:v1", "missing-arm": missing}
         for name, ref in refs.items():
-            cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(name, ref))
+            pod = _pod(name, ref)
+            pod["spec"]["affinity"] = windows_first
+            if name == "missing-arm":
+                pod["metadata"]["labels"] = {"fallback": "arm"}
+            cluster.create(f"/api/v1/namespaces/{ns}/pods", pod)
         wait_for(lambda: not _still_gated(cluster, ns), 60, every=0.2)
         took = time.monotonic() - started
-        for name in refs:
-            pod = cluster.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"]
+                 for n in cluster.get("/api/v1/nodes")["items"]}
+        assert any(labels["kubernetes.io/os"] == "windows" for labels in nodes.values())
+
+        def bound() -> list[dict[str, Any]] | None:
+            pods = cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+            return pods if all(p["spec"].get("nodeName") for p in pods) else None
+
+        for pod in wait_for(bound, 30, every=0.2):
+            name = pod["metadata"]["name"]
             decision = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
             assert decision["result"] == "fallback", (name, decision)
             assert "error" in decision["images"][0], (name, decision)
+            node = nodes[pod["spec"]["nodeName"]]
+            assert node["kubernetes.io/os"] == "linux", (name, pod["spec"]["nodeName"])
+            if name == "missing-arm":
+                assert node["kubernetes.io/arch"] == "arm64", (name, pod["spec"]["nodeName"])
         events = cluster.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
         for name in refs:
             reasons = {e["reason"] for e in events if e["regarding"]["name"] == name}
             assert {"ImageInspectionFailed", "PlacementFallback"} <= reasons, (name, reasons)
-        print(f"registry faults: 3 pods ungated with a fallback in {took:.1f} s "
-              "(maxRetries 1, registryTimeoutSeconds 2)")
+            (note,) = [e["note"] for e in events if e["regarding"]["name"] == name
+                       and e["reason"] == "PlacementFallback"]
+            assert "kubernetes.io/os In [linux] (fallbackOperatingSystems)" in note, note
+            if name == "missing-arm":
+                assert ("kubernetes.io/arch In [arm64] (fallbackArchitecture of placement "
+                        "policy arm-fallback)") in note, note
+        print(f"registry faults: {len(refs)} pods ungated with a fallback in {took:.1f} s "
+              "(maxRetries 1, registryTimeoutSeconds 2), all bound to Linux nodes though "
+              "they prefer the Windows node")
     finally:
         close()
         cluster.patch(cfg, {"spec": {"imageInspection": None}})

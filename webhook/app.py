@@ -143,8 +143,9 @@ class WebhookMetrics:
       same, after an inspection at admission that did not finish in time or failed),
       ``released`` (released unplaced while no controller runs) and ``skipped``;
     * ``released_unplaced_total{reason}``: pods released at admission without their images'
-      platforms while no controller runs (the config's ``fallbackArchitecture`` required
-      when set), by why (:data:`webhook.outage.UNPLACED_REASONS`);
+      platforms while no controller runs (the controller's fallback requirement: the
+      fallback architecture when one applies, the fallback operating systems; never any
+      node: :mod:`controller.core.fallback`), by why (:data:`webhook.outage.UNPLACED_REASONS`);
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;

@@ -85,7 +85,8 @@ def register(subparsers: Any) -> None:
                         "long, pods are not held at the gate: the webhook places them at "
                         "admission itself, inspecting their images within "
                         "--admission-inspection-budget, or releases them with the config's "
-                        "fallbackArchitecture (default: %(default)s; not with --config-file)")
+                        "fallback (fallbackArchitecture, fallbackOperatingSystems) "
+                        "(default: %(default)s; not with --config-file)")
     p.add_argument("--admission-inspection-budget", type=_budget, default=DEFAULT_BUDGET,
                    metavar="SECONDS",
                    help="seconds, counted from the start of a review, that the webhook may "

@@ -14,12 +14,17 @@ stall when the controller is down"):
 2. the controller's decision is answered (:func:`controller.core.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
-   (``fallbackArchitecture`` required when set, else no architecture requirement), the
-   pod is *released unplaced* and the answer says why (:attr:`OutageAnswer.unplaced`).
+   (:func:`controller.core.fallback.fallback_requirement`: the fallback architecture when
+   one applies and always the fallback operating systems, default ``kubernetes.io/os In
+   [linux]``), the pod is *released unplaced* and the answer says why
+   (:attr:`OutageAnswer.unplaced`).
 
 With ``dryRun`` nothing is inspected: the cache answers or the pod is released. A pod whose
 shape the controller's patch does not fit gets the plain release of
-:func:`webhook.patch.release_patch` (gate removed, decision ``controller-unavailable``).
+:func:`webhook.patch.release_patch` (gate removed, decision ``controller-unavailable``),
+without the fallback requirement: such an object (``metadata`` not an object,
+``schedulingGates`` not a list) is not one the API server hands a webhook, and no affinity
+path into it can be trusted.
 """
 
 from __future__ import annotations

@@ -168,9 +168,9 @@ def outage_placement(
     The controller's facts (:func:`controller.core.placement.placement_facts`), as in
     :func:`admission_placement`, with two differences. An image without a result (an
     exception or missing) means the controller's fallback at once
-    (``give_up``: ``fallbackArchitecture``
-    required when set, else no architecture requirement; outcome ``fallback``, a
-    ``PlacementFallback`` warning). And ``fastPaths`` is not consulted, nor NUMA placement
+    (``give_up``: :func:`controller.core.fallback.fallback_requirement`, the fallback
+    architecture when one applies and the fallback operating systems; outcome ``fallback``,
+    a ``PlacementFallback`` warning). And ``fastPaths`` is not consulted, nor NUMA placement
     (no node view at admission: the architecture requirement only, as the controller's own
     NUMA fallback). The caller answers for freshness: results of images pulled with
     ``imagePullPolicy: Always`` must have been revalidated with the registry for this

@@ -136,6 +136,12 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "podplacement-system"
 ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
+#: The ``kubernetes.io/os`` values of the nodes the kubelet runs on (the CRD's enum of
+#: ``spec.fallbackOperatingSystems``).
+OPERATING_SYSTEMS = (LINUX, "windows")
+#: ``spec.fallbackOperatingSystems`` when unset: a pod released without its images'
+#: platforms still requires a Linux node (``controller.core.fallback``).
+DEFAULT_FALLBACK_OPERATING_SYSTEMS = (LINUX,)
 
 # --- NodeResourceTopology ---------------------------------------------------------------
 NRT_GROUP = "topology.node.k8s.io"
@@ -333,13 +339,17 @@ class PlacementConfig:
     object so that every reader of the config (the webhook, ``explain``) places as the
     controller does; empty unless both ``enabled`` and ``learn`` are true.
     ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
-    0..:data:`MAX_INSPECTION_BUDGET`).
+    0..:data:`MAX_INSPECTION_BUDGET`). ``fallback_operating_systems`` is
+    ``spec.fallbackOperatingSystems``, sorted, never empty: the ``kubernetes.io/os`` values a
+    pod released without its images' platforms still requires
+    (:func:`controller.core.fallback.fallback_requirement`).
     """
 
     log_verbosity: str = "Normal"
     namespace_selector: Mapping[str, Any] | None = None
     preferred_platforms: tuple[PlatformWeight, ...] = ()
     fallback_architecture: str | None = None
+    fallback_operating_systems: tuple[str, ...] = DEFAULT_FALLBACK_OPERATING_SYSTEMS
     image_inspection: ImageInspectionConfig = field(default_factory=ImageInspectionConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     admission_mechanism: str = ADMISSION_AUTO
@@ -427,6 +437,7 @@ class PlacementConfig:
             namespace_selector=selector if isinstance(selector, Mapping) else None,
             preferred_platforms=tuple(platforms),
             fallback_architecture=spec.get("fallbackArchitecture") or None,
+            fallback_operating_systems=_operating_systems(spec.get("fallbackOperatingSystems")),
             image_inspection=inspection,
             topology=topology,
             admission_mechanism=str(mechanism),
@@ -445,6 +456,21 @@ def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any
     if not isinstance(value, Mapping):
         raise ConfigError(f"{path}.{key}", "must be an object")
     return value
+
+
+def _operating_systems(value: Any) -> tuple[str, ...]:
+    """``spec.fallbackOperatingSystems``: a non-empty list of :data:`OPERATING_SYSTEMS`
+    (duplicates dropped, sorted); absent or null: :data:`DEFAULT_FALLBACK_OPERATING_SYSTEMS`."""
+    path = "spec.fallbackOperatingSystems"
+    if value is None:
+        return DEFAULT_FALLBACK_OPERATING_SYSTEMS
+    if not isinstance(value, list) or not value:
+        raise ConfigError(path, f"must be a non-empty list, got {value!r}")
+    for item in value:
+        if item not in OPERATING_SYSTEMS:
+            raise ConfigError(path, f"must list only {', '.join(OPERATING_SYSTEMS)}, "
+                                    f"got {item!r}")
+    return tuple(sorted(set(value)))
 
 
 def _int(parent: Mapping[str, Any], key: str, default: int, path: str) -> int:

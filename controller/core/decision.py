@@ -41,6 +41,7 @@ from podplacement.controller.core.placement import (
     Outcome,
     Placement,
     event_message,
+    fallback_release,
     placement_facts,
     pod_images,
     short_error,
@@ -72,6 +73,7 @@ __all__ = [
     "NumaLike",
     "Outcome",
     "decide",
+    "fallback_ungate",
     "invalid_pull_secret_event",
     "plain_ungate",
     "pod_images",
@@ -146,10 +148,26 @@ def decide(
     return _rendered(pod, facts)
 
 
+def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig,
+                    policy: PlacementPolicy | None = None) -> Decision:
+    """A decision that removes our gate without the images' platforms and keeps what is
+    known (:func:`controller.core.placement.fallback_release`: the fallback architecture
+    when one applies, the fallback operating systems): for the ordered uninstall and the
+    stand-down (pods not placed within their deadline) and for a pod whose decision failed.
+    ``skip`` when the pod no longer carries our gate.
+
+    Raises:
+        ValueError: ``pod`` has no ``metadata.resourceVersion``.
+    """
+    if not has_gate(pod):
+        return Decision(Outcome.SKIP, REASON_NOT_GATED)
+    return _rendered(pod, fallback_release(pod, reason, config, policy))
+
+
 def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:
-    """A decision that only removes our gate (labels + annotation say why): for ordered
-    uninstall past its deadline and for pods whose spec cannot be decided at all
-    (:func:`controller.core.placement.ungate_only`)."""
+    """A decision that only removes our gate (labels + annotation say why): the last resort
+    when the API server refused even :func:`fallback_ungate`'s affinity, or when it could not
+    be computed (:func:`controller.core.placement.ungate_only`)."""
     if not has_gate(pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
     return _rendered(pod, ungate_only(pod, reason))

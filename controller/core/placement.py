@@ -39,10 +39,13 @@ Rules (README "How it decides", "The controller: one gated pod"):
 - Preferred terms from ``nodeAffinityScoring`` (one per supported arch with a weight) unless
   the pod already prefers an architecture.
 - Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
-  one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``:
-  ``fallbackArchitecture`` when set, else ungated without an architecture requirement.
-  The webhook, deciding at admission while no controller runs, falls back at once
-  (``give_up``): no later attempt would follow.
+  one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``: the
+  requirement of :func:`controller.core.fallback.fallback_requirement` (the fallback
+  architecture when one applies, always the fallback operating systems, default
+  ``kubernetes.io/os In [linux]``; never released to any node). The webhook, deciding at
+  admission while no controller runs, falls back at once (``give_up``): no later attempt
+  would follow. The ordered uninstall releases the pods it could not place with the same
+  requirement (:func:`fallback_release`).
 - A namespace's placement policy (:mod:`controller.core.policy`, README "Per-namespace
   placement policies"), when one matches the pod: its weights and fallback replace the
   cluster's; its ``allowedArchitectures`` are ANDed into the supported pairs, with the
@@ -92,6 +95,7 @@ from podplacement.controller.core.config import (
     RECORD_CATALOG,  # written by the admission policy only (config.admission_mark)
     PlacementConfig,
 )
+from podplacement.controller.core.fallback import fallback_requirement
 from podplacement.controller.core.learn import LearnedImage, describe, iso, learned_images
 from podplacement.controller.core.platforms import (
     ImageLike,
@@ -99,7 +103,7 @@ from podplacement.controller.core.platforms import (
     PlatformSet,
     supported_platforms,
 )
-from podplacement.controller.core.policy import PlacementPolicy, fallback_architectures, narrow
+from podplacement.controller.core.policy import PlacementPolicy, narrow
 
 # --- texts: every renderer imports these, none retypes them -------------------------------
 
@@ -441,28 +445,17 @@ class _Part:
     preferred: tuple[dict[str, Any], ...] = ()
 
 
-def _fallback(inspection: _Inspection, config: PlacementConfig,
-              node_selector: Mapping[str, Any], when: str,
-              policy: PlacementPolicy | None) -> _Part:
-    """Inspection given up: the fallback architectures required (``fallbackArchitecture``,
-    inside the policy's ``allowedArchitectures``: :func:`controller.core.policy.
-    fallback_architectures`) unless the ``nodeSelector`` pins the architecture, else no
-    requirement; outcome ``fallback``."""
-    archs = fallback_architectures(config, policy)
-    # config is the policy's view here (PlacementPolicy.applied_to): its fallback wins
-    arch = config.fallback_architecture if config.fallback_architecture in archs else None
+def _fallback(pod: Mapping[str, Any], inspection: _Inspection, config: PlacementConfig,
+              when: str, policy: PlacementPolicy | None) -> _Part:
+    """Inspection given up: outcome ``fallback``, the requirement of
+    :func:`controller.core.fallback.fallback_requirement` (the fallback architecture when one
+    applies, the fallback operating systems, the user's pins kept) ANDed into every term."""
+    fallback = fallback_requirement(pod, config, policy)
     names = LIST_SEPARATOR.join(inspection.errors)
-    if archs and ARCH_LABEL not in node_selector:
-        what = (f"fallbackArchitecture {arch}" if arch
-                else f"allowedArchitectures {LIST_SEPARATOR.join(archs)}")
-        reason = f"image inspection failed {when} ({names}); {what} required"
-        return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: arch},
-                     (_warning(PLACEMENT_FALLBACK, reason),), architectures=archs,
-                     required=((expression(ARCH_LABEL, "In", list(archs)), None),))
-    reason = (f"image inspection failed {when} ({names}); "
-              "ungated without an architecture requirement")
-    return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: arch},
-                 (_warning(PLACEMENT_FALLBACK, reason),))
+    reason = f"image inspection failed {when} ({names}); {fallback.text}"
+    return _Part(Outcome.FALLBACK, reason, {RECORD_FALLBACK: fallback.fallback_architecture},
+                 (_warning(PLACEMENT_FALLBACK, reason),), architectures=fallback.architectures,
+                 required=fallback.required)
 
 
 def _unsatisfiable(platforms: PlatformSet, entries: Sequence[Mapping[str, Any]]) -> _Part:
@@ -554,7 +547,7 @@ def _platform_part(pod: Mapping[str, Any], inspection: _Inspection, config: Plac
     raw = (pod.get("spec") or {}).get("nodeSelector") or {}
     node_selector: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     if inspection.errors:
-        return _fallback(inspection, config, node_selector, when, policy)
+        return _fallback(pod, inspection, config, when, policy)
     if not inspection.wanted:
         return _Part(Outcome.NOT_SET, REASON_NO_IMAGES)
     found = (platforms if platforms is not None else
@@ -878,10 +871,51 @@ def placement_facts(
     return _settled(pod, head, part, numa_part, numa, policy)
 
 
+def fallback_release(pod: Mapping[str, Any], reason: str, config: PlacementConfig,
+                     policy: PlacementPolicy | None = None) -> Placement:
+    """Our gate removed without the images' platforms, keeping what is known: outcome
+    ``fallback``, the requirement of :func:`controller.core.fallback.fallback_requirement`
+    ANDed into every required term (a pod without terms gets one), the Warning
+    ``PlacementFallback``; for the ordered uninstall and the stand-down (pods not placed
+    within their deadline) and for a pod whose decision failed.
+
+    Args:
+        pod: the gated Pod (dict).
+        reason: why it is released (the requirement's text is appended).
+        config: the PodPlacementConfig in force; policy: the namespace's policy matching the
+            pod, or None.
+
+    Returns:
+        the :class:`Placement`. Never raises for odd pod specs.
+    """
+    if policy is not None:
+        config = policy.applied_to(config)
+    fallback = fallback_requirement(pod, config, policy)
+    reason = f"{reason}; {fallback.text}"
+    terms = AffinityPlan(pod)
+    for expr, unless_key in fallback.required:
+        terms.require(expr, unless_key=unless_key)
+    required = terms.restrictions()
+    warning = _warning(PLACEMENT_FALLBACK, reason)
+    facts: dict[str, Any] = {RECORD_FALLBACK: fallback.fallback_architecture,
+                             RECORD_ARCHS: list(fallback.architectures),
+                             RECORD_RESULT: Outcome.FALLBACK, RECORD_REASON: reason}
+    if policy is not None:
+        facts[RECORD_POLICY] = policy.name
+    return Placement(
+        Outcome.FALLBACK, reason, ungate=True, architectures=fallback.architectures,
+        required=required,
+        labels=placed_labels(affinity_set=any(t.expressions for t in required),
+                             policy=policy.name if policy else None),
+        remove_labels=(NUMA_LABEL,) if NUMA_LABEL in _current_labels(pod) else (),
+        record={k: facts[k] for k in RECORD_FIELDS if k in facts},
+        warnings=(warning,), events=(warning,))
+
+
 def ungate_only(pod: Mapping[str, Any], reason: str) -> Placement:
     """Only our gate removed (labels and annotation say why), with the Warning
-    ``PlacementFallback``: for ordered uninstall past its deadline and for pods whose spec
-    cannot be decided at all."""
+    ``PlacementFallback``: the last resort when the API server refused even the fallback's
+    affinity (:func:`fallback_release`), or when that could not be computed."""
     return Placement(
         Outcome.NOT_SET, reason, ungate=True, labels=placed_labels(affinity_set=False),
         remove_labels=(NUMA_LABEL,) if NUMA_LABEL in _current_labels(pod) else (),

@@ -330,7 +330,9 @@ def fallback_architectures(config: PlacementConfig,
     """The architectures required when inspection is given up: the fallback (the policy's,
     else the cluster's), kept only inside the policy's ``allowedArchitectures``; with a
     limit and no fallback inside it, the allowed architectures themselves (a hard limit
-    holds for pods whose images could not be inspected, too). Empty: no requirement."""
+    holds for pods whose images could not be inspected, too). Empty: no architecture
+    requirement (the fallback operating systems still apply:
+    :func:`controller.core.fallback.fallback_requirement`)."""
     arch = (policy.fallback_architecture if policy is not None else None) \
         or config.fallback_architecture
     allowed = policy.allowed_architectures if policy is not None else None

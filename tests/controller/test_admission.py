@@ -123,11 +123,12 @@ def admission_pod_st(draw: st.DrawFn) -> dict[str, Any]:
 
 
 config_st = st.builds(
-    lambda weights, fallback: PlacementConfig(
+    lambda weights, fallback, oses: PlacementConfig(
         preferred_platforms=tuple(PlatformWeight(a, w) for a, w in weights),
-        fallback_architecture=fallback),
+        fallback_architecture=fallback, fallback_operating_systems=oses),
     st.sampled_from([(), (("amd64", 10),), (("amd64", 30), ("arm64", 60))]),
     st.sampled_from([None, "amd64"]),
+    st.sampled_from([("linux",), ("linux", "windows")]),
 )
 
 
@@ -357,7 +358,7 @@ def test_outage_placement_is_the_controllers_decision_after_its_last_retry(
     assert _record(by_webhook)["path"] == PATH_WEBHOOK
 
 
-def test_outage_fallback_requires_the_fallback_architecture_in_every_term() -> None:
+def test_outage_fallback_requires_the_fallback_architecture_and_os_in_every_term() -> None:
     pod = _pod("reg/down:1", gated=True)
     pod["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -370,12 +371,14 @@ def test_outage_fallback_requires_the_fallback_architecture_in_every_term() -> N
     placed = _json_patch(pod, list(placement.patch))
     terms = placed["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert all(expression(ARCH_LABEL, "In", ["arm64"]) in t["matchExpressions"]
-               for t in terms)
+    assert [t["matchExpressions"][1:] for t in terms] == [
+        [expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]] * 2
     assert "schedulingGates" not in placed["spec"]
     record = _record(placed)
     assert record["fallback"] == "arm64" and record["reason"] == (
-        f"image inspection failed {GIVE_UP} (reg/down:1); fallbackArchitecture arm64 required")
+        f"image inspection failed {GIVE_UP} (reg/down:1); fallback: required "
+        "kubernetes.io/arch In [arm64] (fallbackArchitecture), kubernetes.io/os In [linux] "
+        "(fallbackOperatingSystems)")
 
 
 @pytest.mark.parametrize("config", [

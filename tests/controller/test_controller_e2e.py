@@ -188,8 +188,8 @@ async def test_private_image_needs_the_secret_in_the_pods_namespace(
         record = decision_of(pod2)
         assert record["result"] == "fallback"
         assert "error" in record["images"][0]
-        assert required_terms(pod2) == []
-        assert pod2["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+        assert required_terms(pod2) == [{"matchExpressions": [LINUX]}]  # never any node
+        assert pod2["metadata"]["labels"][AFFINITY_LABEL] == "set"
     finally:
         ckube.delete(f"/api/v1/namespaces/{other}")
 
@@ -204,9 +204,12 @@ async def test_registry_down_retries_then_falls_back_and_ungates(
     pod = await wait_ungated(api, ns, "down", within=30)
     record = decision_of(pod)
     assert record["result"] == "fallback" and record["fallback"] is None
-    assert required_terms(pod) == []
-    reasons = [e["reason"] for e in await eventually(lambda: _two_events(api, ns, "down"))]
-    assert sorted(reasons) == ["ImageInspectionFailed", "PlacementFallback"]
+    assert required_terms(pod) == [{"matchExpressions": [LINUX]}]
+    events = await eventually(lambda: _two_events(api, ns, "down"))
+    assert sorted(e["reason"] for e in events) == ["ImageInspectionFailed", "PlacementFallback"]
+    (fallback,) = [e for e in events if e["reason"] == "PlacementFallback"]
+    assert "required kubernetes.io/os In [linux] (fallbackOperatingSystems)" in (
+        fallback.get("note") or fallback.get("message") or "")
     assert ctl.metrics.processed.labels("retry")._value.get() == 5  # default maxRetries
 
 
@@ -391,7 +394,7 @@ async def test_pod_ungated_by_someone_else_is_left_alone(
     assert pod["metadata"]["labels"][GATE_LABEL] == "gated"
 
 
-async def test_ungate_remaining_decides_within_the_deadline_else_plain_ungate(
+async def test_ungate_remaining_decides_within_the_deadline_else_the_fallback(
     api: KubeAPI, namespace: str, images: Images, start_controller: StartController
 ) -> None:
     ns = namespace
@@ -403,8 +406,41 @@ async def test_ungate_remaining_decides_within_the_deadline_else_plain_ungate(
     assert "schedulingGates" not in ok["spec"]
     assert required_terms(ok) == [{"matchExpressions": [_arch("arm64"), LINUX]}]
     stuck = await get_pod(api, ns, "stuck")
-    assert "schedulingGates" not in stuck["spec"] and required_terms(stuck) == []
-    assert decision_of(stuck)["reason"] == "podplacement is being uninstalled"
+    # released without its images' platforms, still never to any node
+    assert "schedulingGates" not in stuck["spec"]
+    assert required_terms(stuck) == [{"matchExpressions": [LINUX]}]
+    record = decision_of(stuck)
+    assert record["result"] == "fallback" and record["reason"] == (
+        "podplacement is being uninstalled; fallback: required kubernetes.io/os In [linux] "
+        "(fallbackOperatingSystems); any kubernetes.io/arch (no fallbackArchitecture)")
+
+    async def fallback_events() -> list[dict[str, Any]]:
+        return [e for e in await events_for(api, ns, "stuck")
+                if e["reason"] == "PlacementFallback"]
+
+    (event,) = await eventually(fallback_events)
+    assert (event.get("note") or event.get("message")) == record["reason"]
+
+
+async def test_a_decision_that_fails_releases_the_pod_with_the_fallback(
+    api: KubeAPI, namespace: str, images: Images, start_controller: StartController,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An internal error while deciding never leaves the pod gated, nor releases it to any
+    node: the fallback requirement is written (README "How it decides", item 7)."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("podplacement.controller.reconciler.plan", broken)
+    ns = namespace
+    await start_controller()
+    await create_pod(api, ns, gated_pod("odd", [images.arm]))
+    pod = await wait_ungated(api, ns, "odd")
+    assert required_terms(pod) == [{"matchExpressions": [LINUX]}]
+    record = decision_of(pod)
+    assert record["result"] == "fallback" and record["reason"].startswith(
+        "internal error while deciding: boom; fallback: required kubernetes.io/os In [linux]")
 
 
 async def test_pod_deleted_while_queued_is_dropped(

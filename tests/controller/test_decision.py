@@ -140,7 +140,7 @@ def test_windows_image_adds_an_os_requirement() -> None:
     ]
 
 
-def test_inspection_error_retries_then_falls_back_without_requirement() -> None:
+def test_inspection_error_retries_then_falls_back_to_the_default_os_requirement() -> None:
     cfg = replace(CFG, image_inspection=ImageInspectionConfig(max_retries=2))
     pod = gated_pod()
     err = {"reg/app:1": ConnectionError("registry down")}
@@ -151,12 +151,18 @@ def test_inspection_error_retries_then_falls_back_without_requirement() -> None:
     last = d.decide(pod, err, cfg, failures=2)
     assert last.outcome == d.Outcome.FALLBACK and last.ungate
     new = _apply(pod, last)
-    assert terms_of(new) == []
-    assert new["metadata"]["labels"][AFFINITY_LABEL] == "not-set"
+    # never released to any node: no fallbackArchitecture, still Linux only
+    assert terms_of(new) == [{"matchExpressions": [expression(OS_LABEL, "In", ["linux"])]}]
+    assert new["metadata"]["labels"][AFFINITY_LABEL] == "set"
     ann = _annotation(new)
-    assert ann["result"] == "fallback" and ann["fallback"] is None
+    assert ann["result"] == "fallback" and ann["fallback"] is None and ann["archs"] == []
     assert "registry down" in ann["images"][0]["error"]
+    assert ann["reason"] == (
+        "image inspection failed after 3 attempts (reg/app:1); fallback: required "
+        "kubernetes.io/os In [linux] (fallbackOperatingSystems); any kubernetes.io/arch "
+        "(no fallbackArchitecture)")
     assert last.events[0].reason == d.PLACEMENT_FALLBACK
+    assert last.events[0].message == ann["reason"]
 
 
 def test_fallback_architecture_is_required_when_configured() -> None:
@@ -166,8 +172,11 @@ def test_fallback_architecture_is_required_when_configured() -> None:
     pod = gated_pod()
     dec = d.decide(pod, {}, cfg)  # image missing from the map counts as an error
     new = _apply(pod, dec)
-    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"])]}]
+    assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
+                                                   expression(OS_LABEL, "In", ["linux"])]}]
     assert _annotation(new)["fallback"] == "amd64"
+    assert "required kubernetes.io/arch In [amd64] (fallbackArchitecture), kubernetes.io/os " \
+        "In [linux] (fallbackOperatingSystems)" in dec.events[0].message
 
 
 def test_architecture_not_in_cluster_warns() -> None:
@@ -274,6 +283,24 @@ def test_numa_unsatisfiable_ungate_does_not_wait() -> None:
     cfg = replace(TOPO, topology=replace(TOPO.topology, unsatisfiable="Ungate"))
     dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/amd64")}, cfg, numa=Numa(True))
     assert dec.ungate
+
+
+def test_fallback_ungate_keeps_the_fallback_requirement_anded_into_the_terms() -> None:
+    """The ordered uninstall's release of a pod it could not place: the same fallback
+    requirement as after the last retry, ANDed into the user's term, with its Warning."""
+    pod = gated_pod(affinity=required([ZONE]))
+    cfg = replace(CFG, fallback_architecture="arm64")
+    dec = d.fallback_ungate(pod, "podplacement is being uninstalled", cfg)
+    assert dec.outcome == d.Outcome.FALLBACK and dec.ungate
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [
+        ZONE, expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
+    assert "schedulingGates" not in new["spec"]
+    ann = _annotation(new)
+    assert ann["result"] == "fallback" and ann["fallback"] == "arm64"
+    assert ann["reason"].startswith("podplacement is being uninstalled; fallback: required ")
+    assert [(e.reason, e.message) for e in dec.events] == [(d.PLACEMENT_FALLBACK, ann["reason"])]
+    assert d.fallback_ungate(gated_pod(gates=("other",)), "x", cfg).outcome == d.Outcome.SKIP
 
 
 def test_plain_ungate_only_removes_the_gate() -> None:

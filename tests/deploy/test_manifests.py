@@ -9,6 +9,7 @@ import argparse
 import ast
 import copy
 import functools
+import json
 import os
 import re
 import shutil
@@ -623,7 +624,8 @@ def _to_jsonschema(schema: Any) -> Any:
 
 
 def _list_map_duplicates(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
-    """x-kubernetes-list-type: map duplicate keys (what the API server rejects)."""
+    """x-kubernetes-list-type: map duplicate keys and set duplicate values (what the API
+    server rejects)."""
     errors: list[str] = []
     if isinstance(value, dict):
         for k, v in value.items():
@@ -631,6 +633,9 @@ def _list_map_duplicates(schema: dict[str, Any], value: Any, path: str = "") -> 
             if sub:
                 errors += _list_map_duplicates(sub, v, f"{path}.{k}")
     elif isinstance(value, list):
+        if schema.get("x-kubernetes-list-type") == "set" and len(
+                {json.dumps(v, sort_keys=True) for v in value}) != len(value):
+            errors.append(f"{path}: Duplicate value in a set")
         if schema.get("x-kubernetes-list-type") == "map":
             keys = schema["x-kubernetes-list-map-keys"]
             seen = set()
@@ -671,6 +676,7 @@ FULL_SPEC: dict[str, Any] = {
     "plugins": {"nodeAffinityScoring": {"enabled": True, "platforms": [
         {"architecture": "s390x", "weight": 100}, {"architecture": "ppc64le", "weight": 1}]}},
     "fallbackArchitecture": "arm64",
+    "fallbackOperatingSystems": ["windows", "linux"],
     "imageInspection": {
         "cacheTTL": "1h30m", "maxRetries": 20, "registryTimeoutSeconds": 300,
         "globalPullSecretRef": {"namespace": "infra", "name": "pull"},
@@ -688,6 +694,8 @@ def test_sample_config_is_valid_and_parses() -> None:
     cfg = PlacementConfig.from_object(sample)
     assert [(p.architecture, p.weight) for p in cfg.preferred_platforms] == [
         ("amd64", 50), ("arm64", 25)]
+    assert sample["spec"]["fallbackOperatingSystems"] == ["linux"]
+    assert cfg.fallback_operating_systems == PlacementConfig().fallback_operating_systems
 
 
 def test_every_crd_field_is_read_by_the_config_model() -> None:
@@ -702,6 +710,7 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
     assert [(p.architecture, p.weight) for p in cfg.preferred_platforms] == [
         ("s390x", 100), ("ppc64le", 1)]
     assert cfg.fallback_architecture == "arm64"
+    assert cfg.fallback_operating_systems == ("linux", "windows")
     ii = cfg.image_inspection
     assert (ii.cache_ttl_seconds, ii.max_retries, ii.registry_timeout_seconds) == (5400, 20, 300)
     assert ii.global_pull_secret is not None and ii.global_pull_secret.namespace == "infra"
@@ -731,6 +740,10 @@ BAD_SPECS = [
      "s390x"),
     ("verbosity", ("logVerbosity",), "Loud"),
     ("fallback", ("fallbackArchitecture",), "riscv64"),
+    ("fallback os", ("fallbackOperatingSystems", 0), "darwin"),
+    ("fallback os empty", ("fallbackOperatingSystems",), []),
+    ("fallback os twice", ("fallbackOperatingSystems", 0), "linux"),
+    ("fallback os not a list", ("fallbackOperatingSystems",), "linux"),
     ("ttl", ("imageInspection", "cacheTTL"), "6 hours"),
     ("ttl no unit", ("imageInspection", "cacheTTL"), "60"),
     ("retries", ("imageInspection", "maxRetries"), 21),

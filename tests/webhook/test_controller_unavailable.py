@@ -129,7 +129,12 @@ async def test_without_an_inspector_pods_are_released_with_the_fallback_while_no
     assert [g["name"] for g in new["spec"]["schedulingGates"]] == ["other"]
     decision = json.loads(new["metadata"]["annotations"][DECISION_ANNOTATION])
     assert decision["result"] == "fallback" and decision["path"] == "webhook"
-    assert decision["fallback"] is None  # no fallbackArchitecture: affinity unchanged
+    # no fallbackArchitecture, and the pod's nodeSelector pins kubernetes.io/os=linux
+    # itself: the fallback has nothing to add, the affinity is unchanged
+    assert decision["fallback"] is None
+    assert decision["reason"].endswith("; fallback: any kubernetes.io/arch (no "
+                                       "fallbackArchitecture); kubernetes.io/os as the pod "
+                                       "pins it")
     assert new["spec"].get("affinity") == review["request"]["object"]["spec"].get("affinity")
     # a pod the policy did not gate is not gated by the webhook either
     plain = json.loads(raw_body("a-plain-pod"))
