@@ -53,6 +53,11 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
   concurrent reviews) and places the pod;
 - ``new-images``: every pod names a reference never seen (a distinct tag of one of the three
   manifests): the policy gates, the webhook inspects at admission and places;
+- ``skewed``: what a default install meets: the product as shipped (sample config), the
+  params object empty at the start, pods over ``--skew-tags`` tags (default 500) drawn with a
+  Zipf law (s=1.1; a few tags take most pods), 10% of the pods pulled with ``Always``. The
+  report's decision paths give the share of pods each path placed (``admission``: the
+  policy, from the catalog the controller fills from every path);
 - ``cold-burst``: 20 references never seen, pods round-robin over them, no warm-up;
 - ``controller``: ``spec.admission.fastPaths: Disabled``: every pod gated, then PATCHed by the
   controller (the floor);
@@ -135,7 +140,8 @@ LOADGEN = REPO / "bench" / "loadgen.py"
 NAMESPACE = "bench"
 CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
 PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
-SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "cold-burst",
+SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "skewed",
+             "cold-burst",
              "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
              "warm-small", "warm-nomonitor", "floor-product")
 #: ``warm`` variants that tell where its cost goes: a params object holding only the bench
@@ -149,6 +155,10 @@ FLOOR_ARMS = ("floor-label", "floor-place", "floor-product")
 REPOS = {"bench/multi": frozenset({"amd64", "arm64"}), "bench/amd": frozenset({"amd64"}),
          "bench/arm": frozenset({"arm64"})}
 BURST_IMAGES = 20
+#: The ``skewed`` scenario's defaults: tags, Zipf exponent, share of pods pulled with Always.
+SKEW_TAGS = 500
+SKEW_S = 1.1
+SKEW_ALWAYS = 0.10
 
 
 @dataclass(frozen=True)
@@ -158,11 +168,13 @@ class Workload:
     images: list[str]
     always: bool = False
     pull_secret: str | None = None
+    #: indexes of the pods pulled with Always (besides every pod when ``always``)
+    always_pods: frozenset[int] = frozenset()
 
     def body(self, i: int) -> str:
         """The JSON body of pod ``p-i``."""
         container: dict[str, Any] = {"name": "c", "image": self.images[i]}
-        if self.always:
+        if self.always or i in self.always_pods:
             container["imagePullPolicy"] = "Always"
         spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
         if self.pull_secret:
@@ -232,6 +244,7 @@ class Images:
     base: list[str]
     new: list[str]
     burst: list[str]
+    skewed: list[str] = field(default_factory=list)
 
     @staticmethod
     def archs(image: str) -> frozenset[str]:
@@ -240,10 +253,11 @@ class Images:
         return REPOS[repo]
 
 
-def push_images(registry: Registry, pods: int, new_images: bool, burst: bool) -> Images:
+def push_images(registry: Registry, pods: int, new_images: bool, burst: bool,
+                skewed: int = 0) -> Images:
     """Push the three manifests (tag ``v1``) and, as asked, ``pods`` tags ``n<i>`` (pod i:
-    repository i % 3) and :data:`BURST_IMAGES` tags ``b<j>``; every tag of a repository
-    names the same manifest."""
+    repository i % 3), :data:`BURST_IMAGES` tags ``b<j>`` and ``skewed`` tags ``z<k>``
+    (repository k % 3); every tag of a repository names the same manifest."""
     p = Pusher(registry)
     repos = list(REPOS)
     try:
@@ -260,13 +274,31 @@ def push_images(registry: Registry, pods: int, new_images: bool, burst: bool) ->
 
         new = [tag(repos[i % 3], f"n{i}") for i in range(pods)] if new_images else []
         bursts = [tag(repos[j % 3], f"b{j}") for j in range(BURST_IMAGES)] if burst else []
+        skew = [tag(repos[k % 3], f"z{k}") for k in range(skewed)]
     finally:
         p.close()
-    return Images([f"{registry.host}/{r}:v1" for r in repos], new, bursts)
+    return Images([f"{registry.host}/{r}:v1" for r in repos], new, bursts, skew)
+
+
+def zipf_picks(n: int, tags: int, s: float, seed: int = 1) -> list[int]:
+    """``n`` draws of a tag index in ``range(tags)`` with P(k) proportional to 1/(k+1)^s (a
+    Zipf law over ranks; the same draws for the same arguments)."""
+    import random
+
+    weights = [1.0 / (k + 1) ** s for k in range(tags)]
+    return random.Random(seed).choices(range(tags), weights=weights, k=n)
 
 
 def workload(scenario: str, images: Images, pods: int, pull_secret: str | None) -> Workload:
     """The pods a product arm of ``scenario`` creates (bare: those of ``warm``)."""
+    if scenario == "skewed":
+        import random
+
+        rng = random.Random(2)
+        picks = zipf_picks(pods, len(images.skewed), SKEW_S)
+        return Workload([images.skewed[k] for k in picks], pull_secret=pull_secret,
+                        always_pods=frozenset(i for i in range(pods)
+                                              if rng.random() < SKEW_ALWAYS))
     if scenario == "new-images":
         refs = images.new[:pods]
     elif scenario == "cold-burst":
@@ -822,7 +854,7 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
                     headers={"Content-Type": "application/merge-patch+json"}
                     ).raise_for_status()
     warm = scenario in WARM_ARMS
-    if scenario != "webhook-warm":
+    if scenario not in ("webhook-warm", "skewed"):  # skewed: the catalog starts empty
         known = ({i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))
                   for i in images.base} if warm else {})
         seed_params(plane, len(known) if scenario == "warm-small" else args.params_entries,
@@ -1064,6 +1096,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 connection, pods created one at a time (default --pods 200)")
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds to wait for every pod to be bound (default 300)")
+    ap.add_argument("--skew-tags", type=int, default=SKEW_TAGS,
+                    help=f"tags of the skewed scenario (default {SKEW_TAGS}; Zipf s={SKEW_S}, "
+                         f"{SKEW_ALWAYS:.0%} Always)")
     ap.add_argument("--params-entries", type=int, default=5000,
                     help="entries of the params object with mechanism Auto (default 5000)")
     ap.add_argument("--inspection-budget", default=None, metavar="DURATION",
@@ -1094,7 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
                 else start_registry(work / "registry", quiet=True))
     try:
         images = push_images(registry, args.pods, "new-images" in scenarios,
-                             "cold-burst" in scenarios)
+                             "cold-burst" in scenarios,
+                             args.skew_tags if "skewed" in scenarios else 0)
         rounds: list[dict[str, Run]] = []
         for r in range(args.rounds):
             order = ["bare", *scenarios]
