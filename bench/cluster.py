@@ -67,6 +67,10 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
   (``plugins.execFormatErrorMonitor.enabled: false``): ``warm`` less one of its costs;
 - ``floor-product``: the product's own admission policy and params object (as in ``warm``),
   with no webhook or controller process (:func:`product_policy`);
+- ``floor-webhook``: no product; a minimal mutating webhook of the benchmark's own
+  (:mod:`bench.floorhook`: uvicorn, TLS, a one-op JSONPatch) called for every pod: what one
+  webhook call costs the API server whatever the webhook decides, the floor under every pod
+  the webhook places (``always``, ``new-images``);
 - ``floor-label`` and ``floor-place``: no product; a minimal MutatingAdmissionPolicy of the
   benchmark's own that adds one label, or writes a constant placement of the product's
   shape, to every pod (:func:`floor_policy`): what the API server spends on any policy
@@ -109,6 +113,7 @@ import resource  # noqa: E402
 import signal  # noqa: E402
 import ssl  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -143,13 +148,13 @@ PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
 SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "skewed",
              "cold-burst",
              "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
-             "warm-small", "warm-nomonitor", "floor-product")
+             "warm-small", "warm-nomonitor", "floor-product", "floor-webhook")
 #: ``warm`` variants that tell where its cost goes: a params object holding only the bench
 #: images, or the exec format error monitor (a watch of every placed pod) switched off.
 WARM_ARMS = ("warm", "warm-policy", "warm-small", "warm-nomonitor")
 #: Arms without the product: a minimal MutatingAdmissionPolicy of the benchmark's own
 #: (:func:`floor_policy`), the floor under any placement done by a policy.
-FLOOR_ARMS = ("floor-label", "floor-place", "floor-product")
+FLOOR_ARMS = ("floor-label", "floor-place", "floor-product", "floor-webhook")
 #: The three manifests every image reference of the benchmark names: repository → the
 #: architectures it runs on (all linux).
 REPOS = {"bench/multi": frozenset({"amd64", "arm64"}), "bench/amd": frozenset({"amd64"}),
@@ -769,6 +774,7 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
     plane = start_control_plane(locate_assets(), work_dir / f"{arm}-plane",
                                 audit=not args.no_audit)
     product: Product | None = None
+    floor_hook: subprocess.Popen[bytes] | None = None
     run = Run(arm, args.pods)
     secret = "bench-pull" if args.private else None
     work = workload("warm" if arm in ("bare", *WARM_ARMS, *FLOOR_ARMS) else arm, images,
@@ -790,6 +796,8 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
         if arm == "floor-product":
             install_floor(plane, arm, objects=product_policy(plane, images, args.params_entries),
                           image=images.base[0])
+        elif arm == "floor-webhook":
+            floor_hook = start_floor_webhook(plane, work_dir / "floorhook")
         elif arm in FLOOR_ARMS:
             install_floor(plane, arm)
         elif arm != "bare":
@@ -803,14 +811,14 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
 
         def on_start() -> None:
             before.update({name: proc_stats(pid)
-                           for name, pid in _processes(plane, product, registry).items()})
+                           for name, pid in _processes(plane, product, registry, floor_hook).items()})
 
         asyncio.run(create_and_watch(plane, work, args.pods, args, run, specs, args.limit,
                                      on_start))
         time.sleep(2.0)  # writes that trail the last binding (Events) still count
         until = datetime.now().astimezone()
         after = {name: proc_stats(pid)
-                 for name, pid in _processes(plane, product, registry).items()}
+                 for name, pid in _processes(plane, product, registry, floor_hook).items()}
         run.bench_cpu += _self_cpu() - self_cpu0
         run.processes = {name: (after[name][0] - before.get(name, (0.0, 0))[0], after[name][1])
                          for name in after}
@@ -825,8 +833,60 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
             with contextlib.suppress(ProcessLookupError):
                 os.kill(product.webhook.popen.pid, signal.SIGCONT)
             product.stop()
+        if floor_hook is not None:
+            floor_hook.terminate()
+            floor_hook.wait(10)
         plane.stop()
     return run
+
+
+def start_floor_webhook(plane: ControlPlane, work_dir: Path,
+                        limit: float = 30.0) -> subprocess.Popen[bytes]:
+    """Start :mod:`bench.floorhook` on a free port of 127.0.0.1 with a serving certificate of
+    a fresh CA, register it for the bench namespace's pod CREATEs (failurePolicy Fail), and
+    wait until a dry-run pod shows its label."""
+    from podplacement.certs import generate_ca, issue_serving_cert
+    from podplacement.sandbox.ports import free_port
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ca = generate_ca("bench-floor-ca")
+    serving = issue_serving_cert(ca, [], ["127.0.0.1"])
+    (work_dir / "tls.crt").write_bytes(serving.cert_pem)
+    (work_dir / "tls.key").write_bytes(serving.key_pem)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floorhook.py")),
+                             "--port", str(port), "--cert", str(work_dir / "tls.crt"),
+                             "--key", str(work_dir / "tls.key")])
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration", "metadata": {"name": "bench-floor"},
+        "webhooks": [{
+            "name": "floor.bench.io", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 10,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
+                             "caBundle": base64.b64encode(ca.cert_pem).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": NAMESPACE}}}]}
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "floor-probe",
+                                                             "labels": {"app": "probe"}},
+             "spec": {"containers": [{"name": "c", "image": "probe"}]}}
+    with plane.client() as c:
+        c.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+               json=config).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            r = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"},
+                       json=probe)
+            if r.status_code == 201 and (r.json()["metadata"].get("labels") or {}).get(
+                    "bench.io/floor") == "webhook":
+                return proc
+            if time.monotonic() > deadline:
+                proc.terminate()
+                raise RuntimeError(f"the floor webhook did not answer: {r.status_code} "
+                                   f"{r.text[:600]}")
+            time.sleep(0.2)
 
 
 def _self_cpu() -> float:
@@ -883,9 +943,11 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
     return product
 
 
-def _processes(plane: ControlPlane, product: Product | None,
-               registry: Registry) -> dict[str, int]:
+def _processes(plane: ControlPlane, product: Product | None, registry: Registry,
+               floor_hook: subprocess.Popen[bytes] | None = None) -> dict[str, int]:
     procs = {name: p.pid for name, p in plane.processes.items()}
+    if floor_hook is not None:
+        procs["webhook"] = floor_hook.pid
     if product is not None:
         procs["webhook"] = product.webhook.popen.pid
         for i, p in enumerate(product.controllers):
