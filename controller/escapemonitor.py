@@ -47,6 +47,7 @@ from typing import Any
 from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.core.config import PlacementConfig
 from podplacement.controller.core.escape import (
+    FIT,
     REPAIRED,
     RepairRounds,
     classify,
@@ -315,8 +316,9 @@ class EscapeMonitor:
         self.metrics.escaped_pods.labels(outcome).inc()
         self.metrics.events.labels(spec.type).inc()
         self.events.emit(pod, spec)
-        log.warning("pod %s/%s escaped placement (%s): %s", meta.get("namespace"),
-                    meta.get("name"), outcome, spec.message)
+        log.log(logging.INFO if outcome == FIT else logging.WARNING,
+                "pod %s/%s escaped placement (%s): %s", meta.get("namespace"),
+                meta.get("name"), outcome, spec.message)
 
     async def _get(self, path: str) -> dict[str, Any] | None:
         try:
