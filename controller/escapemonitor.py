@@ -51,6 +51,7 @@ from podplacement.controller.core.escape import (
     REPAIRED,
     RepairRounds,
     classify,
+    created_at,
     event_spec,
     record_patch,
     repair_owner,
@@ -291,8 +292,7 @@ class EscapeMonitor:
         owner, not_repaired = repair_owner(pod, verdict,
                                            delete_unfit_pods=config.delete_unfit_pods)
         if owner is not None:
-            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-            wait = self.rounds.admit(owner[2], created, self.clock())
+            wait = self.rounds.admit(owner[2], created_at(pod), self.clock())
             if wait > 0:
                 return wait
             result = await delete_pod(self.api, ns, name, uid)

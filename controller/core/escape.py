@@ -73,6 +73,7 @@ __all__ = [
     "RepairRounds",
     "Verdict",
     "classify",
+    "created_at",
     "created_with_node_name",
     "event_spec",
     "record_patch",
@@ -161,14 +162,16 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
     scoped = pod_skip_reason(pod, own_namespace)
     if scoped is not None:
         return scoped
-    created = parse_time(_text(metadata.get("creationTimestamp")))
+    created = created_at(pod)
     if created is None or created < config_created:
         return SKIP_PREDATES_CONFIG
     return None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """The pod's ``creationTimestamp`` in unix seconds, or None when absent or malformed."""
+    value = _map(pod.get("metadata")).get("creationTimestamp")
+    return parse_time(value) if isinstance(value, str) else None
 
 
 def created_with_node_name(pod: Mapping[str, Any]) -> bool:
