@@ -349,3 +349,29 @@ def test_the_record_is_a_guarded_label_and_annotation() -> None:
     recorded = copy.deepcopy(pod)
     recorded["metadata"]["labels"].update(meta["labels"])
     assert skip(recorded) == "recorded"
+
+
+# --- the switches and the requests ---------------------------------------------------------
+
+
+def test_the_switches_default_on_and_refuse_non_booleans() -> None:
+    from podplacement.controller.core.config import ConfigError, PlacementConfig
+
+    default = PlacementConfig.from_object({"spec": {}})
+    assert (default.escape_monitor, default.delete_unfit_pods) == (True, True)
+    off = PlacementConfig.from_object({"spec": {"plugins": {"placementEscapes": {
+        "deleteUnfitPods": False}}}})
+    assert (off.escape_monitor, off.delete_unfit_pods) == (True, False)
+    with pytest.raises(ConfigError, match=r"placementEscapes\.enabled"):
+        PlacementConfig.from_object({"spec": {"plugins": {"placementEscapes": {
+            "enabled": "yes"}}}})
+    with pytest.raises(ConfigError, match="placementEscapes"):
+        PlacementConfig.from_object({"spec": {"plugins": {"placementEscapes": ["on"]}}})
+
+
+def test_the_monitor_and_the_deleter_need_no_request_beyond_the_controllers_table() -> None:
+    from podplacement.controller.app import API_REQUESTS
+    from podplacement.controller.escapemonitor import API_REQUESTS as MONITOR
+    from podplacement.controller.poddelete import API_REQUESTS as DELETER
+
+    assert set(MONITOR) | set(DELETER) <= set(API_REQUESTS)
