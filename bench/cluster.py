@@ -810,8 +810,8 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
         self_cpu0 = _self_cpu()
 
         def on_start() -> None:
-            before.update({name: proc_stats(pid)
-                           for name, pid in _processes(plane, product, registry, floor_hook).items()})
+            procs = _processes(plane, product, registry, floor_hook)
+            before.update({name: proc_stats(pid) for name, pid in procs.items()})
 
         asyncio.run(create_and_watch(plane, work, args.pods, args, run, specs, args.limit,
                                      on_start))

@@ -35,6 +35,12 @@ config's status) and the optional remedy that deletes a failing pod of a Replica
 StatefulSet or Job. The reconciler places with those exclusions
 (:meth:`Controller.placement_config`), and an image whose result lost a platform to one is
 kept out of the admission policy's catalog (README "Exec format errors", "Learn").
+
+A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
+(:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
+label, its own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
+repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
+its images (README "Escaped pods").
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ from podplacement.controller.core.numa import InFlight
 from podplacement.controller.core.platforms import ImageLike, image_platform_pairs
 from podplacement.controller.core.podspec import gate_label_ops, has_gate, lost_gate_label
 from podplacement.controller.core.policy import Ranking, params_policies
+from podplacement.controller.escapemonitor import EscapeMonitor
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
 from podplacement.controller.lifecycle import (
@@ -145,10 +152,13 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", CONFIGMAP_PATH),
     ("POST", "/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
     ("POST", "/api/v1/namespaces/{namespace}/events"),
-    # the exec-format-error monitor: deleteFailedPods, and the exclusions it learned in the
-    # config's status (controller.execformatmonitor.API_REQUESTS)
+    # the exec-format-error monitor's deleteFailedPods and the escape monitor's repair
+    # (controller.poddelete), and the exclusions learned in the config's status
+    # (controller.execformatmonitor.API_REQUESTS)
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", CONFIG_STATUS_PATH),
+    # the escape monitor: a Namespace's opt-out labels (controller.escapemonitor.API_REQUESTS)
+    ("GET", "/api/v1/namespaces/{name}"),
     *paramswriter.API_REQUESTS,
     *policywatch.API_REQUESTS,
     # the params object's creations and deletions (_on_params): list + watch
@@ -318,6 +328,15 @@ class Controller:
             credentials=self.reconciler.credentials, store=self.findings,
             config_object=lambda: self.configs.get(CONFIG_NAME),
             on_excluded=self._on_excluded, watch_timeout=o.watch_timeout)
+        #: Pods bound with no placement record (leader only, while it owns the admission
+        #: objects; spec.plugins.placementEscapes).
+        self.escapes = EscapeMonitor(
+            api, nodes=self.nodes, events=self.events, metrics=self.metrics,
+            config_source=self.placement_config,
+            config_object=lambda: self.configs.get(CONFIG_NAME),
+            credentials=self.reconciler.credentials,
+            inspect_images=self.reconciler.inspect_images, own_namespace=o.namespace,
+            active=self._owns_admission, watch_timeout=o.watch_timeout)
         self.leading = False
         #: > 0 while the ordered uninstall or the stand-down releases gated pods: the
         #: reconciler may then write although this process may no longer lead
@@ -589,8 +608,14 @@ class Controller:
         self._config_changed.set()
         self._registries_changed.set()
         self.execformat.config_changed()
+        self.escapes.config_changed()
         if self.lifecycle is not None and self.leading:
             self.queue.add(LIFECYCLE_KEY)
+
+    def _owns_admission(self) -> bool:
+        """Whether this controller runs the lifecycle (the admission objects are its) and no
+        ordered uninstall is under way: the escape monitor's ``active``."""
+        return self.lifecycle is not None and not self.lifecycle.uninstalling
 
     def ready(self) -> bool:
         """Readiness: the pod, node and config caches are synced."""
@@ -616,6 +641,8 @@ class Controller:
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
         self.execformat.start()
+        if self.lifecycle is not None:
+            self.escapes.start()
         self._policy_stop = asyncio.Event()
         self._policy_task = asyncio.create_task(self.policy_watch.run(self._policy_stop),
                                                 name="policy status")
@@ -646,6 +673,7 @@ class Controller:
         self.metrics.leader.set(0)
         await self.queue.shutdown()
         await self.execformat.stop()
+        await self.escapes.stop()
         if self._policy_task is not None:
             self._policy_stop.set()
             self._policy_task.cancel()

@@ -29,8 +29,9 @@ where a new leader or a restarted controller takes them back (:meth:`ExecFormatM
 with the evidence below the threshold rebuilt from the pods' records as the watch lists them.
 Then ``on_excluded`` lets the controller take the excluded digests out of the admission
 policy's catalog. The remedy (``deleteFailedPods``): a failing pod whose pair is excluded and
-whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted (precondition: its
-UID), at most one pod per owner per TTL. Runs in the leader only, while
+whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted
+(:func:`controller.poddelete.delete_pod`: its UID as precondition), at most one pod per owner
+per TTL. Runs in the leader only, while
 ``spec.plugins.execFormatErrorMonitor.enabled``.
 """
 
@@ -88,9 +89,10 @@ from podplacement.controller.core.learn import (
 )
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
+from podplacement.controller.poddelete import GONE, REFUSED, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -585,19 +587,12 @@ class ExecFormatMonitor:
                 or self.clock() - self._published_at < REMEDY_GRACE_SECONDS):
             self._learned.set()
             return REMEDY_GRACE_SECONDS
-        try:
-            await self.api.request(
-                "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
-                body={"apiVersion": "v1", "kind": "DeleteOptions",
-                      "preconditions": {"uid": uid}})
-        except (NotFound, Conflict):
+        result = await delete_pod(self.api, ns, name, uid)
+        if result.status == GONE:
             return None
-        except ApiError as exc:
-            if exc.status not in (403, 409):
-                raise
-            # 403: the deployment took the grant away; 409: the UID changed (a new pod of
-            # that name). Not again for this owner within the TTL.
-            log.warning("pod %s/%s: not deleted: %s", ns, name, exc)
+        if result.status == REFUSED:
+            # the deployment took the grant away: not again for this owner within the TTL
+            log.warning("pod %s/%s: not deleted: %s", ns, name, result.message)
             self._refused[owner[2]] = self.clock()
             return None
         self.deleted[owner[2]] = DeletedPod(owner[0], owner[1], owner[2], ns, name,

@@ -97,6 +97,10 @@ class Metrics:
             pairs placement leaves out now, learned from exec format errors.
         exec_format_pods_deleted: ``podplacement_exec_format_pods_deleted_total{owner_kind}``:
             failing pods deleted by ``deleteFailedPods``, by their owner's kind.
+        escaped_pods: ``podplacement_escaped_pods_total{outcome}``: pods found bound to a
+            node with no placement record, by outcome: ``repaired`` (deleted so that their
+            owner recreates them), ``unfit`` (their node can't run their images; left),
+            ``fit``, ``unknown`` (:mod:`controller.core.escape`).
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
@@ -141,6 +145,9 @@ class Metrics:
         self.exec_format_pods_deleted = Counter(
             P + "exec_format_pods_deleted", "Failing pods deleted by deleteFailedPods so that "
             "their owner recreates them, by the owner's kind", ["owner_kind"], registry=r)
+        self.escaped_pods = Counter(
+            P + "escaped_pods", "Pods found bound to a node with no placement record, by "
+            "outcome (repaired, unfit, fit, unknown)", ["outcome"], registry=r)
         self.params = ParamsMetrics(
             Gauge(P + "params_entries", "Entries of the admission policy's params object "
                   "(ImagePlatforms cluster), as last written", registry=r),

@@ -384,6 +384,94 @@ def test_webhook_down_fails_open_with_mechanism_webhook(
         wait_for(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
 
 
+def _deployment(name: str, image: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "c", "image": image}],
+                                           "terminationGracePeriodSeconds": 0}}}}
+
+
+def test_pods_escaped_with_the_webhook_down_are_found_and_repaired(
+    cluster: KubeEnv, product_factory: Any, ns: str, registry: Registry, make_pusher: Any
+) -> None:
+    """``mechanism: Webhook``, the webhook killed and the controller stopped while a
+    Deployment of an amd64-only image scales to 12: its pods are admitted ungated and bound
+    across the nodes (ppc64le, s390x, arm64, Windows among them). Once the webhook and a
+    controller are back, within 30 s no pod of the Deployment is on a node its image can't
+    run: the escaped ones there were deleted (the ReplicaSet's new pods are gated and
+    placed), the others carry the record ``fit``; every escaped pod has a
+    ``PlacementEscaped`` Event (README "Escaped pods")."""
+    make_pusher(registry).image("faults/amd64-only", "v1", architecture="amd64")
+    image = f"{registry.host}/faults/amd64-only:v1"
+    product: Product = product_factory()
+    cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": "Webhook"}}})
+    try:
+        wait_for(lambda: cluster.request("GET", POLICY_PATH).status_code == 404, 30)
+        wait_for(lambda: not _policy_gates_without_webhook(cluster, ns, product), 30)
+        product.controllers[0].stop()
+        product.webhook.stop(signal.SIGKILL)
+        replicas = 12
+        cluster.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+                       _deployment("web", image, replicas))
+
+        def all_bound() -> list[dict[str, Any]]:
+            pods = cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+            return pods if len(pods) == replicas and all(
+                p["spec"].get("nodeName") for p in pods) else []
+
+        escaped = wait_for(all_bound, 60, every=0.2)
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"]
+                 for n in cluster.get("/api/v1/nodes")["items"]}
+
+        def runs(pod: dict[str, Any]) -> bool:
+            labels = nodes[pod["spec"]["nodeName"]]
+            return (labels.get("kubernetes.io/os"), labels.get("kubernetes.io/arch")) == (
+                "linux", "amd64")
+
+        assert all(not _gated(p) and DECISION_ANNOTATION not in (
+            p["metadata"].get("annotations") or {}) for p in escaped)
+        unfit = {p["metadata"]["uid"] for p in escaped if not runs(p)}
+        assert unfit, "kube-scheduler put every pod on an amd64 node"
+        product.restart_webhook()
+        back = time.monotonic()
+        product.start_controller("after-escapes")
+
+        def repaired() -> bool:
+            pods = [p for p in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+                    if not p["metadata"].get("deletionTimestamp")]
+            uids = {p["metadata"]["uid"] for p in pods}
+            events = cluster.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+            reported = {e["regarding"]["uid"] for e in events
+                        if e["reason"] == "PlacementEscaped"}
+            return (len(pods) == replicas and not unfit & uids
+                    and all(p["spec"].get("nodeName") and runs(p) for p in pods)
+                    and {p["metadata"]["uid"] for p in escaped} <= reported)
+
+        wait_for(repaired, 30, every=0.5)
+        took = time.monotonic() - back
+        events = [e for e in cluster.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")[
+            "items"] if e["reason"] == "PlacementEscaped"]
+        for e in events:
+            uid = e["regarding"]["uid"]
+            expected = (("Warning", "Delete") if uid in unfit else ("Normal", "Detect"))
+            assert (e["type"], e["action"]) == expected, e
+        for pod in cluster.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+            labels = pod["metadata"].get("labels") or {}
+            if pod["metadata"]["uid"] in {p["metadata"]["uid"] for p in escaped}:
+                assert labels.get("podplacement.io/placement-escaped") == "fit", labels
+            else:  # the ReplicaSet's new pods were placed
+                assert labels.get("podplacement.io/node-affinity") == "set", labels
+        print(f"escapes: {replicas} pods admitted with the webhook down, {len(unfit)} on "
+              f"nodes their image can't run; {took:.1f} s after the webhook was back, none "
+              f"left there (deleted, recreated and placed), {len(events)} PlacementEscaped "
+              "Events")
+    finally:
+        cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": None}}})
+        wait_for(lambda: cluster.request("GET", BINDING_PATH).status_code == 200, 30)
+
+
 def _policy_gates_without_webhook(cluster: KubeEnv, ns: str, product: Product) -> bool:
     """Whether a dry-run pod is gated while the webhook is stopped: only the policy can."""
     product.webhook.popen.send_signal(signal.SIGSTOP)

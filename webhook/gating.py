@@ -6,8 +6,9 @@ on, and only the images tell. Every
 "no" carries a short snake_case reason that the webhook uses as a metrics label. The input is
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
-No I/O, and no import from the controller except :mod:`controller.core.config` and the pure
-:mod:`controller.core.podspec` (which holds the gate-presence rule, shared with the controller).
+No I/O, and no import from the controller except its pure core: :mod:`controller.core.config`,
+:mod:`controller.core.podspec` (the gate-presence rule) and :mod:`controller.core.scope` (the
+pods the product leaves alone, a rule the escape monitor shares).
 """
 
 from __future__ import annotations
@@ -17,10 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from podplacement.controller.core.config import (
-    SYSTEM_NAMESPACES,
     PlacementConfig,
 )
 from podplacement.controller.core.podspec import has_gate
+from podplacement.controller.core.scope import (
+    REASON_DAEMONSET,
+    REASON_OWN_NAMESPACE,
+    REASON_SYSTEM_NAMESPACE,
+    is_daemonset_pod,
+    namespace_skip_reason,
+    owned_by_daemonset,
+)
 
 __all__ = [
     "GATED",
@@ -37,12 +45,10 @@ __all__ = [
     "should_gate",
 ]
 
-#: Skip reasons (metrics label values), in the order the rules are checked.
+#: Skip reasons (metrics label values), in the order the rules are checked (the namespace
+#: and DaemonSet reasons are :mod:`controller.core.scope`'s).
 REASON_NO_CONFIG = "no_config"
-REASON_SYSTEM_NAMESPACE = "system_namespace"
-REASON_OWN_NAMESPACE = "own_namespace"
 REASON_NODE_NAME_SET = "node_name_set"
-REASON_DAEMONSET = "daemonset"
 REASON_ALREADY_GATED = "already_gated"
 #: The reason that goes with ``gate=True``.
 REASON_GATED = "gated"
@@ -77,7 +83,6 @@ _SKIPPED = {reason: GateDecision(False, reason) for reason in SKIP_REASONS}
 
 # Shared read-only stand-ins for an absent or mistyped field (never mutated).
 _NO_MAP: Mapping[str, Any] = {}
-_NO_LIST: list[Any] = []
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -86,10 +91,6 @@ def _map(value: Any) -> Mapping[str, Any]:
     if type(value) is dict or isinstance(value, Mapping):
         return value
     return _NO_MAP
-
-
-def _list(value: Any) -> list[Any]:
-    return value if type(value) is list or isinstance(value, list) else _NO_LIST
 
 
 def should_gate(
@@ -126,15 +127,14 @@ def should_gate(
     """
     if config is None:
         return _SKIPPED[REASON_NO_CONFIG]
-    if namespace in SYSTEM_NAMESPACES:
-        return _SKIPPED[REASON_SYSTEM_NAMESPACE]
-    if namespace == own_namespace:
-        return _SKIPPED[REASON_OWN_NAMESPACE]
+    skipped = namespace_skip_reason(namespace, own_namespace)
+    if skipped is not None:
+        return _SKIPPED[skipped]
     spec = _map(pod.get("spec"))
     if spec.get("nodeName"):
         return _SKIPPED[REASON_NODE_NAME_SET]
     metadata = _map(pod.get("metadata"))
-    if _owned_by_daemonset(metadata):
+    if owned_by_daemonset(metadata):
         return _SKIPPED[REASON_DAEMONSET]
     if has_gate(pod):
         return _SKIPPED[REASON_ALREADY_GATED]
@@ -145,15 +145,4 @@ def should_gate(
 # it already extracted (this runs on every admission: fewer lookups and calls).
 
 
-def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
-    """True when an ownerReference with ``controller: true`` has kind ``DaemonSet``."""
-    return _owned_by_daemonset(_map(pod.get("metadata")))
-
-
-def _owned_by_daemonset(metadata: Mapping[str, Any]) -> bool:
-    for ref in _list(metadata.get("ownerReferences")):
-        ref = _map(ref)
-        if ref.get("controller") is True and ref.get("kind") == "DaemonSet":
-            return True
-    return False
 

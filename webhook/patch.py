@@ -17,9 +17,9 @@ from podplacement.controller.core.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     GATE_LABEL_GATED,
-    GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
 )
+from podplacement.controller.core.placement import placed_labels
 from podplacement.controller.core.podspec import escape_token, gate_index
 
 __all__ = ["CONTROLLER_UNAVAILABLE", "gate_patch", "patch_shape", "release_patch"]
@@ -74,10 +74,13 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     """The JSONPatch ops that release ``pod`` from our gate at admission (no controller is
     running, and the pod's shape does not fit the decision's patch; :mod:`webhook.outage`):
-    remove our entry of ``spec.schedulingGates`` (other gates stay), set the label
-    ``podplacement.io/scheduling-gate=removed`` and the decision annotation
-    ``{"result": "controller-unavailable", "reason": reason}``; ``[]`` when the pod does not
-    carry our gate. Missing label or annotation maps are created whole."""
+    remove our entry of ``spec.schedulingGates`` (other gates stay), set the labels of a pod
+    released without affinity (:func:`controller.core.placement.placed_labels`:
+    ``podplacement.io/scheduling-gate=removed``, ``podplacement.io/node-affinity=not-set``,
+    the placement record every path writes, so the escape monitor knows the pod was decided
+    about) and the decision annotation ``{"result": "controller-unavailable", "reason":
+    reason}``; ``[]`` when the pod does not carry our gate. Missing label or annotation maps
+    are created whole."""
     index = gate_index(pod)
     if index is None:
         return []
@@ -85,12 +88,12 @@ def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     metadata = pod.get("metadata")
     labels = metadata.get("labels") if _is_map(metadata) else None
     annotations = metadata.get("annotations") if _is_map(metadata) else None
+    released = placed_labels(affinity_set=False)
     if _is_map(labels):
-        ops.append({"op": "add", "path": "/metadata/labels/" + escape_token(GATE_LABEL),
-                    "value": GATE_LABEL_REMOVED})
+        ops += [{"op": "add", "path": "/metadata/labels/" + escape_token(key), "value": value}
+                for key, value in released.items()]
     else:
-        ops.append({"op": "add", "path": "/metadata/labels",
-                    "value": {GATE_LABEL: GATE_LABEL_REMOVED}})
+        ops.append({"op": "add", "path": "/metadata/labels", "value": released})
     decision = json.dumps({"result": CONTROLLER_UNAVAILABLE, "reason": reason},
                           separators=(",", ":"))
     if _is_map(annotations):

@@ -53,6 +53,13 @@ EXEC_FORMAT_ANNOTATION = f"{GROUP}/exec-format-error"
 EXEC_FORMAT_REASON = "ExecFormatError"
 #: Owners whose pods ``deleteFailedPods`` may delete (their controller recreates them).
 REMEDIABLE_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
+#: Label and annotation (same key) the escape monitor writes on a pod that reached a node with
+#: no placement record (:mod:`controller.core.escape`): the label's value is the verdict
+#: (``fit``, ``unfit``, ``unknown``), the annotation's compact JSON says why.
+ESCAPE_LABEL = f"{GROUP}/placement-escaped"
+ESCAPE_ANNOTATION = f"{GROUP}/placement-escaped"
+#: The Event reason of an escaped pod.
+ESCAPE_REASON = "PlacementEscaped"
 #: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.
 MAX_EXCLUSIONS = 256
 MAX_DELETED_PODS = 256
@@ -133,6 +140,8 @@ OS_LABEL = "kubernetes.io/os"
 #: several OSes exactly (``controller.core.affinity.platform_requirement``).
 LINUX = "linux"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The annotation the kubelet puts on the mirror pod of a static pod (its manifest's hash).
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 DEFAULT_NAMESPACE = "podplacement-system"
 ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
@@ -334,6 +343,11 @@ class PlacementConfig:
     ``plugins.execFormatErrorMonitor.enabled`` (default true: detection, Events, metrics),
     ``exec_format_learn`` its ``learn`` (default true: placement leaves out the platforms
     proven wrong) and ``delete_failed_pods`` its ``deleteFailedPods`` (default false).
+    ``escape_monitor`` is ``plugins.placementEscapes.enabled`` (default true: pods that
+    reached a node with no placement record get the ``PlacementEscaped`` Event, the
+    ``podplacement.io/placement-escaped`` record and the metric) and ``delete_unfit_pods``
+    its ``deleteUnfitPods`` (default true: such a pod on a node its images can't run is
+    deleted when a ReplicaSet, StatefulSet or Job controls it; :mod:`controller.core.escape`).
     ``excluded`` is not spec: the exclusions in force that the controller published in
     ``status.execFormatErrorMonitor.excluded`` (:func:`excluded_from_status`), read with the
     object so that every reader of the config (the webhook, ``explain``) places as the
@@ -357,6 +371,8 @@ class PlacementConfig:
     exec_format_monitor: bool = True
     exec_format_learn: bool = True
     delete_failed_pods: bool = False
+    escape_monitor: bool = True
+    delete_unfit_pods: bool = True
     excluded: tuple[ExcludedPlatform, ...] = ()
     admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
     generation: int = 0
@@ -416,15 +432,13 @@ class PlacementConfig:
         if fast_paths not in (FAST_PATHS_ENABLED, FAST_PATHS_DISABLED):
             raise ConfigError("spec.admission.fastPaths", f"must be {FAST_PATHS_ENABLED} or "
                               f"{FAST_PATHS_DISABLED}, got {fast_paths!r}")
-        monitor = _mapping(plugins, "execFormatErrorMonitor", "spec.plugins")
-        switches: dict[str, bool] = {}
-        for key, default in (("enabled", True), ("learn", True), ("deleteFailedPods", False)):
-            value = monitor.get(key, default)
-            if not isinstance(value, bool):
-                raise ConfigError(f"spec.plugins.execFormatErrorMonitor.{key}",
-                                  f"must be a boolean, got {value!r}")
-            switches[key] = value
+        switches = _switches(_mapping(plugins, "execFormatErrorMonitor", "spec.plugins"),
+                             "spec.plugins.execFormatErrorMonitor",
+                             {"enabled": True, "learn": True, "deleteFailedPods": False})
         learn = switches["enabled"] and switches["learn"]
+        escapes = _switches(_mapping(plugins, "placementEscapes", "spec.plugins"),
+                            "spec.plugins.placementEscapes",
+                            {"enabled": True, "deleteUnfitPods": True})
         budget = admission.get("inspectionBudget")
         inspection_budget = (DEFAULT_INSPECTION_BUDGET if budget is None else parse_duration(
             str(budget), "spec.admission.inspectionBudget"))
@@ -445,6 +459,8 @@ class PlacementConfig:
             exec_format_monitor=switches["enabled"],
             exec_format_learn=switches["learn"],
             delete_failed_pods=switches["deleteFailedPods"],
+            escape_monitor=escapes["enabled"],
+            delete_unfit_pods=escapes["deleteUnfitPods"],
             excluded=excluded_from_status(obj) if learn else (),
             admission_inspection_budget=inspection_budget,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
@@ -471,6 +487,22 @@ def _operating_systems(value: Any) -> tuple[str, ...]:
             raise ConfigError(path, f"must list only {', '.join(OPERATING_SYSTEMS)}, "
                                     f"got {item!r}")
     return tuple(sorted(set(value)))
+
+
+def _switches(parent: Mapping[str, Any], path: str, defaults: Mapping[str, bool]
+              ) -> dict[str, bool]:
+    """The boolean fields ``defaults`` names, read from ``parent`` (absent: the default).
+
+    Raises:
+        ConfigError: a field is not a boolean.
+    """
+    out: dict[str, bool] = {}
+    for key, default in defaults.items():
+        value = parent.get(key, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}.{key}", f"must be a boolean, got {value!r}")
+        out[key] = value
+    return out
 
 
 def _int(parent: Mapping[str, Any], key: str, default: int, path: str) -> int:

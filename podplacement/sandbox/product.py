@@ -156,6 +156,22 @@ class Product:
     kubeconfigs: dict[str, Path]
     controller_args: list[str]
     controllers: list[Process] = field(default_factory=list)
+    webhook_args: list[str] = field(default_factory=list)
+    webhook_restarts: int = 0
+
+    def restart_webhook(self, ready_limit: float = 60.0) -> Process:
+        """Start the webhook again (same port, certificates and arguments) after it was
+        stopped, and wait until it answers ``/readyz``; it replaces :attr:`webhook`.
+
+        Raises:
+            InstallError: it did not become ready within ``ready_limit`` seconds.
+        """
+        self.webhook.stop()
+        self.webhook_restarts += 1
+        self.webhook = start_process(f"webhook-{self.webhook_restarts}", self.webhook_args,
+                                     self.workdir)
+        _webhook_ready(self.webhook_port, self.cert_dir / "ca.crt", ready_limit, self.webhook)
+        return self.webhook
 
     def start_controller(self, identity: str | None = None) -> Process:
         """Start one more controller process (leader election decides who acts)."""
@@ -234,15 +250,17 @@ def start_product(
                                                      workdir / "controller.kubeconfig"),
         }
     port = free_port()
-    webhook = start_process("webhook", [
+    webhook_args = [
         "webhook", "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
         "--kubeconfig", str(kubeconfigs["webhook"]), "--namespace", NAMESPACE,
-        *webhook_options], workdir)
+        *webhook_options]
+    webhook = start_process("webhook", webhook_args, workdir)
     controller_args = [
         "controller", "--kubeconfig", str(kubeconfigs["controller"]), "--namespace", NAMESPACE,
         "--webhook-url", f"https://127.0.0.1:{port}/mutate", "--cert-dir", str(cert_dir),
         "--metrics-port", "-1", "--lease-duration", "5", *controller_options]
-    product = Product(plane, workdir, webhook, port, cert_dir, kubeconfigs, controller_args)
+    product = Product(plane, workdir, webhook, port, cert_dir, kubeconfigs, controller_args,
+                      webhook_args=webhook_args)
     try:
         _webhook_ready(port, cert_dir / "ca.crt", ready_limit, webhook)
         for _ in range(controllers):

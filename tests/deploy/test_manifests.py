@@ -108,7 +108,8 @@ BASE_PERMISSIONS = (
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get list watch")
     | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
     # the uninstall guards (controller/core/ownership.py)
-    | _rows(_C, "cluster", "", "namespaces", "get", NS)
+    # its own (the uninstall guards) and a pod's, for the escape monitor's opt-out check
+    | _rows(_C, "cluster", "", "namespaces", "get")
     | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
     | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterroles", "create")
     | _rows(_C, "cluster", "rbac.authorization.k8s.io", "clusterroles", "get update",
@@ -674,7 +675,8 @@ FULL_SPEC: dict[str, Any] = {
     "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In",
                                                 "values": ["a", "b"]}]},
     "plugins": {"nodeAffinityScoring": {"enabled": True, "platforms": [
-        {"architecture": "s390x", "weight": 100}, {"architecture": "ppc64le", "weight": 1}]}},
+        {"architecture": "s390x", "weight": 100}, {"architecture": "ppc64le", "weight": 1}]},
+        "placementEscapes": {"enabled": False, "deleteUnfitPods": False}},
     "fallbackArchitecture": "arm64",
     "fallbackOperatingSystems": ["windows", "linux"],
     "imageInspection": {
@@ -722,6 +724,7 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
                                                      86400, "Ungate")
     assert cfg.admission_mechanism == "Webhook"
     assert cfg.admission_fast_paths == "Disabled"
+    assert (cfg.escape_monitor, cfg.delete_unfit_pods) == (False, False)
     assert cfg.admission_inspection_budget == 1.5
     # and the schema declares no spec field beyond these
     crd_spec = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]

@@ -7,6 +7,7 @@ fallback."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from typing import Any
 
@@ -102,8 +103,14 @@ def test_release_patch_removes_only_our_gate_and_records_why() -> None:
     new = _apply(pod, release_patch(pod, "no controller"))
     assert new["spec"]["schedulingGates"] == [{"name": "other"}]
     assert new["metadata"]["labels"][GATE_LABEL] == "removed"
+    # the placement record every path writes: not an escape
+    assert new["metadata"]["labels"]["podplacement.io/node-affinity"] == "not-set"
     decision = json.loads(new["metadata"]["annotations"][DECISION_ANNOTATION])
     assert decision == {"result": "controller-unavailable", "reason": "no controller"}
+    bare = copy.deepcopy(pod)
+    del bare["metadata"]["labels"]
+    assert _apply(bare, release_patch(bare, "x"))["metadata"]["labels"] == {
+        GATE_LABEL: "removed", "podplacement.io/node-affinity": "not-set"}
     del pod["spec"]["schedulingGates"]
     assert release_patch(pod, "x") == []
 
