@@ -97,6 +97,10 @@ class Metrics:
             pairs placement leaves out now, learned from exec format errors.
         exec_format_pods_deleted: ``podplacement_exec_format_pods_deleted_total{owner_kind}``:
             failing pods deleted by ``deleteFailedPods``, by their owner's kind.
+        admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
+            pods placed at admission that the controller inspected anonymously to publish
+            them in the params object (``ok``: recorded by the params' rules; ``failed``;
+            ``dropped``: too many waiting, the next pod of the image queues it again).
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
@@ -147,6 +151,10 @@ class Metrics:
             Counter(P + "params_writes", "Writes of the admission policy's params object, "
                     "by result", ["result"], registry=r),
         )
+        self.admission_feed = Counter(
+            P + "admission_feed_inspections", "Images of pods placed at admission inspected "
+            "anonymously by the controller for the params object, by result", ["result"],
+            registry=r)
         self.policy_placed_pods = Gauge(
             P + "policy_placed_pods", "Pods that exist and were placed under a "
             "PodPlacementPolicy (label podplacement.io/policy), by namespace and policy",

@@ -68,8 +68,10 @@ def platforms_value(pairs: Iterable[tuple[str, str]]) -> str | None:
     return value if len(value) <= VALUE_MAX_LENGTH else None
 
 
-def _value_pairs(value: str) -> list[tuple[str, str]] | None:
-    """The pairs of a published value, or None when it is not ``os/arch[,os/arch...]``."""
+def value_pairs(value: str) -> list[tuple[str, str]] | None:
+    """The (os, architecture) pairs of a ``spec.images`` value (``"linux/amd64,linux/arm64"``),
+    or None when it is not ``os/arch[,os/arch...]`` (the parts are not checked against the
+    CRD's pattern here: :func:`platforms_value` does)."""
     pairs: list[tuple[str, str]] = []
     for item in value.split(","):
         os_name, sep, arch = item.partition("/")
@@ -482,7 +484,7 @@ class ParamsStore:
         for image, raw in images.items():
             if image in self._entries:
                 continue
-            pairs = _value_pairs(raw) if isinstance(raw, str) else None
+            pairs = value_pairs(raw) if isinstance(raw, str) else None
             value = platforms_value(pairs) if pairs is not None else None
             pinned = is_pinned(image) if value is not None else None
             if value is None or pinned is None:
