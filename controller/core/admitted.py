@@ -284,7 +284,7 @@ def _renders(candidate: Mapping[str, Any], placement: Placement, pod: Mapping[st
     affinity = (candidate.get("spec") or {}).get("affinity")
     doc = {"spec": {"affinity": affinity} if affinity is not None else {}}
     try:
-        placed = apply_patch(doc, ops)
+        placed = apply_patch(doc, ops, copy_values=False)
     except (ValueError, LookupError, TypeError):
         return False
     return bool(node_affinity(placed) == node_affinity(pod))
