@@ -99,8 +99,9 @@ class Metrics:
             failing pods deleted by ``deleteFailedPods``, by their owner's kind.
         admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
             pods placed at admission that the controller inspected anonymously to publish
-            them in the params object (``ok``: recorded by the params' rules; ``failed``;
-            ``dropped``: too many waiting, the next pod of the image queues it again).
+            them in the params object (``ok``: inspected, then published unless the
+            params' rules keep it out; ``failed``; ``dropped``: too many waiting, the next
+            pod of the image queues it again).
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
