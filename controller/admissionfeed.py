@@ -67,7 +67,7 @@ MAX_PENDING = 1_000
 WORKERS = 4
 
 #: ``podplacement_admission_feed_inspections_total`` results.
-LEARNED = "ok"
+INSPECTED = "ok"
 FAILED = "failed"
 DROPPED = "dropped"
 
@@ -242,7 +242,7 @@ class AdmissionFeed:
             self.metrics.admission_feed.labels(FAILED).inc()
             log.info("admission feed: %s not inspected anonymously: %s", image, exc)
             return
-        self.metrics.admission_feed.labels(LEARNED).inc()
+        self.metrics.admission_feed.labels(INSPECTED).inc()
         self.publish(image, result)
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from podplacement.controller.admissionfeed import DROPPED, FAILED, LEARNED, AdmissionFeed
+from podplacement.controller.admissionfeed import DROPPED, FAILED, INSPECTED, AdmissionFeed
 from podplacement.controller.core.admission import admission_placement
 from podplacement.controller.core.config import (
     ARCH_LABEL,
@@ -138,7 +138,7 @@ async def test_a_pod_placed_at_admission_feeds_the_catalog_with_what_the_registr
             f.feed.on_pod("ADDED", _placed(f"u{i}", image), None)
         await _until(lambda: image in f.store)
         assert f.store.get(image) == "linux/amd64,linux/arm64"
-        assert f.inspected == [image] and f.count(LEARNED) == 1
+        assert f.inspected == [image] and f.count(INSPECTED) == 1
         # known now: the next pods inspect nothing
         f.feed.on_pod("ADDED", _placed("u9", image), None)
         await asyncio.sleep(0.1)
