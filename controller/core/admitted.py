@@ -5,7 +5,8 @@ A pod the MutatingAdmissionPolicy or the webhook placed carries ``"path":"admiss
 ``"path":"webhook"`` first in its ``podplacement.io/decision`` annotation, and the label
 ``podplacement.io/node-affinity``; the controller's watch of placed pods
 (:mod:`controller.placedwatch`) hands it to :mod:`controller.admissionfeed`, which acts on
-these rules (README "Learn", "Events"):
+these rules (README "Placement inside the API server": "The catalog fills itself from every
+path"; "Events"):
 
 - :func:`images_to_learn`: the images the controller inspects itself, anonymously, to
   publish in the admission policy's catalog: those of a pod placed at admission that the
