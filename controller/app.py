@@ -28,13 +28,20 @@ served on a one-worker queue of its own, bounded: the ordered uninstall under wa
 because the product itself is being removed (:data:`controller.lifecycle.FINISH_KEY`), and,
 on the last graceful stop, the stand-down (:data:`controller.lifecycle.LAST_STOP_KEY`).
 
-The leader also runs the exec-format-error monitor (:mod:`controller.execformatmonitor`): a
-cache-less watch of the pods labelled ``podplacement.io/node-affinity``, its own small work
-queue, one verification per image digest, the exclusions learned from it (published in the
-config's status) and the optional remedy that deletes a failing pod of a ReplicaSet,
-StatefulSet or Job. The reconciler places with those exclusions
-(:meth:`Controller.placement_config`), and an image whose result lost a platform to one is
-kept out of the admission policy's catalog (README "Exec format errors", "Learn").
+The leader also runs one cache-less watch of the pods labelled
+``podplacement.io/node-affinity`` (every pod placed, by any path:
+:class:`controller.placedwatch.PlacedPods`), which feeds two readers. The admission feed
+(:mod:`controller.admissionfeed`, always): a placed pod's images are marked used in the
+admission policy's catalog, the images of an anonymous pod placed at admission that the
+catalog lacks are inspected by the controller and published (so the policy places their next
+pods), and the Warning Event of a decision taken at admission is sent as for the
+controller's own. The exec-format-error monitor (:mod:`controller.execformatmonitor`, while
+``spec.plugins.execFormatErrorMonitor.enabled``): its own small work queue, one verification
+per image digest, the exclusions learned from it (published in the config's status) and the
+optional remedy that deletes a failing pod of a ReplicaSet, StatefulSet or Job. The
+reconciler places with those exclusions (:meth:`Controller.placement_config`), and an image
+whose result lost a platform to one is kept out of the admission policy's catalog (README
+"Exec format errors", "Learn").
 
 A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
@@ -54,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from podplacement.controller import paramswriter, policywatch
+from podplacement.controller.admissionfeed import AdmissionFeed
 from podplacement.controller.bindingfeed import PODS_PATH, watch_bindings
 from podplacement.controller.core import admissionpolicy
 from podplacement.controller.core.config import (
@@ -101,6 +109,7 @@ from podplacement.controller.paramswriter import (
     ParamsWriter,
     params_collection_path,
 )
+from podplacement.controller.placedwatch import PlacedPods
 from podplacement.controller.policywatch import PolicyWatch
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler, RetryLater, pod_key, split_key
@@ -138,7 +147,8 @@ RELABEL_PREFIX = "relabel:"
 
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
-#: :data:`controller.bindingfeed.BINDINGS_SELECTOR`). ``tests/deploy`` checks the RBAC in
+#: :data:`controller.bindingfeed.BINDINGS_SELECTOR` and the watch of placed pods with
+#: :data:`controller.placedwatch.WATCH_SELECTOR`). ``tests/deploy`` checks the RBAC in
 #: ``deploy/`` against it both ways, next to :data:`controller.lifecycle.API_REQUESTS` and
 #: the leader election's: a new request here needs its grant there, and vice versa.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
@@ -327,7 +337,19 @@ class Controller:
             config_source=self.config_source, inspector=self.inspector,
             credentials=self.reconciler.credentials, store=self.findings,
             config_object=lambda: self.configs.get(CONFIG_NAME),
-            on_excluded=self._on_excluded, watch_timeout=o.watch_timeout)
+            on_excluded=self._on_excluded)
+        #: The pods placed, by any path (leader only): the admission feed always, the
+        #: exec-format-error monitor while it is enabled.
+        self.placed = PlacedPods(api, watch_timeout=o.watch_timeout)
+        self.feed = AdmissionFeed(
+            store=self.params, inspector=self.inspector, publish=self._publish,
+            publishing=self._publishing, config_source=self.placement_config,
+            events=self.events, metrics=self.metrics, nodes=self.nodes,
+            policies=self.policy_watch.of, listing=lambda: self.placed.listing,
+            adopted=self.params_writer.adopted)
+        self.placed.subscribe("admission feed", self.feed.on_pod)
+        self.placed.subscribe("exec format monitor", self.execformat.on_pod,
+                              enabled=self.execformat.enabled)
         #: Pods bound with no placement record (leader only, while it owns the admission
         #: objects; spec.plugins.placementEscapes).
         self.escapes = EscapeMonitor(
@@ -505,19 +527,25 @@ class Controller:
         existing entries at the writer's next tick)."""
         self.params.ttl_seconds = self.config_source()[0].image_inspection.cache_ttl_seconds
 
+    def _publishing(self) -> bool:
+        """True while this controller publishes the admission policy's params: it owns the
+        policy (it runs the lifecycle), ``mechanism`` is ``Auto`` and the policy has a place
+        branch (README, "Placement inside the API server")."""
+        if self.lifecycle is None:
+            return False
+        config = self.config_source()[0]
+        return config.admission_mechanism == ADMISSION_AUTO and admissionpolicy.places(config)
+
     def _publish(self, image: str, result: Any) -> None:
         """Record an anonymously inspected image in the admission policy's params, while
-        this controller owns the policy and the policy has a place branch (README,
-        "Placement inside the API server"). The entry's learned time is the result's
+        :meth:`_publishing` (by the reconciler, and by the admission feed for the images of
+        pods placed at admission). The entry's learned time is the result's
         ``fetched_at`` (when a registry answered; a result served from the inspector's
         cache keeps the time of the answer it copies), or now for a result without one.
         A result an exclusion takes a platform from is not published (its entry goes)."""
-        if self.lifecycle is None:
+        if not self._publishing():
             return
-        config = self.config_source()[0]
-        if config.admission_mechanism != ADMISSION_AUTO or not admissionpolicy.places(config):
-            return
-        self.params.ttl_seconds = config.image_inspection.cache_ttl_seconds
+        self.params.ttl_seconds = self.config_source()[0].image_inspection.cache_ttl_seconds
         if touches(result, self.placement_config()[0].excluded):
             # the policy's annotation could not say why a platform is missing
             self.params.remove(image)
@@ -609,6 +637,7 @@ class Controller:
         self._registries_changed.set()
         self.execformat.config_changed()
         self.escapes.config_changed()
+        self.placed.changed()
         if self.lifecycle is not None and self.leading:
             self.queue.add(LIFECYCLE_KEY)
 
@@ -643,6 +672,8 @@ class Controller:
         self.execformat.start()
         if self.lifecycle is not None:
             self.escapes.start()
+        self.feed.start()
+        self.placed.start()
         self._policy_stop = asyncio.Event()
         self._policy_task = asyncio.create_task(self.policy_watch.run(self._policy_stop),
                                                 name="policy status")
@@ -672,6 +703,8 @@ class Controller:
         self.leading = False
         self.metrics.leader.set(0)
         await self.queue.shutdown()
+        await self.placed.stop()
+        await self.feed.stop()
         await self.execformat.stop()
         await self.escapes.stop()
         if self._policy_task is not None:

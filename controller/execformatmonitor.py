@@ -5,8 +5,10 @@ pod so that its owner recreates it elsewhere.
 
 I/O around the pure rules of :mod:`controller.core.execformat` (detection, verify on suspicion),
 :mod:`controller.core.findings` (what is proof) and :mod:`controller.core.learn` (exclusions, the
-remedy). A cache-less list+watch of the pods labelled ``podplacement.io/node-affinity``
-(every pod the product decided about, never all pods; nothing kept per pod) hands each pod
+remedy). The controller's cache-less watch of the pods labelled
+``podplacement.io/node-affinity`` (:class:`controller.placedwatch.PlacedPods`: every pod the
+product decided about, never all pods; nothing kept per pod; it hands pods to
+:meth:`ExecFormatMonitor.on_pod` while :meth:`ExecFormatMonitor.enabled`) hands each pod
 to :func:`controller.core.execformat.needs_work`; a pod with something to do is queued by key on
 its own :class:`controller.queue.WorkQueue` (the placement queue's depth stays the
 placement's). The per-pod reconcile reads the pod again, starts the one verification of each
@@ -47,7 +49,6 @@ from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.core.config import (
-    AFFINITY_LABEL,
     ARCH_LABEL,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -114,8 +115,6 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("PATCH", CONFIG_STATUS_PATH),
 )
 
-#: The watch's label selector: the label every decision writes (``set`` or ``not-set``).
-WATCH_SELECTOR = AFFINITY_LABEL
 #: Pods remembered per digest while its verification runs (to queue them when it ends).
 _MAX_WAITING = 1000
 #: Verification results kept (digests; the oldest go first).
@@ -175,7 +174,6 @@ class ExecFormatMonitor:
         on_excluded: awaited with the exclusions in force after each change (the
             controller takes their digests out of the admission policy's catalog and
             writes it before returning).
-        watch_timeout: seconds per watch request.
         verify_max_bytes: byte cap per platform of one verification.
         tick_seconds: period of the learn loop (expiry, status).
         clock: unix seconds.
@@ -194,7 +192,6 @@ class ExecFormatMonitor:
         store: FindingsStore | None = None,
         config_object: Callable[[], Mapping[str, Any] | None] = lambda: None,
         on_excluded: Callable[[tuple[ExcludedPlatform, ...]], Awaitable[None]] | None = None,
-        watch_timeout: int = 300,
         verify_max_bytes: int | None = None,
         tick_seconds: float = 5.0,
         clock: Callable[[], float] = time.time,
@@ -209,7 +206,6 @@ class ExecFormatMonitor:
         self.store = store if store is not None else FindingsStore()
         self.config_object = config_object
         self.on_excluded = on_excluded
-        self.watch_timeout = watch_timeout
         self.verify_max_bytes = verify_max_bytes
         self.tick_seconds = tick_seconds
         self.clock = clock
@@ -239,7 +235,8 @@ class ExecFormatMonitor:
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Start the queue and the watch and learn loop (the leader calls this)."""
+        """Start the queue and the learn loop (the leader calls this; the pods come from
+        the controller's watch of placed pods, :meth:`on_pod`)."""
         if self._runner is not None:
             return
         self.queue = self._new_queue()
@@ -248,7 +245,7 @@ class ExecFormatMonitor:
         self._runner = asyncio.create_task(self._run(), name="exec format monitor")
 
     async def stop(self) -> None:
-        """Stop the watch, the queue and any verification in flight."""
+        """Stop the learn loop, the queue and any verification in flight."""
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -273,35 +270,21 @@ class ExecFormatMonitor:
         return self.config_source()[0].exec_format_monitor
 
     async def _run(self) -> None:
-        informer: Informer | None = None
-        try:
-            while True:
-                if self.enabled() and informer is None:
-                    informer = Informer(self.api, PODS_PATH, {"labelSelector": WATCH_SELECTOR},
-                                        name="placed pods", watch_timeout=self.watch_timeout,
-                                        min_backoff=0.5, keep_cache=False)
-                    informer.add_handler(self.on_pod)
-                    informer.start()
-                elif not self.enabled() and informer is not None:
-                    await informer.stop()
-                    informer = None
-                if self.enabled():
-                    try:
-                        await self.learn()
-                    except Exception:  # the next tick retries; never end the loop
-                        log.exception("exec format errors: learning failed")
-                self._changed.clear()
-                self._learned.clear()
-                waits = [asyncio.ensure_future(e.wait()) for e in (self._changed, self._learned)]
+        while True:
+            if self.enabled():
                 try:
-                    await asyncio.wait(waits, timeout=self.tick_seconds,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for w in waits:
-                        w.cancel()
-        finally:
-            if informer is not None:
-                await informer.stop()
+                    await self.learn()
+                except Exception:  # the next tick retries; never end the loop
+                    log.exception("exec format errors: learning failed")
+            self._changed.clear()
+            self._learned.clear()
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._changed, self._learned)]
+            try:
+                await asyncio.wait(waits, timeout=self.tick_seconds,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
 
     # --- watch ---------------------------------------------------------------------------
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:

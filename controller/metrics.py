@@ -101,6 +101,11 @@ class Metrics:
             node with no placement record, by outcome: ``repaired`` (deleted so that their
             owner recreates them), ``unfit`` (their node can't run their images; left),
             ``fit``, ``unknown`` (:mod:`controller.core.escape`).
+        admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
+            pods placed at admission that the controller inspected anonymously to publish
+            them in the params object (``ok``: inspected, then published unless the
+            params' rules keep it out; ``failed``; ``dropped``: too many waiting, the next
+            pod of the image queues it again).
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
@@ -154,6 +159,10 @@ class Metrics:
             Counter(P + "params_writes", "Writes of the admission policy's params object, "
                     "by result", ["result"], registry=r),
         )
+        self.admission_feed = Counter(
+            P + "admission_feed_inspections", "Images of pods placed at admission inspected "
+            "anonymously by the controller for the params object, by result", ["result"],
+            registry=r)
         self.policy_placed_pods = Gauge(
             P + "policy_placed_pods", "Pods that exist and were placed under a "
             "PodPlacementPolicy (label podplacement.io/policy), by namespace and policy",

@@ -190,6 +190,9 @@ class ParamsWriter:
         self._meta: dict[str, Any] | None = None
         self._known = False
         self._adopted = False
+        #: Set once the live object was read (its entries adopted) or found absent: from
+        #: then on the store holds what the object holds.
+        self.adopted = asyncio.Event()
         # reconcile() and flush() may overlap; one write at a time.
         self._lock = asyncio.Lock()
         self._stopped = False
@@ -298,11 +301,13 @@ class ParamsWriter:
         except NotFound:
             self._meta, self._known = None, True
             self._adopted = True
+            self.adopted.set()
             return 0
         self._meta, self._known = _metadata(obj), True
         if self._adopted:
             return 0
         self._adopted = True
+        self.adopted.set()
         spec = obj.get("spec") or {}
         images = spec.get("images") or {}
         learned = spec.get("learned") or {}

@@ -43,7 +43,8 @@ class Informer:
     (re)list emits ADDED for every object listed. A relist cannot emit DELETED for objects
     that vanished while the watch was down (there is no cache to compare with), and an
     object listed again is ADDED again, so handlers must be idempotent and tolerate missed
-    deletions.
+    deletions. :attr:`listing` is true while a (re)list hands its objects on, so a handler
+    can tell an object listed (it may be old) from one the watch reports as it changes.
 
     Backoff: ``min_backoff`` doubling up to ``max_backoff`` seconds, with jitter, reset
     after a successful list or a watch that delivered events or stayed open; while the API
@@ -75,6 +76,8 @@ class Informer:
         self.lists = 0
         self.absent = False
         self.keep_cache = keep_cache
+        #: True while :meth:`relist` calls the handlers.
+        self.listing = False
         self._handlers: list[EventHandler] = []
         self._watch_timeout = watch_timeout
         self._min_backoff = min_backoff
@@ -127,10 +130,18 @@ class Informer:
         self.lists += 1
         self.absent = False
         self.resource_version = rv
+        self.listing = True
+        try:
+            self._replace(items)
+        finally:
+            self.listing = False
+        self.synced.set()
+
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        """Hand a list's ``items`` on (and replace the cache with them, when kept)."""
         if not self.keep_cache:
             for obj in items:
                 self._emit("ADDED", obj, None)
-            self.synced.set()
             return
         fresh = {object_key(o): o for o in items}
         old_cache = self.cache
@@ -144,7 +155,6 @@ class Informer:
                 self._emit("ADDED", obj, None)
             elif _rv(prev) != _rv(obj):
                 self._emit("MODIFIED", obj, prev)
-        self.synced.set()
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         etype = str(event.get("type"))

@@ -14,6 +14,13 @@ control plane v1.36.2 (issue 14 item 6).
   with ``imagePullPolicy: Always`` are gated by the policy and placed by the webhook in the
   same admission (inspected, or the tag's digest checked with one HEAD; a moved tag gets
   the new platforms), with no PATCH from the controller.
+- With the sample config (inspectionBudget 300ms): the first pod of each image is placed by
+  the webhook; the controller, which watches the placed pods, inspects those images itself
+  and publishes them, so the replicas created afterwards one at a time are placed by the
+  policy (at least 95% of them), also with the exec-format-error monitor switched off.
+- A Deployment pinned to arm64 by its nodeSelector, of an amd64-only image: each pod gets
+  one Warning Event ``IncompatibleNodeSelector`` from the controller, placed by the webhook
+  as placed by the controller, with the same text.
 - The real scheduler binds every pod to a node of a supported architecture.
 """
 
@@ -297,3 +304,117 @@ def test_new_images_and_always_pulled_pods_are_placed_at_admission_by_the_webhoo
     assert _controller_patches(cluster, ns, names) == 0
     # no wrong-architecture binding
     assert check_bindings(cluster, ns, within=60) == len(names)
+
+
+def _config(cluster: KubeEnv, spec: dict[str, Any]) -> None:
+    """Merge ``spec`` into the PodPlacementConfig (the webhook's and the controller's
+    watches pick it up within moments: give them one second)."""
+    cluster.request("PATCH", CONFIG, json={"spec": spec},
+                    content_type="application/merge-patch+json").raise_for_status()
+    time.sleep(1.0)
+
+
+def _catalog(cluster: KubeEnv) -> dict[str, str]:
+    images: dict[str, str] = (cluster.get(PARAMS).get("spec") or {}).get("images") or {}
+    return images
+
+
+def test_what_the_webhook_learns_is_published_so_the_policy_places_the_next_pods(
+        cluster: KubeEnv, ns: str, product: Product, registry: Registry,
+        make_pusher: Any) -> None:
+    """The sample config (inspectionBudget 300ms): the first pod of each image is placed by
+    the webhook, the controller inspects that image itself and publishes it, and the
+    replicas created one at a time afterwards are placed by the policy."""
+    _config(cluster, {"admission": {"inspectionBudget": "300ms"}})
+    pusher = make_pusher(registry)
+    pusher.image("feed/amd", "v1", architecture="amd64")
+    pusher.image("feed/arm", "v1", architecture="arm64")
+    pusher.multiarch("feed/both", "v1", ["linux/amd64", "linux/arm64"])
+    archs = {f"{registry.host}/feed/amd:v1": {"amd64"},
+             f"{registry.host}/feed/arm:v1": {"arm64"},
+             f"{registry.host}/feed/both:v1": {"amd64", "arm64"}}
+    for i, image in enumerate(archs):
+        first = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"first-{i}", image))
+        assert _path(first) == "webhook", first["metadata"]
+    started = time.monotonic()
+    wait_for(lambda: set(archs) <= set(_catalog(cluster)), 5)
+    published = time.monotonic() - started
+    assert {i: set(v.replace("linux/", "").split(",")) for i, v in _catalog(cluster).items()
+            if i in archs} == archs
+    paths = []
+    for n in range(20):
+        for i, image in enumerate(archs):
+            pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"r{i}-{n}", image))
+            paths.append(_path(pod))
+            assert _archs(pod) == archs[image]
+    assert paths.count("admission") >= 0.95 * len(paths), paths
+    print(f"catalog fed from the webhook's pods: published {published:.1f} s after the "
+          f"third first pod; {paths.count('admission')} of {len(paths)} replicas placed by "
+          "the policy")
+
+    # with the exec-format-error monitor off, its watch's other reader still runs
+    _config(cluster, {"plugins": {"execFormatErrorMonitor": {"enabled": False}}})
+    try:
+        pusher.image("feed/late", "v1", architecture="amd64")
+        late = f"{registry.host}/feed/late:v1"
+        assert _path(cluster.create(f"/api/v1/namespaces/{ns}/pods",
+                                    _pod("late", late))) == "webhook"
+        wait_for(lambda: late in _catalog(cluster), 5)
+    finally:
+        _config(cluster, {"plugins": {"execFormatErrorMonitor": {"enabled": True}}})
+
+
+def _pinned_deployment(name: str, image: str) -> dict[str, Any]:
+    """Three replicas of ``image`` pinned to arm64 by the user's nodeSelector."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "nodeSelector": {"kubernetes.io/arch": "arm64"},
+                         "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "c", "image": image}]}}}}
+
+
+def _placed_pods(cluster: KubeEnv, ns: str, app: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get(
+        f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}")["items"]
+    placed = [p for p in items if _path(p) is not None]
+    return placed if len(placed) == 3 else []
+
+
+def _warnings(cluster: KubeEnv, ns: str, reason: str) -> dict[str, list[str]]:
+    """Pod UID → the notes of its ``reason`` Events by podplacement."""
+    out: dict[str, list[str]] = {}
+    for ev in cluster.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]:
+        if ev.get("reason") == reason and ev.get("reportingController") == (
+                "podplacement.io/controller"):
+            out.setdefault(ev["regarding"]["uid"], []).append(ev["note"])
+    return out
+
+
+def test_an_incompatible_pin_is_told_by_an_event_on_the_webhook_path_as_on_the_controllers(
+        cluster: KubeEnv, ns: str, product: Product, registry: Registry,
+        make_pusher: Any) -> None:
+    # 2 s rather than 300 ms: the replicas must take the webhook's path on a loaded machine
+    _config(cluster, {"admission": {"inspectionBudget": "2s", "fastPaths": "Enabled"}})
+    make_pusher(registry).image("events/amd", "v1", architecture="amd64")
+    image = f"{registry.host}/events/amd:v1"
+    notes: dict[str, list[str]] = {}
+    try:
+        for path, app in (("webhook", "by-webhook"), ("controller", "by-controller")):
+            if path == "controller":  # the webhook then leaves every pod to the controller
+                _config(cluster, {"admission": {"fastPaths": "Disabled"}})
+            cluster.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+                           _pinned_deployment(app, image))
+            pods = wait_for(lambda app=app: _placed_pods(cluster, ns, app), 30)
+            assert {_path(p) for p in pods} == {path}
+            uids = {p["metadata"]["uid"] for p in pods}
+            told = wait_for(lambda uids=uids: (lambda w: w if uids <= set(w) else None)(
+                _warnings(cluster, ns, "IncompatibleNodeSelector")), 5)
+            for uid in uids:
+                assert len(told[uid]) == 1, told[uid]  # one per decision
+                notes[path] = told[uid]
+    finally:
+        _config(cluster, {"admission": {"fastPaths": "Enabled"}})
+    assert notes["webhook"] == notes["controller"] == [
+        "nodeSelector kubernetes.io/arch=arm64 is not among the architectures supported by "
+        "every image (amd64); the pod cannot run there"]

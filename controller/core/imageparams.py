@@ -8,8 +8,10 @@ reference of ``spec.images`` to when the controller learned it: the unix second 
 registry answered for it. :class:`ParamsStore` keeps those entries in memory: tag references
 expire ``cacheTTL`` after that moment (a restart, a new leader or a re-record of a cached
 copy never makes them younger), references by digest (content-addressed) do not, and both
-maps together are bounded in entries and in JSON bytes with the least recently recorded
-entry out first. It is pure (no I/O, no clock of its own: every call takes ``now``);
+maps together are bounded in entries and in JSON bytes with the least recently used entry
+out first: an entry is used when it is recorded and when a pod using the image is seen
+placed (:meth:`ParamsStore.touch`, which changes no published byte and so asks for no
+write). It is pure (no I/O, no clock of its own: every call takes ``now``);
 :mod:`controller.paramswriter` publishes it.
 
 Only anonymous results may be recorded: the caller records an image only when it inspected
@@ -66,8 +68,10 @@ def platforms_value(pairs: Iterable[tuple[str, str]]) -> str | None:
     return value if len(value) <= VALUE_MAX_LENGTH else None
 
 
-def _value_pairs(value: str) -> list[tuple[str, str]] | None:
-    """The pairs of a published value, or None when it is not ``os/arch[,os/arch...]``."""
+def value_pairs(value: str) -> list[tuple[str, str]] | None:
+    """The (os, architecture) pairs of a ``spec.images`` value (``"linux/amd64,linux/arm64"``),
+    or None when it is not ``os/arch[,os/arch...]`` (the parts are not checked against the
+    CRD's pattern here: :func:`platforms_value` does)."""
     pairs: list[tuple[str, str]] = []
     for item in value.split(","):
         os_name, sep, arch = item.partition("/")
@@ -146,7 +150,11 @@ class ParamsStore:
     not expire by age (its content cannot change) but is evicted like any other by the
     bounds; it has no ``spec.learned`` item. At most ``max_entries`` entries and at most
     ``max_bytes`` bytes of compact JSON for ``spec.images`` and ``spec.learned`` together,
-    the least recently recorded entries out first.
+    the least recently used entries out first: :meth:`record` and :meth:`touch` (a pod of
+    the image seen placed, by any path) make an entry the most recently used. The order is
+    kept in memory only: it changes no published byte, so a touch never makes the store
+    dirty (no write), and it only matters when a new entry evicts. Entries adopted from the
+    live object start least recently used, oldest learned first (:meth:`adopt`).
 
     Times (``now``, ``learned``) are wall-clock unix seconds (``time.time()``): they are
     published and must mean the same after a restart, on another replica, which a monotonic
@@ -193,7 +201,7 @@ class ParamsStore:
         self.max_bytes = max_bytes
         self._ttl = 0.0
         self.set_ttl(ttl_seconds)
-        # All entries, least recently recorded first (the LRU order of the bounds).
+        # All entries, least recently used first (the LRU order of the bounds).
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # (learned, image) of tag references, oldest first; an item whose entry is gone or
         # was learned again since is stale and skipped (rebuilt when stale ones pile up).
@@ -335,7 +343,7 @@ class ParamsStore:
                learned: float | None = None, digest: str | None = None) -> bool:
         """Record what an anonymous inspection learned about ``image``.
 
-        The entry becomes the most recently recorded one (for the bounds). Its learned time
+        The entry becomes the most recently used one (for the bounds). Its learned time
         becomes ``learned`` when that is newer than the entry's: a result the inspector
         served from its own cache carries the time of the registry answer it copies
         (:attr:`imageinspect.ImageInfo.fetched_at`), so re-recording it does not make the
@@ -347,7 +355,7 @@ class ParamsStore:
         pair, too long) is not recorded, and an entry it had is removed (the tag may have
         moved; the old value would be stale). A string that is not an image reference, or
         an entry larger than ``max_bytes`` on its own, is not recorded. Recording may evict
-        the least recently recorded entries to keep the bounds.
+        the least recently used entries to keep the bounds.
 
         Args:
             image: the reference exactly as written in the pod spec (the policy's lookup key).
@@ -403,6 +411,16 @@ class ParamsStore:
         entry.value, entry.size = value, size
         self._version += 1
         self._evict()
+        return True
+
+    def touch(self, image: str) -> bool:
+        """Mark ``image``'s entry as the most recently used (a pod using it was seen
+        placed): the bounds evict it last. Nothing published changes (not its value, not
+        its learned time, so not its expiry), so the store does not become dirty and no
+        write follows. Returns True when there is such an entry."""
+        if image not in self._entries:
+            return False
+        self._entries.move_to_end(image)
         return True
 
     def remove(self, image: str) -> bool:
@@ -466,7 +484,7 @@ class ParamsStore:
         for image, raw in images.items():
             if image in self._entries:
                 continue
-            pairs = _value_pairs(raw) if isinstance(raw, str) else None
+            pairs = value_pairs(raw) if isinstance(raw, str) else None
             value = platforms_value(pairs) if pairs is not None else None
             pinned = is_pinned(image) if value is not None else None
             if value is None or pinned is None:
@@ -537,7 +555,7 @@ class ParamsStore:
             heapq.heapify(self._ages)
 
     def _evict(self) -> int:
-        """Drop the least recently recorded entries until both bounds hold; returns the
+        """Drop the least recently used entries until both bounds hold; returns the
         number dropped (each is a change of the published content)."""
         evicted = 0
         while self._entries and (

@@ -215,6 +215,52 @@ def test_the_least_recently_recorded_entry_goes_first_at_the_entry_bound() -> No
     assert sorted(store.images()) == ["r/e:1", "r/f:1", "r/g:1"]
 
 
+def test_a_touched_entry_is_evicted_last_at_the_entry_bound() -> None:
+    store = ParamsStore(60, max_entries=3)
+    for i, image in enumerate(["r/a:1", "r/b:1", "r/c:1"]):
+        store.record(image, AMD, now=i)
+    assert store.touch("r/a:1") is True  # a pod of r/a:1 seen placed: now the most recent
+    store.record("r/d:1", AMD, now=4)
+    assert sorted(store.images()) == ["r/a:1", "r/c:1", "r/d:1"]
+    store.touch("r/c:1")
+    store.touch("r/a:1")
+    store.record("r/e:1", AMD, now=5)  # r/d:1, recorded after r/c:1, was used before it
+    assert sorted(store.images()) == ["r/a:1", "r/c:1", "r/e:1"]
+
+
+def test_a_touched_entry_is_evicted_last_at_the_byte_bound() -> None:
+    one = len(orjson.dumps({"r/i-00:1": "linux/amd64"})) + len(orjson.dumps({"r/i-00:1": 0}))
+    store = ParamsStore(60, max_bytes=one + 2 * (one - 2))
+    for i in range(3):
+        store.record(f"r/i-{i:02d}:1", AMD, now=i)
+    store.touch("r/i-00:1")
+    store.record("r/i-03:1", AMD, now=3)
+    assert sorted(store.images()) == ["r/i-00:1", "r/i-02:1", "r/i-03:1"]
+
+
+def test_a_touch_changes_nothing_published_so_no_write_follows() -> None:
+    store = ParamsStore(60)
+    store.record(TAG_A, AMD, now=100)
+    store.record(TAG_B, AMD, now=101)
+    store.mark_clean(store.version)
+    version, images, learned = store.version, store.images(), store.learned()
+    assert store.touch(TAG_A) is True
+    assert store.touch("r/absent:1") is False and "r/absent:1" not in store
+    assert not store.dirty and store.version == version
+    assert store.images() == images and store.learned() == learned
+    # nor does a touch make an entry younger: it expires by its learned time
+    assert store.expire(160) == 1 and TAG_A not in store
+
+
+def test_adopted_entries_can_be_touched_out_of_the_eviction_order() -> None:
+    store = ParamsStore(100, max_entries=2)
+    store.adopt({TAG_A: "linux/amd64", TAG_B: "linux/amd64"}, now=20,
+                learned={TAG_A: 5, TAG_B: 15})
+    store.touch(TAG_A)  # adopted oldest first, then used
+    store.record("r/z:1", AMD, now=21)
+    assert set(store.images()) == {TAG_A, "r/z:1"}
+
+
 def test_the_byte_bound_holds_for_the_json_of_both_maps() -> None:
     one = len(orjson.dumps({"r/i-00:1": "linux/amd64"})) + len(orjson.dumps({"r/i-00:1": 0}))
     # room for exactly three such entries (each adds its own size less the braces, plus a

@@ -173,7 +173,10 @@ async def test_informer_without_cache_hands_on_events_and_relists_as_added(
     api = small_api
     inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, keep_cache=False)
     seen: list[tuple[str, str, Any]] = []
+    listed: list[str] = []  # the objects handed on while the informer said it was listing
     inf.add_handler(lambda t, o, old: seen.append((t, o["metadata"]["name"], old)))
+    inf.add_handler(lambda t, o, old: listed.append(o["metadata"]["name"]) if inf.listing
+                    else None)
     await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("kept"))
     await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("old"))
     inf.start()
@@ -186,6 +189,7 @@ async def test_informer_without_cache_hands_on_events_and_relists_as_added(
     assert seen == [("ADDED", "kept", None), ("ADDED", "old", None),
                     ("MODIFIED", "kept", None), ("ADDED", "added", None),
                     ("DELETED", "added", None)]
+    assert listed == ["kept", "old"] and not inf.listing
     assert not inf.cache and inf.get("a/kept") is None
     await inf.stop()
     # While stopped: "old" is deleted and the history overflows, so the resumed watch gets

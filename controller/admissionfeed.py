@@ -1,0 +1,252 @@
+"""The admission feed: what the leader learns and tells from the pods placed at admission
+(README "The catalog fills itself from every path", "Events").
+
+The controller's watch of placed pods (:class:`controller.placedwatch.PlacedPods`, label
+``podplacement.io/node-affinity``) hands every pod it sees placed, by any path, to
+:meth:`AdmissionFeed.on_pod` (a pod enters that selector once, when it is placed: the
+watch says ADDED). For each such pod, in the event loop and without a request:
+
+- **use**: each of its images in the admission policy's catalog is marked used
+  (:meth:`controller.core.imageparams.ParamsStore.touch`), so a full catalog evicts the
+  least recently used entries first. A touch changes no published byte: no write.
+- **learn**: a pod placed at admission (``"path":"webhook"`` or ``"admission"``) whose
+  images are not all in the catalog, and that needs no pull Secret
+  (:func:`controller.core.admitted.images_to_learn`), queues those images. A few workers
+  inspect each one anonymously with the controller's own inspector (its cache and one
+  flight per image), off the watch, and record the result with the controller's
+  ``publish`` (its rules: exclusions, the config's place branch, learned time =
+  when a registry answered), so the params writer publishes it on its next tick (at most
+  about a second later, batched and paced as every write is). The workers wait until the
+  writer has taken over the live object, so a new leader inspects only what that object
+  lacks. The pods placed by the webhook, not only by the controller, thus fill the catalog
+  from which the policy places the next pods of those images.
+- **tell**: the Warning Event of the decision of a pod placed at admission
+  (:func:`controller.core.admitted.admission_warning`: the controller's own Warning for
+  that pod, same reason and text), once per pod: the UIDs it was sent for are remembered
+  (bounded), and a pod a (re)list hands on, rather than the watch as it is placed, is told
+  only when created less than :data:`EVENT_WINDOW_SECONDS` ago (a new leader tells about
+  the pods placed while none led, not about every pod that exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from podplacement.controller.core.admitted import (
+    admission_path,
+    admission_warning,
+    decision_record,
+    images_to_learn,
+    recently_created,
+)
+from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.controller.core.placement import unique_images
+from podplacement.controller.core.platforms import NodeInventory, node_inventory
+from podplacement.controller.core.policy import PlacementPolicy, policy_for
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.kubeclient import Informer
+
+log = logging.getLogger(__name__)
+
+#: Seconds after its creation during which a pod handed on by a (re)list, not by the watch
+#: as it is placed, still gets its Warning Event (a leader change takes about one Lease).
+EVENT_WINDOW_SECONDS = 60.0
+#: Pod UIDs remembered as told (the oldest forgotten first).
+MAX_TOLD = 50_000
+#: Images waiting to be inspected for the catalog; more are dropped (the next pod of the
+#: image queues it again).
+MAX_PENDING = 1_000
+#: Images inspected at once for the catalog.
+WORKERS = 4
+
+#: ``podplacement_admission_feed_inspections_total`` results.
+INSPECTED = "ok"
+FAILED = "failed"
+DROPPED = "dropped"
+
+
+class AdmissionFeed:
+    """See the module docstring.
+
+    Args:
+        store: the catalog (the params writer publishes it).
+        inspector: returns the controller's current ``imageinspect.Inspector``.
+        publish: records an anonymously inspected image with the controller's rules
+            (``Controller._publish``).
+        publishing: True while the controller publishes the catalog at all (it owns the
+            policy and the policy has a place branch); nothing is inspected otherwise.
+        config_source: the (config, error) pair the controller places with (exclusions
+            included).
+        events: the Event sink.
+        metrics: the controller's metrics.
+        nodes: the Node informer (``ArchitectureNotInCluster``), or None.
+        policies: namespace → its accepted placement policies, highest priority first.
+        listing: True while the watch's (re)list hands pods on
+            (:attr:`controller.placedwatch.PlacedPods.listing`).
+        adopted: set once the params writer took over the live object; the inspections
+            wait for it.
+        clock: unix seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ParamsStore,
+        inspector: Callable[[], Any],
+        publish: Callable[[str, Any], None],
+        publishing: Callable[[], bool],
+        config_source: Callable[[], tuple[PlacementConfig, str | None]],
+        events: EventSink,
+        metrics: Metrics,
+        nodes: Informer | None = None,
+        policies: Callable[[str], Sequence[PlacementPolicy]] = lambda namespace: (),
+        listing: Callable[[], bool] = lambda: False,
+        adopted: asyncio.Event | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.inspector = inspector
+        self.publish = publish
+        self.publishing = publishing
+        self.config_source = config_source
+        self.events = events
+        self.metrics = metrics
+        self.nodes = nodes
+        self.policies = policies
+        self.listing = listing
+        self.adopted = adopted
+        self.clock = clock
+        #: UIDs of the pods told about (insertion order: the oldest first).
+        self.told: OrderedDict[str, None] = OrderedDict()
+        self._pending: set[str] = set()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
+        self._inventory: NodeInventory | None = None
+        if nodes is not None:
+            nodes.add_handler(self._nodes_changed)
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the inspection workers (the leader calls this)."""
+        if self._workers:
+            return
+        self._queue = asyncio.Queue()
+        self._pending.clear()
+        self._workers = [asyncio.create_task(self._work(), name=f"admission feed {i}")
+                         for i in range(WORKERS)]
+
+    async def stop(self) -> None:
+        """Stop the workers; queued images are dropped (the next leader sees their pods)."""
+        for task in self._workers:
+            task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._workers.clear()
+        self._pending.clear()
+
+    # --- the watch ---------------------------------------------------------------------
+    def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        """Watch handler (module docstring): use, learn, tell. Pure checks and in-memory
+        work only; never raises for an odd pod."""
+        if etype != "ADDED":
+            return
+        for image in unique_images(pod):
+            self.store.touch(image)
+        record = decision_record(pod)
+        if admission_path(record) is None:
+            return
+        config = self.config_source()[0]
+        if self.publishing() and self._workers:
+            for image in images_to_learn(pod, record, config, self.store.__contains__):
+                self._learn(image)
+        self._tell(pod, record, config)
+
+    def _learn(self, image: str) -> None:
+        if image in self._pending:
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self.metrics.admission_feed.labels(DROPPED).inc()
+            return
+        self._pending.add(image)
+        self._queue.put_nowait(image)
+
+    def _tell(self, pod: Mapping[str, Any], record: Mapping[str, Any] | None,
+              config: PlacementConfig) -> None:
+        """Send the Warning of the pod's decision, once per pod."""
+        if not self.events.enabled:
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid or uid in self.told:
+            return
+        if self.listing() and not recently_created(pod, self.clock(), EVENT_WINDOW_SECONDS):
+            return
+        namespace = str(meta.get("namespace") or "")
+        spec = admission_warning(pod, record, config, catalog=self.store.get,
+                                 nodes=self._nodes(),
+                                 policy=policy_for(pod, self.policies(namespace)))
+        if spec is None:
+            return
+        self.told[uid] = None
+        while len(self.told) > MAX_TOLD:
+            self.told.popitem(last=False)
+        self.metrics.events.labels(spec.type).inc()
+        self.events.emit(pod, spec)
+
+    def _nodes(self) -> NodeInventory | None:
+        """The node inventory, rebuilt after a Node changed (None without an informer)."""
+        if self.nodes is None:
+            return None
+        if self._inventory is None:
+            self._inventory = node_inventory(self.nodes.cache.values())
+        return self._inventory
+
+    def _nodes_changed(self, etype: str, node: dict[str, Any], old: dict[str, Any] | None
+                       ) -> None:
+        """A Node was added, deleted or relabelled: rebuild the inventory when next asked
+        (status updates, most Node events, keep it)."""
+        if etype != "MODIFIED" or old is None or _platform_labels(node) != _platform_labels(old):
+            self._inventory = None
+
+    # --- the inspections ---------------------------------------------------------------
+    async def _work(self) -> None:
+        while True:
+            image = await self._queue.get()
+            try:
+                await self._inspect(image)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("admission feed: %s", image)
+            finally:
+                self._pending.discard(image)
+
+    async def _inspect(self, image: str) -> None:
+        """Inspect ``image`` anonymously and record it, unless the catalog got it
+        meanwhile (the writer's adoption, the reconciler) or is not published now."""
+        if self.adopted is not None:
+            await self.adopted.wait()
+        if image in self.store or not self.publishing():
+            return
+        try:
+            result = await self.inspector().inspect(image)
+        except Exception as exc:  # the registry's errors; the next pod of it tries again
+            self.metrics.admission_feed.labels(FAILED).inc()
+            log.info("admission feed: %s not inspected anonymously: %s", image, exc)
+            return
+        self.metrics.admission_feed.labels(INSPECTED).inc()
+        self.publish(image, result)
+
+
+def _platform_labels(node: Mapping[str, Any]) -> tuple[Any, Any]:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(ARCH_LABEL), labels.get(OS_LABEL)
