@@ -90,6 +90,14 @@ FAST_PATHS_DISABLED = "Disabled"
 #: images it does not know yet before it leaves the pod to the controller; 0 inspects
 #: nothing at admission. The default is a few registry round trips on a nearby registry.
 DEFAULT_INSPECTION_BUDGET = 0.3
+#: ``spec.admission.pullAlwaysFreshness``: seconds for which the controller's check of a
+#: tag's digest lets the admission policy place a pod that pulls that tag with
+#: ``imagePullPolicy: Always`` (:mod:`controller.core.freshness`); 0 leaves every such pod to
+#: the webhook or the controller, which check the digest per pod. The kubelet pulls seconds
+#: after admission anyway: an answer this old closes the same race as a fresh one.
+DEFAULT_PULL_ALWAYS_FRESHNESS = 5.0
+#: Its upper bound (also the CRD's CEL rule).
+MAX_PULL_ALWAYS_FRESHNESS = 60.0
 #: Its upper bound (also the CRD's CEL rule): the API server waits for the webhook at most
 #: its configuration's ``timeoutSeconds`` (5 s, ``controller.core.webhookconfig``) and then
 #: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
@@ -353,7 +361,8 @@ class PlacementConfig:
     object so that every reader of the config (the webhook, ``explain``) places as the
     controller does; empty unless both ``enabled`` and ``learn`` are true.
     ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
-    0..:data:`MAX_INSPECTION_BUDGET`). ``fallback_operating_systems`` is
+    0..:data:`MAX_INSPECTION_BUDGET`); ``admission_pull_always_freshness`` too
+    (``spec.admission.pullAlwaysFreshness``, 0..:data:`MAX_PULL_ALWAYS_FRESHNESS`). ``fallback_operating_systems`` is
     ``spec.fallbackOperatingSystems``, sorted, never empty: the ``kubernetes.io/os`` values a
     pod released without its images' platforms still requires
     (:func:`controller.core.fallback.fallback_requirement`).
@@ -375,6 +384,7 @@ class PlacementConfig:
     delete_unfit_pods: bool = True
     excluded: tuple[ExcludedPlatform, ...] = ()
     admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
+    admission_pull_always_freshness: float = DEFAULT_PULL_ALWAYS_FRESHNESS
     generation: int = 0
 
     @classmethod
@@ -446,6 +456,13 @@ class PlacementConfig:
             raise ConfigError("spec.admission.inspectionBudget",
                               f"must be at most {MAX_INSPECTION_BUDGET:g}s (the webhook's "
                               f"timeout is 5s), got {budget!r}")
+        raw_freshness = admission.get("pullAlwaysFreshness")
+        freshness = (DEFAULT_PULL_ALWAYS_FRESHNESS if raw_freshness is None else parse_duration(
+            str(raw_freshness), "spec.admission.pullAlwaysFreshness"))
+        if freshness > MAX_PULL_ALWAYS_FRESHNESS:
+            raise ConfigError("spec.admission.pullAlwaysFreshness",
+                              f"must be at most {MAX_PULL_ALWAYS_FRESHNESS:g}s, "
+                              f"got {raw_freshness!r}")
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -463,6 +480,7 @@ class PlacementConfig:
             delete_unfit_pods=escapes["deleteUnfitPods"],
             excluded=excluded_from_status(obj) if learn else (),
             admission_inspection_budget=inspection_budget,
+            admission_pull_always_freshness=freshness,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 
