@@ -125,6 +125,20 @@ def _unpacked(wheel: Path, tmp_path: Path, **extra: str) -> tuple[Path, dict[str
     return elsewhere, env
 
 
+def test_the_unpacked_wheel_prints_its_version_from_its_metadata(wheel: Path,
+                                                                 tmp_path: Path) -> None:
+    """Outside the checkout ``podplacement version`` reads the distribution's metadata
+    (podplacement/version.py): the wheel's, which is pyproject.toml's version."""
+    from podplacement.version import source_version
+
+    elsewhere, env = _unpacked(wheel, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "podplacement", "version"], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == f"{source_version(REPO)}\n"
+    assert not (Path(env["PYTHONPATH"]) / "pyproject.toml").exists()
+
+
 def test_the_wheels_demo_without_a_control_plane_says_how_to_get_one(
         wheel: Path, tmp_path: Path) -> None:
     """No real control plane, and no localkube in a wheel: one clear line, exit code 2."""
