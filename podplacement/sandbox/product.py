@@ -2,11 +2,12 @@
 
 :func:`install_manifests` runs ``kubectl apply -k`` of ``deploy/`` (CRDs first, waited until
 Established, then everything; the in-cluster Deployments are scaled to 0 because no kubelet
-could run them). :func:`start_product` then runs ``podplacement webhook`` and ``podplacement
-controller`` as local processes with the tokens of deploy/'s own ServiceAccounts (``kubectl
-create token``), so the real authorizer enforces deploy/'s RBAC on every request they make; the
-API server reaches the webhook by ``clientConfig.url`` on 127.0.0.1, registered by the
-controller with the CA of a certificate made by ``podplacement certs generate``.
+could run them), then creates the sample config once (:func:`create_sample_config`).
+:func:`start_product` then runs ``podplacement webhook`` and ``podplacement controller`` as
+local processes with the tokens of deploy/'s own ServiceAccounts (``kubectl create token``),
+so the real authorizer enforces deploy/'s RBAC on every request they make; the API server
+reaches the webhook by ``clientConfig.url`` on 127.0.0.1, registered by the controller with
+the CA of a certificate made by ``podplacement certs generate``.
 """
 
 from __future__ import annotations
@@ -65,20 +66,44 @@ def kubectl(plane: ControlPlane, *args: str, timeout: float = 120.0,
     return proc
 
 
-def install_manifests(plane: ControlPlane, deploy_dir: Path) -> str:
-    """``kubectl apply -k deploy_dir`` as the README says (CRDs, Established, then all),
-    then scale the in-cluster Deployments to 0. Returns the apply output.
+def install_manifests(plane: ControlPlane, deploy_dir: Path, *, config: bool = True) -> str:
+    """Install as the README says: ``kubectl apply -k deploy_dir/crds``, wait until every CRD
+    there is Established, ``kubectl apply -k deploy_dir``; then, with ``config``, the one-time
+    step of a first install, :func:`create_sample_config`. The in-cluster Deployments are
+    scaled to 0 (no kubelet here could run them). Returns the apply output.
 
     Raises:
         InstallError: a kubectl step failed.
     """
     kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir / "crds"))
+    # -f of the directory reads its *.yaml files: the CRDs (the kustomization file is named
+    # `Kustomization` so that it is not one of them)
     kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
-            "crd/podplacementconfigs.podplacement.io", "crd/imageplatforms.podplacement.io",
-            "crd/podplacementpolicies.podplacement.io")
+            "-f", str(deploy_dir / "crds"))
     out = kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir)).stdout
     kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
+    if config:
+        create_sample_config(plane, deploy_dir)
     return out
+
+
+def create_sample_config(plane: ControlPlane, deploy_dir: Path) -> bool:
+    """``kubectl create -f deploy_dir/samples/podplacementconfig.yaml``: the PodPlacementConfig
+    of a first install, outside the install manifests so that re-applying them never changes
+    it. An existing config is kept as it is (``create`` never replaces it). Returns whether
+    it was created.
+
+    Raises:
+        InstallError: kubectl failed for another reason than an existing config.
+    """
+    proc = kubectl(plane, "create", "-f", str(deploy_dir / "samples" / "podplacementconfig.yaml"),
+                   check=False)
+    if proc.returncode == 0:
+        return True
+    if "AlreadyExists" in proc.stderr or "already exists" in proc.stderr:
+        return False
+    raise InstallError(f"kubectl create -f samples/podplacementconfig.yaml: "
+                       f"{proc.stderr.strip()}")
 
 
 def service_account_kubeconfig(plane: ControlPlane, name: str, path: Path,

@@ -42,7 +42,7 @@ from tests.harness.kube import KubeEnv
 NS = "podplacement-system"
 URL = "https://127.0.0.1:9443/mutate"
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-SAMPLE = Path(__file__).resolve().parents[2] / "deploy/base/samples/podplacementconfig.yaml"
+SAMPLE = Path(__file__).resolve().parents[2] / "deploy/samples/podplacementconfig.yaml"
 CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
 
 
