@@ -1092,7 +1092,7 @@ class Lifecycle:
             if exc.status in (404, 405):
                 return False
             raise
-        log.info("deleted ImagePlatforms %s/%s", self.namespace, PARAMS_NAME)
+        log.info("deleted ImagePlatformCatalog %s/%s", self.namespace, PARAMS_NAME)
         return True
 
     async def _delete_webhook(self) -> bool:

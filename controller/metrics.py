@@ -101,7 +101,7 @@ class Metrics:
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
         params: the admission policy's params object:
-            ``podplacement_params_entries`` (entries last written to ImagePlatforms
+            ``podplacement_params_entries`` (entries last written to ImagePlatformCatalog
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
             updated, conflict, error); the :class:`controller.paramswriter.ParamsMetrics`
             shape.
@@ -143,7 +143,7 @@ class Metrics:
             "their owner recreates them, by the owner's kind", ["owner_kind"], registry=r)
         self.params = ParamsMetrics(
             Gauge(P + "params_entries", "Entries of the admission policy's params object "
-                  "(ImagePlatforms cluster), as last written", registry=r),
+                  "(ImagePlatformCatalog cluster), as last written", registry=r),
             Counter(P + "params_writes", "Writes of the admission policy's params object, "
                     "by result", ["result"], registry=r),
         )

@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CRDS = {
     "podplacement/crds/podplacementconfig.yaml": REPO / "deploy/crds/podplacementconfig.yaml",
-    "podplacement/crds/imageplatforms.yaml": REPO / "deploy/crds/imageplatforms.yaml",
+    "podplacement/crds/imageplatformcatalog.yaml": REPO / "deploy/crds/imageplatformcatalog.yaml",
     "podplacement/crds/podplacementpolicy.yaml": REPO / "deploy/crds/podplacementpolicy.yaml",
     "podplacement/crds/noderesourcetopology-crd.yaml":
         REPO / "deploy/optional/noderesourcetopology-crd.yaml",

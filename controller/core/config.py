@@ -87,12 +87,12 @@ DEFAULT_INSPECTION_BUDGET = 0.3
 #: its configuration's ``timeoutSeconds`` (5 s, ``controller.core.webhookconfig``) and then
 #: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
 MAX_INSPECTION_BUDGET = 4.0
-#: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
+#: The params object of the admission policy: ``ImagePlatformCatalog`` named ``cluster`` in the
 #: product's namespace, ``spec.images``: image reference as written in pods → sorted,
 #: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
 #: registry answered for it; anonymous inspection results only (:mod:`controller.core.imageparams`).
-PARAMS_KIND = "ImagePlatforms"
-PARAMS_PLURAL = "imageplatforms"
+PARAMS_KIND = "ImagePlatformCatalog"
+PARAMS_PLURAL = "imageplatformcatalogs"
 PARAMS_NAME = "cluster"
 #: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
 #: ``spec.images`` and ``spec.learned`` maps together.

@@ -93,7 +93,7 @@ WORKDIR = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
 #: links to deploy/'s files in a checkout, copies in a wheel).
 CRD_FILES = tuple(
     Path(str(importlib.resources.files("podplacement") / "crds" / name))
-    for name in ("podplacementconfig.yaml", "imageplatforms.yaml", "podplacementpolicy.yaml",
+    for name in ("podplacementconfig.yaml", "imageplatformcatalog.yaml", "podplacementpolicy.yaml",
                  "noderesourcetopology-crd.yaml")
 )
 MWC_PATH = (

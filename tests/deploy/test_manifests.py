@@ -101,10 +101,10 @@ BASE_PERMISSIONS = (
             "create")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
-    # get of every ImagePlatforms: the API server's condition for creating a policy with
+    # get of every ImagePlatformCatalog: the API server's condition for creating a policy with
     # that paramKind (controller/core/admissionpolicy.py)
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get")
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
+    | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "create get")
+    | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "update delete", PARAMS_NAME)
     # the uninstall guards (controller/core/ownership.py)
     | _rows(_C, "cluster", "", "namespaces", "get", NS)
     | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
