@@ -32,6 +32,11 @@ from podplacement.controller.core.config import (
     ConfigError,
     PlacementConfig,
 )
+from podplacement.controller.core.legacy import (
+    RETIRED_CRDS,
+    retirement_rights,
+    rolling_upgrade_rights,
+)
 from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
 from podplacement.controller.core.webhookconfig import (
     NAMESPACE_NAME_LABEL,
@@ -105,6 +110,10 @@ BASE_PERMISSIONS = (
     # that paramKind (controller/core/admissionpolicy.py)
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "create get")
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "update delete", PARAMS_NAME)
+    # upgrades: retiring what earlier releases left, and their controllers' own rights on it
+    # during a rolling update (controller/core/legacy.py)
+    | {(_C, "cluster", *right) for retired in RETIRED_CRDS
+       for right in (retirement_rights(retired) + rolling_upgrade_rights(retired))}
     # the uninstall guards (controller/core/ownership.py)
     | _rows(_C, "cluster", "", "namespaces", "get", NS)
     | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
@@ -509,6 +518,11 @@ def _controller_requests() -> list[tuple[str, str, str, str | None, str | None]]
         else:
             names = [name]
         out.extend((group, resource, verb, ns, n) for n in names)
+    # the previous release's controller, still leading during a rolling update, on its own
+    # params object (controller/core/legacy.py RetiredCRD.writer_rights)
+    for retired in RETIRED_CRDS:
+        out.extend((group, resource, verb, None, None if name == "*" else name)
+                   for group, resource, verb, name in rolling_upgrade_rights(retired))
     return out
 
 
