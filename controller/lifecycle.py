@@ -161,6 +161,7 @@ RETIREMENT_REQUESTS: tuple[tuple[str, str], ...] = tuple(
     for retired in legacy.RETIRED_CRDS
     for request in (
         ("GET", retired_crd_path(retired)),
+        ("GET", "/".join((CRD_COLLECTION_PATH, retired.replaced_by))),
         *(("DELETE", retired_object_path(retired, name, "{namespace}"))
           for name in retired.objects),
         ("DELETE", retired_crd_path(retired)),
@@ -1117,11 +1118,13 @@ class Lifecycle:
 
     async def _retire_previous(self) -> str:
         """Remove what earlier releases left and this one no longer uses
-        (:data:`controller.core.legacy.RETIRED_CRDS`): for each such CRD still there and not
-        already being deleted, its objects, then the CRD. Deleting the objects first makes a
-        binding of that release which could not be removed harmless (its params object is
-        missing, so the API server skips its policy). One GET per CRD and pass when there is
-        nothing to do.
+        (:data:`controller.core.legacy.RETIRED_CRDS`): for each such CRD still there, not
+        already being deleted and older than the CRD that replaced it
+        (:func:`controller.core.legacy.retire_now`: a younger one belongs to a rollback
+        under way), its objects, then the CRD. Deleting the objects first makes a binding of
+        that release which could not be removed harmless (its params object is missing, so
+        the API server skips its policy). One GET per CRD and pass when there is nothing to
+        do.
 
         Returns:
             "" when done (or nothing was left), else the problem (the status's Degraded
@@ -1132,6 +1135,12 @@ class Lifecycle:
             try:
                 crd = await self._get_or_none(retired_crd_path(retired))
                 if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                replacement = await self._get_or_none(
+                    "/".join((CRD_COLLECTION_PATH, retired.replaced_by)))
+                kept = legacy.retire_now(crd, replacement)
+                if kept:
+                    problems.append(kept)
                     continue
                 for name in retired.objects:
                     path = retired_object_path(retired, name, self.namespace)

@@ -94,11 +94,37 @@ def reads_other_params(live_binding: Mapping[str, Any], desired_binding: Mapping
     return ref(live_binding) != ref(desired_binding)
 
 
+def retire_now(retired_crd: Mapping[str, Any], replacement_crd: Mapping[str, Any] | None
+               ) -> str:
+    """Whether the live CRD ``retired_crd`` of an earlier release may be deleted now: ""
+    when yes, else why not (one line).
+
+    Only when the CRD that replaced it exists and is younger (``creationTimestamp``): an
+    upgrade's ``kubectl apply`` creates the replacement after the earlier release made its
+    own. A retired CRD younger than its replacement was created again on purpose: a
+    rollback to the earlier release is under way (its ``kubectl apply -k deploy/`` runs
+    while this release's controller still leads), and deleting it would break that
+    release's admission policy.
+    """
+    name = str((retired_crd.get("metadata") or {}).get("name"))
+    if replacement_crd is None:
+        return f"{name} kept: the CRD that replaces it is not installed"
+    born = str((retired_crd.get("metadata") or {}).get("creationTimestamp") or "")
+    replaced = str((replacement_crd.get("metadata") or {}).get("creationTimestamp") or "")
+    if not born or not replaced or born >= replaced:  # RFC 3339, UTC: ordered as text
+        other = (replacement_crd.get("metadata") or {}).get("name")
+        return (f"{name} kept: created at {born or '?'}, not before {other} ({replaced or '?'})"
+                ": a rollback to the release that uses it? Once it is abandoned: kubectl "
+                f"delete crd {name}")
+    return ""
+
+
 def retirement_rights(retired: RetiredCRD) -> list[tuple[str, str, str, str]]:
     """``(group, resource, verb, resource name)`` of the requests that retire ``retired``:
-    read and delete its CRD, delete each of its objects. Cluster-wide rights (the CRD is
-    cluster-scoped; so were 0.1.0's objects)."""
+    read and delete its CRD, read the CRD replacing it (:func:`retire_now`), delete each of
+    its objects. Cluster-wide rights (the CRD is cluster-scoped; so were 0.1.0's objects)."""
     rights = [(CRD_GROUP, CRD_RESOURCE, "get", retired.name),
+              (CRD_GROUP, CRD_RESOURCE, "get", retired.replaced_by),
               (CRD_GROUP, CRD_RESOURCE, "delete", retired.name)]
     rights += [(retired.group, retired.plural, "delete", name) for name in retired.objects]
     return rights

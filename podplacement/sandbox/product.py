@@ -152,13 +152,15 @@ class Process:
 
 
 def start_process(name: str, args: Sequence[str], workdir: Path,
-                  env: Mapping[str, str] | None = None) -> Process:
-    """Start ``python -m podplacement ARGS`` with output to ``workdir/NAME.log``."""
+                  env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Process:
+    """Start ``python -m podplacement ARGS`` with output to ``workdir/NAME.log``; ``env`` is
+    added to this process's environment, ``cwd`` is its working directory (``python -m``
+    imports from there first; default: this process's)."""
     log_path = workdir / f"{name}.log"
     log = open(log_path, "ab")  # closed by Process.stop
     popen = subprocess.Popen([sys.executable, "-m", "podplacement", "--log-format", "text",
                               *args], stdout=log, stderr=subprocess.STDOUT,
-                             env={**os.environ, **(env or {})})
+                             env={**os.environ, **(env or {})}, cwd=cwd)
     return Process(name, popen, log_path, log)
 
 
@@ -171,6 +173,8 @@ class Product:
         webhook_port: HTTPS port of the webhook on 127.0.0.1.
         cert_dir: ``ca.crt``, ``tls.crt``, ``tls.key`` of the webhook.
         kubeconfigs: ``{"webhook": path, "controller": path}`` (ServiceAccount tokens).
+        env / cwd: the processes' extra environment and working directory (another
+            release's source tree: ``{"PYTHONPATH": tree}`` and the tree).
     """
 
     plane: ControlPlane
@@ -181,13 +185,15 @@ class Product:
     kubeconfigs: dict[str, Path]
     controller_args: list[str]
     controllers: list[Process] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
 
     def start_controller(self, identity: str | None = None) -> Process:
         """Start one more controller process (leader election decides who acts)."""
         n = len(self.controllers)
         ident = identity or f"sandbox-controller-{n}"
         proc = start_process(f"controller-{n}", [*self.controller_args, "--identity", ident],
-                             self.workdir)
+                             self.workdir, self.env, self.cwd)
         self.controllers.append(proc)
         return proc
 
@@ -229,11 +235,17 @@ def start_product(
     controllers: int = 1,
     admin: bool = False,
     ready_limit: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    wait_registered: bool = True,
 ) -> Product:
     """Start the webhook and ``controllers`` controller processes as deploy/'s
     ServiceAccounts (``admin``: with the admin token instead, for a plane without deploy/'s
-    RBAC) and wait until the webhook answers ``/readyz`` and the controller has registered
-    the MutatingWebhookConfiguration with a caBundle.
+    RBAC) and wait until the webhook answers ``/readyz`` and (``wait_registered``) the
+    controller has registered the MutatingWebhookConfiguration with a caBundle; without it,
+    e.g. while another release's controller still leads, :func:`wait_webhook_registered`
+    waits later. ``env`` and ``cwd`` run every process (``certs generate`` included) with
+    that environment added and in that directory: another release's source tree.
 
     ``controller_options`` are added to ``podplacement controller`` (e.g.
     ``--insecure-registry HOST``, ``--ca-file HOST=FILE``), ``webhook_options`` to
@@ -246,7 +258,8 @@ def start_product(
     cert_dir = workdir / "certs"
     proc = subprocess.run([sys.executable, "-m", "podplacement", "certs", "generate", "--out",
                            str(cert_dir), "--dns", "localhost", "--ip", "127.0.0.1"],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
     if proc.returncode != 0:
         raise InstallError(f"podplacement certs generate: {proc.stderr.strip()}")
     if admin:
@@ -262,17 +275,19 @@ def start_product(
     webhook = start_process("webhook", [
         "webhook", "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
         "--kubeconfig", str(kubeconfigs["webhook"]), "--namespace", NAMESPACE,
-        *webhook_options], workdir)
+        *webhook_options], workdir, env, cwd)
     controller_args = [
         "controller", "--kubeconfig", str(kubeconfigs["controller"]), "--namespace", NAMESPACE,
         "--webhook-url", f"https://127.0.0.1:{port}/mutate", "--cert-dir", str(cert_dir),
         "--metrics-port", "-1", "--lease-duration", "5", *controller_options]
-    product = Product(plane, workdir, webhook, port, cert_dir, kubeconfigs, controller_args)
+    product = Product(plane, workdir, webhook, port, cert_dir, kubeconfigs, controller_args,
+                      env=dict(env or {}), cwd=cwd)
     try:
         _webhook_ready(port, cert_dir / "ca.crt", ready_limit, webhook)
         for _ in range(controllers):
             product.start_controller()
-        wait_webhook_registered(product, ready_limit)
+        if wait_registered:
+            wait_webhook_registered(product, ready_limit)
     except BaseException:
         product.stop()
         raise

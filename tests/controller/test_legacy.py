@@ -12,6 +12,7 @@ from podplacement.controller.core.legacy import (
     IMAGE_PLATFORMS_0_1,
     RETIRED_CRDS,
     reads_other_params,
+    retire_now,
     retirement_rights,
     rolling_upgrade_rights,
 )
@@ -73,6 +74,8 @@ def test_the_retired_params_crd_is_0_1_s_and_replaced_by_ours() -> None:
     assert retirement_rights(IMAGE_PLATFORMS_0_1) == [
         ("apiextensions.k8s.io", "customresourcedefinitions", "get",
          "imageplatforms.podplacement.io"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get",
+         "imageplatformcatalogs.podplacement.io"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "delete",
          "imageplatforms.podplacement.io"),
         ("podplacement.io", "imageplatforms", "delete", "cluster"),
@@ -91,3 +94,22 @@ def test_the_status_says_the_policy_may_be_in_force_when_its_binding_may_be_ther
     left = available(POLICY_AS_LEFT)
     assert "not in force" not in left
     assert "may also gate or place them as it was last written" in left
+
+
+def _crd(name: str, created: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": created}}
+
+
+def test_a_retired_crd_goes_after_an_upgrade_and_stays_during_a_rollback() -> None:
+    old = IMAGE_PLATFORMS_0_1.name
+    ours = IMAGE_PLATFORMS_0_1.replaced_by
+    # upgrade: 0.1.0's CRD from months ago, ours from today's kubectl apply
+    assert retire_now(_crd(old, "2026-06-01T10:00:00Z"), _crd(ours, "2026-11-27T16:00:00Z")
+                      ) == ""
+    # rollback: 0.1.0's kubectl apply created it again after ours
+    kept = retire_now(_crd(old, "2026-11-28T09:00:01Z"), _crd(ours, "2026-11-27T16:00:00Z"))
+    assert kept.startswith(f"{old} kept") and "rollback" in kept
+    assert f"kubectl delete crd {old}" in kept
+    # same second, or no replacement at all: kept
+    assert retire_now(_crd(old, "2026-11-27T16:00:00Z"), _crd(ours, "2026-11-27T16:00:00Z"))
+    assert "not installed" in retire_now(_crd(old, "2026-06-01T10:00:00Z"), None)
