@@ -283,7 +283,7 @@ def wait_until(check: Callable[[], Any], within: float, every: float = 0.25) -> 
 
 @dataclass
 class Upgrade:
-    """Timings of :func:`upgrade_in_place` (seconds from the apply, which started at
+    """Timings of :func:`roll` (seconds from the apply, which started at
     ``time.monotonic()`` ``started``)."""
 
     started: float = 0.0
@@ -292,45 +292,91 @@ class Upgrade:
     complete: float = 0.0
 
 
-def upgrade_in_place(plane: ControlPlane, old: Product, workdir: Path,
-                     controller_options: list[str], webhook_options: list[str],
-                     rollout_delay: float = 0.0) -> tuple[Product, Upgrade]:
-    """The documented upgrade in a rolling update's order: ``kubectl apply -k deploy/`` of
-    this checkout (it must succeed); ``rollout_delay`` seconds later (the new pods' image
-    pull and start, while the old release runs under the new manifests: its RBAC among
-    them) the new webhook and a new controller start (a standby while the old one leads);
-    the old controller stops (the new one takes the Lease and registers its webhook), then
-    the old webhook; then wait until nothing of the old release is left (:func:`leftovers`).
-    Returns the new product (the caller stops it) and the timings.
+def roll(plane: ControlPlane, running: Product, deploy_dir: Path, workdir: Path, *,
+         controller_options: list[str], webhook_options: list[str],
+         missing: Callable[[], list[str]], rollout_delay: float = 0.0,
+         env: dict[str, str] | None = None, cwd: Path | None = None,
+         identity: str = "rolled-in-0") -> tuple[Product, Upgrade]:
+    """From the release ``running`` to the one of ``deploy_dir`` (its processes from the
+    tree ``cwd`` with ``env``; default: this checkout) as a Deployment's rolling update does
+    it: ``kubectl apply -k deploy_dir`` (it must succeed); ``rollout_delay`` seconds later
+    (the new pods' image pull and start, while the running release goes on under the new
+    manifests: their RBAC among them) the new webhook and a new controller start (a standby
+    while the running one leads); the running controller stops (the new one takes the Lease
+    and registers its webhook), then the running webhook; then wait until ``missing()``
+    (what the new release has not done yet) is empty. Returns the new product (the caller
+    stops it) and the timings.
 
     Raises:
         AssertionError: the apply failed, or a step did not happen within 60 s.
     """
     started = time.monotonic()
     timing = Upgrade(started)
-    applied = kubectl(plane, "apply", "-k", str(REPO / "deploy"), check=False)
-    assert applied.returncode == 0, f"kubectl apply -k deploy/: {applied.stderr}"
+    applied = kubectl(plane, "apply", "-k", str(deploy_dir), check=False)
+    assert applied.returncode == 0, f"kubectl apply -k {deploy_dir}: {applied.stderr}"
     kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
     kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
-            "-f", str(REPO / "deploy" / "crds"))
+            "-f", str(deploy_dir / "crds"))
     timing.applied = time.monotonic() - started
     time.sleep(rollout_delay)
     new = start_product(plane, workdir, controller_options=controller_options,
                         webhook_options=webhook_options, controllers=0,
-                        wait_registered=False)
+                        wait_registered=False, env=env, cwd=cwd)
     try:
-        new.start_controller("upgrade-new-0")
-        for proc in old.controllers:  # the rolling update ends the old controller's pod
+        new.start_controller(identity)
+        for proc in running.controllers:  # the rolling update ends the old controller's pod
             proc.stop()
         wait_webhook_registered(new, 60)
         timing.new_leads = time.monotonic() - started
-        old.webhook.stop()
+        running.webhook.stop()
         deadline = time.monotonic() + 60
-        while (left := leftovers(plane)) and time.monotonic() < deadline:
+        while (left := missing()) and time.monotonic() < deadline:
             time.sleep(0.25)
-        assert left == [], f"left of the previous release after 60 s: {left}"
+        assert left == [], f"not done after 60 s: {left}"
         timing.complete = time.monotonic() - started
     except BaseException:
         new.stop()
         raise
     return new, timing
+
+
+def upgrade_in_place(plane: ControlPlane, old: Product, workdir: Path,
+                     controller_options: list[str], webhook_options: list[str],
+                     rollout_delay: float = 0.0) -> tuple[Product, Upgrade]:
+    """The documented upgrade from the previous release ``old`` to this checkout
+    (:func:`roll`), done once nothing of the previous release is left (:func:`leftovers`)."""
+    return roll(plane, old, REPO / "deploy", workdir, controller_options=controller_options,
+                webhook_options=webhook_options, missing=lambda: leftovers(plane),
+                rollout_delay=rollout_delay, identity="upgrade-new-0")
+
+
+def rollback_manifests(tree: Path, dest: Path) -> Path:
+    """The previous release's ``deploy/`` copied from its source ``tree`` into ``dest``,
+    without its sample config (0.1.0's base held it: applied as is, it would replace the
+    operator's config), exactly as README, "Roll back to 0.1.0" says. Returns the copy's
+    ``deploy`` directory."""
+    deploy = dest / "deploy"
+    shutil.copytree(tree / "deploy", deploy)
+    kustomization = deploy / "base" / "kustomization.yaml"
+    lines = kustomization.read_text().splitlines(keepends=True)
+    kustomization.write_text("".join(
+        line for line in lines if "samples/podplacementconfig.yaml" not in line))
+    return deploy
+
+
+def previous_release_in_force(plane: ControlPlane) -> list[str]:
+    """What the previous release (0.1.0) has not put back yet after a rollback: its policy
+    reading the cluster-scoped ``ImagePlatforms``, its binding (no namespace in its
+    ``paramRef``), that params object. Empty once it is in force."""
+    missing = []
+    policy = get_or_none(plane, POLICY_PATH)
+    kind = ((policy or {}).get("spec") or {}).get("paramKind", {}).get("kind")
+    if kind != IMAGE_PLATFORMS_0_1.kind:
+        missing.append(f"policy {ADMISSION_POLICY_NAME} paramKind {kind}")
+    binding = get_or_none(plane, BINDING_PATH)
+    if not _legacy_binding(binding):
+        missing.append(f"binding {ADMISSION_POLICY_NAME} paramRef "
+                       f"{(binding or {}).get('spec', {}).get('paramRef')}")
+    if get_or_none(plane, OLD_PARAMS) is None:
+        missing.append(f"{IMAGE_PLATFORMS_0_1.kind} cluster")
+    return missing
