@@ -502,7 +502,7 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
 
 
 def seed_params(plane: ControlPlane, entries: int, images: dict[str, str]) -> None:
-    """Create the params object ImagePlatforms ``cluster`` with ``images`` (reference →
+    """Create the params object ImagePlatformCatalog ``cluster`` with ``images`` (reference →
     ``os/arch`` list, learned now: ``spec.learned``) and filler images (~110-character
     references by digest, which have no ``spec.learned`` item) up to ``entries``, before the
     controller starts: it adopts them, so the policy reads a full-size object. Filler by
@@ -515,7 +515,7 @@ def seed_params(plane: ControlPlane, entries: int, images: dict[str, str]) -> No
     learned = {image: now for image in images if "@" not in image}
     with plane.client() as c:
         c.post(PARAMS_PATH, json={"apiVersion": "podplacement.io/v1beta1",
-                                  "kind": "ImagePlatforms",
+                                  "kind": "ImagePlatformCatalog",
                                   "metadata": {"name": "cluster",
                                                "namespace": PRODUCT_NAMESPACE},
                                   "spec": {"images": {**filler, **images},

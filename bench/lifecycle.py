@@ -84,7 +84,7 @@ OURS = {
     "config CRD": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                   "podplacementconfigs.podplacement.io",
     "params CRD": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                  "imageplatforms.podplacement.io",
+                  "imageplatformcatalogs.podplacement.io",
 }
 
 

@@ -2,7 +2,7 @@
 MutatingAdmissionPolicy on one real control plane, kube-apiserver CPU per pod created.
 
 One kube-apiserver v1.36.2 + etcd (no scheduler: the pods name ``schedulerName: none``, so
-only their creation is measured), deploy/'s CRDs and config, an ImagePlatforms params object
+only their creation is measured), deploy/'s CRDs and config, an ImagePlatformCatalog params object
 with the two images the pods name. Each *variant* is a policy bound to a namespace of its
 own; ``--pods`` pods (default 1,500, two images alternating) are created over 8 keep-alive
 connections, and the kube-apiserver CPU they cost (``/proc``, 1 s of tail included) is
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         with plane.client() as c:
             config = c.get(CONFIG_PATH).json()
             c.post(PARAMS_PATH, json={
-                "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+                "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatformCatalog",
                 "metadata": {"name": "cluster", "namespace": PRODUCT_NAMESPACE},
                 "spec": {"images": IMAGES}}).raise_for_status()
         all_variants = variants(config)

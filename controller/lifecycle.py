@@ -22,6 +22,12 @@ Rules (README, "Uninstall"; the ownership rules are :mod:`controller.core.owners
   Namespace) and the params object (in the product's namespace) exist; the controller's own
   ServiceAccount carries the same finalizer and the uninstall ClusterRole and binding exist.
 * No config: the webhook configuration and the policy are deleted.
+* Upgrades (README, "Releases and upgrades"): what an earlier release left and this one no
+  longer uses (:mod:`controller.core.legacy`: release 0.1.0's cluster-scoped params object
+  ``ImagePlatforms cluster`` and its CRD) is deleted by every pass while it is there; a
+  binding ``podplacement-gate`` whose ``paramRef`` is not ours (0.1.0's) is deleted before
+  our params object is written, then created anew. The status never says the policy is not
+  in force while a binding of it may still be there (:data:`POLICY_AS_LEFT`).
 * The config, the product's namespace or the controller's ServiceAccount being deleted
   (``kubectl delete -k deploy/`` does all three at once): the ordered uninstall. Status
   ``Deprovisioning=True``; the policy, the params object and the webhook configuration are
@@ -81,7 +87,7 @@ from podplacement.certs import secretflow
 from podplacement.certs.secretflow import CA_SECRET_NAME as CA_SECRET_NAME
 from podplacement.certs.secretflow import TLS_SECRET_NAME as TLS_SECRET_NAME
 from podplacement.certs.secretflow import WEBHOOK_SERVICE_NAME as WEBHOOK_SERVICE_NAME
-from podplacement.controller.core import admissionpolicy, ownership
+from podplacement.controller.core import admissionpolicy, legacy, ownership
 from podplacement.controller.core.config import (
     ADMISSION_AUTO,
     ADMISSION_POLICY_NAME,
@@ -133,6 +139,35 @@ UNINSTALL_ROLE_PATH = f"{UNINSTALL_ROLE_COLLECTION_PATH}/{ownership.UNINSTALL_RB
 UNINSTALL_BINDING_COLLECTION_PATH = f"{_RBAC}/clusterrolebindings"
 UNINSTALL_BINDING_PATH = f"{UNINSTALL_BINDING_COLLECTION_PATH}/{ownership.UNINSTALL_RBAC_NAME}"
 _DEPLOY_SERVICE_ACCOUNT_PATH = SERVICE_ACCOUNT_PATH.replace("{name}", CONTROLLER_SERVICE_ACCOUNT)
+CRD_COLLECTION_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+# The two paths below are built from the data of controller.core.legacy; the requests they
+# make are declared concretely in RETIREMENT_REQUESTS (checked against deploy/'s RBAC).
+def retired_crd_path(retired: legacy.RetiredCRD) -> str:
+    """The API path of the CRD ``retired`` (:mod:`controller.core.legacy`)."""
+    return "/".join((CRD_COLLECTION_PATH, retired.name))
+
+
+def retired_object_path(retired: legacy.RetiredCRD, name: str, namespace: str) -> str:
+    """The API path of the object ``name`` of ``retired`` (in ``namespace`` when the CRD was
+    namespaced)."""
+    scope = ("namespaces", namespace) if retired.scope == "Namespaced" else ()
+    return "/".join(("", "apis", retired.group, retired.version, *scope, retired.plural, name))
+
+
+#: What retiring the CRDs of earlier releases sends (:meth:`Lifecycle._retire_previous`).
+RETIREMENT_REQUESTS: tuple[tuple[str, str], ...] = tuple(
+    request
+    for retired in legacy.RETIRED_CRDS
+    for request in (
+        ("GET", retired_crd_path(retired)),
+        ("GET", "/".join((CRD_COLLECTION_PATH, retired.replaced_by))),
+        *(("DELETE", retired_object_path(retired, name, "{namespace}"))
+          for name in retired.objects),
+        ("DELETE", retired_crd_path(retired)),
+    )
+)
 
 COND_AVAILABLE = "Available"
 #: ``status.admission.mechanism``: what adds the gate (and places warm pods) at admission.
@@ -175,6 +210,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", UNINSTALL_BINDING_PATH),
     ("POST", UNINSTALL_BINDING_COLLECTION_PATH),
     ("PUT", UNINSTALL_BINDING_PATH),
+    *RETIREMENT_REQUESTS,
     *secretflow.API_REQUESTS,
 )
 
@@ -318,17 +354,31 @@ def ca_bundle_from_dir(cert_dir: str) -> CaBundleSource:
 
     return load
 
-def _available_conditions(policy: bool, degraded: Sequence[ConditionSpec]) -> list[ConditionSpec]:
+#: What :meth:`Lifecycle._apply_policy` leaves at admission: our policy in force, no policy,
+#: or a policy and binding as another writer (an earlier release, or an earlier pass) left
+#: them, which may still gate or place pods.
+POLICY_IN_FORCE = "in-force"
+POLICY_ABSENT = "absent"
+POLICY_AS_LEFT = "as-left"
+
+
+def _available_conditions(policy: str, degraded: Sequence[ConditionSpec]) -> list[ConditionSpec]:
     """The four conditions of a converged config: ``Available`` with the mechanism in force
-    (``policy``: the admission policy too, else the webhook alone), and ``Degraded`` from
-    ``degraded`` (the first one's reason, every message joined), else ``AsExpected``."""
-    mechanism = (
-        f"pods are gated by MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} (in the API "
-        f"server) and MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}"
-        if policy else
-        f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
-        "(the admission policy is not in force)"
-    )
+    (``policy``: :data:`POLICY_IN_FORCE`, :data:`POLICY_ABSENT` or :data:`POLICY_AS_LEFT`),
+    and ``Degraded`` from ``degraded`` (the first one's reason, every message joined), else
+    ``AsExpected``. The message never says the policy is not in force while a binding of it
+    may still be there."""
+    mechanism = {
+        POLICY_IN_FORCE:
+            f"pods are gated by MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} (in the API "
+            f"server) and MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}",
+        POLICY_AS_LEFT:
+            f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME}; "
+            f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME} may also gate or place them "
+            "as it was last written (it could not be brought up to date, see Degraded)",
+    }.get(policy,
+          f"pods are gated by MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION_NAME} "
+          "(the admission policy is not in force)")
     degraded_condition = ConditionSpec(COND_DEGRADED, "False", "AsExpected")
     if len(degraded) == 1:
         degraded_condition = degraded[0]
@@ -588,6 +638,7 @@ class Lifecycle:
         if seen.config is None:
             await self._delete_policy()
             deleted = await self._delete_webhook()
+            await self._retire_previous()
             return ReconcileResult("absent", "deleted" if deleted else "absent")
         config = await self._ensure_finalizer(seen.config)
         await self._ensure_guards(seen.namespace, seen.service_account)
@@ -605,9 +656,14 @@ class Lifecycle:
         if policy_problem:
             degraded.append(ConditionSpec(COND_DEGRADED, "True", "AdmissionPolicyFailed",
                                           policy_problem[:1000]))
+        retire_problem = await self._retire_previous()
+        if retire_problem:
+            degraded.append(ConditionSpec(COND_DEGRADED, "True", "PreviousReleaseLeftovers",
+                                          retire_problem[:1000]))
         wanted = _available_conditions(policy, degraded)
         admission = {
-            "mechanism": ADMISSION_MECHANISM_POLICY if policy else ADMISSION_MECHANISM_WEBHOOK,
+            "mechanism": (ADMISSION_MECHANISM_WEBHOOK if policy == POLICY_ABSENT
+                          else ADMISSION_MECHANISM_POLICY),
             "fastPaths": placement.admission_fast_paths,
         }
         written = await self._write_status(config, wanted, admission=admission)
@@ -631,19 +687,21 @@ class Lifecycle:
     async def _apply_admission(
         self, config: dict[str, Any], placement: PlacementConfig,
         selection: WebhookNamespaceSelection, owner: Sequence[Mapping[str, Any]],
-    ) -> tuple[str, bool, str]:
+    ) -> tuple[str, str, str]:
         """Converge the admission policy, then the webhook configuration (which skips the
         pods the policy placed from the params object that exists now:
         :func:`controller.core.webhookconfig.match_conditions`). Returns the webhook's
-        action, whether the policy is in force and the policy's problem ("" when none). A
-        failure of the webhook configuration or the CA bundle is written to the status,
-        then raised."""
+        action, what is in force of the policy (:data:`POLICY_IN_FORCE`,
+        :data:`POLICY_ABSENT`, :data:`POLICY_AS_LEFT`) and the policy's problem ("" when
+        none). A failure of the webhook configuration or the CA bundle is written to the
+        status, then raised."""
         try:
             # The policy first: the webhook configuration skips the pods it placed only from
             # the params object that exists now (its uid in the mark), else none.
             policy, problem, catalog_uid = await self._apply_policy(placement, selection, owner)
             mark = (admission_mark(catalog_uid)
-                    if policy and catalog_uid and admissionpolicy.places(placement) else None)
+                    if policy == POLICY_IN_FORCE and catalog_uid
+                    and admissionpolicy.places(placement) else None)
             desired = desired_webhook_configuration(
                 config, ca_bundle=await self._ca_bundle(), service=self.service, url=self.url,
                 own_namespace=self.namespace, timeout_seconds=self.timeout_seconds,
@@ -1010,19 +1068,39 @@ class Lifecycle:
 
     async def _apply_policy(self, placement: PlacementConfig,
                             selection: WebhookNamespaceSelection,
-                            owner: Sequence[Mapping[str, Any]]) -> tuple[bool, str, str]:
+                            owner: Sequence[Mapping[str, Any]]) -> tuple[str, str, str]:
         """Converge the MutatingAdmissionPolicy, its params object and its binding: present
         when ``spec.admission.mechanism`` of the parsed config ``placement`` is ``Auto`` and
-        the API server serves the API, absent otherwise. Returns ``(in force, problem, params
-        uid)`` (the uid of the params object as read or created in this pass, "" when none);
-        an API error is reported as the problem (the webhook keeps gating) rather than
-        raised."""
+        the API server serves the API, absent otherwise.
+
+        A live binding that takes its params from elsewhere (release 0.1.0's names the
+        cluster-scoped ``ImagePlatforms``: :func:`controller.core.legacy.reads_other_params`)
+        is deleted first, before the policy is rewritten and before our params object can
+        exist, and created anew last: no moment pairs our policy with a binding that looks
+        for its params elsewhere, and none lets the old binding read our params.
+
+        Returns:
+            ``(what is in force, problem, params uid)``: :data:`POLICY_IN_FORCE` or
+            :data:`POLICY_ABSENT`, "" and the uid of the params object as read or created in
+            this pass ("" when none: :func:`controller.core.config.admission_mark`); after
+            an API error (reported as the problem, not raised: the webhook keeps gating), :data:`POLICY_AS_LEFT` when a binding
+            ``podplacement-gate`` may still be there (found, or unknown), else
+            :data:`POLICY_ABSENT`.
+        """
         try:
             if not await self._policy_served():
-                return False, "", ""
+                return POLICY_ABSENT, "", ""
             if placement.admission_mechanism != ADMISSION_AUTO:
                 await self._delete_policy()
-                return False, "", ""
+                return POLICY_ABSENT, "", ""
+            binding = admissionpolicy.desired_binding(selection, params_namespace=self.namespace,
+                                                      owner=owner)
+            live = await self._get_or_none(BINDING_PATH)
+            if live is not None and legacy.reads_other_params(live, binding):
+                await self._delete_binding()
+                log.info("deleted MutatingAdmissionPolicyBinding %s: its paramRef %s is not "
+                         "ours (an earlier release's)", ADMISSION_POLICY_NAME,
+                         (live.get("spec") or {}).get("paramRef"))
             await self._apply_object(POLICY_COLLECTION_PATH, POLICY_PATH,
                                      admissionpolicy.desired_policy(placement, owner),
                                      drifted=admissionpolicy.policy_drifted,
@@ -1034,17 +1112,73 @@ class Lifecycle:
                                      admissionpolicy.params_object(self.namespace),
                                      drifted=admissionpolicy.never_drifted,
                                      update_body=self._replacement)
-            await self._apply_object(BINDING_COLLECTION_PATH, BINDING_PATH,
-                                     admissionpolicy.desired_binding(
-                                         selection, params_namespace=self.namespace,
-                                         owner=owner),
+            await self._apply_object(BINDING_COLLECTION_PATH, BINDING_PATH, binding,
                                      drifted=admissionpolicy.policy_drifted,
                                      update_body=self._replacement)
         except ApiError as exc:
             log.warning("admission policy %s: %s", ADMISSION_POLICY_NAME, exc)
-            return False, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}", ""
+            left = POLICY_AS_LEFT if await self._binding_may_exist() else POLICY_ABSENT
+            return left, f"MutatingAdmissionPolicy {ADMISSION_POLICY_NAME}: {exc}", ""
         uid = (params.obj.get("metadata") or {}).get("uid")
-        return True, "", uid if isinstance(uid, str) else ""
+        return POLICY_IN_FORCE, "", uid if isinstance(uid, str) else ""
+
+    async def _binding_may_exist(self) -> bool:
+        """After a failure: whether a binding ``podplacement-gate`` may be in the API server
+        (found, or not readable: never claim it is gone without knowing)."""
+        try:
+            return await self._get_or_none(BINDING_PATH) is not None
+        except ApiError:
+            return True
+
+    async def _delete_binding(self) -> None:
+        """Delete the binding ``podplacement-gate`` (absent is fine)."""
+        try:
+            await self.api.request("DELETE", BINDING_PATH)
+        except NotFound:
+            return
+
+    async def _retire_previous(self) -> str:
+        """Remove what earlier releases left and this one no longer uses
+        (:data:`controller.core.legacy.RETIRED_CRDS`): for each such CRD still there, not
+        already being deleted and older than the CRD that replaced it
+        (:func:`controller.core.legacy.retire_now`: a younger one belongs to a rollback
+        under way), its objects, then the CRD. Deleting the objects first makes a binding of
+        that release which could not be removed harmless (its params object is missing, so
+        the API server skips its policy). One GET per CRD and pass when there is nothing to
+        do.
+
+        Returns:
+            "" when done (or nothing was left), else the problem (the status's Degraded
+            condition; the next pass tries again). Never raises an ApiError.
+        """
+        problems = []
+        for retired in legacy.RETIRED_CRDS:
+            try:
+                crd = await self._get_or_none(retired_crd_path(retired))
+                if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                replacement = await self._get_or_none(
+                    "/".join((CRD_COLLECTION_PATH, retired.replaced_by)))
+                kept = legacy.retire_now(crd, replacement)
+                if kept:
+                    problems.append(kept)
+                    continue
+                for name in retired.objects:
+                    path = retired_object_path(retired, name, self.namespace)
+                    with contextlib.suppress(NotFound):
+                        await self.api.request("DELETE", path)
+                        log.info("deleted %s %s of release %s", retired.kind, name,
+                                 retired.last_release)
+                with contextlib.suppress(NotFound):
+                    await self.api.request("DELETE", retired_crd_path(retired))
+                    log.info("deleted CustomResourceDefinition %s of release %s (replaced by "
+                             "%s)", retired.name, retired.last_release, retired.replaced_by)
+            except ApiError as exc:
+                log.warning("removing %s of release %s: %s", retired.name,
+                            retired.last_release, exc)
+                problems.append(f"could not remove {retired.name} of release "
+                                f"{retired.last_release}: {exc}")
+        return "; ".join(problems)
 
     async def _apply_object(
         self, collection: str, path: str, desired: dict[str, Any], *,
@@ -1113,7 +1247,7 @@ class Lifecycle:
             if exc.status in (404, 405):
                 return False
             raise
-        log.info("deleted ImagePlatforms %s/%s", self.namespace, PARAMS_NAME)
+        log.info("deleted ImagePlatformCatalog %s/%s", self.namespace, PARAMS_NAME)
         return True
 
     async def _delete_webhook(self) -> bool:

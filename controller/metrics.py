@@ -110,7 +110,7 @@ class Metrics:
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
         params: the admission policy's params object:
-            ``podplacement_params_entries`` (entries last written to ImagePlatforms
+            ``podplacement_params_entries`` (entries last written to ImagePlatformCatalog
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
             updated, conflict, error); the :class:`controller.paramswriter.ParamsMetrics`
             shape.
@@ -155,7 +155,7 @@ class Metrics:
             "outcome (repaired, unfit, fit, unknown)", ["outcome"], registry=r)
         self.params = ParamsMetrics(
             Gauge(P + "params_entries", "Entries of the admission policy's params object "
-                  "(ImagePlatforms cluster), as last written", registry=r),
+                  "(ImagePlatformCatalog cluster), as last written", registry=r),
             Counter(P + "params_writes", "Writes of the admission policy's params object, "
                     "by result", ["result"], registry=r),
         )

@@ -1,7 +1,7 @@
 """Publish the :class:`~controller.core.imageparams.ParamsStore` as the params object.
 
-The admission policy's params object, the ``ImagePlatforms`` named ``cluster`` in the
-product's own namespace (``deploy/crds/imageplatforms.yaml``; README, "Placement inside the
+The admission policy's params object, the ``ImagePlatformCatalog`` named ``cluster`` in the
+product's own namespace (``deploy/crds/imageplatformcatalog.yaml``; README, "Placement inside the
 API server"), is written at most about once a second, batched, never once per pod, and paced
 by its size: every write is a replace of the whole object, which costs the API server CPU in
 proportion to it (about 100 ms for a full-size 650 KB map on kube-apiserver v1.36.2), so
@@ -53,12 +53,12 @@ PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
 
 
 def params_collection_path(namespace: str) -> str:
-    """The ImagePlatforms collection of ``namespace`` (the product's namespace)."""
+    """The ImagePlatformCatalog collection of ``namespace`` (the product's namespace)."""
     return PARAMS_COLLECTION_PATH.format(namespace=namespace)
 
 
 def params_path(namespace: str) -> str:
-    """The params object ``ImagePlatforms/cluster`` in ``namespace``."""
+    """The params object ``ImagePlatformCatalog/cluster`` in ``namespace``."""
     return PARAMS_PATH.format(namespace=namespace)
 
 
@@ -136,7 +136,7 @@ class ParamsMetrics(Protocol):
 
 
 class ParamsWriter:
-    """Writes a :class:`ParamsStore` to ``ImagePlatforms/cluster``, batched.
+    """Writes a :class:`ParamsStore` to ``ImagePlatformCatalog/cluster``, batched.
 
     Args:
         api: the Kubernetes client (:class:`kubeclient.KubeAPI`, or any

@@ -3,7 +3,7 @@
 # push it.
 #
 #   bash hack/image.sh                                  # -> build/image/ (an OCI image layout)
-#   REGISTRY=registry.example.com/podplacement:0.1.0 bash hack/image.sh   # build and push
+#   REGISTRY=registry.example.com/podplacement:0.2.0 bash hack/image.sh   # build and push
 #   REGISTRY=127.0.0.1:5000/podplacement INSECURE=1 bash hack/image.sh    # plain-HTTP registry
 #
 # Per architecture, in parallel: mmdebstrap --variant=extract unpacks Debian bookworm's python3

@@ -26,8 +26,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
-from podplacement import __version__
 from podplacement.logs import setup_logging
+from podplacement.version import version
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ SUBCOMMAND_MODULES = (
     "podplacement.imageinspect.cli",
     "podplacement.controller.explain_cli",
     "podplacement.demo.cli",
+    "podplacement.version",
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="podplacement",
         description="Architecture- and NUMA-aware pod placement for Kubernetes.",
     )
-    parser.add_argument("--version", action="version", version=f"podplacement {__version__}")
+    parser.add_argument("--version", action="version", version=f"podplacement {version()}")
     parser.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS,
                         help="log level: %(choices)s (default: %(default)s)")
     parser.add_argument("--log-format", default="json", choices=("json", "text"),
@@ -233,7 +234,7 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(PLUGIN_USAGE)
         return 0 if args else 2
     if args[0] == "--version":
-        print(f"{PLUGIN} {__version__}")
+        print(f"{PLUGIN} {version()}")
         return 0
     command, rest = args[0], args[1:]
     if command == "explain":

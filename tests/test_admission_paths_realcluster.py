@@ -3,7 +3,7 @@ control plane v1.36.2 (issue 14 item 6).
 
 - With ``inspectionBudget: 0s`` (nothing inspected at admission): the first pod of a public
   image is gated by the MutatingAdmissionPolicy and placed by the controller; once the
-  controller published the image in the params object ImagePlatforms, its replicas are
+  controller published the image in the params object ImagePlatformCatalog, its replicas are
   created placed by the policy: no gate, ``"path":"admission"``, and no PATCH from the
   controller. A private image (htpasswd registry, pull secret): the first pod is gated and
   placed by the controller, and the webhook learns the image in the background with that

@@ -14,7 +14,7 @@ def test_no_subcommand_is_one_error_line_and_exit_2(capsys: pytest.CaptureFixtur
     out, err = capsys.readouterr()
     assert out == ""
     assert err == ("podplacement: error: a command is required: webhook, controller, certs, "
-                   "inspect, explain, demo (see 'podplacement --help')\n")
+                   "inspect, explain, demo, version (see 'podplacement --help')\n")
 
 
 def test_certs_generate_help_says_a_name_is_required(

@@ -29,10 +29,13 @@ from typing import Any
 import pytest
 import yaml
 
+from podplacement.version import source_version
 from tests.harness.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "hack" / "image.sh"
+#: pyproject.toml's version: the image's label and what its --version prints
+VERSION = source_version(REPO)
 TAG = "0.1.0-test"
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine())
 FOREIGN_ARCH = "arm64" if HOST_ARCH == "amd64" else "amd64"
@@ -231,7 +234,7 @@ def test_the_image_config(built: Built) -> None:
         assert set(config["ExposedPorts"]) == {"9443/tcp", "8080/tcp"}
         labels = config["Labels"]
         assert labels["org.opencontainers.image.title"] == "podplacement"
-        assert labels["org.opencontainers.image.version"] == "0.1.0"
+        assert labels["org.opencontainers.image.version"] == VERSION
 
 
 @needs_build
@@ -242,7 +245,7 @@ def test_the_host_root_filesystem_runs_the_product(built: Built, host_rootfs: Pa
     entrypoint = config["config"]["Entrypoint"]
     version = _chroot(host_rootfs, config, *entrypoint, "--version")
     assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == "podplacement 0.1.0"
+    assert version.stdout.strip() == f"podplacement {VERSION}"
     webhook = _chroot(host_rootfs, config, *entrypoint, "webhook", "--help")
     assert webhook.returncode == 0, webhook.stderr
     assert webhook.stdout.startswith("usage: podplacement webhook")

@@ -9,7 +9,9 @@ kube-controller-manager v1.36.2), as a platform engineer installs it:
   and pods (kube-controller-manager), every pod is gated by the webhook, placed by the
   controller and bound by kube-scheduler to a node of a supported architecture; then the tag
   moves to a single-arch image and the Deployment is rolled: the new pods
-  (``imagePullPolicy: Always``: a cached tag is revalidated by digest) get the new affinity.
+  (``imagePullPolicy: Always``: a cached tag is revalidated by digest) get the new affinity;
+- the config is the operator's: ``kubectl apply -k deploy/`` again (an upgrade) leaves every
+  field the operator changed as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.sandbox.product import Product, install_manifests, start_product
+from podplacement.sandbox.product import (
+    NAMESPACE,
+    Product,
+    install_manifests,
+    kubectl,
+    start_product,
+)
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import (
@@ -40,6 +48,7 @@ from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
 
+CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
 MWC_PATH = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             + WEBHOOK_CONFIGURATION_NAME)
 
@@ -162,3 +171,31 @@ def test_deployment_of_20_replicas_then_tag_moved_and_rolled(
     rolled = _wait(all_bound(["arm64"], template_hash=old_hash), within=120)
     assert len(rolled) == 20
     assert check_bindings(cluster, ns) >= 20
+
+
+def test_applying_deploy_again_keeps_the_operators_config(cluster: KubeEnv,
+                                                          product: Product) -> None:
+    """The documented upgrade command, ``kubectl apply -k deploy/``, run over an installed
+    product whose operator changed the config: not one field of the config's spec changes
+    (the install manifests hold no PodPlacementConfig; the sample was created once)."""
+    assert cluster.plane is not None
+    original = cluster.get(CONFIG_PATH)["spec"]
+    changed = {"plugins": {"nodeAffinityScoring": {"enabled": False}},
+               "admission": {"inspectionBudget": "1500ms"}}
+    cluster.patch(CONFIG_PATH, {"spec": changed})
+    try:
+        before = cluster.get(CONFIG_PATH)
+        assert before["spec"]["plugins"]["nodeAffinityScoring"]["enabled"] is False
+        for args in (("apply", "-k", str(REPO / "deploy")),
+                     ("apply", "--server-side", "-k", str(REPO / "deploy"))):
+            out = kubectl(cluster.plane, *args).stdout
+            assert "podplacementconfig.podplacement.io/cluster" not in out, out
+            kubectl(cluster.plane, "scale", "deployment", "--all", "--replicas=0",
+                    "-n", NAMESPACE)
+            after = cluster.get(CONFIG_PATH)
+            assert after["spec"] == before["spec"], args
+            assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    finally:
+        cluster.patch(CONFIG_PATH, {"spec": {
+            "plugins": {"nodeAffinityScoring": original["plugins"]["nodeAffinityScoring"]},
+            "admission": original["admission"]}})

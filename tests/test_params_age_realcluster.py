@@ -3,7 +3,7 @@ restarts: podplacement installed from deploy/ on the real control plane v1.36.2,
 and the controller as processes (:mod:`podplacement.sandbox.product`).
 
 With ``imageInspection.cacheTTL: 20s``: a tag is warmed as amd64+arm64 through a pod (the
-controller publishes it in ImagePlatforms ``cluster``, with its learned time in
+controller publishes it in ImagePlatformCatalog ``cluster``, with its learned time in
 ``spec.learned``), then re-pushed amd64-only, and the controller is restarted twice with the
 params object left in place: a rolling restart (a new controller process starts, the leader
 stops gracefully and the new one takes over) and a crash (the leader killed, a new process

@@ -47,7 +47,7 @@ pytestmark = pytest.mark.realcluster
 
 PARAMS = params_path(NAMESPACE)
 GROUP_PATH = "/apis/podplacement.io/v1beta1"
-#: The sample PodPlacementConfig's weights (deploy/base/samples/podplacementconfig.yaml).
+#: The sample PodPlacementConfig's weights (deploy/samples/podplacementconfig.yaml).
 CLUSTER_WEIGHTS = {"amd64": 50, "arm64": 25}
 
 

@@ -69,7 +69,7 @@ CRDS = {
     "config CRD": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                   "podplacementconfigs.podplacement.io",
     "params CRD": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                  "imageplatforms.podplacement.io",
+                  "imageplatformcatalogs.podplacement.io",
 }
 SA_PATH = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{CONTROLLER_SA}"
 #: The bound the issue sets for an uninstall, and the README states.

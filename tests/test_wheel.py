@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CRDS = {
     "podplacement/crds/podplacementconfig.yaml": REPO / "deploy/crds/podplacementconfig.yaml",
-    "podplacement/crds/imageplatforms.yaml": REPO / "deploy/crds/imageplatforms.yaml",
+    "podplacement/crds/imageplatformcatalog.yaml": REPO / "deploy/crds/imageplatformcatalog.yaml",
     "podplacement/crds/podplacementpolicy.yaml": REPO / "deploy/crds/podplacementpolicy.yaml",
     "podplacement/crds/noderesourcetopology-crd.yaml":
         REPO / "deploy/optional/noderesourcetopology-crd.yaml",
@@ -123,6 +123,20 @@ def _unpacked(wheel: Path, tmp_path: Path, **extra: str) -> tuple[Path, dict[str
            if not k.startswith(("PODPLACEMENT_", "KUBEBUILDER_")) and k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(site), XDG_CACHE_HOME=str(tmp_path / "cache"), **extra)
     return elsewhere, env
+
+
+def test_the_unpacked_wheel_prints_its_version_from_its_metadata(wheel: Path,
+                                                                 tmp_path: Path) -> None:
+    """Outside the checkout ``podplacement version`` reads the distribution's metadata
+    (podplacement/version.py): the wheel's, which is pyproject.toml's version."""
+    from podplacement.version import source_version
+
+    elsewhere, env = _unpacked(wheel, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "podplacement", "version"], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == f"{source_version(REPO)}\n"
+    assert not (Path(env["PYTHONPATH"]) / "pyproject.toml").exists()
 
 
 def test_the_wheels_demo_without_a_control_plane_says_how_to_get_one(

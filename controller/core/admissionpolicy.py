@@ -22,7 +22,7 @@ carrying our gate.
 For each other pod the policy does one of two things (README "How it decides", "Placement
 inside the API server"):
 
-- **place**: every image (init and app) is a key of the params object (the ImagePlatforms
+- **place**: every image (init and app) is a key of the params object (the ImagePlatformCatalog
   ``cluster``: image reference → sorted "os/arch" pairs) and none is pulled with
   ``imagePullPolicy: Always`` (the controller revalidates those), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
@@ -255,7 +255,7 @@ _ANY_PAIRS = "size(variables.pairs) > 0"
 CEL_IMAGES = " + ".join(
     f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS)
 
-#: ``table``: ``spec.images`` of the ImagePlatforms params (image → "os/arch,..."). The
+#: ``table``: ``spec.images`` of the ImagePlatformCatalog params (image → "os/arch,..."). The
 #: ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
 CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
 
@@ -590,7 +590,7 @@ def desired_policy(config: PlacementConfig,
         ``{"apiVersion": "admissionregistration.k8s.io/v1", "kind":
         "MutatingAdmissionPolicy", "metadata": ..., "spec": ...}``: pods, CREATE only,
         ``matchConditions`` :data:`MATCH_CONDITIONS`, ``reinvocationPolicy: Never``,
-        ``failurePolicy: Ignore``, ``paramKind`` ImagePlatforms in every variant: the params
+        ``failurePolicy: Ignore``, ``paramKind`` ImagePlatformCatalog in every variant: the params
         object is the policy's dead-man switch (while it is missing the API server skips the
         policy, see the module docstring). With a place branch (:func:`places`):
         ``variables`` :func:`place_variables`, then the one JSONPatch
@@ -626,7 +626,7 @@ def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: s
     namespaces the webhook is called for (``selection``, from
     :func:`controller.core.webhookconfig.webhook_namespace_selection`).
 
-    ``paramRef`` names the ImagePlatforms ``cluster`` in ``params_namespace`` (the
+    ``paramRef`` names the ImagePlatformCatalog ``cluster`` in ``params_namespace`` (the
     product's namespace) with ``parameterNotFoundAction: Allow``: while that object is
     missing, the API server skips the policy and admits pods with neither gate nor
     placement (the module docstring). That makes the object a dead-man switch: the
@@ -647,7 +647,7 @@ def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: s
 
 
 def params_object(namespace: str) -> dict[str, Any]:
-    """An empty ImagePlatforms ``cluster`` in ``namespace`` (``spec.images: {}``), to create
+    """An empty ImagePlatformCatalog ``cluster`` in ``namespace`` (``spec.images: {}``), to create
     when absent before the policy is bound: while the object is missing, the API server
     skips the policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at
     all. With it, every pod is gated until the controller publishes inspection results."""

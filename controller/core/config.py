@@ -102,12 +102,12 @@ MAX_PULL_ALWAYS_FRESHNESS = 60.0
 #: its configuration's ``timeoutSeconds`` (5 s, ``controller.core.webhookconfig``) and then
 #: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
 MAX_INSPECTION_BUDGET = 4.0
-#: The params object of the admission policy: ``ImagePlatforms`` named ``cluster`` in the
+#: The params object of the admission policy: ``ImagePlatformCatalog`` named ``cluster`` in the
 #: product's namespace, ``spec.images``: image reference as written in pods → sorted,
 #: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
 #: registry answered for it; anonymous inspection results only (:mod:`controller.core.imageparams`).
-PARAMS_KIND = "ImagePlatforms"
-PARAMS_PLURAL = "imageplatforms"
+PARAMS_KIND = "ImagePlatformCatalog"
+PARAMS_PLURAL = "imageplatformcatalogs"
 PARAMS_NAME = "cluster"
 #: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
 #: ``spec.images`` and ``spec.learned`` maps together.
@@ -362,8 +362,8 @@ class PlacementConfig:
     controller does; empty unless both ``enabled`` and ``learn`` are true.
     ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
     0..:data:`MAX_INSPECTION_BUDGET`); ``admission_pull_always_freshness`` too
-    (``spec.admission.pullAlwaysFreshness``, 0..:data:`MAX_PULL_ALWAYS_FRESHNESS`). ``fallback_operating_systems`` is
-    ``spec.fallbackOperatingSystems``, sorted, never empty: the ``kubernetes.io/os`` values a
+    (``spec.admission.pullAlwaysFreshness``, 0..:data:`MAX_PULL_ALWAYS_FRESHNESS`).
+    ``fallback_operating_systems`` is ``spec.fallbackOperatingSystems``, sorted, never empty: the ``kubernetes.io/os`` values a
     pod released without its images' platforms still requires
     (:func:`controller.core.fallback.fallback_requirement`).
     """

@@ -1,6 +1,6 @@
 """The content of the admission policy's params object: image reference → platforms.
 
-The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatforms`` object named
+The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatformCatalog`` object named
 ``cluster`` (README, "Placement inside the API server"), whose ``spec.images`` maps an image
 reference, exactly as written in pod specs, to its sorted, de-duplicated, comma-separated
 ``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose ``spec.learned`` maps each tag
@@ -35,7 +35,7 @@ from podplacement.controller.core.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENT
 from podplacement.imageinspect import InvalidReference, parse_reference
 
 #: One ``os`` or ``architecture`` as the CRD's value pattern allows it
-#: (``deploy/crds/imageplatforms.yaml``: ``[a-z0-9_.-]+/[a-z0-9_.-]+`` per pair).
+#: (``deploy/crds/imageplatformcatalog.yaml``: ``[a-z0-9_.-]+/[a-z0-9_.-]+`` per pair).
 _PLATFORM_PART_RE = re.compile(r"[a-z0-9_.-]+")
 #: ``maxLength`` of one ``spec.images`` value in the CRD: a longer value would make the
 #: API server reject the whole object, so such an image is not recorded.
@@ -138,7 +138,7 @@ class _Entry:
 
 
 class ParamsStore:
-    """The entries of ``ImagePlatforms/cluster`` (``spec.images``, ``spec.learned``), kept
+    """The entries of ``ImagePlatformCatalog/cluster`` (``spec.images``, ``spec.learned``), kept
     by the controller.
 
     Rules (README, "Placement inside the API server"): an entry is what the controller

@@ -21,7 +21,8 @@ Exit code: 0 when everything went as expected, 1 when a pod did not, 2 when a st
 130 when interrupted.
 
 With ``--kubeconfig`` nothing is faked: no nodes, NRTs, config, webhook or controller are
-created (the product must already be installed, ``kubectl apply -k deploy/``); only the
+created (the product must already be installed, ``kubectl apply -k deploy/`` and its config
+created, ``kubectl create -f deploy/samples/podplacementconfig.yaml``); only the
 namespace, the pull secret and the pods are, and the namespace is deleted at the end. The
 registries still listen on 127.0.0.1 of this machine, so the cluster's controller can reach
 them only when it runs here too: that is the limitation of that mode.
@@ -92,7 +93,7 @@ WORKDIR = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
 #: links to deploy/'s files in a checkout, copies in a wheel).
 CRD_FILES = tuple(
     Path(str(importlib.resources.files("podplacement") / "crds" / name))
-    for name in ("podplacementconfig.yaml", "imageplatforms.yaml", "podplacementpolicy.yaml",
+    for name in ("podplacementconfig.yaml", "imageplatformcatalog.yaml", "podplacementpolicy.yaml",
                  "noderesourcetopology-crd.yaml")
 )
 MWC_PATH = (
@@ -701,7 +702,8 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
             if not await _ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"):
                 raise DemoError(
                     "the cluster has no PodPlacementConfig 'cluster': install podplacement "
-                    "first (kubectl apply -k deploy/)"
+                    "first (kubectl apply -k deploy/; kubectl create -f "
+                    "deploy/samples/podplacementconfig.yaml)"
                 )
             await install_namespace(api, registries)
             return await run_workloads(api, registries, server, options, [])

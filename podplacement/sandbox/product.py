@@ -2,11 +2,12 @@
 
 :func:`install_manifests` runs ``kubectl apply -k`` of ``deploy/`` (CRDs first, waited until
 Established, then everything; the in-cluster Deployments are scaled to 0 because no kubelet
-could run them). :func:`start_product` then runs ``podplacement webhook`` and ``podplacement
-controller`` as local processes with the tokens of deploy/'s own ServiceAccounts (``kubectl
-create token``), so the real authorizer enforces deploy/'s RBAC on every request they make; the
-API server reaches the webhook by ``clientConfig.url`` on 127.0.0.1, registered by the
-controller with the CA of a certificate made by ``podplacement certs generate``.
+could run them), then creates the sample config once (:func:`create_sample_config`).
+:func:`start_product` then runs ``podplacement webhook`` and ``podplacement controller`` as
+local processes with the tokens of deploy/'s own ServiceAccounts (``kubectl create token``),
+so the real authorizer enforces deploy/'s RBAC on every request they make; the API server
+reaches the webhook by ``clientConfig.url`` on 127.0.0.1, registered by the controller with
+the CA of a certificate made by ``podplacement certs generate``.
 """
 
 from __future__ import annotations
@@ -65,20 +66,44 @@ def kubectl(plane: ControlPlane, *args: str, timeout: float = 120.0,
     return proc
 
 
-def install_manifests(plane: ControlPlane, deploy_dir: Path) -> str:
-    """``kubectl apply -k deploy_dir`` as the README says (CRDs, Established, then all),
-    then scale the in-cluster Deployments to 0. Returns the apply output.
+def install_manifests(plane: ControlPlane, deploy_dir: Path, *, config: bool = True) -> str:
+    """Install as the README says: ``kubectl apply -k deploy_dir/crds``, wait until every CRD
+    there is Established, ``kubectl apply -k deploy_dir``; then, with ``config``, the one-time
+    step of a first install, :func:`create_sample_config`. The in-cluster Deployments are
+    scaled to 0 (no kubelet here could run them). Returns the apply output.
 
     Raises:
         InstallError: a kubectl step failed.
     """
     kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir / "crds"))
+    # -f of the directory reads its *.yaml files: the CRDs (the kustomization file is named
+    # `Kustomization` so that it is not one of them)
     kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
-            "crd/podplacementconfigs.podplacement.io", "crd/imageplatforms.podplacement.io",
-            "crd/podplacementpolicies.podplacement.io")
+            "-f", str(deploy_dir / "crds"))
     out = kubectl(plane, "apply", "--server-side", "-k", str(deploy_dir)).stdout
     kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
+    if config:
+        create_sample_config(plane, deploy_dir)
     return out
+
+
+def create_sample_config(plane: ControlPlane, deploy_dir: Path) -> bool:
+    """``kubectl create -f deploy_dir/samples/podplacementconfig.yaml``: the PodPlacementConfig
+    of a first install, outside the install manifests so that re-applying them never changes
+    it. An existing config is kept as it is (``create`` never replaces it). Returns whether
+    it was created.
+
+    Raises:
+        InstallError: kubectl failed for another reason than an existing config.
+    """
+    proc = kubectl(plane, "create", "-f", str(deploy_dir / "samples" / "podplacementconfig.yaml"),
+                   check=False)
+    if proc.returncode == 0:
+        return True
+    if "AlreadyExists" in proc.stderr or "already exists" in proc.stderr:
+        return False
+    raise InstallError(f"kubectl create -f samples/podplacementconfig.yaml: "
+                       f"{proc.stderr.strip()}")
 
 
 def service_account_kubeconfig(plane: ControlPlane, name: str, path: Path,
@@ -127,13 +152,15 @@ class Process:
 
 
 def start_process(name: str, args: Sequence[str], workdir: Path,
-                  env: Mapping[str, str] | None = None) -> Process:
-    """Start ``python -m podplacement ARGS`` with output to ``workdir/NAME.log``."""
+                  env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Process:
+    """Start ``python -m podplacement ARGS`` with output to ``workdir/NAME.log``; ``env`` is
+    added to this process's environment, ``cwd`` is its working directory (``python -m``
+    imports from there first; default: this process's)."""
     log_path = workdir / f"{name}.log"
     log = open(log_path, "ab")  # closed by Process.stop
     popen = subprocess.Popen([sys.executable, "-m", "podplacement", "--log-format", "text",
                               *args], stdout=log, stderr=subprocess.STDOUT,
-                             env={**os.environ, **(env or {})})
+                             env={**os.environ, **(env or {})}, cwd=cwd)
     return Process(name, popen, log_path, log)
 
 
@@ -146,6 +173,8 @@ class Product:
         webhook_port: HTTPS port of the webhook on 127.0.0.1.
         cert_dir: ``ca.crt``, ``tls.crt``, ``tls.key`` of the webhook.
         kubeconfigs: ``{"webhook": path, "controller": path}`` (ServiceAccount tokens).
+        env / cwd: the processes' extra environment and working directory (another
+            release's source tree: ``{"PYTHONPATH": tree}`` and the tree).
     """
 
     plane: ControlPlane
@@ -158,6 +187,8 @@ class Product:
     controllers: list[Process] = field(default_factory=list)
     webhook_args: list[str] = field(default_factory=list)
     webhook_restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
 
     def restart_webhook(self, ready_limit: float = 60.0) -> Process:
         """Start the webhook again (same port, certificates and arguments) after it was
@@ -169,7 +200,7 @@ class Product:
         self.webhook.stop()
         self.webhook_restarts += 1
         self.webhook = start_process(f"webhook-{self.webhook_restarts}", self.webhook_args,
-                                     self.workdir)
+                                     self.workdir, self.env, self.cwd)
         _webhook_ready(self.webhook_port, self.cert_dir / "ca.crt", ready_limit, self.webhook)
         return self.webhook
 
@@ -178,7 +209,7 @@ class Product:
         n = len(self.controllers)
         ident = identity or f"sandbox-controller-{n}"
         proc = start_process(f"controller-{n}", [*self.controller_args, "--identity", ident],
-                             self.workdir)
+                             self.workdir, self.env, self.cwd)
         self.controllers.append(proc)
         return proc
 
@@ -220,11 +251,17 @@ def start_product(
     controllers: int = 1,
     admin: bool = False,
     ready_limit: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    wait_registered: bool = True,
 ) -> Product:
     """Start the webhook and ``controllers`` controller processes as deploy/'s
     ServiceAccounts (``admin``: with the admin token instead, for a plane without deploy/'s
-    RBAC) and wait until the webhook answers ``/readyz`` and the controller has registered
-    the MutatingWebhookConfiguration with a caBundle.
+    RBAC) and wait until the webhook answers ``/readyz`` and (``wait_registered``) the
+    controller has registered the MutatingWebhookConfiguration with a caBundle; without it,
+    e.g. while another release's controller still leads, :func:`wait_webhook_registered`
+    waits later. ``env`` and ``cwd`` run every process (``certs generate`` included) with
+    that environment added and in that directory: another release's source tree.
 
     ``controller_options`` are added to ``podplacement controller`` (e.g.
     ``--insecure-registry HOST``, ``--ca-file HOST=FILE``), ``webhook_options`` to
@@ -237,7 +274,8 @@ def start_product(
     cert_dir = workdir / "certs"
     proc = subprocess.run([sys.executable, "-m", "podplacement", "certs", "generate", "--out",
                            str(cert_dir), "--dns", "localhost", "--ip", "127.0.0.1"],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
     if proc.returncode != 0:
         raise InstallError(f"podplacement certs generate: {proc.stderr.strip()}")
     if admin:
@@ -254,18 +292,19 @@ def start_product(
         "webhook", "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
         "--kubeconfig", str(kubeconfigs["webhook"]), "--namespace", NAMESPACE,
         *webhook_options]
-    webhook = start_process("webhook", webhook_args, workdir)
+    webhook = start_process("webhook", webhook_args, workdir, env, cwd)
     controller_args = [
         "controller", "--kubeconfig", str(kubeconfigs["controller"]), "--namespace", NAMESPACE,
         "--webhook-url", f"https://127.0.0.1:{port}/mutate", "--cert-dir", str(cert_dir),
         "--metrics-port", "-1", "--lease-duration", "5", *controller_options]
     product = Product(plane, workdir, webhook, port, cert_dir, kubeconfigs, controller_args,
-                      webhook_args=webhook_args)
+                      webhook_args=webhook_args, env=dict(env or {}), cwd=cwd)
     try:
         _webhook_ready(port, cert_dir / "ca.crt", ready_limit, webhook)
         for _ in range(controllers):
             product.start_controller()
-        wait_webhook_registered(product, ready_limit)
+        if wait_registered:
+            wait_webhook_registered(product, ready_limit)
     except BaseException:
         product.stop()
         raise

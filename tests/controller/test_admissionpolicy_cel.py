@@ -88,7 +88,7 @@ def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
              table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING, *,
              catalog_uid: str | None = None) -> dict[str, Any]:
     """Each variable in order, as the API server binds them: ``object``, ``params`` (the
-    ImagePlatforms object, with the policies of ``ranking``), ``request`` (its namespace)
+    ImagePlatformCatalog object, with the policies of ``ranking``), ``request`` (its namespace)
     and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""

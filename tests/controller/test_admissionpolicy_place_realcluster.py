@@ -7,7 +7,7 @@ evaluates: the typed ``Object{}`` node affinity of the JSONPatch, the whole muta
 ``matchConditions`` (against the webhook's own skip rules, :func:`webhook.gating.should_gate`)
 and the server's facts the module docstring of :mod:`controller.core.admissionpolicy` lists.
 
-The policy, its binding and an ImagePlatforms params object are installed directly (no
+The policy, its binding and an ImagePlatformCatalog params object are installed directly (no
 controller). Each PodPlacementConfig variant gets its own copy of the policy, bound to its
 own namespace (the spec is :func:`controller.core.admissionpolicy.desired_policy`'s, only the
 names and the namespace selector differ), so every variant is live at once and the property

@@ -42,7 +42,7 @@ from tests.harness.kube import KubeEnv
 NS = "podplacement-system"
 URL = "https://127.0.0.1:9443/mutate"
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-SAMPLE = Path(__file__).resolve().parents[2] / "deploy/base/samples/podplacementconfig.yaml"
+SAMPLE = Path(__file__).resolve().parents[2] / "deploy/samples/podplacementconfig.yaml"
 CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
 
 
@@ -532,7 +532,7 @@ async def test_last_stop_stands_down_in_passes(fresh_localkube: KubeEnv, api: Ku
     env.ensure_namespace(NS)
     env.ensure_namespace("apps")
     env.create(params_collection_path(NS), {
-        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatformCatalog",
         "metadata": {"name": "cluster"}, "spec": {"images": {}}, "status": {"entries": 0}})
     env.create("/api/v1/namespaces/apps/pods", _gated_pod("p0"))
     order: list[str] = []

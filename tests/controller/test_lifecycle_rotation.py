@@ -38,7 +38,7 @@ from tests.certs._secrets import (
 )
 from tests.harness.kube import KubeEnv
 
-SAMPLE = Path(__file__).resolve().parents[2] / "deploy/base/samples/podplacementconfig.yaml"
+SAMPLE = Path(__file__).resolve().parents[2] / "deploy/samples/podplacementconfig.yaml"
 CONFIGS = "/apis/podplacement.io/v1beta1/podplacementconfigs"
 
 

@@ -1,6 +1,6 @@
 """The params object writer (controller.paramswriter) against an API server: the real
 kube-apiserver v1.36.2 (marker ``realcluster``) and localkube, each with the project's CRDs
-(``deploy/crds/imageplatforms.yaml``). Shown: a burst of records is batched into at most a
+(``deploy/crds/imageplatformcatalog.yaml``). Shown: a burst of records is batched into at most a
 few writes, a minimum interval apart; the object holds exactly the store's ``spec.images``,
 ``spec.learned`` and ``status.entries``; a full-size object (5,000 realistic references) is
 accepted; TTL expiry removes keys on the server within TTL + 2 s of when they were learned,
@@ -118,7 +118,7 @@ def track_writes(api: KubeAPI) -> list[tuple[str, int, float, float]]:
     writes: list[tuple[str, int, float, float]] = []
 
     def on_request(verb: str, resource: str, status: int, seconds: float) -> None:
-        if resource == "imageplatforms" and verb in ("create", "update"):
+        if resource == "imageplatformcatalogs" and verb in ("create", "update"):
             writes.append((verb, status, time.monotonic() - seconds, seconds))
 
     api.on_request = on_request
@@ -395,7 +395,7 @@ async def test_tag_entries_of_unknown_age_are_dropped_on_start(api: KubeAPI) -> 
     new leader does not adopt them (digest references stay)."""
     tag, pinned = reference(31, pinned=False), reference(32, pinned=True)
     await api.request("POST", PARAMS_COLLECTION_PATH, body={
-        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatformCatalog",
         "metadata": {"name": "cluster"},
         "spec": {"images": {tag: "linux/amd64,linux/arm64", pinned: "linux/amd64"}},
         "status": {"entries": 2}})
@@ -475,7 +475,7 @@ async def test_load_adopts_the_live_object_and_later_writes_replace_it(
     learned = {image: int(time.time()) - 60 for image in live_images
                if not image.count("@")}
     await api.request("POST", PARAMS_COLLECTION_PATH, body={
-        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatforms",
+        "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatformCatalog",
         "metadata": {"name": "cluster"},
         "spec": {"images": live_images, "learned": learned},
         "status": {"entries": len(live_images)}})

@@ -33,6 +33,11 @@ from podplacement.controller.core.config import (
     ConfigError,
     PlacementConfig,
 )
+from podplacement.controller.core.legacy import (
+    RETIRED_CRDS,
+    retirement_rights,
+    rolling_upgrade_rights,
+)
 from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
 from podplacement.controller.core.webhookconfig import (
     NAMESPACE_NAME_LABEL,
@@ -44,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 OVERLAY = DEPLOY / "overlays" / "cert-manager"
 CRD_FILE = DEPLOY / "crds" / "podplacementconfig.yaml"
-SAMPLE_FILE = DEPLOY / "base" / "samples" / "podplacementconfig.yaml"
+SAMPLE_FILE = DEPLOY / "samples" / "podplacementconfig.yaml"
 NS = DEFAULT_NAMESPACE
 
 # (apiVersion, kind) -> namespaced?
@@ -59,7 +64,6 @@ KNOWN_KINDS: dict[tuple[str, str], bool] = {
     ("rbac.authorization.k8s.io/v1", "Role"): True,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): True,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): False,
-    ("podplacement.io/v1beta1", "PodPlacementConfig"): False,
     ("cert-manager.io/v1", "Issuer"): True,
     ("cert-manager.io/v1", "Certificate"): True,
 }
@@ -103,10 +107,14 @@ BASE_PERMISSIONS = (
             "create")
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
-    # get of every ImagePlatforms: the API server's condition for creating a policy with
+    # get of every ImagePlatformCatalog: the API server's condition for creating a policy with
     # that paramKind (controller/core/admissionpolicy.py)
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "create get list watch")
-    | _rows(_C, "cluster", "podplacement.io", "imageplatforms", "update delete", PARAMS_NAME)
+    | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "create get list watch")
+    | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "update delete", PARAMS_NAME)
+    # upgrades: retiring what earlier releases left, and their controllers' own rights on it
+    # during a rolling update (controller/core/legacy.py)
+    | {(_C, "cluster", *right) for retired in RETIRED_CRDS
+       for right in (retirement_rights(retired) + rolling_upgrade_rights(retired))}
     # the uninstall guards (controller/core/ownership.py)
     # its own (the uninstall guards) and a pod's, for the escape monitor's opt-out check
     | _rows(_C, "cluster", "", "namespaces", "get")
@@ -187,9 +195,27 @@ def test_every_object_has_a_known_kind_a_name_and_the_right_scope(
         seen.add(ident)
     kinds = {o["kind"] for o in rendered}
     assert {"Namespace", "CustomResourceDefinition", "Deployment", "Service",
-            "PodDisruptionBudget", "ServiceAccount", "PodPlacementConfig"} <= kinds
+            "PodDisruptionBudget", "ServiceAccount"} <= kinds
     # the controller owns the webhook configuration: no static one in the manifests
     assert "MutatingWebhookConfiguration" not in kinds
+
+
+def test_the_install_manifests_hold_no_config_and_no_object_of_ours(
+    rendered: list[dict[str, Any]],
+) -> None:
+    """Re-applying deploy/ (an upgrade) never changes a field the operator set: the
+    manifests hold no PodPlacementConfig, no PodPlacementPolicy and no other object of our
+    API group (only the CRDs defining them). The sample config lives outside every
+    kustomization and is created once with ``kubectl create -f``."""
+    ours = [(o["kind"], o["metadata"]["name"]) for o in rendered
+            if str(o.get("apiVersion", "")).startswith("podplacement.io/")]
+    assert ours == []
+    assert SAMPLE_FILE.is_file()
+    assert not SAMPLE_FILE.resolve().is_relative_to((DEPLOY / "base").resolve())
+    for kustomization in DEPLOY.rglob("*ustomization*"):
+        text = kustomization.read_text()
+        assert "samples" not in yaml.safe_dump(yaml.safe_load(text).get("resources") or []), (
+            kustomization)
 
 
 def test_namespace_is_excluded_from_gating(base: list[dict[str, Any]]) -> None:
@@ -295,7 +321,7 @@ def test_webhook_configuration_written_by_the_controller_matches_the_manifests(
     (wh,) = _containers(_one(rendered, "Deployment", _W))
     (cport,) = [p for p in wh["ports"] if p["name"] == port["targetPort"]]
     assert str(cport["containerPort"]) == _arg(wh["args"], "--port")
-    sample = _one(rendered, "PodPlacementConfig", CONFIG_NAME)
+    sample = _sample()
     mwc = desired_webhook_configuration(
         sample, ca_bundle=b"PEM", service=ServiceRef(NS, svc_name, 443, "/mutate"),
         own_namespace=NS,
@@ -494,6 +520,11 @@ def _controller_requests() -> list[tuple[str, str, str, str | None, str | None]]
         else:
             names = [name]
         out.extend((group, resource, verb, ns, n) for n in names)
+    # the previous release's controller, still leading during a rolling update, on its own
+    # params object (controller/core/legacy.py RetiredCRD.writer_rights)
+    for retired in RETIRED_CRDS:
+        out.extend((group, resource, verb, None, None if name == "*" else name)
+                   for group, resource, verb, name in rolling_upgrade_rights(retired))
     return out
 
 

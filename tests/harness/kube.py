@@ -228,10 +228,11 @@ def real_env(plane: ControlPlane) -> KubeEnv:
 
 
 def start_real(workdir: Path, *, nodes: Iterable[FakeNode] = DEFAULT_NODES,
-               **options: Any) -> KubeEnv:
+               crds: bool = True, **options: Any) -> KubeEnv:
     """Locate the binaries (:func:`podplacement.sandbox.controlplane.locate_assets`), start
-    the control plane in ``workdir``, load the project's CRDs and add the fake Ready
-    ``nodes``. ``options`` go to ``start_control_plane``.
+    the control plane in ``workdir``, load the project's CRDs (unless not ``crds``: a test
+    that installs another release's) and add the fake Ready ``nodes``. ``options`` go to
+    ``start_control_plane``.
 
     Raises:
         AssetsNotFound: no binaries; ControlPlaneError: it did not start.
@@ -239,8 +240,9 @@ def start_real(workdir: Path, *, nodes: Iterable[FakeNode] = DEFAULT_NODES,
     plane = start_control_plane(locate_assets(), workdir, **options)
     try:
         env = real_env(plane)
-        env.apply_crds()
-        env.wait_crds_served()
+        if crds:
+            env.apply_crds()
+            env.wait_crds_served()
         add_nodes(plane, nodes)
     except BaseException:
         plane.stop()
