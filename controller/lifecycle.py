@@ -1083,8 +1083,9 @@ class Lifecycle:
             ``(what is in force, problem, params uid)``: :data:`POLICY_IN_FORCE` or
             :data:`POLICY_ABSENT`, "" and the uid of the params object as read or created in
             this pass ("" when none: :func:`controller.core.config.admission_mark`); after
-            an API error (reported as the problem, not raised: the webhook keeps gating), :data:`POLICY_AS_LEFT` when a binding
-            ``podplacement-gate`` may still be there (found, or unknown), else
+            an API error (reported as the problem, not raised: the webhook keeps gating),
+            :data:`POLICY_AS_LEFT` when a binding ``podplacement-gate`` may still be there
+            (found, or unknown), else
             :data:`POLICY_ABSENT`.
         """
         try:

@@ -363,8 +363,8 @@ class PlacementConfig:
     ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
     0..:data:`MAX_INSPECTION_BUDGET`); ``admission_pull_always_freshness`` too
     (``spec.admission.pullAlwaysFreshness``, 0..:data:`MAX_PULL_ALWAYS_FRESHNESS`).
-    ``fallback_operating_systems`` is ``spec.fallbackOperatingSystems``, sorted, never empty: the ``kubernetes.io/os`` values a
-    pod released without its images' platforms still requires
+    ``fallback_operating_systems`` is ``spec.fallbackOperatingSystems``, sorted, never empty:
+    the ``kubernetes.io/os`` values a pod released without its images' platforms still requires
     (:func:`controller.core.fallback.fallback_requirement`).
     """
 
