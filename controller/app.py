@@ -315,6 +315,8 @@ class Controller:
                                         watch_timeout=o.watch_timeout)
         self._policy_stop = asyncio.Event()
         self._policy_task: asyncio.Task[None] | None = None
+        #: the last write of the params object a policy change asked for (_on_policies)
+        self._policy_flush: asyncio.Task[str] | None = None
         self.queue = self._new_queue()
         #: The queue serving a lifecycle key to its end after this process stopped leading
         #: (:meth:`_serve_to_end`); None otherwise.
@@ -558,8 +560,13 @@ class Controller:
 
     def _on_policies(self, ranking: Ranking) -> None:
         """Publish the accepted policies with the params (the admission policy's CEL reads
-        them; the writer's next tick writes them)."""
-        self.params.set_policies(params_policies(ranking))
+        them), written at once rather than at the writer's next tick: until the params
+        object holds a new policy, the admission policy places that namespace's pods without
+        it (policy changes are rare: the pacing is not needed)."""
+        if (self.params.set_policies(params_policies(ranking)) and self.leading
+                and self.lifecycle is not None and not self.params_writer.stopped):
+            self._policy_flush = asyncio.create_task(self.params_writer.flush(),
+                                                     name="params flush (policies)")
 
     # --- event handlers ----------------------------------------------------------------
     def _on_pod(self, etype: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:

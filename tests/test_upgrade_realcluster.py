@@ -36,6 +36,7 @@ import pytest
 
 from podplacement.controller.core.config import ADMISSION_POLICY_NAME, DECISION_ANNOTATION
 from podplacement.controller.lifecycle import BINDING_PATH, CONFIG_PATH
+from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, kubectl, start_product
 from tests.conftest import in_ci
 from tests.harness.kube import KubeEnv
@@ -190,6 +191,10 @@ def test_upgrade_from_the_previous_release_with_pods_flowing(
                     "metadata": {"name": "arm-only"},
                     "spec": {"priority": 10, "allowedArchitectures": ["arm64"]}})
     wait_until(lambda: _accepted(cluster, ns, "arm-only"), 30)
+    # in force in the API server once the params object holds it (written at once)
+    wait_until(lambda: "arm-only" in json.dumps(
+        ((cluster.get(params_path(NAMESPACE)).get("spec") or {}).get("policies") or {})
+        .get(ns) or []), 10)
     for i in range(6):
         cluster.create(f"/api/v1/namespaces/{ns}/pods", pod(f"after-{i}", image))
     for i in range(6):
