@@ -41,6 +41,7 @@ from typing import Any
 from podplacement.controller.core.admitted import (
     admission_path,
     admission_warning,
+    always_images,
     decision_record,
     images_to_learn,
     recently_created,
@@ -94,6 +95,9 @@ class AdmissionFeed:
         adopted: set once the params writer took over the live object; the inspections
             wait for it.
         clock: unix seconds.
+        on_always: called with each image a placed anonymous pod pulls with
+            ``imagePullPolicy: Always`` (:func:`controller.core.admitted.always_images`;
+            the controller keeps checking those tags, :mod:`controller.core.freshness`).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class AdmissionFeed:
         listing: Callable[[], bool] = lambda: False,
         adopted: asyncio.Event | None = None,
         clock: Callable[[], float] = time.time,
+        on_always: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.inspector = inspector
@@ -124,6 +129,7 @@ class AdmissionFeed:
         self.listing = listing
         self.adopted = adopted
         self.clock = clock
+        self.on_always = on_always
         #: UIDs of the pods told about (insertion order: the oldest first).
         self.told: OrderedDict[str, None] = OrderedDict()
         self._pending: set[str] = set()
@@ -161,6 +167,9 @@ class AdmissionFeed:
             return
         for image in unique_images(pod):
             self.store.touch(image)
+        if self.on_always is not None:
+            for image in always_images(pod, self.config_source()[0]):
+                self.on_always(image)
         record = decision_record(pod)
         if admission_path(record) is None:
             return

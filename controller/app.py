@@ -87,6 +87,7 @@ from podplacement.controller.core.config import (
     config_or_defaults,
 )
 from podplacement.controller.core.findings import FindingsStore
+from podplacement.controller.core.freshness import PullAlwaysFreshness
 from podplacement.controller.core.imageparams import ParamsStore
 from podplacement.controller.core.learn import merge, touches
 from podplacement.controller.core.numa import InFlight
@@ -140,6 +141,12 @@ NODES_PATH = "/api/v1/nodes"
 CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
 NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
 #: The ConfigMap named by ``spec.imageInspection.registriesConfigMapRef``.
+
+#: The work-queue key of the checks of the tags pulled with ``Always`` in use
+#: (:meth:`Controller._check_always_tags`).
+FRESH_KEY = "fresh:cluster"
+#: How many of those checks run at once.
+FRESH_CONCURRENCY = 8
 
 #: Work-queue keys ``relabel:<namespace/name/uid>``: a gated pod whose gate label was removed
 #: (:meth:`Controller._relabel`).
@@ -300,6 +307,10 @@ class Controller:
         self.params = ParamsStore(self.config_source()[0].image_inspection.cache_ttl_seconds)
         self.params_writer = ParamsWriter(api, self.params, metrics=self.metrics.params,
                                           namespace=o.namespace)
+        #: The tags pulled with Always in use and their confirmed digests, published as the
+        #: params' spec.fresh (leader only; :meth:`_check_always_tags`).
+        self.freshness = PullAlwaysFreshness(
+            self.config_source()[0].admission_pull_always_freshness)
         #: The params object's creations and deletions: each one changes the mark the
         #: webhook configuration trusts (its uid), so the lifecycle runs at once
         #: (:meth:`_on_params`). Cache-less: one object.
@@ -348,7 +359,7 @@ class Controller:
             publishing=self._publishing, config_source=self.placement_config,
             events=self.events, metrics=self.metrics, nodes=self.nodes,
             policies=self.policy_watch.of, listing=lambda: self.placed.listing,
-            adopted=self.params_writer.adopted)
+            adopted=self.params_writer.adopted, on_always=self._used_always)
         self.placed.subscribe("admission feed", self.feed.on_pod)
         self.placed.subscribe("exec format monitor", self.execformat.on_pod,
                               enabled=self.execformat.enabled)
@@ -558,6 +569,55 @@ class Controller:
                            learned=fetched_at if isinstance(fetched_at, int | float) else None,
                            digest=digest if isinstance(digest, str) else None)
 
+    def _used_always(self, image: str) -> None:
+        """A placed anonymous pod pulls ``image`` with ``Always``: keep checking the tag."""
+        if self.leading and self._publishing():
+            self.freshness.use(image, time.monotonic())
+
+    async def _check_always_tags(self, key: str = FRESH_KEY) -> float | None:
+        """The reconciler of :data:`FRESH_KEY`: check the digest of each tag pulled with
+        ``Always`` in use that is due (one manifest ``HEAD``, through the inspector's
+        ``pull_always``; a moved digest is inspected and published anew, its platforms
+        included), then publish the tags confirmed within ``pullAlwaysFreshness`` as
+        ``spec.fresh`` (the writer's next tick writes a change). Runs again every half of
+        the window; publishes nothing while this controller does not publish the params.
+
+        Returns:
+            Seconds until the next pass (:attr:`controller.core.freshness.
+            PullAlwaysFreshness.interval`), None while stopped."""
+        if self.params_writer.stopped:
+            return None
+        config = self.config_source()[0]
+        self.freshness.window = (config.admission_pull_always_freshness
+                                 if self._publishing() else 0.0)
+        due = self.freshness.due(time.monotonic())
+        if due:
+            gate = asyncio.Semaphore(FRESH_CONCURRENCY)
+            await asyncio.gather(*(self._check_always_tag(image, gate) for image in due))
+        self.params.set_fresh(self.freshness.published(time.monotonic()))
+        return self.freshness.interval
+
+    async def _check_always_tag(self, image: str, gate: asyncio.Semaphore) -> None:
+        """One tag: confirmed with its digest (and its result published, so a moved digest
+        changes the catalog too), or failed (it leaves ``spec.fresh`` at once)."""
+        async with gate:
+            try:
+                result = await self.inspector().inspect(image, (), pull_always=True)
+            except Exception as exc:  # a registry error: the tag is not fresh
+                log.info("always tag %s: not confirmed: %s", image, exc)
+                self.freshness.failed(image)
+                return
+        digest = getattr(result, "digest", None)
+        if not isinstance(digest, str) or not digest:
+            self.freshness.failed(image)
+            return
+        if self.params.digest_of(image) != digest:
+            self._publish(image, result)
+        if image in self.params:
+            self.freshness.confirmed(image, digest, time.monotonic())
+        else:  # not publishable (an exclusion, a platform outside the CRD's pattern)
+            self.freshness.failed(image)
+
     def _on_policies(self, ranking: Ranking) -> None:
         """Publish the accepted policies with the params (the admission policy's CEL reads
         them), written at once rather than at the writer's next tick: until the params
@@ -692,6 +752,7 @@ class Controller:
             self._apply_params_ttl()
             self.params_writer.start()
             self.queue.add(PARAMS_KEY)
+            self.queue.add(FRESH_KEY)
         log.info("controller leading: %d gated pods queued", len(self.pods.cache))
 
     async def _stop_leading(self) -> None:
@@ -710,6 +771,7 @@ class Controller:
         self.leading = False
         self.metrics.leader.set(0)
         await self.queue.shutdown()
+        self.freshness.clear()  # a new term starts from the pods it sees
         await self.placed.stop()
         await self.feed.stop()
         await self.execformat.stop()
@@ -806,6 +868,7 @@ class Controller:
         if self.lifecycle is not None:
             self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
             self._handlers[PARAMS_KEY] = self.params_writer.reconcile
+            self._handlers[FRESH_KEY] = self._check_always_tags
         if o.leader_election:
             from podplacement.controller.leader import LeaderElector
 

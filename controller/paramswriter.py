@@ -315,8 +315,12 @@ class ParamsWriter:
                                    self.wall_clock(),
                                    learned=learned if isinstance(learned, dict) else {})
         entries = (obj.get("status") or {}).get("entries")
+        # spec.fresh is never adopted: its digests were confirmed by the writer's previous
+        # owner, which no longer checks them (controller.core.freshness); a non-empty one is
+        # written again (empty until this controller confirms its own).
         if (entries != len(images) or len(images) != adopted
-                or (spec.get("policies") or {}) != self.store.policies()):
+                or (spec.get("policies") or {}) != self.store.policies()
+                or (spec.get("fresh") or {}) != self.store.fresh()):
             self.store.mark_dirty()
         log.info("params object %s: adopted %d of %d entries", PARAMS_NAME, adopted,
                  len(images))
@@ -331,7 +335,7 @@ class ParamsWriter:
             "metadata": (dict(self._meta) if self._meta is not None
                          else {"name": PARAMS_NAME, "namespace": self.namespace}),
             "spec": {"images": images, "learned": self.store.learned(),
-                     "policies": self.store.policies()},
+                     "fresh": self.store.fresh(), "policies": self.store.policies()},
             "status": {"entries": len(images)},
         }
         creating = self._meta is None

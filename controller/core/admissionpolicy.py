@@ -23,8 +23,9 @@ For each other pod the policy does one of two things (README "How it decides", "
 inside the API server"):
 
 - **place**: every image (init and app) is a key of the params object (the ImagePlatformCatalog
-  ``cluster``: image reference → sorted "os/arch" pairs) and none is pulled with
-  ``imagePullPolicy: Always`` (the controller revalidates those), the pod has no
+  ``cluster``: image reference → sorted "os/arch" pairs), each one pulled with
+  ``imagePullPolicy: Always`` is in its ``spec.fresh`` (its digest confirmed by the
+  controller within ``spec.admission.pullAlwaysFreshness``), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
   nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
   A JSONPatch mutation then writes exactly the facts :func:`controller.core.placement.
@@ -259,14 +260,21 @@ CEL_IMAGES = " + ".join(
 #: ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
 CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
 
-#: ``known``: every image of the pod is a key of the params, and no container pulls with
-#: ``imagePullPolicy: Always`` (the API server's default for ``:latest`` and untagged
-#: references): the controller revalidates such an image with the registry on every pod
-#: (``placement.unique_images``' ``pull_always``), which a params entry cannot do.
+#: ``fresh``: ``spec.fresh`` of the params: the tags pulled with ``Always`` whose digest the
+#: controller confirmed within ``spec.admission.pullAlwaysFreshness`` (image → digest,
+#: :mod:`controller.core.freshness`).
+CEL_FRESH = "params == null ? {} : params.?spec.?fresh.orValue({})"
+
+#: ``known``: every image of the pod is a key of the params, and every container that pulls
+#: with ``imagePullPolicy: Always`` (the API server's default for ``:latest`` and untagged
+#: references) names a tag of ``fresh``: the webhook and the controller check such a tag's
+#: digest on every pod (``placement.unique_images``' ``pull_always``); the policy takes the
+#: controller's check of the last few seconds instead, or gates the pod.
 CEL_KNOWN = (
     "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
     + "".join(f" && !object.spec.?{kind}.orValue([]).exists("
-              f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)})"
+              f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)}"
+              " && !(c.?image.orValue('') in variables.fresh))"
               for kind in CONTAINER_LISTS)
 )
 
@@ -537,6 +545,7 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
     out = [
         ("images", CEL_IMAGES),
         ("table", CEL_TABLE),
+        ("fresh", CEL_FRESH),
         ("known", CEL_KNOWN),
         ("free", CEL_FREE),
         ("policies", CEL_POLICIES),

@@ -128,6 +128,16 @@ def images_to_learn(pod: Mapping[str, Any], record: Mapping[str, Any] | None,
     return tuple(image for image in unique_images(pod) if not known(image))
 
 
+def always_images(pod: Mapping[str, Any], config: PlacementConfig) -> tuple[str, ...]:
+    """The images ``pod`` pulls with ``imagePullPolicy: Always`` when it has no pull Secret,
+    nor the config a global one (the catalog holds anonymous results only), in pod order:
+    the tags whose digest the controller keeps checking while such pods come
+    (:mod:`controller.core.freshness`); ``()`` otherwise."""
+    if pull_secret_refs(pod, config):
+        return ()
+    return tuple(image for image, always in unique_images(pod).items() if always)
+
+
 def recently_created(pod: Mapping[str, Any], now: float, window: float) -> bool:
     """True when ``pod``'s ``metadata.creationTimestamp`` (the API server's clock) is less
     than ``window`` seconds before ``now`` (unix seconds), or after it; False without one."""

@@ -213,6 +213,7 @@ class ParamsStore:
         self._latest_now = -math.inf  # the largest `now` seen (clock steps back: see above)
         # spec.policies: namespace -> accepted placement policies (controller.core.policy)
         self._policies: dict[str, list[dict[str, Any]]] = {}
+        self._fresh: dict[str, str] = {}
 
     # --- settings ---------------------------------------------------------------------
     @property
@@ -323,6 +324,21 @@ class ParamsStore:
         """The ``spec.policies`` map to publish: namespace → its accepted placement
         policies, highest priority first (:func:`controller.core.policy.params_policies`)."""
         return self._policies
+
+    def fresh(self) -> dict[str, str]:
+        """``spec.fresh``: the tags pulled with ``Always`` whose digest the controller
+        confirmed within the freshness window (:mod:`controller.core.freshness`) → digest."""
+        return dict(self._fresh)
+
+    def set_fresh(self, fresh: Mapping[str, str]) -> bool:
+        """Replace ``spec.fresh``; returns True (and makes the store dirty) when it
+        changed."""
+        value = dict(sorted(fresh.items()))
+        if value == self._fresh:
+            return False
+        self._fresh = value
+        self._version += 1
+        return True
 
     def set_policies(self, policies: Mapping[str, list[dict[str, Any]]]) -> bool:
         """Replace ``spec.policies``; returns True (and makes the store dirty) when it

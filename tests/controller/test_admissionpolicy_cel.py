@@ -84,6 +84,14 @@ def _program(expression_text: str) -> Any:
     return _ENV.compile(expression_text)
 
 
+def fresh_of(table: Mapping[str, str]) -> dict[str, str]:
+    """``spec.fresh`` of the examples: the table's references of an even index in
+    :data:`REFS` (so that drawn pods pull some tags with Always that are fresh and some that
+    are not)."""
+    return {ref: f"sha256:{REFS.index(ref):064x}" for ref in table
+            if ref in REFS and REFS.index(ref) % 2 == 0}
+
+
 def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
              table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING, *,
              catalog_uid: str | None = None) -> dict[str, Any]:
@@ -92,7 +100,7 @@ def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
     and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""
-    params: dict[str, Any] = {"spec": {"images": dict(table),
+    params: dict[str, Any] = {"spec": {"images": dict(table), "fresh": fresh_of(table),
                                        "policies": params_policies(ranking)}}
     if catalog_uid is not None:
         params["metadata"] = {"name": "cluster", "uid": catalog_uid}
@@ -133,8 +141,9 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
     policy = policy_for(pod, ranking.of(pod["metadata"].get("namespace", "")))
     out: dict[str, Any] = {
         "images": [c.image for c in pod_images(pod)],
+        "fresh": fresh_of(table),
         "known": bool(images) and all(i in table for i in images)
-        and not any(images.values()),
+        and all(i in fresh_of(table) for i, always in images.items() if always),
         "free": "nodeAffinity" not in (spec.get("affinity") or {})
         and not {ARCH_LABEL, OS_LABEL} & set(spec.get("nodeSelector") or {}),
         "hasPolicy": policy is not None,
@@ -329,6 +338,9 @@ EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0],
                                              "imagePullPolicy": "Always"}]}},
      {REFS[0]: "linux/amd64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[1],
+                                             "imagePullPolicy": "Always"}]}},
+     {REFS[1]: "linux/amd64"}),
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
                             "initContainers": [{"name": "i", "image": REFS[1]}]}},
      {REFS[0]: "linux/amd64", REFS[1]: "linux/arm64"}),
@@ -347,6 +359,14 @@ MUTATIONS = (
     ("known", "".join(ap.CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
     ("known", "!object.spec.?containers.orValue([]).exists(",
      "!object.spec.?ephemeralContainers.orValue([]).exists("),
+    # an Always tag placed without being fresh, or never placed when fresh
+    ("known", "containers.orValue([]).exists(c, c.?imagePullPolicy.orValue('') == 'Always' "
+     "&& !(c.?image.orValue('') in variables.fresh))",
+     "containers.orValue([]).exists(c, c.?imagePullPolicy.orValue('') == 'Always')"),
+    ("known", "containers.orValue([]).exists(c, c.?imagePullPolicy.orValue('') == 'Always' "
+     "&& !(c.?image.orValue('') in variables.fresh))",
+     "containers.orValue([]).exists(c, false)"),
+    ("fresh", "params.?spec.?fresh", "params.?spec.?images"),
     ("free", f" && !('{OS_LABEL}' in object.spec.?nodeSelector.orValue({{}}))", ""),
     ("pairs", "variables.lists.all(", "variables.lists.exists("),
     # the one-image shortcut
