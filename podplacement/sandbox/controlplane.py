@@ -1,15 +1,15 @@
 """A real Kubernetes control plane on 127.0.0.1, the envtest convention, found without setup.
 
 :func:`locate_assets` finds the binaries: ``$KUBEBUILDER_ASSETS`` when set (a directory with
-``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and
-``kube-controller-manager``, as controller-runtime's envtest expects); otherwise the
-xz-compressed v1.36.2 builds of ``../shared/k8s-bin`` (searched upwards from the working
-directory and from this package), decompressed once into a cache directory this module owns
-and checked against the SHA-256 sums listed in that directory's README (a stamp file records
-the check, so later runs compare sizes and modification times only); otherwise that cache
-alone, as an earlier run left it (an installed wheel, a clone whose ``../shared`` went away).
-``etcd`` comes from ``PATH`` or ``/usr/bin/etcd`` (Debian's ``etcd-server``). :func:`locate_kubelet` finds the
-kubelet the same way, for a real node (:mod:`podplacement.sandbox.realnode`).
+``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and ``kube-controller-
+manager``, as controller-runtime's envtest expects); otherwise the xz-compressed v1.36.2 builds
+of ``../shared/k8s-bin`` (searched upwards from the working directory and from this package),
+decompressed once into a cache directory this module owns and checked against the SHA-256 sums
+listed in that directory's README (a stamp file records the check, so later runs compare sizes
+and modification times only); otherwise that cache alone, as an earlier run left it (an
+installed wheel, a clone whose ``../shared`` went away). ``etcd`` comes from ``PATH`` or
+``/usr/bin/etcd`` (Debian's ``etcd-server``). :func:`locate_kubelet` finds the kubelet the same
+way, for a real node (:mod:`podplacement.sandbox.realnode`).
 
 :func:`start_control_plane` starts etcd, kube-apiserver (Node and RBAC authorization with
 NodeRestriction, token auth, service-account tokens, a client certificate towards kubelets,

@@ -27,8 +27,9 @@ error first):
   otherwise), the ``cgroupfs`` driver under a cgroup root of its own, no swap check, no
   read-only port, every server on 127.0.0.1, x509 client authentication against the
   cluster's CA, no image garbage collection and no eviction (the tests decide what runs),
-  an empty ``resolv.conf`` (pods resolve nothing: no traffic off the machine), pod logs in
-  the caller's directory.
+  an empty ``resolv.conf`` and a cluster DNS address of 127.0.0.1 (inside the pod's own
+  network namespace: pods resolve nothing, no traffic off the machine), pod logs in the
+  caller's directory.
 """
 
 from __future__ import annotations
@@ -249,6 +250,9 @@ def kubelet_config(*, port: int, healthz_port: int, cgroup_root: str, runtime_so
                            "x509": {"clientCAFile": client_ca_file}},
         "authorization": {"mode": "AlwaysAllow"},
         "podLogsDir": pod_logs_dir, "resolvConf": resolv_conf,
+        # pods resolve against 127.0.0.1 of their own network namespace, where nothing
+        # answers: no query leaves the pod (and no MissingClusterDNS warning per pod)
+        "clusterDNS": ["127.0.0.1"], "clusterDomain": "cluster.local",
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "0%", "nodefs.available": "0%",
                          "imagefs.available": "0%", "nodefs.inodesFree": "0%"},

@@ -173,6 +173,27 @@ class RealNode:
         (directory / "hosts.toml").write_text(nodeparts.hosts_toml(registry.host, tls=tls,
                                                                    ca_file=ca_file))
 
+    def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
+        """The log of a pod's container through the API server (which asks this node's
+        kubelet); "" when it can't be read."""
+        params = {"container": container} if container else None
+        with contextlib.suppress(httpx.HTTPError), self.plane.client(timeout=10.0) as c:
+            r = c.get(f"/api/v1/namespaces/{namespace}/pods/{name}/log", params=params)
+            if r.status_code == 200:
+                return r.text
+        return ""
+
+    def describe(self) -> str:
+        """``kubelet VERSION, RUNTIME VERSION`` from the Node's ``status.nodeInfo`` (e.g.
+        ``kubelet v1.36.2, containerd 1.6.20~ds1``); "" when it can't be read."""
+        with contextlib.suppress(httpx.HTTPError, ValueError), \
+                self.plane.client(timeout=5.0) as c:
+            info = (c.get(f"/api/v1/nodes/{self.name}").json().get("status") or {}).get(
+                "nodeInfo") or {}
+            runtime = str(info.get("containerRuntimeVersion") or "").replace("://", " ")
+            return f"kubelet {info.get('kubeletVersion')}, {runtime}"
+        return ""
+
     def ctr(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run ``ctr --address SOCKET -n k8s.io ARGS`` (the CRI's namespace)."""
         return subprocess.run([str(self.runtime.ctr), "--address", self.socket, "-n", "k8s.io",
