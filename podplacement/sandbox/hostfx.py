@@ -56,10 +56,12 @@ LEDGER_NAME = "realnode-host.json"
 
 
 def ledger_dir() -> Path:
-    """``$PODPLACEMENT_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/podplacement``."""
-    base = os.environ.get("PODPLACEMENT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "podplacement")
-    return Path(base)
+    """The parent of the binaries cache (:func:`podplacement.sandbox.controlplane.
+    default_cache_dir`): ``$PODPLACEMENT_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/
+    podplacement``."""
+    from podplacement.sandbox.controlplane import default_cache_dir
+
+    return default_cache_dir().parent
 
 
 # --- reading the host ---------------------------------------------------------------------
@@ -297,11 +299,26 @@ def remove_cgroups(root: str, wait: float = 5.0) -> list[str]:
         time.sleep(0.05)
 
 
+def workdir_pids(workdir: str) -> set[int]:
+    """Pids of the processes (this one excepted) whose command line names a path in
+    ``workdir``: a node's kubelet (``--config=WORKDIR/...``) and containerd (``--config
+    WORKDIR/...``) when the process that started them died without stopping them."""
+    prefix = workdir.rstrip("/") + "/"
+    own = os.getpid()
+    out = set()
+    for pid in _pids():
+        if pid != own and any(prefix in arg for arg in _cmdline(pid)[1:]):
+            out.add(pid)
+    return out
+
+
 def clean_node(node: NodeFootprint) -> list[str]:
-    """Remove what one node left once its kubelet and containerd are stopped: SIGKILL the
-    processes in its cgroups (containers) and its shims, by pid; unmount everything under
-    its directory; remove its cgroups. Returns what could not be removed (one line each;
-    empty when all went)."""
+    """Remove what one node left once its kubelet and containerd are stopped (or their
+    starter died): SIGKILL, by pid, the processes that still run from its directory, the
+    processes in its cgroups (containers) and its shims; unmount everything under its
+    directory; remove its cgroups. Returns what could not be removed (one line each; empty
+    when all went)."""
+    kill_pids(workdir_pids(node.workdir), "node process")
     kill_pids(cgroup_pids(node.cgroup_root), "container process")
     kill_pids(shim_pids(node.socket), SHIM)
     left = [f"mount {p}" for p in unmount_under(node.workdir)]

@@ -6,6 +6,9 @@ directory left)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from tests.harness.kube import start_real
 from tests.harness.realnode import FAKE_NODES, busybox_layer, missing_real_node, wait_for
 from tests.harness.registry import Registry
 
-pytestmark = [pytest.mark.realcluster, pytest.mark.realnode]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pod(name: str, image: str, script: str) -> dict[str, Any]:
@@ -30,6 +33,8 @@ def _pod(name: str, image: str, script: str) -> dict[str, Any]:
                         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}}
 
 
+@pytest.mark.realcluster
+@pytest.mark.realnode
 def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
         tmp_path: Path, registry: Registry) -> None:
     why = missing_real_node()
@@ -92,3 +97,33 @@ def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
         ours = [d for d in hostfx.differences(before, after)
                 if not d.startswith(("sysctl ", "directory ", "shim process "))]
         assert ours == []
+
+
+def test_under_ci_a_machine_without_the_kubelet_refuses_to_run_with_one_line(
+        tmp_path: Path) -> None:
+    """The control plane is there (``KUBEBUILDER_ASSETS``), the kubelet is not: CI stops at
+    once, with one line naming the real node."""
+    from podplacement.sandbox.controlplane import locate_assets
+
+    try:
+        assets = locate_assets()
+    except AssetsNotFound as exc:
+        pytest.skip(str(exc))
+    plane_only = tmp_path / "assets"
+    plane_only.mkdir()
+    for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        binary = assets.binary(name)
+        if binary is not None:
+            (plane_only / name).symlink_to(binary)
+    (tmp_path / "no-k8s-bin").mkdir()
+    env = {**os.environ, "CI": "true", "KUBEBUILDER_ASSETS": str(plane_only),
+           "PODPLACEMENT_K8S_BIN": str(tmp_path / "no-k8s-bin"),
+           "PODPLACEMENT_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/sandbox/test_nodeparts.py"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "CI=true" in line]
+    assert len(lines) == 1, done.stdout + done.stderr
+    assert "the real node" in lines[0] and "realnode tests would be skipped" in lines[0]
+    assert "no kubelet" in lines[0]
