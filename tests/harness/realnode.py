@@ -11,8 +11,7 @@ plane, the kubelet, containerd or the ``.deb`` files it skips with the reason (u
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,10 @@ from podplacement.sandbox.realnode import (
 )
 from podplacement.sandbox.registry import Registry
 from tests.harness.kube import KubeEnv, start_real
+from tests.harness.realcluster import wait_for
+
+__all__ = ["FAKE_NODES", "REALNODE", "NodeCluster", "busybox", "busybox_layer",
+           "cluster_with_real_node", "debs_dir", "missing_real_node", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: The marker of the tests that need the real node.
@@ -114,16 +117,3 @@ def busybox(arch: str) -> bytes:
 def busybox_layer(arch: str) -> bytes:
     """A gzip'd layer with ``bin/busybox`` of ``arch`` and ``bin/sh`` linked to it."""
     return make_layer(busybox(arch))
-
-
-def wait_for(check: Callable[[], Any], within: float, every: float = 0.2) -> Any:
-    """Call ``check`` until it returns something true (returned), at most ``within``
-    seconds. Raises: AssertionError with the last value."""
-    deadline = time.monotonic() + within
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"not within {within} s; last: {last!r}")
