@@ -259,7 +259,6 @@ def kubelet_config(*, port: int, healthz_port: int, cgroup_root: str, runtime_so
         "serializeImagePulls": False, "registerNode": True,
         "nodeStatusReportFrequency": "10s", "syncFrequency": "10s",
         "shutdownGracePeriod": "0s", "protectKernelDefaults": False,
-        "localStorageCapacityIsolation": False,
     }
     config.update(extra or {})
     return config
