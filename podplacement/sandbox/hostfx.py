@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -53,6 +54,10 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 SHIM = "containerd-shim-runc-v2"
 #: Where the ledger lives (beside the binaries cache, :func:`ledger_dir`).
 LEDGER_NAME = "realnode-host.json"
+#: The names a node's directory and cgroup root start with; nothing else is ever cleaned
+#: (a damaged ledger must not make :func:`clean_node` unmount, kill or remove anything else).
+NODE_DIR_PREFIX = "podplacement-node-"
+CGROUP_ROOT_PATTERN = re.compile(r"^/podplacement-[0-9a-f]{6,32}$")
 
 
 def ledger_dir() -> Path:
@@ -182,8 +187,13 @@ def differences(before: HostSnapshot, after: HostSnapshot) -> list[str]:
 
 @dataclass(frozen=True)
 class NodeFootprint:
-    """Where one node acts: its directory, its cgroup root (``/name``, the same in every
-    hierarchy) and its containerd socket (the shims' ``-address``).
+    """Where one node acts: its own directory (every mount and process of the node names a
+    path in it; removed once the node is cleaned; named ``NODE_DIR_PREFIX*``), its cgroup
+    root (``/podplacement-<hex>``, the same in every hierarchy) and its containerd socket
+    (the shims' ``-address``).
+
+    Raises:
+        ValueError: a directory or cgroup root not shaped so (nothing else is ever cleaned).
 
     Attributes:
         pid: the process that started the node (the ledger's holder).
@@ -193,6 +203,16 @@ class NodeFootprint:
     cgroup_root: str
     socket: str
     pid: int = field(default_factory=os.getpid)
+
+    def __post_init__(self) -> None:
+        path = Path(self.workdir)
+        if not (path.is_absolute() and len(path.parts) >= 3
+                and path.name.startswith(NODE_DIR_PREFIX) and ".." not in path.parts):
+            raise ValueError(f"a node's directory must be /.../{NODE_DIR_PREFIX}*, "
+                             f"not {self.workdir!r}")
+        if not CGROUP_ROOT_PATTERN.match(self.cgroup_root):
+            raise ValueError(f"a node's cgroup root must be /podplacement-<hex>, "
+                             f"not {self.cgroup_root!r}")
 
     def key(self) -> str:
         """The ledger key (the directory: one node per directory)."""
@@ -316,13 +336,16 @@ def clean_node(node: NodeFootprint) -> list[str]:
     """Remove what one node left once its kubelet and containerd are stopped (or their
     starter died): SIGKILL, by pid, the processes that still run from its directory, the
     processes in its cgroups (containers) and its shims; unmount everything under its
-    directory; remove its cgroups. Returns what could not be removed (one line each; empty
-    when all went)."""
+    directory; remove its cgroups, then its directory when nothing is mounted there any
+    more. Returns what could not be removed (one line each; empty when all went)."""
     kill_pids(workdir_pids(node.workdir), "node process")
     kill_pids(cgroup_pids(node.cgroup_root), "container process")
     kill_pids(shim_pids(node.socket), SHIM)
-    left = [f"mount {p}" for p in unmount_under(node.workdir)]
+    mounted = unmount_under(node.workdir)
+    left = [f"mount {p}" for p in mounted]
     left += [f"cgroup {c}" for c in remove_cgroups(node.cgroup_root)]
+    if not mounted:
+        shutil.rmtree(node.workdir, ignore_errors=True)
     return left
 
 

@@ -6,7 +6,8 @@ from the sandbox's registries; ``kubectl logs`` works.
 
 :func:`find_runtime` says whether this machine can run one (one-line reason otherwise);
 :func:`start_real_node` starts containerd (its root, state, socket, runc root, CNI and
-registry host files all in the caller's directory), imports the pause image, makes the
+registry host files all in a short temporary directory of the node's own; the logs in the
+caller's directory), imports the pause image, makes the
 node's own cgroup root in every hierarchy, gives the kubelet a client certificate
 ``CN=system:node:127.0.0.1, O=system:nodes`` from the plane's CA, starts it named
 ``127.0.0.1`` (a loopback address is refused as ``--node-ip``, but the node's name gives it
@@ -28,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -63,7 +65,7 @@ CTR = "ctr"
 RUNC = "runc"
 LOOPBACK_PLUGIN = Path("/usr/lib/cni/loopback")
 #: Seconds to wait for containerd's socket and for the node to be Ready.
-CONTAINERD_READY_S = 20.0
+CONTAINERD_READY_S = 30.0
 NODE_READY_S = 60.0
 
 
@@ -128,16 +130,20 @@ class RealNode:
 
     Attributes:
         name: the Node's name (:data:`NODE_NAME`).
-        workdir: everything of the node: ``containerd/`` (config, root, state, socket,
-            ``containerd.log``), ``kubelet/`` (config, root, certs, ``kubelet.log``),
-            ``cni/``, ``hosts/`` (registry ``hosts.toml`` files), ``pod-logs/``.
+        workdir: the caller's directory: ``containerd.log``, ``kubelet.log`` (kept).
+        rundir: everything else of the node, in a short temporary directory of its own
+            (unix socket paths must stay under 108 bytes, and the kubelet's and
+            containerd's sockets live in there): ``containerd/`` (config, root, state,
+            socket), ``kubelet/`` (config, root, certs), ``runc/``, ``cni/``, ``hosts/``
+            (registry ``hosts.toml`` files), ``pod-logs/``. Removed by :meth:`stop`.
         footprint: where it acts on the host (:class:`podplacement.sandbox.hostfx.
-            NodeFootprint`).
+            NodeFootprint`; its ``workdir`` is :attr:`rundir`).
         processes: ``{"containerd": Popen, "kubelet": Popen}``.
     """
 
     name: str
     workdir: Path
+    rundir: Path
     plane: ControlPlane
     runtime: NodeRuntime
     footprint: hostfx.NodeFootprint
@@ -153,11 +159,11 @@ class RealNode:
     @property
     def hosts_dir(self) -> Path:
         """containerd's registry ``config_path``."""
-        return self.workdir / "hosts"
+        return self.rundir / "hosts"
 
     def log_path(self, name: str) -> Path:
         """The log of ``containerd`` or ``kubelet``."""
-        return self.workdir / name / f"{name}.log"
+        return self.workdir / f"{name}.log"
 
     def trust_registry(self, registry: Registry) -> None:
         """Let containerd pull from ``registry``: its ``hosts.toml`` (plain HTTP, or HTTPS
@@ -194,11 +200,16 @@ class RealNode:
             return f"kubelet {info.get('kubeletVersion')}, {runtime}"
         return ""
 
-    def ctr(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """Run ``ctr --address SOCKET -n k8s.io ARGS`` (the CRI's namespace)."""
-        return subprocess.run([str(self.runtime.ctr), "--address", self.socket, "-n", "k8s.io",
-                               *args], capture_output=True, text=True, timeout=timeout,
-                              check=False)
+    def ctr(self, *args: str, timeout: float = 60.0,
+            connect_timeout: float = 2.0) -> subprocess.CompletedProcess[str]:
+        """Run ``ctr --address SOCKET -n k8s.io ARGS`` (the CRI's namespace).
+
+        Raises:
+            subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds.
+        """
+        return subprocess.run([str(self.runtime.ctr), "--address", self.socket,
+                               f"--connect-timeout={connect_timeout}s", "-n", "k8s.io", *args],
+                              capture_output=True, text=True, timeout=timeout, check=False)
 
     def _spawn(self, name: str, args: list[str]) -> None:
         out = open(self.log_path(name), "ab")  # closed by stop()
@@ -229,9 +240,9 @@ class RealNode:
 
     def stop(self) -> list[str]:
         """Stop the kubelet, the containers (SIGKILL by pid, from the node's cgroups),
-        containerd and its shims (by pid), unmount everything under :attr:`workdir`, remove
-        the node's cgroups, delete the Node object (while the API server answers) and
-        restore the machine-wide effects when no other node runs
+        containerd and its shims (by pid), unmount everything under :attr:`rundir`, remove
+        the node's cgroups and :attr:`rundir`, delete the Node object (while the API server
+        answers) and restore the machine-wide effects when no other node runs
         (:func:`podplacement.sandbox.hostfx.leave`). Idempotent.
 
         Returns: what could not be undone (one line each; empty when all was), also logged.
@@ -242,7 +253,7 @@ class RealNode:
         self._stop_process("kubelet")
         hostfx.kill_pids(hostfx.cgroup_pids(self.footprint.cgroup_root), "container process")
         self._stop_process("containerd")
-        left = hostfx.clean_node(self.footprint)
+        left = hostfx.clean_node(self.footprint)  # removes rundir once nothing is left
         left += hostfx.leave(self.footprint)
         for out in self._logs:
             out.close()
@@ -292,8 +303,10 @@ class RealNode:
 def _wait_containerd(node: RealNode) -> None:
     deadline = time.monotonic() + CONTAINERD_READY_S
     while True:
-        if node.ctr("version", timeout=5).returncode == 0:
-            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            if (os.path.exists(node.socket)
+                    and node.ctr("version", timeout=5, connect_timeout=1).returncode == 0):
+                return
         proc = node.processes["containerd"]
         if proc.poll() is not None or time.monotonic() > deadline:
             raise NodeError(f"containerd did not answer on {node.socket}; see "
@@ -328,8 +341,9 @@ def start_real_node(plane: ControlPlane, workdir: Path, *,
                     registries: tuple[Registry, ...] = (),
                     runtime: NodeRuntime | None = None,
                     ready_limit: float = NODE_READY_S) -> RealNode:
-    """Start the real node on ``plane`` (module docstring), everything of it in
-    ``workdir`` (created), trusting ``registries``; wait until it is Ready and untainted.
+    """Start the real node on ``plane`` (module docstring), its logs in ``workdir``
+    (created), the rest in a short temporary directory (:attr:`RealNode.rundir`), trusting
+    ``registries``; wait until it is Ready and untainted.
 
     Raises:
         NodeUnavailable: this machine can't run one (:func:`find_runtime`).
@@ -338,45 +352,47 @@ def start_real_node(plane: ControlPlane, workdir: Path, *,
     """
     runtime = runtime or find_runtime()
     workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    rundir = Path(tempfile.mkdtemp(prefix=hostfx.NODE_DIR_PREFIX))
     for sub in ("containerd", "kubelet/root", "kubelet/certs", "cni/bin", "cni/conf", "hosts",
                 "pod-logs", "runc", "opt"):
-        (workdir / sub).mkdir(parents=True, exist_ok=True)
-    footprint = hostfx.NodeFootprint(str(workdir), f"/podplacement-{uuid.uuid4().hex[:10]}",
-                                     str(workdir / "containerd" / "containerd.sock"))
+        (rundir / sub).mkdir(parents=True, exist_ok=True)
+    footprint = hostfx.NodeFootprint(str(rundir), f"/podplacement-{uuid.uuid4().hex[:10]}",
+                                     str(rundir / "containerd" / "containerd.sock"))
     hostfx.enter(footprint)
-    node = RealNode(NODE_NAME, workdir, plane, runtime, footprint)
+    node = RealNode(NODE_NAME, workdir, rundir, plane, runtime, footprint)
     try:
         for registry in registries:
             node.trust_registry(registry)
-        cni_bin = workdir / "cni" / "bin"
+        cni_bin = rundir / "cni" / "bin"
         (cni_bin / "loopback").symlink_to(runtime.loopback)
         plugin = cni_bin / nodeparts.CNI_PLUGIN
         plugin.write_text(nodeparts.cni_plugin_script(sys.executable, str(runtime.loopback)))
         plugin.chmod(0o755)
-        (workdir / "cni" / "conf" / "10-podplacement.conflist").write_text(
+        (rundir / "cni" / "conf" / "10-podplacement.conflist").write_text(
             json.dumps(nodeparts.cni_conflist()))
-        config = workdir / "containerd" / "config.toml"
+        config = rundir / "containerd" / "config.toml"
         config.write_text(nodeparts.containerd_config(
-            root=str(workdir / "containerd" / "root"),
-            state=str(workdir / "containerd" / "state"), socket=footprint.socket,
-            runc_root=str(workdir / "runc"), opt=str(workdir / "opt"), cni_bin=str(cni_bin),
-            cni_conf=str(workdir / "cni" / "conf"), hosts_dir=str(node.hosts_dir)))
+            root=str(rundir / "containerd" / "root"),
+            state=str(rundir / "containerd" / "state"), socket=footprint.socket,
+            runc_root=str(rundir / "runc"), opt=str(rundir / "opt"), cni_bin=str(cni_bin),
+            cni_conf=str(rundir / "cni" / "conf"), hosts_dir=str(node.hosts_dir)))
         node._spawn("containerd", [str(runtime.containerd), "--config", str(config)])
         _wait_containerd(node)
-        archive = workdir / "containerd" / "pause.oci.tar"
+        archive = rundir / "containerd" / "pause.oci.tar"
         archive.write_bytes(nodeparts.pause_image_archive())
         imported = node.ctr("images", "import", "--platform", "linux/amd64", str(archive))
         if imported.returncode != 0:
             raise NodeError(f"ctr images import of the pause image: {imported.stderr.strip()}")
         hostfx.create_cgroups(footprint.cgroup_root)
-        kubelet_dir = workdir / "kubelet"
+        kubelet_dir = rundir / "kubelet"
         kubeconfig = _kubelet_credentials(plane, kubelet_dir / "certs")
         (kubelet_dir / "resolv.conf").write_text("")
         kubelet_config = kubelet_dir / "config.yaml"
         kubelet_config.write_text(yaml.safe_dump(nodeparts.kubelet_config(
             port=free_port(), healthz_port=free_port(), cgroup_root=footprint.cgroup_root,
             runtime_socket=footprint.socket, client_ca_file=str(plane.ca_file),
-            pod_logs_dir=str(workdir / "pod-logs"),
+            pod_logs_dir=str(rundir / "pod-logs"),
             resolv_conf=str(kubelet_dir / "resolv.conf"))))
         node._spawn("kubelet", [
             str(runtime.kubelet), f"--config={kubelet_config}", f"--kubeconfig={kubeconfig}",

@@ -32,8 +32,10 @@ def _dead_pid() -> int:
 def test_the_last_holder_removes_the_directories_that_were_absent(
         tmp_path: Path, host_dirs: tuple[str, str]) -> None:
     ledger = tmp_path / "ledger"
-    first = hostfx.NodeFootprint(str(tmp_path / "a"), "/podplacement-test-a", "/a.sock")
-    second = hostfx.NodeFootprint(str(tmp_path / "b"), "/podplacement-test-b", "/b.sock")
+    first = hostfx.NodeFootprint(str(tmp_path / "podplacement-node-a"), "/podplacement-00000a",
+                                 "/a.sock")
+    second = hostfx.NodeFootprint(str(tmp_path / "podplacement-node-b"), "/podplacement-00000b",
+                                  "/b.sock")
     hostfx.enter(first, ledger)
     os.makedirs(host_dirs[1])  # what containerd makes
     hostfx.enter(second, ledger)
@@ -51,17 +53,46 @@ def test_the_last_holder_removes_the_directories_that_were_absent(
 def test_a_holder_whose_process_died_is_dropped(tmp_path: Path,
                                                 host_dirs: tuple[str, str]) -> None:
     ledger = tmp_path / "ledger"
-    dead = hostfx.NodeFootprint(str(tmp_path / "dead"), "/podplacement-test-dead", "/d.sock",
+    dead_dir = tmp_path / "podplacement-node-dead"
+    (dead_dir / "containerd").mkdir(parents=True)
+    dead = hostfx.NodeFootprint(str(dead_dir), "/podplacement-0dead0", "/d.sock",
                                 pid=_dead_pid())
     hostfx.enter(dead, ledger)
     os.makedirs(host_dirs[0])
     assert hostfx.holders(ledger) == []
-    live = hostfx.NodeFootprint(str(tmp_path / "live"), "/podplacement-test-live", "/l.sock")
+    live = hostfx.NodeFootprint(str(tmp_path / "podplacement-node-live"), "/podplacement-00001e",
+                                "/l.sock")
     hostfx.enter(live, ledger)  # the dead one's host is put back first, then recorded anew
     assert not os.path.exists(host_dirs[0])
+    assert not dead_dir.exists()  # its own directory went with it
     doc = json.loads((ledger / hostfx.LEDGER_NAME).read_text())
     assert list(doc["holders"]) == [live.workdir]
     assert hostfx.leave(live, ledger) == []
+
+
+@pytest.mark.parametrize("workdir, cgroup_root", [
+    ("/", "/podplacement-00000a"), ("/tmp", "/podplacement-00000a"),
+    ("relative/podplacement-node-x", "/podplacement-00000a"),
+    ("/tmp/podplacement-node-x", "/"), ("/tmp/podplacement-node-x", "/kubepods"),
+])
+def test_nothing_but_a_node_s_own_directory_and_cgroup_root_is_ever_cleaned(
+        workdir: str, cgroup_root: str) -> None:
+    with pytest.raises(ValueError):
+        hostfx.NodeFootprint(workdir, cgroup_root, "/x.sock")
+
+
+def test_a_damaged_ledger_entry_is_dropped_not_cleaned(tmp_path: Path,
+                                                       host_dirs: tuple[str, str]) -> None:
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    (ledger / hostfx.LEDGER_NAME).write_text(json.dumps({"holders": {"/": {
+        "workdir": "/", "cgroup_root": "/", "socket": "/s", "pid": _dead_pid()}}}))
+    node = hostfx.NodeFootprint(str(tmp_path / "podplacement-node-n"), "/podplacement-00000f",
+                                "/n.sock")
+    hostfx.enter(node, ledger)
+    assert list(json.loads((ledger / hostfx.LEDGER_NAME).read_text())["holders"]) == [
+        node.workdir]
+    assert hostfx.leave(node, ledger) == []
 
 
 def test_differences_name_what_a_node_left() -> None:

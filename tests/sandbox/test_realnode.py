@@ -77,7 +77,7 @@ def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
             text = wait_for(lambda: kube.request("GET", f"{path}/log").text.count("\n") >= 2, 20)
             log = kube.request("GET", f"{path}/log").text
             assert text and log.splitlines() == ["hello from x86_64", "lo"], log
-            mounts = [p for p, _, _ in hostfx.mounts() if p.startswith(str(tmp_path / "node"))]
+            mounts = [p for p, _, _ in hostfx.mounts() if p.startswith(str(node.rundir))]
             assert mounts, "the node mounted nothing under its directory"
             assert hostfx.shim_pids(node.socket)
             assert hostfx.cgroup_pids(node.footprint.cgroup_root)
@@ -88,7 +88,9 @@ def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
     assert left == []
     after = hostfx.snapshot()
     assert not hostfx.shim_pids(node.socket)
-    assert not [p for p, _, _ in hostfx.mounts() if p.startswith(str(tmp_path))]
+    assert not [p for p, _, _ in hostfx.mounts() if p.startswith(str(node.rundir))]
+    assert not node.rundir.exists()
+    assert "Started" in (tmp_path / "node" / "kubelet.log").read_text()  # the logs stay
     assert not any((h / node.footprint.cgroup_root.strip("/")).exists()
                    for h in hostfx.cgroup_hierarchies())
     if alone and not hostfx.holders():
