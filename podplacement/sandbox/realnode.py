@@ -270,7 +270,8 @@ class RealNode:
         Node.
 
         Raises:
-            NodeError: a process exited, or not Ready within ``limit`` seconds.
+            NodeError: a process exited, not Ready within ``limit`` seconds, or the taint
+                could not be removed.
         """
         deadline = time.monotonic() + limit
         path = f"/api/v1/nodes/{self.name}"
@@ -293,9 +294,13 @@ class RealNode:
                 time.sleep(0.2)
             taints = [t for t in (node.get("spec") or {}).get("taints") or []
                       if t.get("key") != "node.kubernetes.io/not-ready"]
-            r = c.patch(path, json={"spec": {"taints": taints or None}},
-                        headers={"Content-Type": "application/merge-patch+json"})
-            r.raise_for_status()
+            try:
+                r = c.patch(path, json={"spec": {"taints": taints or None}},
+                            headers={"Content-Type": "application/merge-patch+json"})
+                r.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise NodeError(f"real node {self.name}: its taints could not be lifted: "
+                                f"{exc}") from exc
             ready: dict[str, Any] = r.json()
             return ready
 
