@@ -11,6 +11,7 @@ window (:mod:`certs.rotation`), :func:`load_bundle` for the MutatingWebhookConfi
 from podplacement.certs._generate import (
     KeyPair,
     generate_ca,
+    issue_client_cert,
     issue_serving_cert,
     new_private_key,
     service_dns_names,
@@ -39,6 +40,7 @@ __all__ = [
     "ca_bundle",
     "from_secret",
     "generate_ca",
+    "issue_client_cert",
     "issue_serving_cert",
     "load_bundle",
     "new_private_key",

@@ -2,9 +2,12 @@
 # Idempotent setup on a Debian machine:
 #   - Debian packages: docker-registry (the real OCI registry of the tests and the demo),
 #     etcd-server (etcd for the real control plane of the envtest convention), mmdebstrap,
-#     umoci and skopeo (hack/image.sh builds and pushes the image without a container daemon)
-#     and prometheus (its promtool checks and unit-tests the alerts of
-#     deploy/optional/monitoring; the server itself is never started);
+#     umoci and skopeo (hack/image.sh builds and pushes the image without a container daemon),
+#     prometheus (its promtool checks and unit-tests the alerts of
+#     deploy/optional/monitoring; the server itself is never started) and containerd, runc
+#     and containernetworking-plugins (the real node of podplacement.sandbox.realnode runs the
+#     kubelet of ../shared/k8s-bin on them; containerd's service is never enabled: the
+#     sandbox starts its own containerd with its own state);
 #   - a virtual environment in .venv/ (PEP 668: never the system Python) holding the project
 #     and its test extras. A second run reuses it.
 # Needs Python 3.11 or newer (PYTHON=/path/to/python3 picks another interpreter).
@@ -16,7 +19,8 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   exit 1
 fi
 need=()
-for pkg in docker-registry etcd-server xz-utils mmdebstrap umoci skopeo prometheus; do
+for pkg in docker-registry etcd-server xz-utils mmdebstrap umoci skopeo prometheus \
+    containerd runc containernetworking-plugins; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=("python3-venv")
@@ -25,6 +29,11 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}" >&2
   $SUDO apt-get update -q || echo "setup: apt-get update reported errors; trying the install anyway" >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+  # Debian enables containerd's service on install where systemd runs; the real node starts
+  # its own containerd with its own state, so the service just installed is stopped again.
+  if [[ " ${need[*]} " == *" containerd "* ]] && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now containerd.service >/dev/null 2>&1 || true
+  fi
 fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating the virtual environment .venv/" >&2

@@ -2,9 +2,11 @@
 real control plane, TLS material) are plugins under ``tests/harness``.
 
 The real control plane (``realcluster`` tests) is found by
-:func:`podplacement.sandbox.controlplane.locate_assets`. Under ``CI=true`` a run without it
-stops at once with one line (a CI must never be green without having run against a real API
-server); elsewhere its tests skip, and the summary says how many did and why.
+:func:`podplacement.sandbox.controlplane.locate_assets`, the real node (``realnode`` tests:
+the kubelet, containerd, runc) by :func:`podplacement.sandbox.realnode.find_runtime`. Under
+``CI=true`` a run without either stops at once with one line (a CI must never be green
+without having run against a real API server and a real node); elsewhere their tests skip,
+and the summary says how many did and why.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ pytest_plugins = [
 
 #: The marker of the tests that need the real control plane.
 REALCLUSTER = "realcluster"
+#: The marker of the tests that need the real node (and the real control plane).
+REALNODE = "realnode"
 
 
 def in_ci() -> bool:
@@ -40,16 +44,28 @@ def missing_control_plane() -> str | None:
     return None
 
 
+def missing_real_node() -> str | None:
+    """Why the real node can't run here (one line), or None when it can."""
+    from tests.harness.realnode import missing_real_node as missing
+
+    return missing()
+
+
 def ci_refusal() -> str | None:
-    """Under CI without the real control plane: the one line that stops the run (also used
-    by ``hack/test.sh`` before lint and type checks); else None."""
+    """Under CI without the real control plane or the real node: the one line that stops
+    the run (also used by ``hack/test.sh`` before lint and type checks); else None."""
     if not in_ci():
         return None
     why = missing_control_plane()
-    if why is None:
-        return None
-    return ("CI=true but kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
-            f"(with etcd) were not found, so the {REALCLUSTER} tests would be skipped: {why}")
+    if why is not None:
+        return ("CI=true but kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
+                f"(with etcd) were not found, so the {REALCLUSTER} tests would be skipped: "
+                f"{why}")
+    why = missing_real_node()
+    if why is not None:
+        return ("CI=true but the real node (kubelet v1.36, containerd, runc) can't run here, "
+                f"so the {REALNODE} tests would be skipped: {why}")
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,7 +87,8 @@ SLOW_MODULES_FIRST = (
     "test_faults_realcluster.py", "test_upgrade_realcluster.py",
     "test_uninstall_realcluster.py",
     "controller/test_paramswriter.py", "test_params_age_realcluster.py",
-    "test_learn_realcluster.py", "test_admission_paths_realcluster.py", "test_image.py",
+    "test_learn_realcluster.py", "test_admission_paths_realcluster.py",
+    "test_realnode_e2e.py", "test_image.py",
     "test_demo.py", "test_policies_realcluster.py",
 )
 
@@ -86,11 +103,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
                             config: pytest.Config) -> None:
-    """One line per reason for the ``realcluster`` tests that were skipped, with their
-    count."""
+    """One line per reason for the ``realcluster`` and ``realnode`` tests that were skipped,
+    with their count."""
     reasons: Counter[str] = Counter()
     for report in terminalreporter.stats.get("skipped", []):
-        if REALCLUSTER not in getattr(report, "keywords", {}):
+        keywords = getattr(report, "keywords", {})
+        if REALCLUSTER not in keywords and REALNODE not in keywords:
             continue
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -99,6 +117,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
         return
     total = sum(reasons.values())
     terminalreporter.write_sep(
-        "=", f"{total} real-control-plane ({REALCLUSTER}) tests skipped", yellow=True)
+        "=", f"{total} real-control-plane ({REALCLUSTER}, {REALNODE}) tests skipped",
+        yellow=True)
     for reason, count in reasons.most_common():
         terminalreporter.write_line(f"{count} skipped: {reason}")

@@ -31,6 +31,7 @@ from podplacement.controller.core.config import (
 from podplacement.demo import report, workloads
 from podplacement.demo.workloads import DemoRegistries, Expectation
 from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
+from tests.harness.realnode import missing_real_node
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRIES = DemoRegistries("127.0.0.1:5000", "127.0.0.1:5443", "user", "pass")
@@ -277,12 +278,13 @@ def test_rows_show_images_platforms_affinity_numa_node_and_events() -> None:
     assert report.state_cell({"metadata": {"name": "x"}, "spec": {}}) == "not-gated"
 
 
-def parse_table(text: str) -> dict[str, dict[str, str]]:
+def parse_table(text: str,
+                headers: tuple[str, ...] = report.HEADERS) -> dict[str, dict[str, str]]:
     """Read a rendered table back: pod -> header -> cell (continuation lines joined with a
     space), slicing each line at the header's column offsets."""
     lines = text.splitlines()
     header = lines[0]
-    starts = [header.index(h) for h in report.HEADERS]
+    starts = [header.index(h) for h in headers]
     bounds = list(zip(starts, [*starts[1:], None], strict=True))
     table: dict[str, dict[str, str]] = {}
     current: dict[str, str] | None = None
@@ -290,10 +292,10 @@ def parse_table(text: str) -> dict[str, dict[str, str]]:
         cells = [line[a:b].strip() if b else line[a:].strip() for a, b in bounds]
         if cells[0]:
             current = table.setdefault(cells[0], {})
-            current.update(zip(report.HEADERS, cells, strict=True))
+            current.update(zip(headers, cells, strict=True))
         else:
             assert current is not None, line
-            for h, cell in zip(report.HEADERS, cells, strict=True):
+            for h, cell in zip(headers, cells, strict=True):
                 if cell:
                     current[h] = f"{current[h]} {cell}"
     return table
@@ -638,8 +640,13 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
     _assert_cleaned_up(marker, stderr)
 
 
-def _check_demo_output(out: str, *, scheduler: bool) -> None:
-    """The table and summary of a full demo run on the demo's fake cluster."""
+#: The real node's name (:mod:`podplacement.sandbox.realnode`).
+REAL_NODE = "127.0.0.1"
+
+
+def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) -> None:
+    """The table and summary of a full demo run on the demo's fake cluster; with a
+    ``real_node``, the pods bound to it run and their log lines are shown."""
     table_text = out.split("\n\n", 1)[0]
     assert table_text.splitlines()[0].split() == list(report.HEADERS)
     table = parse_table(table_text)
@@ -667,10 +674,14 @@ def _check_demo_output(out: str, *, scheduler: bool) -> None:
     }
     nodes_by_arch: dict[str, set[str]] = {}
     for n in workloads.NODES:
-        nodes_by_arch.setdefault(n.architecture, set()).add(n.name)
+        # with a real node, the NUMA nodes are tainted for the NUMA pods only
+        if not (real_node and n.zones):
+            nodes_by_arch.setdefault(n.architecture, set()).add(n.name)
+    if real_node:
+        nodes_by_arch["amd64"] = {REAL_NODE}
     # where a scheduler may bind each pod (its required affinity), "-" when it cannot
     bindable = {
-        "multi-arch": {n.name for n in workloads.NODES},
+        "multi-arch": set().union(*nodes_by_arch.values()),
         "single-arch": nodes_by_arch["s390x"],
         "mixed-init": nodes_by_arch["amd64"] | nodes_by_arch["arm64"],
         "no-common-platform": {"-"},
@@ -708,6 +719,24 @@ def _check_demo_output(out: str, *, scheduler: bool) -> None:
     assert {"WaitingForNUMAResources", "PlacementDecided"} <= set(freed["EVENTS"].split(", "))
     assert "numa-fits-nowhere    placed once a zone can hold it: ok" in out
 
+    nodes = re.search(r"^nodes: real: (.*?); simulated \(no kubelet\): (.*)$", out, re.M)
+    assert nodes is not None, out
+    assert nodes.group(1) == (f"{REAL_NODE} (amd64)" if real_node else "none")
+    assert {n.name for n in workloads.NODES} == {
+        x.split(" (")[0] for x in nodes.group(2).split(", ")}
+    if real_node:  # the pods bound to the real node run and say so in their log
+        running = out.split("(phase, first line of their log):\n", 1)
+        assert len(running) == 2, out
+        rows = parse_table(running[1].split("\n\n", 1)[0], report.RUN_HEADERS)
+        on_real = [name for name, row in table.items() if row["NODE"] == REAL_NODE]
+        assert on_real and sorted(rows) == sorted(on_real), (rows, on_real)
+        for name, row in rows.items():
+            assert (row["NODE"], row["PHASE"], row["LOG"]) == (
+                REAL_NODE, "Running", f"{name}: busybox on x86_64"), row
+            assert f"{name:<20} runs on the real node: ok" in out
+    else:
+        assert "runs on the real node" not in out
+
     metrics = re.search(r"^controller: pods processed (.*?);", out, re.M)
     assert metrics is not None, out
     outcomes = dict(kv.split("=") for kv in metrics.group(1).split())
@@ -726,6 +755,7 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     _assert_cleaned_up(marker, proc.stderr)
     _check_demo_output(proc.stdout, scheduler=False)
+    assert proc.stderr.rstrip().splitlines()[-1].endswith("; real node: no")
 
 
 @pytest.mark.slow
@@ -743,7 +773,14 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert "API server: the real control plane" in proc.stderr.splitlines()[0]
     _assert_cleaned_up(marker, proc.stderr)
-    _check_demo_output(proc.stdout, scheduler=assets.binary("kube-scheduler") is not None)
+    real_node = missing_real_node() is None
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.endswith(f"; real node: {'yes' if real_node else 'no'}"), last
+    if not real_node:  # one line says why
+        assert len([line for line in proc.stderr.splitlines()
+                    if "real node: none" in line]) == 1, proc.stderr
+    _check_demo_output(proc.stdout, scheduler=assets.binary("kube-scheduler") is not None,
+                       real_node=real_node)
     # every component's start and stop is logged, and the API server stops within seconds
     for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
                  "webhook", "controller"):
@@ -755,8 +792,9 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     readme = (REPO / "README.md").read_text()
     sample = readme.split("A run looks like this", 1)[1].split("```", 2)[1]
     claims = [line.strip() for line in sample.splitlines()
-              if "cannot align" in line or " of 7 workloads placed" in line
-              or line.endswith(": ok")]
+              if ("cannot align" in line or " of 7 workloads placed" in line
+                  or line.endswith(": ok"))
+              and (real_node or "on the real node" not in line)]
     assert len(claims) >= 10, sample
     printed = {" ".join(line.split()) for line in proc.stdout.splitlines()}
     for claim in claims:

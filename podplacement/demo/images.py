@@ -126,6 +126,26 @@ def _binary_from_deb(deb: Path, arch: str, variant: str | None) -> BusyboxBinary
     return BusyboxBinary(arch, variant, make_layer(binary), len(binary), deb.name)
 
 
+def busybox_binary(deb_dir: Path, arch: str) -> bytes:
+    """The real ``/bin/busybox`` of OCI architecture ``arch`` (amd64, arm64, ppc64le, s390x)
+    from its ``busybox-static`` package in ``deb_dir``, its ELF machine checked.
+
+    Raises:
+        DemoImageError: no such package, unreadable, or an ELF of another machine.
+        KeyError: another architecture.
+    """
+    deb_arch = next((d for d, (a, _) in DEBIAN_TO_OCI.items() if a == arch), None)
+    if deb_arch is None:
+        raise KeyError(arch)
+    deb = _find_deb(deb_dir, deb_arch)
+    if deb is None:
+        raise DemoImageError(f"no busybox-static package for {deb_arch} in {deb_dir}")
+    binary = _extract_busybox(deb)
+    if elf_machine(binary) != ELF_MACHINE[arch]:
+        raise DemoImageError(f"{deb}: ELF machine {elf_machine(binary)}, not {arch}")
+    return binary
+
+
 def load_busybox_debs(deb_dir: Path) -> dict[str, BusyboxBinary]:
     """Read ``busybox-static_*_<debarch>.deb`` files from ``deb_dir``.
 

@@ -6,7 +6,9 @@ pod → images → platforms (the intersection the controller recorded in the
 ``podplacement.io/decision`` annotation) → injected required node affinity in a compact form
 (``arch In [amd64,arm64]``, terms ORed with ``|``, expressions ANDed with ``&``) plus the
 architecture preferences → NUMA candidates (or ``waiting``) → node (``spec.nodeName``; ``-``
-without a scheduler) → Event reasons.
+without a scheduler) → Event reasons. A second table shows the pods bound to the real node:
+their phase and the first line of their log (:func:`run_rows`), and :func:`nodes_line` says
+which nodes are real and which are simulated.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from podplacement.controller.core.config import (
     ARCH_LABEL,
@@ -252,7 +254,57 @@ def wrap_cell(cell: str, width: int | None) -> list[str]:
     return textwrap.wrap(cell, width, break_long_words=False, break_on_hyphens=False) or [cell]
 
 
-def render_table(rows: Sequence[Row], headers: Sequence[str] = HEADERS,
+class _Cells(Protocol):
+    def cells(self) -> tuple[str, ...]: ...
+
+
+#: The columns of the real node's table.
+RUN_HEADERS = ("POD", "NODE", "PHASE", "LOG")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A pod on the real node: its phase (``status.phase``) and first log line."""
+
+    pod: str
+    node: str
+    phase: str
+    log: str
+
+    def cells(self) -> tuple[str, ...]:
+        """The cells in :data:`RUN_HEADERS` order."""
+        return (self.pod, self.node, self.phase, self.log)
+
+
+def run_rows(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str]) -> list[RunRow]:
+    """One :class:`RunRow` per pod (in the order given), ``logs``: pod name → its log text
+    (first line shown; ``-`` when empty)."""
+    rows = []
+    for pod in pods:
+        name = str((pod.get("metadata") or {}).get("name") or "")
+        lines = (logs.get(name) or "").strip().splitlines()
+        rows.append(RunRow(name, str((pod.get("spec") or {}).get("nodeName") or "-"),
+                           str((pod.get("status") or {}).get("phase") or "-"),
+                           lines[0] if lines else "-"))
+    return rows
+
+
+def nodes_line(nodes: Sequence[Mapping[str, Any]], real: str | None) -> str:
+    """``nodes: real: NAME (arch); simulated (no kubelet): NAME (arch), ...`` for the Node
+    objects ``nodes`` (``real``: the real node's name, or None when every node is
+    simulated)."""
+    def label(node: Mapping[str, Any]) -> str:
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        return f"{meta.get('name')} ({labels.get(ARCH_LABEL) or '?'})"
+
+    real_nodes = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") == real]
+    simulated = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") != real]
+    return (f"nodes: real: {', '.join(real_nodes) or 'none'}; simulated (no kubelet): "
+            f"{', '.join(simulated) or 'none'}")
+
+
+def render_table(rows: Sequence[_Cells], headers: Sequence[str] = HEADERS,
                  max_widths: Mapping[str, int] | None = None) -> str:
     """Left-aligned columns separated by two spaces, a header line first; a cell longer than
     its column's entry in ``max_widths`` (default :data:`MAX_WIDTHS`) continues on the next

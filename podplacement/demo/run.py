@@ -1,22 +1,26 @@
 """``podplacement demo``: the product run for real on this machine, start to finish.
 
-Steps: find the API server first and say which in the first log line (the real control plane
-of :mod:`podplacement.sandbox.controlplane` when its binaries are found: etcd,
-kube-apiserver, kube-scheduler and kube-controller-manager; localkube, the API double, as a
-subprocess when they are not, with how to get them; or an existing cluster with
-``--kubeconfig``), and start it in the background while the demo gets its busybox binaries
-(:mod:`podplacement.demo.images`: downloaded when missing) and starts two real registries
-with real multi-arch busybox images (:mod:`podplacement.demo.seed`); apply the CRDs, nodes,
-NodeResourceTopologies and the PodPlacementConfig ``cluster``; generate certificates with
+Steps: find the API server first and say which in the first log line (the real control plane of
+:mod:`podplacement.sandbox.controlplane` when its binaries are found: etcd, kube-apiserver,
+kube-scheduler and kube-controller-manager; localkube, the API double, as a subprocess when they
+are not, with how to get them; or an existing cluster with ``--kubeconfig``), and start it in
+the background, with the real amd64 node of :mod:`podplacement.sandbox.realnode` beside the real
+control plane when this machine runs one (one line says so, or why not), while the demo gets its
+busybox binaries (:mod:`podplacement.demo.images`: downloaded when missing) and starts two real
+registries with real multi-arch busybox images (:mod:`podplacement.demo.seed`); apply the CRDs,
+nodes, NodeResourceTopologies and the PodPlacementConfig ``cluster``; generate certificates with
 ``podplacement certs generate``; start ``podplacement webhook`` (HTTPS on 127.0.0.1) and
 ``podplacement controller`` as processes side by side, exactly as they run in a cluster (the
 controller creates the MutatingWebhookConfiguration with the caBundle); create the sample pods
 (:mod:`podplacement.demo.workloads`); wait (bounded) until every pod is ungated or waiting for
 NUMA resources; print the table (:mod:`podplacement.demo.report`), ``podplacement explain`` of
 the pod that waits, and a check of every pod against what its images and the NUMA zones imply;
-then free CPUs in one NUMA zone (a NodeResourceTopology update) and show the waiting pod placed
-there; print a summary of the controller's ``/metrics``; stop everything it started
-(processes terminated and waited for, the work directory removed), also on Ctrl-C and errors.
+with a real node, wait (bounded) until the pods bound to it run and print their phase and first
+log line, and say which nodes are real and which are simulated; then free CPUs in one NUMA zone
+(a NodeResourceTopology update) and show the waiting pod placed there; print a summary of the
+controller's ``/metrics``; stop everything it started (processes terminated and waited for, the
+real node's host effects undone, the work directory removed), also on Ctrl-C and errors. The
+last log line says whether a real node ran.
 Exit code: 0 when everything went as expected, 1 when a pod did not, 2 when a step failed,
 130 when interrupted.
 
@@ -82,6 +86,7 @@ from podplacement.sandbox.controlplane import (
     start_control_plane,
 )
 from podplacement.sandbox.ports import free_port
+from podplacement.sandbox.realnode import NodeError, NodeUnavailable, RealNode, start_real_node
 
 log = logging.getLogger("podplacement.demo")
 
@@ -215,14 +220,18 @@ def podplacement_args(*args: str) -> list[str]:
 @dataclass
 class ApiServer:
     """The API server in use: ``kubeconfig`` path, ``kind`` (``localkube``, ``real`` or
-    ``existing``), whether a scheduler binds pods, how to stop it (None: not ours) and the
-    process behind it when the demo started one (to report its log if it dies)."""
+    ``existing``), whether a scheduler binds pods, how to stop it (None: not ours), the
+    process behind it when the demo started one (to report its log if it dies), and the
+    real node beside the real control plane (None: every node is simulated; ``node_note``
+    says why)."""
 
     kubeconfig: Path
     kind: str
     scheduler: bool
     stop: Callable[[], None] | None = None
     child: Child | None = None
+    node: RealNode | None = None
+    node_note: str = ""
 
 
 def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> ApiServer:
@@ -246,12 +255,16 @@ def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> A
     except BaseException:  # Ctrl-C included: the caller does not know the process yet
         child.stop()
         raise
-    return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child)
+    note = "localkube, the API double, runs no kubelet"
+    log.info("real node: none, every node is simulated and no pod runs (%s)", note)
+    return ApiServer(kubeconfig, "localkube", scheduler=False, stop=child.stop, child=child,
+                     node_note=note)
 
 
 def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager of ``assets``
-    (:mod:`podplacement.sandbox.controlplane`).
+    (:mod:`podplacement.sandbox.controlplane`), and the real amd64 node when this machine
+    runs one (:mod:`podplacement.sandbox.realnode`; one line says so, or why not).
 
     Raises:
         DemoError: the control plane did not start.
@@ -260,8 +273,30 @@ def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
         plane = start_control_plane(assets, work / "control-plane")
     except ControlPlaneError as exc:
         raise DemoError(str(exc)) from exc
-    return ApiServer(plane.kubeconfig, "real",
-                     scheduler="kube-scheduler" in plane.processes, stop=plane.stop)
+    node: RealNode | None = None
+    note = ""
+    try:
+        node = start_real_node(plane, work / "node")
+    except NodeUnavailable as exc:
+        note = str(exc)
+    except (NodeError, OSError) as exc:
+        note = f"it did not start: {exc}"
+    except BaseException:
+        plane.stop()
+        raise
+    if node is not None:
+        log.info("real node: %s (%s), where the pods placed on amd64 run; the other nodes "
+                 "are simulated", node.name, node.describe())
+    else:
+        log.warning("real node: none, every node is simulated and no pod runs (%s)", note)
+
+    def stop() -> None:
+        if node is not None:
+            node.stop()
+        plane.stop()
+
+    return ApiServer(plane.kubeconfig, "real", scheduler="kube-scheduler" in plane.processes,
+                     stop=stop, node=node, node_note=note)
 
 
 def _require_localkube(why: str) -> None:
@@ -367,8 +402,10 @@ async def install_crds(api: KubeAPI) -> None:
     await wait_for("the CRDs to be served", served, 30.0)
 
 
-async def install_cluster_objects(api: KubeAPI, config: dict[str, Any]) -> None:
-    """Namespaces, nodes (made Ready and untainted, as a kubelet would), NRTs, and the
+async def install_cluster_objects(api: KubeAPI, config: dict[str, Any],
+                                  real_node: bool = False) -> None:
+    """Namespaces, nodes (made Ready and untainted, as a kubelet would; with a
+    ``real_node``, the NUMA nodes tainted :data:`workloads.SIMULATED_TAINT`), NRTs, and the
     PodPlacementConfig ``config``."""
     await create(api, "/api/v1/namespaces", workloads.namespace_object(DEFAULT_NAMESPACE))
     for node in workloads.NODES:
@@ -380,8 +417,8 @@ async def install_cluster_objects(api: KubeAPI, config: dict[str, Any]) -> None:
         # TaintNodesByCondition taints a node created without a Ready kubelet; a scheduler
         # would never bind there.
         with contextlib.suppress(ApiError):
-            await api.request("PATCH", path, body={"spec": {"taints": None}},
-                              content_type=MERGE_PATCH)
+            await api.request("PATCH", path, body={"spec": {
+                "taints": workloads.node_taints(node, real_node)}}, content_type=MERGE_PATCH)
     for nrt in workloads.nrt_objects():
         await create(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}", nrt)
     await create(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}", config)
@@ -528,6 +565,12 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
     print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected ({kind})\n",
           file=out)
     out.flush()
+    if server.node is not None:
+        failures += await show_real_node(api, server.node, options, watch)
+    nodes = (await api.request("GET", "/api/v1/nodes")).get("items") or []
+    print(report.nodes_line(nodes, server.node.name if server.node else None) + "\n",
+          file=out)
+    out.flush()
 
     waiting = workloads.WAITING_POD
     if report.state_cell(by_name.get(waiting) or {}) == "waiting":
@@ -540,6 +583,50 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
             print(f"controller: {summary}", file=out)
     out.flush()
     return 0 if failures == 0 else 1
+
+
+#: Seconds the pods on the real node get to run (first pulls included: about 2 s each).
+RUN_TIMEOUT = 30.0
+
+
+async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
+                         watch: Sequence[Child]) -> int:
+    """Wait (bounded by :data:`RUN_TIMEOUT`) until the pods bound to the real node run,
+    then print their phase and first log line and one verdict per pod; returns how many did
+    not run (a real node that got no pod counts as one)."""
+    ns = workloads.DEMO_NAMESPACE
+    state: dict[str, list[dict[str, Any]]] = {"pods": []}
+
+    async def running() -> bool:
+        pods = (await api.request("GET", f"/api/v1/namespaces/{ns}/pods")).get("items") or []
+        state["pods"] = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node.name]
+        return all((p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                   for p in state["pods"])
+
+    with contextlib.suppress(DemoError):
+        await wait_for(f"the pods on the real node {node.name} to run", running, RUN_TIMEOUT,
+                       interval=0.3, alive=watch)
+    pods = state["pods"]
+    logs = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        logs[name] = await asyncio.to_thread(node.pod_log, ns, name, "app")
+    out = options.out
+    print(f"on the real node {node.name} ({node.describe()}): the pods placed there run "
+          "(phase, first line of their log):", file=out)
+    rows = report.run_rows(pods, logs)
+    print(report.render_table(rows, report.RUN_HEADERS, {}) + "\n", file=out)
+    failures = 0 if rows else 1
+    if not rows:
+        print(f"no pod was bound to the real node {node.name}: UNEXPECTED", file=out)
+    for row in rows:
+        problems = ([f"phase {row.phase}"] if row.phase != "Running" else []) + (
+            ["no log"] if row.log == "-" else [])
+        failures += bool(problems)
+        verdict = "ok" if not problems else "UNEXPECTED: " + "; ".join(problems)
+        print(f"{row.pod:<20} runs on the real node: {verdict}", file=out)
+    print("", file=out)
+    return failures
 
 
 async def free_capacity(api: KubeAPI, options: DemoOptions, watch: Sequence[Child],
@@ -710,7 +797,7 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
 
         await install_crds(api)
         config = workloads.placement_config(max_wait_seconds=options.max_wait_seconds)
-        await install_cluster_objects(api, config)
+        await install_cluster_objects(api, config, real_node=server.node is not None)
         await install_namespace(api, registries)
         log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
@@ -829,10 +916,14 @@ def run_demo(options: DemoOptions) -> int:
             log.info("registries: public http://%s, private https://%s (basic auth); "
                      "%d tags pushed", pair.public.host, pair.private.host, len(digests))
             if starting is None:
-                server = ApiServer(options.kubeconfig or Path(), "existing", scheduler=True)
+                server = ApiServer(options.kubeconfig or Path(), "existing", scheduler=True,
+                                   node_note="an existing cluster: its own nodes")
             else:
                 server = starting.result()
                 starting = None
+            if server.node is not None:
+                for registry in (pair.public, pair.private):
+                    server.node.trust_registry(registry)
             code = asyncio.run(scenario(options, pair, server, work, children))
         except KeyboardInterrupt:
             log.warning("interrupted; stopping everything")
@@ -851,7 +942,9 @@ def run_demo(options: DemoOptions) -> int:
                     server = _started_anyway(starting)
                 if work is not None:
                     _cleanup(options, work, children, server, pair)
-    log.info("demo finished in %.1f s (exit code %d)", time.monotonic() - started, code)
+    real = server is not None and server.node is not None
+    log.info("demo finished in %.1f s (exit code %d); real node: %s",
+             time.monotonic() - started, code, "yes" if real else "no")
     return code
 
 

@@ -7,7 +7,11 @@ orchestration (:mod:`podplacement.demo.run`) only sends them. Each sample pod co
 :mod:`podplacement.demo.seed`), which the report compares with what the product did.
 
 Nodes: five fake nodes of four architectures (labels ``kubernetes.io/arch``, ``os``,
-``hostname``). The two amd64 nodes carry a NodeResourceTopology
+``hostname``), and, when this machine runs one, the real amd64 node of
+:mod:`podplacement.sandbox.realnode`, where the pods placed on amd64 run (their containers print
+one line, then sleep). The fake amd64 nodes then stand in for NUMA hardware only: they carry
+:data:`SIMULATED_TAINT`, which the two Guaranteed NUMA pods tolerate, so that every other pod
+placed on amd64 is bound to the real node. The two amd64 nodes carry a NodeResourceTopology
 (``topology.node.k8s.io/v1alpha2``) with two zones of type ``Node`` named ``node-0``/``node-1``
 and Topology Manager policy ``single-numa-node`` (container scope), with different free
 capacity, so that a Guaranteed pod asking for 6 CPUs fits one node only and one asking for 12
@@ -58,6 +62,16 @@ IMAGE_PLATFORMS: dict[str, tuple[str, ...]] = {
 
 #: Scoring weights put into the config (``plugins.nodeAffinityScoring``).
 PREFERRED_WEIGHTS: dict[str, int] = {"amd64": 50, "arm64": 30}
+
+#: The taint of the fake NUMA nodes while a real amd64 node runs (only the NUMA pods, which
+#: the real node's 2 CPUs could not hold, tolerate it).
+SIMULATED_TAINT: dict[str, str] = {"key": "demo.podplacement.io/simulated", "value": "numa",
+                                   "effect": "NoSchedule"}
+#: What the containers run: one line on stdout (what ``kubectl logs`` shows of a pod on the
+#: real node), then sleep; an init container's line, then it ends (else the pod would never
+#: start its app container).
+APP_COMMAND = ("sh", "-c", 'echo "$(hostname): busybox on $(uname -m)"; exec sleep 3600')
+INIT_COMMAND = ("sh", "-c", 'echo "$(hostname): setup done on $(uname -m)"')
 
 #: CPU (cores) / memory asked by the two Guaranteed NUMA pods.
 NUMA_FITS_ONE_CPU = 6
@@ -211,6 +225,13 @@ def node_status(node: DemoNode) -> dict[str, Any]:
     }
 
 
+def node_taints(node: DemoNode, real_node: bool) -> list[dict[str, str]] | None:
+    """The node's ``spec.taints``: :data:`SIMULATED_TAINT` on a node with NUMA zones while a
+    real node runs, else none (None: the merge patch that clears the ``not-ready`` taint the
+    TaintNodesByCondition admission plugin adds to a node created without a kubelet)."""
+    return [dict(SIMULATED_TAINT)] if real_node and node.zones else None
+
+
 def node_objects() -> list[dict[str, Any]]:
     """The five demo Nodes."""
     return [node_object(n) for n in NODES]
@@ -346,8 +367,9 @@ def pull_secret(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> 
     }
 
 
-def _container(name: str, image: str, cpu: int | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name, "image": image, "command": ["sleep", "3600"]}
+def _container(name: str, image: str, cpu: int | None = None,
+               command: tuple[str, ...] = APP_COMMAND) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": image, "command": list(command)}
     if cpu is not None:
         amounts = {"cpu": str(cpu), "memory": NUMA_MEMORY}
         container["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
@@ -361,12 +383,15 @@ def _pod(
     init: list[dict[str, Any]] | None = None,
     pull_secrets: list[str] | None = None,
     namespace: str = DEMO_NAMESPACE,
+    numa: bool = False,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": containers,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 0,
     }
+    if numa:
+        spec["tolerations"] = [{**SIMULATED_TAINT, "operator": "Equal"}]
     if init:
         spec["initContainers"] = init
     if pull_secrets:
@@ -404,7 +429,7 @@ def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> li
             _pod(
                 "mixed-init",
                 [_container("app", r(MULTI))],
-                init=[_container("setup", r(LIST))],
+                init=[_container("setup", r(LIST), command=INIT_COMMAND)],
                 namespace=namespace,
             ),
             Expectation(("amd64", "arm64")),
@@ -415,7 +440,7 @@ def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> li
             _pod(
                 "no-common-platform",
                 [_container("app", r(WINONLY))],
-                init=[_container("setup", r(S390X))],
+                init=[_container("setup", r(S390X), command=INIT_COMMAND)],
                 namespace=namespace,
             ),
             Expectation(None, no_supported_platform=True, event="NoSupportedPlatform"),
@@ -438,6 +463,7 @@ def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> li
                 "numa-fits-one",
                 [_container("app", r(MULTI), cpu=NUMA_FITS_ONE_CPU)],
                 namespace=namespace,
+                numa=True,
             ),
             Expectation(ALL_ARCHS, hostnames=("demo-amd64-b",)),
         ),
@@ -448,6 +474,7 @@ def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> li
                 "numa-fits-nowhere",
                 [_container("app", r(MULTI), cpu=NUMA_FITS_NONE_CPU)],
                 namespace=namespace,
+                numa=True,
             ),
             Expectation(None, waiting=True, event="WaitingForNUMAResources"),
         ),

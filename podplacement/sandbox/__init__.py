@@ -4,6 +4,9 @@
   convention (etcd, kube-apiserver, kube-scheduler, kube-controller-manager) on 127.0.0.1,
   found without setup (``KUBEBUILDER_ASSETS``, else ``../shared/k8s-bin`` plus Debian's etcd),
   and fake Ready nodes for it.
+- :mod:`podplacement.sandbox.realnode`: one real amd64 node for it (kubelet v1.36.2,
+  containerd, runc; our CNI plugin and pause image from :mod:`podplacement.sandbox.nodeparts`)
+  whose host effects :mod:`podplacement.sandbox.hostfx` records and undoes.
 - :mod:`podplacement.sandbox.registry`: a real OCI registry (Debian's ``docker-registry``) on
   127.0.0.1, plain HTTP, TLS, htpasswd basic auth or bearer-token auth.
 - :mod:`podplacement.sandbox.oci`: pushing images, indexes and attestations to it over the OCI

@@ -1,17 +1,19 @@
 """A real Kubernetes control plane on 127.0.0.1, the envtest convention, found without setup.
 
 :func:`locate_assets` finds the binaries: ``$KUBEBUILDER_ASSETS`` when set (a directory with
-``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and
-``kube-controller-manager``, as controller-runtime's envtest expects); otherwise the
-xz-compressed v1.36.2 builds of ``../shared/k8s-bin`` (searched upwards from the working
-directory and from this package), decompressed once into a cache directory this module owns
-and checked against the SHA-256 sums listed in that directory's README (a stamp file records
-the check, so later runs compare sizes and modification times only); otherwise that cache
-alone, as an earlier run left it (an installed wheel, a clone whose ``../shared`` went away).
-``etcd`` comes from ``PATH`` or ``/usr/bin/etcd`` (Debian's ``etcd-server``).
+``etcd``, ``kube-apiserver`` and, optionally, ``kube-scheduler`` and ``kube-controller-
+manager``, as controller-runtime's envtest expects); otherwise the xz-compressed v1.36.2 builds
+of ``../shared/k8s-bin`` (searched upwards from the working directory and from this package),
+decompressed once into a cache directory this module owns and checked against the SHA-256 sums
+listed in that directory's README (a stamp file records the check, so later runs compare sizes
+and modification times only); otherwise that cache alone, as an earlier run left it (an
+installed wheel, a clone whose ``../shared`` went away). ``etcd`` comes from ``PATH`` or
+``/usr/bin/etcd`` (Debian's ``etcd-server``). :func:`locate_kubelet` finds the kubelet the same
+way, for a real node (:mod:`podplacement.sandbox.realnode`).
 
-:func:`start_control_plane` starts etcd, kube-apiserver (RBAC, token auth, service-account
-tokens, optional audit log), kube-scheduler (client limits raised) and kube-controller-manager
+:func:`start_control_plane` starts etcd, kube-apiserver (Node and RBAC authorization with
+NodeRestriction, token auth, service-account tokens, a client certificate towards kubelets,
+optional audit log), kube-scheduler (client limits raised) and kube-controller-manager
 (``--controllers=*,-node-lifecycle-controller``: fake nodes are never marked unreachable) with
 generated certificates and a static ``system:masters`` token. Starting and stopping each
 process is logged (logger ``podplacement.sandbox``); :meth:`ControlPlane.stop` takes about a
@@ -50,8 +52,11 @@ log = logging.getLogger("podplacement.sandbox")
 
 #: The version of the binaries in ``../shared/k8s-bin`` (its README).
 K8S_VERSION = "v1.36.2"
-#: The binaries stored xz-compressed in ``k8s-bin`` (``NAME.xz``).
+#: The control-plane binaries stored xz-compressed in ``k8s-bin`` (``NAME.xz``).
 K8S_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+#: The node agent stored beside them (``kubelet.xz``), decompressed only for a real node
+#: (:func:`locate_kubelet`).
+KUBELET = "kubelet"
 #: Where Debian's ``etcd-server`` installs etcd.
 DEBIAN_ETCD = Path("/usr/bin/etcd")
 
@@ -68,7 +73,7 @@ SHUTDOWN_ARGS = ("--shutdown-watch-termination-grace-period=2s",
 #: The stamp of a checked cache (``{name: [sha256, size, mtime_ns]}``).
 VERIFIED_STAMP = ".verified.json"
 
-_SUM_LINE = re.compile(r"^\s*([0-9a-f]{64})\s+(kube-[a-z-]+)\s*$", re.MULTILINE)
+_SUM_LINE = re.compile(r"^\s*([0-9a-f]{64})\s+(kube-[a-z-]+|kubelet)\s*$", re.MULTILINE)
 
 
 class AssetsNotFound(Exception):
@@ -119,19 +124,19 @@ def find_k8s_bin(starts: Iterable[Path] | None = None) -> Path | None:
     return None
 
 
-def read_sums(k8s_bin: Path) -> dict[str, str]:
+def read_sums(k8s_bin: Path, names: Sequence[str] = K8S_BINARIES) -> dict[str, str]:
     """``{binary name: sha256 hex}`` from the sums listed in ``k8s_bin/README.md``.
 
     Raises:
-        AssetsNotFound: the README is missing or lists no sum for a binary of
-            :data:`K8S_BINARIES` that has an ``.xz`` file.
+        AssetsNotFound: the README is missing or lists no sum for a binary of ``names``
+            (default :data:`K8S_BINARIES`) that has an ``.xz`` file.
     """
     try:
         text = (k8s_bin / "README.md").read_text()
     except OSError as exc:
         raise AssetsNotFound(f"cannot read the sums in {k8s_bin}/README.md: {exc}") from exc
     sums = {name: digest for digest, name in _SUM_LINE.findall(text)}
-    for name in K8S_BINARIES:
+    for name in names:
         if (k8s_bin / f"{name}.xz").is_file() and name not in sums:
             raise AssetsNotFound(f"{k8s_bin}/README.md lists no SHA-256 sum for {name}")
     return sums
@@ -174,8 +179,9 @@ def _read_stamp(cache: Path) -> dict[str, list[Any]]:
     return data if isinstance(data, dict) else {}
 
 
-def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
-    """Decompress each ``NAME.xz`` of ``k8s_bin`` into ``cache/NAME`` unless a file there
+def unpack_k8s_bin(k8s_bin: Path, cache: Path, names: Sequence[str] = K8S_BINARIES) -> Path:
+    """Decompress each ``NAME.xz`` of ``k8s_bin`` (``NAME`` in ``names``, default
+    :data:`K8S_BINARIES`) into ``cache/NAME`` unless a file there
     already has the listed SHA-256; check every result against the sums. The check is
     recorded in ``cache/.verified.json`` (sum, size, modification time per binary): a later
     call trusts a binary whose listed sum, size and modification time are unchanged without
@@ -188,7 +194,7 @@ def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
         AssetsNotFound: a sum is missing, a decompressed binary does not match its sum, or
             the cache directory can't be written.
     """
-    sums = read_sums(k8s_bin)
+    sums = read_sums(k8s_bin, names)
     try:
         cache.mkdir(parents=True, exist_ok=True)
         lock: IO[bytes] = open(cache / ".lock", "wb")  # held until return
@@ -197,8 +203,9 @@ def unpack_k8s_bin(k8s_bin: Path, cache: Path) -> Path:
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = _read_stamp(cache)
-        checked: dict[str, list[Any]] = {}
-        for name in K8S_BINARIES:
+        # the stamps of binaries this call does not check stay (the kubelet's, the others')
+        checked: dict[str, list[Any]] = {n: k for n, k in stamp.items() if n not in names}
+        for name in names:
             src = k8s_bin / f"{name}.xz"
             if not src.is_file():
                 continue
@@ -287,6 +294,37 @@ def locate_assets(env: Mapping[str, str] | None = None,
     unpack_k8s_bin(k8s_bin, cache)
     _link_etcd(cache, etcd)
     return Assets(cache, str(k8s_bin))
+
+
+def locate_kubelet(env: Mapping[str, str] | None = None,
+                   starts: Iterable[Path] | None = None,
+                   cache: Path | None = None) -> Path:
+    """Find the kubelet the way :func:`locate_assets` finds the control plane:
+    ``$KUBEBUILDER_ASSETS/kubelet`` when that directory holds one, else ``kubelet.xz`` of
+    ``shared/k8s-bin`` decompressed into ``cache`` (checked against its README's sum), else
+    ``cache/kubelet`` as an earlier run left it.
+
+    Returns: the executable's path.
+
+    Raises:
+        AssetsNotFound: none found (one-line reason).
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("KUBEBUILDER_ASSETS")
+    if explicit:
+        found = Assets(Path(explicit), "KUBEBUILDER_ASSETS").binary(KUBELET)
+        if found is not None:
+            return found
+    cache = default_cache_dir() if cache is None else cache
+    k8s_bin = find_k8s_bin(starts)
+    if k8s_bin is not None and (k8s_bin / f"{KUBELET}.xz").is_file():
+        unpack_k8s_bin(k8s_bin, cache, (KUBELET,))
+    found = Assets(cache, "cache").binary(KUBELET)
+    if found is None:
+        raise AssetsNotFound(
+            "no kubelet: KUBEBUILDER_ASSETS holds none, no shared/k8s-bin/kubelet.xz was found "
+            f"beside the checkout and {cache} holds no kubelet")
+    return found
 
 
 # --- starting it --------------------------------------------------------------------------
@@ -453,8 +491,15 @@ def _write_pki(workdir: Path) -> dict[str, str]:
 
     ca = certs.generate_ca("podplacement-sandbox-ca")
     serving = certs.issue_serving_cert(ca, ["localhost", "kubernetes"], ["127.0.0.1"])
+    # the API server's identity towards kubelets (logs, exec), trusted by a real node
+    kubelet_client = certs.issue_client_cert(ca, "kube-apiserver-kubelet-client",
+                                             ["system:masters"])
     sa_key = certs.new_private_key("rsa")
     (workdir / "ca.crt").write_bytes(ca.cert_pem)
+    # kept so that a real node's kubelet gets its client certificate from this CA
+    (workdir / "ca.key").write_bytes(ca.key_pem)
+    (workdir / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
+    (workdir / "kubelet-client.key").write_bytes(kubelet_client.key_pem)
     (workdir / "serving.crt").write_bytes(serving.cert_pem)
     (workdir / "serving.key").write_bytes(serving.key_pem)
     (workdir / "sa.key").write_bytes(sa_key.private_bytes(
@@ -537,7 +582,12 @@ def start_control_plane(
         f"--tls-private-key-file={workdir / 'serving.key'}",
         f"--client-ca-file={workdir / 'ca.crt'}",
         f"--token-auth-file={workdir / 'tokens.csv'}",
-        "--authorization-mode=RBAC",
+        # Node + NodeRestriction: what a real node's kubelet may do (podplacement.sandbox.
+        # realnode); the kubelet-client pair: the API server's identity for logs and exec
+        "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+        f"--kubelet-client-certificate={workdir / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={workdir / 'kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={workdir / 'sa.pub'}",
         f"--service-account-signing-key-file={workdir / 'sa.key'}",

@@ -145,3 +145,29 @@ def test_the_api_server_stops_within_seconds_while_a_client_still_watches(
         assert any(m.startswith(f"started {name} (pid ") for m in messages), messages
         assert any(m.startswith(f"stopped {name} (pid ") for m in messages), messages
 
+
+
+def test_the_kubelet_is_found_like_the_control_plane_and_keeps_the_others_stamps(
+        tmp_path: Path) -> None:
+    k8s_bin = _k8s_bin(tmp_path / "clone")
+    (k8s_bin / "kubelet.xz").write_bytes(lzma.compress(BINARY + b"kubelet"))
+    with (k8s_bin / "README.md").open("a") as f:
+        f.write(f"    {hashlib.sha256(BINARY + b'kubelet').hexdigest()}  kubelet\n")
+    cache = tmp_path / "cache"
+    locate_assets({}, starts=[tmp_path / "clone"], cache=cache)
+    assert not (cache / "kubelet").exists()  # a control plane alone does not need it
+    found = cp.locate_kubelet({}, starts=[tmp_path / "clone"], cache=cache)
+    assert found == cache / "kubelet" and found.read_bytes() == BINARY + b"kubelet"
+    stamp = json.loads((cache / cp.VERIFIED_STAMP).read_text())
+    assert set(stamp) == {*cp.K8S_BINARIES, "kubelet"}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert cp.locate_kubelet({}, starts=[elsewhere], cache=cache) == found
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "kubelet").write_bytes(BINARY)
+    (assets / "kubelet").chmod(0o755)
+    assert cp.locate_kubelet({"KUBEBUILDER_ASSETS": str(assets)}, starts=[elsewhere],
+                             cache=cache) == assets / "kubelet"
+    with pytest.raises(AssetsNotFound, match="no kubelet"):
+        cp.locate_kubelet({}, starts=[elsewhere], cache=tmp_path / "empty")
