@@ -48,9 +48,13 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
   "vs warm" column is the difference to ``warm`` in the same round;
 - ``webhook-warm``: ``spec.admission.mechanism: Webhook``, the images in the webhook's cache
   (one pod of each created first): the webhook gates and places each pod in its answer;
-- ``always``: every pod ``imagePullPolicy: Always``, the images warm in the webhook's cache:
-  the policy gates, the webhook checks each tag's digest with a manifest HEAD (shared by
-  concurrent reviews) and places the pod;
+- ``always``: every pod ``imagePullPolicy: Always``, one pod of each image placed first (by
+  the webhook, which checks the tag's digest): the controller then checks the tags every half
+  of ``pullAlwaysFreshness`` and publishes them in ``spec.fresh``, and the policy places the
+  pods (README "Always pods and spec.fresh");
+- ``always-webhook``: ``always`` with ``pullAlwaysFreshness: 0s``: the policy gates every
+  pod, the webhook checks each tag's digest with a manifest HEAD (shared by concurrent
+  reviews) and places the pod;
 - ``new-images``: every pod names a reference never seen (a distinct tag of one of the three
   manifests): the policy gates, the webhook inspects at admission and places;
 - ``skewed``: what a default install meets: the product as shipped (sample config), the
@@ -145,7 +149,8 @@ LOADGEN = REPO / "bench" / "loadgen.py"
 NAMESPACE = "bench"
 CONFIG_PATH = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
 PARAMS_PATH = params_collection_path(PRODUCT_NAMESPACE)
-SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "new-images", "skewed",
+SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "always-webhook", "new-images",
+             "skewed",
              "cold-burst",
              "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
              "warm-small", "warm-nomonitor", "floor-product", "floor-webhook")
@@ -310,7 +315,8 @@ def workload(scenario: str, images: Images, pods: int, pull_secret: str | None) 
         refs = [images.burst[i % len(images.burst)] for i in range(pods)]
     else:
         refs = [images.base[i % len(images.base)] for i in range(pods)]
-    return Workload(refs, always=scenario == "always", pull_secret=pull_secret)
+    return Workload(refs, always=scenario in ("always", "always-webhook"),
+                    pull_secret=pull_secret)
 
 
 def pull_secret(registry: Registry, name: str) -> dict[str, Any]:
@@ -532,11 +538,13 @@ def dry_run_pod(image: str, always: bool = False) -> dict[str, Any]:
 
 
 def warm_up(plane: ControlPlane, work: Workload, images: list[str], *, path: str,
-            create: bool, limit: float = 120.0) -> None:
+            create: bool, limit: float = 120.0, dry_always: bool = False) -> None:
     """Optionally create one pod ``w-N`` of each image in ``bench`` (as the workload writes
-    it: pull policy, pull secret), then wait until a dry-run pod of each image (never
-    ``Always``: a dry run is not revalidated) comes back placed at admission by ``path``
-    (``admission``: the policy; ``webhook``: the webhook's cache)."""
+    it: pull policy, pull secret), then wait until a dry-run pod of each image comes back
+    placed at admission by ``path`` (``admission``: the policy; ``webhook``: the webhook's
+    cache). The dry-run pod pulls with ``Always`` only with ``dry_always`` (the policy places
+    it once the controller published the tag in ``spec.fresh``; the webhook does not
+    revalidate a dry run)."""
     with plane.client() as c:
         if create:
             for i, image in enumerate(images):
@@ -547,7 +555,7 @@ def warm_up(plane: ControlPlane, work: Workload, images: list[str], *, path: str
         while True:
             placed = []
             for image in images:
-                body = dry_run_pod(image)
+                body = dry_run_pod(image, always=dry_always)
                 if work.pull_secret:
                     body["spec"]["imagePullSecrets"] = [{"name": work.pull_secret}]
                 obj = c.post(f"/api/v1/namespaces/{NAMESPACE}/pods",
@@ -905,6 +913,8 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
         admission["fastPaths"] = "Disabled"
     if args.inspection_budget is not None:
         admission["inspectionBudget"] = args.inspection_budget
+    if scenario == "always-webhook":
+        admission["pullAlwaysFreshness"] = "0s"
     spec: dict[str, Any] = {"admission": admission} if admission else {}
     if scenario == "warm-nomonitor":
         spec["plugins"] = {"execFormatErrorMonitor": {"enabled": False}}
@@ -932,7 +942,12 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
             install_policy(plane)
         if warm:
             warm_up(plane, work, images.base, path="admission", create=False)
-        elif scenario in ("webhook-warm", "always", "private"):
+        elif scenario == "always":
+            # the steady state: the controller checks the tags and publishes them as fresh
+            warm_up(plane, work, images.base, path="admission", create=True, dry_always=True)
+        elif scenario == "always-webhook":
+            warm_up(plane, work, images.base, path="admission", create=True)
+        elif scenario in ("webhook-warm", "private"):
             warm_up(plane, work, images.base, path="webhook", create=True)
         elif scenario == "webhook-stopped":
             os.kill(product.webhook.popen.pid, signal.SIGSTOP)
