@@ -79,8 +79,8 @@ def _rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str],
 def uninstall_rules(service_account: str) -> list[dict[str, Any]]:
     """The rules the ordered uninstall needs once deploy/'s RBAC is gone: release the gated
     pods with a normal decision (pods, nodes, NRTs, pull secrets, registries ConfigMap,
-    Events, the namespaces' placement policies), delete the admission objects and the params
-    object, release the config's and the ServiceAccount's finalizers and write the config's
+    Events, the namespaces' placement policies), watch, then delete the admission objects
+    and the params object, release the config's and the ServiceAccount's finalizers and write the config's
     status.
 
     Every rule is also in deploy/'s controller ClusterRole: RBAC lets a subject create a role
@@ -104,6 +104,8 @@ def uninstall_rules(service_account: str) -> list[dict[str, Any]]:
         _rule([GROUP], [f"{CONFIG_PLURAL}/status"], ["patch"]),
         _rule([GROUP], [POLICY_PLURAL], ["list", "watch"]),
         _rule([GROUP], [PARAMS_PLURAL], ["get", "delete"], [PARAMS_NAME]),
+        # the watch of the params object's creations and deletions (controller.app)
+        _rule([GROUP], [PARAMS_PLURAL], ["list", "watch"]),
         _rule([_ADMISSION], ["mutatingwebhookconfigurations"], ["get", "delete"],
               [WEBHOOK_CONFIGURATION_NAME]),
         _rule([_ADMISSION], ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"],

@@ -66,7 +66,7 @@ def test_default_config_places_or_gates_with_one_json_patch() -> None:
 def test_variables_are_declared_before_use() -> None:
     variables = ap.desired_policy(WEIGHTED)["spec"]["variables"]
     names = [v["name"] for v in variables]
-    assert names == ["images", "table", "known", "free", "policies", "labels", "matched",
+    assert names == ["images", "table", "fresh", "known", "free", "policies", "labels", "matched",
                      "hasPolicy", "lists", "pairs", "allowedOk", "placed", "archs", "weights",
                      "preferredArchs", "decision"]
     for i, var in enumerate(variables):
