@@ -6,10 +6,11 @@ kube-controller-manager v1.36.2), as a platform engineer installs it:
   (any 403 in their logs fails the module); the API server calls the webhook by
   ``clientConfig.url`` on 127.0.0.1 over TLS;
 - the path users take: a Deployment of 20 replicas of a multi-arch image becomes a ReplicaSet
-  and pods (kube-controller-manager), every pod is gated by the webhook, placed by the
-  controller and bound by kube-scheduler to a node of a supported architecture; then the tag
-  moves to a single-arch image and the Deployment is rolled: the new pods
-  (``imagePullPolicy: Always``: a cached tag is revalidated by digest) get the new affinity;
+  and pods (kube-controller-manager), every pod is placed (by the webhook, then by the
+  admission policy once the controller checked the tag) and bound by kube-scheduler to a
+  node of a supported architecture; then the tag moves to a single-arch image and, once the
+  catalog followed (README "Always pods and spec.fresh"), the Deployment is rolled: the new
+  pods (``imagePullPolicy: Always``) get the new affinity;
 - the config is the operator's: ``kubectl apply -k deploy/`` again (an upgrade) leaves every
   field the operator changed as it is.
 """
@@ -28,6 +29,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
+from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import (
     NAMESPACE,
     Product,
@@ -164,8 +166,14 @@ def test_deployment_of_20_replicas_then_tag_moved_and_rolled(
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
     old_hash = first[0]["metadata"]["labels"]["pod-template-hash"]
     assert check_bindings(cluster, ns) == 20
-    # the tag moves to an arm64-only image; roll the Deployment
-    pusher.image("inst/web", "stable", architecture="arm64")
+    # the tag moves to an arm64-only image; roll the Deployment once the catalog followed:
+    # pods pulled with Always are placed inside the API server from the controller's check of
+    # the last pullAlwaysFreshness (5s), so a pod admitted within about half of it after the
+    # push may still get the previous digest's platforms (README "Always pods and
+    # spec.fresh": the documented window; the exec-format monitor is the backstop)
+    moved = pusher.image("inst/web", "stable", architecture="arm64")
+    _wait(lambda: (((cluster.get(params_path(NAMESPACE)).get("spec") or {}).get("fresh")
+                    or {}).get(image) == moved.digest), within=20)
     cluster.patch(f"/apis/apps/v1/namespaces/{ns}/deployments/web", {"spec": {"template": {
         "metadata": {"annotations": {"example.com/restartedAt": str(time.time())}}}}})
     rolled = _wait(all_bound(["arm64"], template_hash=old_hash), within=120)
