@@ -2,8 +2,9 @@
 real control plane, TLS material) are plugins under ``tests/harness``.
 
 The real control plane (``realcluster`` tests) is found by
-:func:`podplacement.sandbox.controlplane.locate_assets`. Under ``CI=true`` a run without it
-stops at once with one line (a CI must never be green without having run against a real API
+:func:`podplacement.sandbox.controlplane.locate_assets`, helm (the chart's tests) by
+:func:`tests.harness.helm.find_helm`. Under ``CI=true`` a run without either stops at once
+with one line (a CI must never be green without having run against a real API
 server); elsewhere its tests skip, and the summary says how many did and why.
 """
 
@@ -41,15 +42,21 @@ def missing_control_plane() -> str | None:
 
 
 def ci_refusal() -> str | None:
-    """Under CI without the real control plane: the one line that stops the run (also used
-    by ``hack/test.sh`` before lint and type checks); else None."""
+    """Under CI without the real control plane or without helm: the one line that stops the
+    run (also used by ``hack/test.sh`` before lint and type checks); else None."""
     if not in_ci():
         return None
     why = missing_control_plane()
-    if why is None:
-        return None
-    return ("CI=true but kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
-            f"(with etcd) were not found, so the {REALCLUSTER} tests would be skipped: {why}")
+    if why is not None:
+        return ("CI=true but kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
+                f"(with etcd) were not found, so the {REALCLUSTER} tests would be skipped: "
+                f"{why}")
+    from tests.harness.helm import missing_helm
+
+    why = missing_helm()
+    if why is not None:
+        return f"CI=true but the Helm chart's tests would be skipped: {why}"
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
