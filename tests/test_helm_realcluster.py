@@ -14,7 +14,8 @@ kubelet here could run their image).
    to this chart and the new processes in a rolling update's order, a pod created every
    0.4 s: none on a node its image can't run, none escaped, none left gated, nothing of 0.1.0
    left, the operator's config unchanged; a second ``helm upgrade`` with other config values
-   leaves it unchanged too.
+   leaves it unchanged too; the chart's README's command to apply the values on purpose does
+   (refused on the operator's fields until ``--force-conflicts``).
 2. ``helm uninstall`` with pods gated: every pod released, the admission objects, the
    namespace and the uninstall RBAC gone (the ordered uninstall of a deleted namespace), a pod
    created afterwards untouched; left on purpose: the CRDs and with them the config (the
@@ -230,6 +231,19 @@ def test_helm_upgrade_from_the_previous_releases_chart_with_pods_flowing(
     again = cluster.get(CONFIG_PATH)
     assert again["metadata"]["generation"] == operator["metadata"]["generation"]
     assert again["spec"] == config["spec"]
+
+    # --- unless asked: the chart's README renders the config and applies it by hand ---
+    rendered = tmp_path / "config.yaml"
+    rendered.write_text(_helm(cluster, "template", RELEASE, str(CHART),
+                              "--set", "config.spec.imageInspection.maxRetries=2",
+                              "--show-only", "templates/podplacementconfig.yaml").stdout)
+    refused = kubectl(plane, "apply", "--server-side", "-f", str(rendered), check=False)
+    assert refused.returncode != 0 and "conflict" in refused.stderr, refused.stderr
+    assert cluster.get(CONFIG_PATH)["spec"] == config["spec"]  # the operator's fields win
+    kubectl(plane, "apply", "--server-side", "--force-conflicts", "-f", str(rendered))
+    asked = cluster.get(CONFIG_PATH)["spec"]
+    assert asked["imageInspection"]["maxRetries"] == 2
+    assert asked["plugins"]["nodeAffinityScoring"]["enabled"] is True
     state.update(product=new)
 
 
