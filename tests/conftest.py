@@ -71,15 +71,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: The slowest modules, longest first (seconds of test time on 2 cores, measured with
 #: ``--durations=0``: 165, 85 (the upgrade module, measured alone), 77, 50, 50, 45 (the Helm
-#: chart's, measured alone), 42, 35, 33, 33, 29). ``hack/test.sh`` hands whole modules to two pytest-xdist workers in collection
-#: order (``--dist loadfile``); collected last, as the top-level modules are, the longest one
-#: ran alone for minutes at the end.
+#: chart's, measured alone), 42, 35, 33, 33, 29). ``hack/test.sh`` hands whole modules to two
+#: pytest-xdist workers in collection order (``--dist loadfile``); collected last, as the
+#: top-level modules are, the longest one ran alone for minutes at the end.
 SLOW_MODULES_FIRST = (
     "test_faults_realcluster.py", "test_upgrade_realcluster.py",
     "test_uninstall_realcluster.py",
     "controller/test_paramswriter.py", "test_params_age_realcluster.py",
-    "test_helm_realcluster.py", "test_learn_realcluster.py", "test_admission_paths_realcluster.py", "test_image.py",
-    "test_demo.py", "test_policies_realcluster.py",
+    "test_helm_realcluster.py", "test_learn_realcluster.py",
+    "test_admission_paths_realcluster.py", "test_image.py", "test_demo.py",
+    "test_policies_realcluster.py",
 )
 
 
