@@ -80,8 +80,8 @@ def uninstall_rules(service_account: str) -> list[dict[str, Any]]:
     """The rules the ordered uninstall needs once deploy/'s RBAC is gone: release the gated
     pods with a normal decision (pods, nodes, NRTs, pull secrets, registries ConfigMap,
     Events, the namespaces' placement policies), watch, then delete the admission objects
-    and the params object, release the config's and the ServiceAccount's finalizers and write the config's
-    status.
+    and the params object, release the config's and the ServiceAccount's finalizers and
+    write the config's status.
 
     Every rule is also in deploy/'s controller ClusterRole: RBAC lets a subject create a role
     only with rights it holds (escalation prevention), so the copy adds no right
