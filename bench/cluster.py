@@ -51,7 +51,7 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
 - ``always``: every pod ``imagePullPolicy: Always``, one pod of each image placed first (by
   the webhook, which checks the tag's digest): the controller then checks the tags every half
   of ``pullAlwaysFreshness`` and publishes them in ``spec.fresh``, and the policy places the
-  pods (README "Always pods and spec.fresh");
+  pods (docs/how-it-decides.md "Always pods and spec.fresh");
 - ``always-webhook``: ``always`` with ``pullAlwaysFreshness: 0s``: the policy gates every
   pod, the webhook checks each tag's digest with a manifest HEAD (shared by concurrent
   reviews) and places the pod;

@@ -1,5 +1,5 @@
 """The admission feed: what the leader learns and tells from the pods placed at admission
-(README "The catalog fills itself from every path", "Events").
+(docs/how-it-decides.md "The catalog fills itself from every path", "Events").
 
 The controller's watch of placed pods (:class:`controller.placedwatch.PlacedPods`, label
 ``podplacement.io/node-affinity``) hands every pod it sees placed, by any path, to

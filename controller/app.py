@@ -40,14 +40,14 @@ controller's own. The exec-format-error monitor (:mod:`controller.execformatmoni
 per image digest, the exclusions learned from it (published in the config's status) and the
 optional remedy that deletes a failing pod of a ReplicaSet, StatefulSet or Job. The
 reconciler places with those exclusions (:meth:`Controller.placement_config`), and an image
-whose result lost a platform to one is kept out of the admission policy's catalog (README
-"Exec format errors", "Learn").
+whose result lost a platform to one is kept out of the admission policy's catalog
+(docs/exec-format-errors.md, "Learn").
 
 A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
 label, its own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
 repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
-its images (README "Escaped pods").
+its images (docs/escaped-pods.md).
 """
 
 from __future__ import annotations
@@ -543,7 +543,7 @@ class Controller:
     def _publishing(self) -> bool:
         """True while this controller publishes the admission policy's params: it owns the
         policy (it runs the lifecycle), ``mechanism`` is ``Auto`` and the policy has a place
-        branch (README, "Placement inside the API server")."""
+        branch (docs/how-it-decides.md, "Placement inside the API server")."""
         if self.lifecycle is None:
             return False
         config = self.config_source()[0]

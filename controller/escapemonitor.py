@@ -1,7 +1,7 @@
 """The escape monitor: finds pods that reached a node with no placement record, reports
 each once, and deletes those its node can't run when their owner will recreate them.
 
-I/O around the pure rules of :mod:`controller.core.escape` (README "Escaped pods"). A
+I/O around the pure rules of :mod:`controller.core.escape` (docs/escaped-pods.md). A
 cache-less list+watch (:class:`kubeclient.Informer` with ``keep_cache=False``: nothing kept
 per pod) of the pods the API server selects by
 :func:`controller.core.escape.watch_params`: bound, not ended, outside the system namespaces

@@ -20,7 +20,7 @@ to those; the registry flags are those of ``podplacement inspect``
 
 Without ``--config`` the defaults apply, with NUMA placement enabled when any NRT was read.
 With a cluster, the platforms its controller learned are wrong (the live config's
-``status.execFormatErrorMonitor.excluded``, README "Exec format errors") are left out as the
+``status.execFormatErrorMonitor.excluded``, docs/exec-format-errors.md) are left out as the
 controller leaves them out, unless ``--config`` brings exclusions of its own.
 Each image is inspected once; a failure is decided as the controller decides it after its
 last retry. Exit status: 0 report printed, 1 the cluster could not be read, 2 bad input.

@@ -1,5 +1,6 @@
 """Prometheus metrics of the controller and the small HTTP server for ``/metrics``,
-``/healthz`` and ``/readyz`` (prefix ``podplacement_``; README "Metrics").
+``/healthz`` and ``/readyz`` (prefix ``podplacement_``; docs/reference/labels-events-metrics.md
+"Metrics").
 
 Each :class:`Metrics` has its own ``CollectorRegistry`` so several controllers can run in one
 process (tests). Counters kept elsewhere (API requests in :class:`~kubeclient.KubeAPI`,

@@ -1,14 +1,14 @@
 """Publish the :class:`~controller.core.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatformCatalog`` named ``cluster`` in the
-product's own namespace (``deploy/crds/imageplatformcatalog.yaml``; README, "Placement inside the
-API server"), is written at most about once a second, batched, never once per pod, and paced
-by its size: every write is a replace of the whole object, which costs the API server CPU in
-proportion to it (about 100 ms for a full-size 650 KB map on kube-apiserver v1.36.2), so
-after a write of N bytes the next one waits N / :data:`DEFAULT_WRITE_BYTES_PER_SECOND`
-seconds (about 6 s at full size, 1 s up to 100 KB). While a full catalog takes one new image
-after another (a tag per CI run), its writes then cost the API server under 2% of a core
-instead of about 10%.
+product's own namespace (``deploy/crds/imageplatformcatalog.yaml``; docs/how-it-decides.md,
+"Placement inside the API server"), is written at most about once a second, batched, never once
+per pod, and paced by its size: every write is a replace of the whole object, which costs the
+API server CPU in proportion to it (about 100 ms for a full-size 650 KB map on kube-apiserver
+v1.36.2), so after a write of N bytes the next one waits N /
+:data:`DEFAULT_WRITE_BYTES_PER_SECOND` seconds (about 6 s at full size, 1 s up to 100 KB).
+While a full catalog takes one new image after another (a tag per CI run), its writes then cost
+the API server under 2% of a core instead of about 10%.
 
 :class:`ParamsWriter` is a reconciler of the controller's work queue for the key
 :data:`PARAMS_KEY`, with no loop of its own: each pass (a *tick*) expires old tag references

@@ -17,7 +17,7 @@ Anything unexpected (odd spec, a patch the server rejects as invalid) ends in th
 fallback release (:func:`controller.core.decision.fallback_ungate`: the fallback
 architecture when one applies, the fallback operating systems), and in a plain ungate only
 when the server refuses that too: no pod stays gated forever, none is released to any node
-while its affinity can still be written (README "How it decides", failures and fallback).
+while its affinity can still be written (docs/how-it-decides.md, failures and fallback).
 """
 
 from __future__ import annotations

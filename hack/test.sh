@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need on a fresh Debian machine (Debian packages + .venv/), then run
-# lint, type checks and the whole test suite in .venv/. The real control plane
+# lint, type checks, the import contracts, the docs build and the whole test suite in .venv/. The real control plane
 # (../shared/k8s-bin + Debian's etcd) is found by the test harness itself.
 # Usage: bash hack/test.sh [pytest args...]
 set -euo pipefail
@@ -18,7 +18,15 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; $PY -m ruff check .
 echo "== mypy"; $PY -m mypy
-echo "== import contracts (DESIGN.md layering)"; .venv/bin/lint-imports
+echo "== import contracts (docs/design.md layering)"; .venv/bin/lint-imports
+# The docs site: every warning fails (mkdocs.yml: strict, links and anchors validated), so a
+# broken internal link fails CI; built into a temporary directory, nothing is kept.
+echo "== docs (mkdocs build --strict)"
+site=$(mktemp -d)
+# (never --quiet: it silences the warnings, and strict mode then counts none)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
+$PY hack/crdref.py --check
 echo "== pytest"
 # Two workers, one test module each at a time (--dist loadfile: a module's fixtures, e.g. its
 # real control plane, stay in one process); most end-to-end time is spent waiting on real

@@ -2,7 +2,7 @@
 
 One version for everything that ships: ``[project] version`` in ``pyproject.toml`` (semver
 ``0.y.z`` while the API is ``v1beta1``), the image tag of ``deploy/`` and the image label
-``org.opencontainers.image.version`` (``hack/image.sh``). README, "Releases and upgrades";
+``org.opencontainers.image.version`` (``hack/image.sh``). See docs/guide/upgrade.md;
 ``CHANGELOG.md`` says what each release changed.
 
 Where the version is read from: the ``pyproject.toml`` next to this package when the code

@@ -788,9 +788,10 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     stop = re.search(r"stopped kube-apiserver \(pid \d+, exit code (\S+), ([\d.]+) s\)",
                      proc.stderr)
     assert stop is not None and stop.group(1) == "0" and float(stop.group(2)) < 5, proc.stderr
-    # the README's sample run is this one: its verdicts and explain's reasons are printed
-    readme = (REPO / "README.md").read_text()
-    sample = readme.split("A run looks like this", 1)[1].split("```", 2)[1]
+    # the sample run of docs/guide/demo.md is this one: its verdicts and explain's reasons
+    # are printed
+    page = (REPO / "docs" / "guide" / "demo.md").read_text()
+    sample = page.split("A run looks like this", 1)[1].split("```", 2)[1]
     claims = [line.strip() for line in sample.splitlines()
               if ("cannot align" in line or " of 7 workloads placed" in line
                   or line.endswith(": ok"))
@@ -798,7 +799,7 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     assert len(claims) >= 10, sample
     printed = {" ".join(line.split()) for line in proc.stdout.splitlines()}
     for claim in claims:
-        assert " ".join(claim.split()) in printed, f"README claims {claim!r}"
+        assert " ".join(claim.split()) in printed, f"docs/guide/demo.md claims {claim!r}"
 
 
 @pytest.mark.slow

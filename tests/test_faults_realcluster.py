@@ -353,8 +353,8 @@ def test_webhook_down_fails_open_with_mechanism_webhook(
 ) -> None:
     """``spec.admission.mechanism: Webhook`` (or an API server without the v1 policy API):
     the policy is removed and the webhook's failurePolicy Ignore lets pods in ungated and
-    unplaced when it is down (README "Under faults"): killed → at once; stopped (SIGSTOP) →
-    after the webhook timeout."""
+    unplaced when it is down (docs/how-it-decides.md "Under faults"): killed → at once;
+    stopped (SIGSTOP) → after the webhook timeout."""
     product: Product = product_factory()
     cluster.patch(CONFIG_PATH, {"spec": {"admission": {"mechanism": "Webhook"}}})
     try:
@@ -402,7 +402,7 @@ def test_pods_escaped_with_the_webhook_down_are_found_and_repaired(
     controller are back, within 30 s no pod of the Deployment is on a node its image can't
     run: the escaped ones there were deleted (the ReplicaSet's new pods are gated and
     placed), the others carry the record ``fit``; every escaped pod has a
-    ``PlacementEscaped`` Event (README "Escaped pods")."""
+    ``PlacementEscaped`` Event (docs/escaped-pods.md)."""
     make_pusher(registry).image("faults/amd64-only", "v1", architecture="amd64")
     image = f"{registry.host}/faults/amd64-only:v1"
     product: Product = product_factory()
@@ -533,7 +533,7 @@ def test_controller_stopped_the_webhook_places_pods_of_images_never_seen(
 ) -> None:
     """The controller stopped, the webhook up with a short ``--controller-unavailable-after``:
     pods of amd64-only images nobody inspected before are inspected by the webhook at
-    admission and placed there (README "No cluster-wide stall when the controller is
+    admission and placed there (docs/how-it-decides.md "No cluster-wide stall when the controller is
     down"), so kube-scheduler binds every one to an amd64 node, never the arm64 or Windows
     ones."""
     pusher = make_pusher(registry)
@@ -639,11 +639,11 @@ def test_registry_down_missing_tag_and_black_hole_end_ungated_with_a_fallback_wa
 ) -> None:
     """Each pod ends ungated, result ``fallback``, with the Warnings ImageInspectionFailed
     then PlacementFallback, and is never released to any node: it keeps the fallback
-    requirement (README "How it decides", item 7), ``kubernetes.io/os In [linux]`` and, for
+    requirement (docs/how-it-decides.md, item 7), ``kubernetes.io/os In [linux]`` and, for
     the pod a PodPlacementPolicy selects, its ``fallbackArchitecture`` arm64 too. Each pod
     prefers the Windows node (weight 100), so kube-scheduler would bind it there were it
     released without the OS requirement; none is. The config is shortened (maxRetries 1,
-    registryTimeoutSeconds 2) to keep CI fast; the README states the bound with the
+    registryTimeoutSeconds 2) to keep CI fast; docs/how-it-decides.md states the bound with the
     defaults."""
     cfg = "/apis/podplacement.io/v1beta1/podplacementconfigs/cluster"
     hole, close = _black_hole()

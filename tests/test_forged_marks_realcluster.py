@@ -1,5 +1,5 @@
 """No forged skip: what a pod's creator can set never makes an admission path skip placement
-or the namespace's PodPlacementPolicy (DESIGN.md, issue "what a default install really
+or the namespace's PodPlacementPolicy (docs/design.md, issue "what a default install really
 does"), on the real control plane v1.36.2 with podplacement installed from deploy/.
 
 A user ``mallory`` with the built-in ClusterRole ``edit`` in one namespace, whose

@@ -1,5 +1,5 @@
 """PodPlacementPolicies end to end, with podplacement installed from deploy/ on the real
-control plane v1.36.2 (README "Per-namespace placement policies").
+control plane v1.36.2 (docs/guide/policies.md).
 
 - Two policies in one namespace, different selectors and priorities, and pods matching one,
   both or neither: each pod gets exactly the weights and limits of the highest-priority

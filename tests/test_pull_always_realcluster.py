@@ -1,6 +1,6 @@
 """Pods pulled with ``imagePullPolicy: Always``, placed inside the API server from a recent
-check (README "Placement inside the API server", controller/core/freshness.py), on the real
-control plane v1.36.2 with podplacement installed from deploy/ and the sample config
+check (docs/how-it-decides.md "Placement inside the API server", controller/core/freshness.py),
+on the real control plane v1.36.2 with podplacement installed from deploy/ and the sample config
 (``pullAlwaysFreshness: 5s``).
 
 - The first pod of a tag pulled with Always goes through the webhook (which checks its

@@ -220,8 +220,8 @@ def _detected(cluster: NodeCluster, ns: str, name: str) -> tuple[dict[str, Any],
 
 
 def _print_status(what: str, pod: dict[str, Any]) -> None:
-    """The container status as the API returned it (``pytest -s`` shows it; the README's
-    runtime table quotes it)."""
+    """The container status as the API returned it (``pytest -s`` shows it; the runtime
+    table of docs/exec-format-errors.md quotes it)."""
     status = (pod["status"].get("containerStatuses") or [{}])[0]
     shown = {k: status.get(k) for k in ("state", "lastState", "restartCount", "imageID")}
     print(f"\n{what}: phase {pod['status'].get('phase')}: {json.dumps(shown)}")

@@ -1,4 +1,4 @@
-"""One version everywhere (README, "Releases and upgrades"): pyproject.toml's version is the
+"""One version everywhere (docs/guide/upgrade.md): pyproject.toml's version is the
 image tag of every kustomization in deploy/ and what ``podplacement version`` prints;
 CHANGELOG.md has a section with upgrade notes for it and for each earlier release of
 releases.toml, whose commits (when this clone has the history) carry the version recorded."""

@@ -72,7 +72,7 @@ CRDS = {
                   "imageplatformcatalogs.podplacement.io",
 }
 SA_PATH = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{CONTROLLER_SA}"
-#: The bound the issue sets for an uninstall, and the README states.
+#: The bound the issue sets for an uninstall, and docs/guide/uninstall.md states.
 UNINSTALL_LIMIT = 60.0
 
 
@@ -284,8 +284,8 @@ def test_namespace_deleted_after_the_product_died_gates_no_new_pod(
     namespace deleted: the namespace controller deletes the params object at once, the API
     server then skips the admission policy, and no new pod anywhere is gated. The
     controller's ServiceAccount keeps our finalizer (no controller is left to remove it),
-    so the namespace waits for the README's one-line fix; after it, the garbage collector
-    deletes the admission objects owned by the namespace."""
+    so the namespace waits for the one-line fix of docs/guide/uninstall.md; after it, the
+    garbage collector deletes the admission objects owned by the namespace."""
     assert cluster.plane is not None
     _terminate(installed, signal.SIGKILL)
     _exited(installed, 10)
@@ -306,7 +306,7 @@ def test_namespace_deleted_after_the_product_died_gates_no_new_pod(
         every=0.5)
     free = time.monotonic() - started
     _untouched(cluster, image)
-    # README, "Uninstall": the one line for a namespace left Terminating by a dead controller
+    # docs/guide/uninstall.md: the one line for a namespace left Terminating by a dead controller
     kubectl(cluster.plane, "patch", "serviceaccount", CONTROLLER_SA, "-n", NAMESPACE,
             "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
     deadline = time.monotonic() + UNINSTALL_LIMIT
@@ -321,8 +321,8 @@ def test_deployments_at_zero_the_last_controller_stands_down(
         cluster: KubeEnv, installed: Product, image: str, tmp_path: Path,
         registry: Registry) -> None:
     """Both Deployments scaled to 0: the processes get SIGTERM and no controller takes the
-    lease, so the last one stands down: every gated pod is released (placed) within the
-    bound the README states, the params object is deleted so the API server gates no new
+    lease, so the last one stands down: every gated pod is released (placed) within the bound
+    docs/guide/uninstall.md states, the params object is deleted so the API server gates no new
     pod, and ``kubectl get ppc`` says why. A controller started again restores gating."""
     assert cluster.plane is not None
     ns = _create_gated(cluster, installed, image, 20)

@@ -1,6 +1,6 @@
 """The upgrade in place from the previous release (releases.toml: 0.1.0, commit 7089712) to
-this checkout on the real control plane, with pods created all along (README, "Releases and
-upgrades"; tests/harness/upgrade.py has the steps).
+this checkout on the real control plane, with pods created all along (docs/guide/upgrade.md;
+tests/harness/upgrade.py has the steps).
 
 Release 0.1.0 runs from its own source tree (``git archive`` of its commit, its own
 ``PYTHONPATH``), installed as its README said, with its admission policy placing pods from its
@@ -12,10 +12,10 @@ binding was there; nothing of 0.1.0 left (its params CRD and object, a policy or
 reading them); the operator's config unchanged; no RBAC denial in the new processes' logs;
 and a namespace's new PodPlacementPolicy applies at once.
 
-Then the rollback to the previous release, as README, "Roll back to 0.1.0" says: its
+Then the rollback to the previous release, as docs/guide/upgrade.md, "Roll back to 0.1.0" says: its
 ``deploy/`` without its sample config applied over this release, its processes in a rolling
-update's order, pods created all along; then the README's clean-up. Shown: no wrong, escaped
-or stranded pod; its policy in force again with its own cluster-scoped catalog (this
+update's order, pods created all along; then the clean-up of docs/guide/upgrade.md. Shown: no
+wrong, escaped or stranded pod; its policy in force again with its own cluster-scoped catalog (this
 release's controller, still leading under the previous release's RBAC, did not delete the
 CRD that apply created again); the operator's config unchanged (the fields that release
 knows); after the clean-up nothing of this release is left that would hold an uninstall.
@@ -208,7 +208,7 @@ def test_upgrade_from_the_previous_release_with_pods_flowing(
 
 def test_rollback_to_the_previous_release_with_pods_flowing(
         cluster: KubeEnv, old_tree: Path, tmp_path: Path, state: dict[str, Any]) -> None:
-    """README, "Roll back to 0.1.0", step by step, over the upgraded cluster."""
+    """docs/guide/upgrade.md, "Roll back to 0.1.0", step by step, over the upgraded cluster."""
     plane = cluster.plane
     assert plane is not None
     if "new" not in state:
@@ -229,7 +229,7 @@ def test_rollback_to_the_previous_release_with_pods_flowing(
                            identity="rollback-old-0")
         state["products"].append(old)
         # 0.1.0 keeps this release's binding (its drift check ignores the paramRef's extra
-        # namespace), with which the API server skips its policy: the README's step 3
+        # namespace), with which the API server skips its policy: step 3 of docs/guide/upgrade.md
         assert previous_release_in_force(plane) == [
             f"binding {ADMISSION_POLICY_NAME} paramRef {{'name': 'cluster', 'namespace': "
             f"'{NAMESPACE}', 'parameterNotFoundAction': 'Allow'}}"]
@@ -253,7 +253,7 @@ def test_rollback_to_the_previous_release_with_pods_flowing(
     config = cluster.get(CONFIG_PATH)
     assert config["metadata"]["generation"] == generation
     assert _covers(config["spec"], state["operator_spec"]), config["spec"]
-    # 3: the README's clean-up of what 0.1.0 does not know
+    # 3: docs/guide/upgrade.md's clean-up of what 0.1.0 does not know
     for args in (
         ("patch", "serviceaccount", "podplacement-controller", "-n", NAMESPACE,
          "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]'),

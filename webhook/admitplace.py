@@ -7,8 +7,8 @@ answer (gate removed, the controller's own decision,
 **for the pod's namespace and pull Secrets**
 (:mod:`webhook.placecache`). What it does not know yet it learns now, as the controller would,
 within ``spec.admission.inspectionBudget`` seconds counted from the start of the review
-(:attr:`controller.core.config.PlacementConfig.admission_inspection_budget`; README "The webhook
-after the policy"):
+(:attr:`controller.core.config.PlacementConfig.admission_inspection_budget`;
+docs/how-it-decides.md "The webhook after the policy"):
 
 * an image missing from the cache is inspected
   (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: concurrent reviews of one

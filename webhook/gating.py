@@ -100,8 +100,8 @@ def should_gate(
     config: PlacementConfig | None,
     own_namespace: str,
 ) -> GateDecision:
-    """Decide whether a pod being created gets the scheduling gate (README "The webhook:
-    which pods get the gate").
+    """Decide whether a pod being created gets the scheduling gate (docs/how-it-decides.md
+    "The webhook: which pods get the gate").
 
     Args:
         pod: the Pod object of the AdmissionReview (``request.object``), a plain dict.
@@ -120,7 +120,7 @@ def should_gate(
         matchCondition did not recognise the current params object's mark
         (:func:`controller.core.webhookconfig.match_conditions`), and it is then placed
         again like any other pod (a mark a pod's creator set never skips placement,
-        DESIGN.md).
+        docs/design.md).
         Every other pod is gated: whether its placement needs a change (an architecture
         requirement, a Warning for a pin its images can't run on, a NUMA placement) depends
         on its images, which only the controller inspects.

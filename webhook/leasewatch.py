@@ -18,8 +18,8 @@ controller that stops gracefully releases it; a standby takes it within one retr
 grace and then stands down (:meth:`controller.lifecycle.Lifecycle.last_stop`), releasing
 what was gated meanwhile. The
 webhook then stops holding new pods: it places them at admission itself, or releases them
-with the controller's fallback (:mod:`webhook.outage`; README "No cluster-wide stall when
-the controller is down"). Normal gating resumes as soon as the Lease is renewed again.
+with the controller's fallback (:mod:`webhook.outage`; docs/how-it-decides.md "No cluster-wide
+stall when the controller is down"). Normal gating resumes as soon as the Lease is renewed again.
 """
 
 from __future__ import annotations

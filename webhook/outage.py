@@ -4,8 +4,8 @@ the controller's fallback.
 When the controller's Lease has gone unrenewed for ``--controller-unavailable-after``
 (:class:`webhook.leasewatch.ControllerLease`), nothing would ever place a gated pod, and a
 pod let through unplaced may be bound to a node its images cannot run on and is never
-revisited. So the webhook decides once and for all, at admission (README "No cluster-wide
-stall when the controller is down"):
+revisited. So the webhook decides once and for all, at admission (docs/how-it-decides.md "No
+cluster-wide stall when the controller is down"):
 
 1. the pod's images are inspected within the review's budget
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,

@@ -1,7 +1,8 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
 The webhook places a pod at admission when it knows every image of the pod
-(:func:`controller.core.admission.admission_placement`; README "The webhook after the policy"):
+(:func:`controller.core.admission.admission_placement`; docs/how-it-decides.md "The webhook
+after the policy"):
 from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
 config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
 :mod:`webhook.admitplace`). With a budget of 0, a miss leaves the pod gated for the

@@ -3,7 +3,7 @@
 A pod whose images the webhook already knows (from its per-credential cache,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
-(README "How it decides", "The webhook after the policy"). The rule is not re-implemented
+(docs/how-it-decides.md, "The webhook after the policy"). The rule is not re-implemented
 here: :func:`admission_placement` takes the facts of
 :func:`controller.core.placement.placement_facts`, the same the controller would write on the
 gated pod, and renders them for the object being created
@@ -63,7 +63,7 @@ _PLACED = frozenset({Outcome.SET, Outcome.NOT_SET, Outcome.NO_SUPPORTED_PLATFORM
 #: Warning reasons that mean "the pod cannot run (everywhere) where the user sent it", that
 #: platforms were left out of its terms, and the fallback of :func:`outage_placement`
 #: (placed without its images' platforms): the ones the user should see at ``kubectl`` time
-#: (README "The webhook after the policy": a ``warnings`` entry).
+#: (docs/how-it-decides.md "The webhook after the policy": a ``warnings`` entry).
 _WARNED = frozenset({ARCHITECTURES_NOT_ALLOWED, INCOMPATIBLE_NODE_AFFINITY,
                      INCOMPATIBLE_NODE_SELECTOR,
                      PARTIALLY_COMPATIBLE_AFFINITY, PLATFORMS_LEFT_OUT,
@@ -162,8 +162,8 @@ def outage_placement(
     policy: PlacementPolicy | None = None,
 ) -> AdmissionPlacement | None:
     """The placement of a pod being created while no controller runs: the webhook is the
-    only one left to decide, so it decides once and for all (README "No cluster-wide stall
-    when the controller is down").
+    only one left to decide, so it decides once and for all (docs/how-it-decides.md "No
+    cluster-wide stall when the controller is down").
 
     The controller's facts (:func:`controller.core.placement.placement_facts`), as in
     :func:`admission_placement`, with two differences. An image without a result (an

@@ -19,7 +19,7 @@ own namespace, the opt-out label and the config's selector), and ``matchConditio
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
 carrying our gate.
 
-For each other pod the policy does one of two things (README "How it decides", "Placement
+For each other pod the policy does one of two things (docs/how-it-decides.md, "Placement
 inside the API server"):
 
 - **place**: every image (init and app) is a key of the params object (the ImagePlatformCatalog

@@ -5,8 +5,8 @@ A pod the MutatingAdmissionPolicy or the webhook placed carries ``"path":"admiss
 ``"path":"webhook"`` first in its ``podplacement.io/decision`` annotation, and the label
 ``podplacement.io/node-affinity``; the controller's watch of placed pods
 (:mod:`controller.placedwatch`) hands it to :mod:`controller.admissionfeed`, which acts on
-these rules (README "Placement inside the API server": "The catalog fills itself from every
-path"; "Events"):
+these rules (docs/how-it-decides.md "Placement inside the API server": "The catalog fills
+itself from every path"; docs/reference/labels-events-metrics.md "Events"):
 
 - :func:`images_to_learn`: the images the controller inspects itself, anonymously, to
   publish in the admission policy's catalog: those of a pod placed at admission that the
@@ -311,9 +311,9 @@ def admission_warning(
     policy: PlacementPolicy | None = None,
 ) -> EventSpec | None:
     """The Warning Event of the decision that placed ``pod`` at admission, as the
-    controller sends it for its own (one per decision, the most serious first; README
-    "Events"), or None: no Warning, or a decision that cannot be reproduced (module
-    docstring).
+    controller sends it for its own (one per decision, the most serious first;
+    docs/reference/labels-events-metrics.md "Events"), or None: no Warning, or a decision
+    that cannot be reproduced (module docstring).
 
     Args:
         pod: the placed Pod as stored (its node affinity includes what the placement wrote).

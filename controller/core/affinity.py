@@ -296,7 +296,7 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
     """The required node affinity that admits only nodes whose (os, architecture) pair is
     one every image supports.
 
-    Rule (README "How it decides", item 4): required terms are ORed and the expressions of a
+    Rule (docs/how-it-decides.md, item 4): required terms are ORed and the expressions of a
     term are ANDed (scheduler NodeSelectorTerm semantics), and ``kubernetes.io/arch In A``
     AND ``kubernetes.io/os In O`` admits every pair of A and O combined. So one term is exact for a
     group of OSes that support the same architectures, and never for OSes that differ.

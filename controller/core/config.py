@@ -1,8 +1,8 @@
 """Shared names and the PodPlacementConfig model.
 
 This module is the one place where podplacement's API group, label keys, gate name and
-annotation keys are spelled out (DESIGN.md, "Names"); every other module imports them from
-here. It also turns the ``PodPlacementConfig`` custom resource (a plain dict as the
+annotation keys are spelled out (docs/design.md, "Names"); every other module imports them
+from here. It also turns the ``PodPlacementConfig`` custom resource (a plain dict as the
 Kubernetes JSON API returns it) into a frozen :class:`PlacementConfig`. The webhook imports
 this module, so it must stay free of I/O and of imports from the rest of the controller.
 """
@@ -23,7 +23,7 @@ CONFIG_KIND = "PodPlacementConfig"
 CONFIG_PLURAL = "podplacementconfigs"
 CONFIG_NAME = "cluster"
 CONFIG_FINALIZER = f"{GROUP}/finalizer"
-#: The namespaced placement policy (README "Per-namespace placement policies").
+#: The namespaced placement policy (docs/guide/policies.md).
 POLICY_KIND = "PodPlacementPolicy"
 POLICY_PLURAL = "podplacementpolicies"
 
@@ -132,8 +132,8 @@ def admission_mark(catalog_uid: str) -> str:
     can copy a mark from another pod, but only while that params object exists, and while
     it exists the policy runs on every pod it matches and overwrites the annotation (place)
     or sets the gate label (gate), so a copied mark never skips placement; a new params
-    object has a new uid, which makes every old mark stale (DESIGN.md: what a pod's creator
-    can set is never trusted).
+    object has a new uid, which makes every old mark stale (docs/design.md: what a pod's
+    creator can set is never trusted).
     """
     return f'{ADMISSION_PATH_MARK},"{RECORD_CATALOG}":"{catalog_uid}"'
 
@@ -257,7 +257,7 @@ class ImageInspectionConfig:
 class ExcludedPlatform:
     """One (image content, platform) pair the controller learned is wrong: placement drops
     the platform from every image result whose digest is one of :attr:`digests`
-    (README "Exec format errors", "Learn"; the rule: :func:`controller.core.learn.exclusions`).
+    (docs/exec-format-errors.md, "Learn"; the rule: :func:`controller.core.learn.exclusions`).
 
     Attributes:
         digests: the digests of that content (sorted): the digest the node ran (the status

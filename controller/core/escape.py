@@ -1,5 +1,5 @@
 """Escapes: pods that reached a node with no placement record, what their node makes of
-them, and the one repair (README "Escaped pods").
+them, and the one repair (docs/escaped-pods.md).
 
 Every placing path writes the label ``podplacement.io/node-affinity`` (``set`` / ``not-set``,
 :func:`controller.core.placement.placed_labels`): the admission policy, the webhook, the
@@ -246,7 +246,7 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
         images: per distinct image reference, the inspection result or the exception
             inspecting it raised (a missing image counts as not inspected).
         excluded: the exec format exclusions in force; a pair excluded for an image's
-            digest is not one it supports (README "Exec format errors", "Learn").
+            digest is not one it supports (docs/exec-format-errors.md, "Learn").
     """
     node_name = str(_map(pod.get("spec")).get("nodeName") or "")
     if node is None:

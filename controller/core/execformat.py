@@ -58,7 +58,7 @@ kubelet's ``terminationMessagePolicy`` handling (``kuberuntime_container.go``: `
 copies only ``/dev/termination-log``, which a process that never ran did not write).
 
 Observed on a real node (kubelet v1.36.2, containerd 1.6.20, runc 1.1.5: the sandbox's,
-``tests/test_realnode_e2e.py``; README "Exec format errors" quotes the statuses): an amd64
+``tests/test_realnode_e2e.py``; docs/exec-format-errors.md quotes the statuses): an amd64
 image config over an arm64 binary gives ``terminated {exitCode: 1, reason: Error}``, no
 message with ``File`` (the current state; after a restart it is ``lastState``, as seen with
 ``FallbackToLogsOnError``), ``startedAt`` equal

@@ -66,7 +66,7 @@ def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[s
 def _learned_reason(node: Mapping[str, Any],
                     results: Mapping[str, ImageLike | BaseException | None]) -> str | None:
     """Why a node is out because a platform was learned wrong: the node's pair is one an
-    exclusion left out of an image (README "Exec format errors", "Learn")."""
+    exclusion left out of an image (docs/exec-format-errors.md, "Learn")."""
     labels = _labels(node)
     pair = f"{labels.get(OS_LABEL) or LINUX}/{labels.get(ARCH_LABEL) or ''}"
     for image, result in results.items():

@@ -4,7 +4,7 @@ A pod is released without a placement when its images could not be inspected: th
 controller gives up after ``imageInspection.maxRetries`` failed rounds, the webhook decides
 at admission while no controller runs, or the ordered uninstall and the last controller's
 stand-down release the pods still gated. Such a pod is never released to any node: it keeps
-what is known (README "How it decides", item 7). :func:`fallback_requirement` is the one
+what is known (docs/how-it-decides.md, item 7). :func:`fallback_requirement` is the one
 rule; the controller's decision, the webhook's outage answer and the uninstall's release
 all import it (through :mod:`controller.core.placement`).
 

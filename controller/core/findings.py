@@ -6,7 +6,7 @@ Pure and in memory (a bounded LRU); the monitor (:mod:`controller.execformatmoni
 it, and :func:`controller.core.learn.exclusions` turns the pairs proven wrong into the platforms
 placement leaves out. Times are unix seconds from the caller's clock.
 
-The rule (README "Exec format errors", "Learn"; :func:`proof_of`): a pair is proven wrong
+The rule (docs/exec-format-errors.md, "Learn"; :func:`proof_of`): a pair is proven wrong
 when verification found its binary to be for another machine (``inspect --verify``:
 status ``mismatch``), or when at least two distinct exec format errors (pod, container,
 restart) were seen on nodes of that architecture. One error alone is not proof: a node's

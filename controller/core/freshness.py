@@ -10,7 +10,7 @@ each such tag *in use* every half of ``spec.admission.pullAlwaysFreshness`` (``w
 publishes, in the params object's ``spec.fresh`` (image reference → digest), the tags it
 confirmed within the last ``window`` seconds; the policy places a pod whose ``Always`` images
 are all there (:data:`controller.core.admissionpolicy.CEL_KNOWN`) and gates the others as
-before. README "Placement inside the API server" states the window.
+before. docs/how-it-decides.md "Placement inside the API server" states the window.
 
 A tag is *in use* while a pod that pulls it with ``Always`` was seen placed (any path) within
 the last ``keep`` seconds (:meth:`PullAlwaysFreshness.use`); a tag no longer in use is not

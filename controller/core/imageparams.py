@@ -1,16 +1,16 @@
 """The content of the admission policy's params object: image reference → platforms.
 
-The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatformCatalog`` object named
-``cluster`` (README, "Placement inside the API server"), whose ``spec.images`` maps an image
-reference, exactly as written in pod specs, to its sorted, de-duplicated, comma-separated
-``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose ``spec.learned`` maps each tag
-reference of ``spec.images`` to when the controller learned it: the unix second at which a
-registry answered for it. :class:`ParamsStore` keeps those entries in memory: tag references
-expire ``cacheTTL`` after that moment (a restart, a new leader or a re-record of a cached
-copy never makes them younger), references by digest (content-addressed) do not, and both
-maps together are bounded in entries and in JSON bytes with the least recently used entry
-out first: an entry is used when it is recorded and when a pod using the image is seen
-placed (:meth:`ParamsStore.touch`, which changes no published byte and so asks for no
+The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatformCatalog`` object
+named ``cluster`` (docs/how-it-decides.md, "Placement inside the API server"), whose
+``spec.images`` maps an image reference, exactly as written in pod specs, to its sorted,
+de-duplicated, comma-separated ``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose
+``spec.learned`` maps each tag reference of ``spec.images`` to when the controller learned it:
+the unix second at which a registry answered for it. :class:`ParamsStore` keeps those entries
+in memory: tag references expire ``cacheTTL`` after that moment (a restart, a new leader or a
+re-record of a cached copy never makes them younger), references by digest (content-addressed)
+do not, and both maps together are bounded in entries and in JSON bytes with the least recently
+used entry out first: an entry is used when it is recorded and when a pod using the image is
+seen placed (:meth:`ParamsStore.touch`, which changes no published byte and so asks for no
 write). It is pure (no I/O, no clock of its own: every call takes ``now``);
 :mod:`controller.paramswriter` publishes it.
 
@@ -141,8 +141,8 @@ class ParamsStore:
     """The entries of ``ImagePlatformCatalog/cluster`` (``spec.images``, ``spec.learned``), kept
     by the controller.
 
-    Rules (README, "Placement inside the API server"): an entry is what the controller
-    learned by inspecting the image anonymously; a tag reference expires ``ttl_seconds``
+    Rules (docs/how-it-decides.md, "Placement inside the API server"): an entry is what the
+    controller learned by inspecting the image anonymously; a tag reference expires ``ttl_seconds``
     after the moment a registry answered for it (the config's
     ``imageInspection.cacheTTL``), which the caller passes as ``learned``: re-recording a
     result the inspector served from its own cache keeps the entry's age, and so does a

@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock: every call takes ``now``). The rule that makes evidence proof is
 :func:`controller.core.findings.proof_of`; here it becomes what every path places with
-(README "Exec format errors", "Learn"):
+(docs/exec-format-errors.md, "Learn"):
 
 - :func:`exclusions`: each (digest, architecture) pair of the
   :class:`~controller.core.findings.FindingsStore` proven wrong becomes an

@@ -1,6 +1,6 @@
 """What earlier releases left in the API server, recognised as pure data.
 
-An upgrade is one ``kubectl apply -k deploy/`` (README, "Releases and upgrades"). Objects an
+An upgrade is one ``kubectl apply -k deploy/`` (docs/guide/upgrade.md). Objects an
 earlier release created and this one no longer uses are not in ``deploy/``, so the apply
 leaves them; the leading controller retires them (:mod:`controller.lifecycle`). This module
 says which they are and how to recognise them; ``tests/deploy/test_api_compat.py`` accepts

@@ -1,8 +1,8 @@
 """Who owns what the product leaves in the API server, as pure data.
 
 Every object the product leaves behind either has a live owner or does no harm without one
-(DESIGN.md, "Rules that are easy to get wrong"). This module builds the pieces of that rule;
-:mod:`controller.lifecycle` reads and writes them.
+(docs/design.md, "Rules that are easy to get wrong"). This module builds the pieces of that
+rule; :mod:`controller.lifecycle` reads and writes them.
 
 - **Garbage collection.** The cluster-scoped objects the controller creates (the
   MutatingAdmissionPolicy and its binding, the MutatingWebhookConfiguration and the uninstall

@@ -10,7 +10,7 @@ warnings. Three renderers write the same facts (DESIGN "one rule, three renderer
 controller's PATCH and the webhook's admission patch (:mod:`controller.core.render`), and the
 admission policy's CEL (:mod:`controller.core.admissionpolicy`), which imports its texts from here.
 
-Rules (README "How it decides", "The controller: one gated pod"):
+Rules (docs/how-it-decides.md, "The controller: one gated pod"):
 
 - Supported platforms = intersection over all images of (os, architecture)
   (:mod:`controller.core.platforms`).
@@ -46,10 +46,10 @@ Rules (README "How it decides", "The controller: one gated pod"):
   admission while no controller runs, falls back at once (``give_up``): no later attempt
   would follow. The ordered uninstall releases the pods it could not place with the same
   requirement (:func:`fallback_release`).
-- A namespace's placement policy (:mod:`controller.core.policy`, README "Per-namespace
-  placement policies"), when one matches the pod: its weights and fallback replace the
-  cluster's; its ``allowedArchitectures`` are ANDed into the supported pairs, with the
-  Warning ``ArchitecturesNotAllowed`` naming the pairs removed, or, when none remains, the
+- A namespace's placement policy (:mod:`controller.core.policy`, docs/guide/policies.md),
+  when one matches the pod: its weights and fallback replace the cluster's; its
+  ``allowedArchitectures`` are ANDed into the supported pairs, with the Warning
+  ``ArchitecturesNotAllowed`` naming the pairs removed, or, when none remains, the
   unsatisfiable marker and ``NoSupportedPlatform``; the annotation's ``policy`` and the label
   ``podplacement.io/policy`` name it.
 - NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term, preferred
@@ -394,8 +394,8 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
 
 
 def _learned_note(inspection: _Inspection) -> str:
-    """What exclusions left out of the images, for the reason (README "Exec format
-    errors", "Learn"): ``linux/arm64 of IMAGE excluded: exec format error ...``."""
+    """What exclusions left out of the images, for the reason (docs/exec-format-errors.md,
+    "Learn"): ``linux/arm64 of IMAGE excluded: exec format error ...``."""
     notes: list[str] = []
     for image in inspection.wanted:
         result = inspection.results[image]
@@ -589,7 +589,7 @@ def platform_warnings(requirement: PlatformRequirement, node_selector: Mapping[s
       supports (kept: the user may rely on emulation), or pin a supported os and a
       supported architecture that no image supports together.
 
-    Rule sources: README "How it decides", :func:`controller.core.affinity.platform_requirement`.
+    Rule sources: docs/how-it-decides.md, :func:`controller.core.affinity.platform_requirement`.
     """
     if not requirement.selected:
         return _selector_warnings(requirement, node_selector)
@@ -828,8 +828,8 @@ def placement_facts(
             computed them (:func:`controller.core.plan.plan` does, once per pod); else computed
             here.
         path: the admission path that places the pod, written first into the annotation
-            as ``"path"`` (``"webhook"``, README "The webhook after the policy"); None (the
-            controller) writes no ``path``.
+            as ``"path"`` (``"webhook"``, docs/how-it-decides.md "The webhook after the
+            policy"); None (the controller) writes no ``path``.
         give_up: set when no later attempt will follow (the webhook deciding at admission
             while no controller runs): an image without a result means the fallback at
             once, whatever ``failures`` says, and these words replace "after N attempts"
@@ -838,9 +838,9 @@ def placement_facts(
             (:func:`controller.core.policy.policy_for`), or None: the cluster's config alone.
 
     Exclusions: the platforms of ``config.excluded`` are left out of the results whose
-    digest they name (:func:`controller.core.learn.learned_images`; README "Exec format
-    errors", "Learn"); the images' entries in the annotation list them as ``excluded`` and
-    the reason says why.
+    digest they name (:func:`controller.core.learn.learned_images`;
+    docs/exec-format-errors.md, "Learn"); the images' entries in the annotation list them as
+    ``excluded`` and the reason says why.
 
     Returns:
         the :class:`Placement`. Never raises for odd pod specs: they end in an ungate.

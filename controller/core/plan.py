@@ -1,6 +1,6 @@
 """The one placement pipeline: pod, image results, config and cluster view → :class:`Decision`.
 
-The reconciler and ``podplacement explain`` decide through :func:`plan` (README "explain:
+The reconciler and ``podplacement explain`` decide through :func:`plan` (docs/guide/cli.md "explain:
 a dry run of the whole decision"), so ``explain`` cannot disagree with what the controller
 then does: the supported platforms are computed once per pod, the NUMA candidates come from
 :func:`controller.core.numa.decide_numa` with the same node eligibility (the supported (os,

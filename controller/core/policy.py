@@ -2,7 +2,7 @@
 changes in the cluster's config (pure, no I/O).
 
 A ``PodPlacementPolicy`` (``podplacement.io/v1beta1``, namespaced; ``deploy/crds/
-podplacementpolicy.yaml``; README "Per-namespace placement policies") gives the pods of its
+podplacementpolicy.yaml``; docs/guide/policies.md) gives the pods of its
 namespace that its ``podSelector`` matches their own architecture weights
 (``nodeAffinityScoring``), a hard limit (``allowedArchitectures``) and a fallback
 (``fallbackArchitecture``). The rules, used by every path (the controller, ``explain``, the

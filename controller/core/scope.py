@@ -9,8 +9,8 @@ escaped placement.
 - mirror pods of static pods (the kubelet creates them already bound; the webhook skips
   them because ``spec.nodeName`` is set);
 - namespaces opted out: the label ``podplacement.io/exclude-pod-placement`` (any value) or
-  the config's ``spec.namespaceSelector`` (an opt-out selector; README "PodPlacementConfig
-  reference"). The webhook gets these through its configuration's ``namespaceSelector``
+  the config's ``spec.namespaceSelector`` (an opt-out selector; docs/guide/configuration.md).
+  The webhook gets these through its configuration's ``namespaceSelector``
   (:func:`controller.core.webhookconfig.webhook_namespace_selection`, where the API server
   applies them); :func:`namespace_opted_out` applies them to a namespace's labels.
 
@@ -48,7 +48,8 @@ __all__ = [
     "pod_skip_reason",
 ]
 
-#: Skip reasons (the webhook's metrics label values, README "Metrics").
+#: Skip reasons (the webhook's metrics label values, docs/reference/labels-events-metrics.md
+#: "Metrics").
 REASON_SYSTEM_NAMESPACE = "system_namespace"
 REASON_OWN_NAMESPACE = "own_namespace"
 REASON_DAEMONSET = "daemonset"

@@ -67,10 +67,10 @@ def kubectl(plane: ControlPlane, *args: str, timeout: float = 120.0,
 
 
 def install_manifests(plane: ControlPlane, deploy_dir: Path, *, config: bool = True) -> str:
-    """Install as the README says: ``kubectl apply -k deploy_dir/crds``, wait until every CRD
-    there is Established, ``kubectl apply -k deploy_dir``; then, with ``config``, the one-time
-    step of a first install, :func:`create_sample_config`. The in-cluster Deployments are
-    scaled to 0 (no kubelet here could run them). Returns the apply output.
+    """Install as docs/guide/install.md says: ``kubectl apply -k deploy_dir/crds``, wait until
+    every CRD there is Established, ``kubectl apply -k deploy_dir``; then, with ``config``,
+    the one-time step of a first install, :func:`create_sample_config`. The in-cluster
+    Deployments are scaled to 0 (no kubelet here could run them). Returns the apply output.
 
     Raises:
         InstallError: a kubectl step failed.

@@ -1,5 +1,5 @@
-"""The webhook's fast path decides as the controller does (README "The webhook after the
-policy"), and so does its answer while no controller runs (``outage_placement``: the
+"""The webhook's fast path decides as the controller does (docs/how-it-decides.md "The webhook
+after the policy"), and so does its answer while no controller runs (``outage_placement``: the
 controller's decision after its last retry).
 
 For generated pods as the webhook receives them (with or without our gate, other gates,

@@ -2,7 +2,7 @@
 
 The policy ``podplacement-gate`` (:func:`controller.core.admissionpolicy.desired_policy`) computes
 in CEL the facts :func:`controller.core.placement.placement_facts` computes in Python, for the
-pods it places (README "How it decides", "Placement inside the API server"). Here its
+pods it places (docs/how-it-decides.md, "Placement inside the API server"). Here its
 ``variables`` are evaluated with Google's CEL runtime (``cel-expr-python``: the optional
 library's ``.?``/``orValue``, the strings library's ``split``/``join``) on generated pods and
 params tables, with no cluster, and each one is compared with what the Python rule says:

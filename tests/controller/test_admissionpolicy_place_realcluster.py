@@ -1,5 +1,5 @@
 """The place branch of the MutatingAdmissionPolicy ``podplacement-gate``, evaluated by the
-real kube-apiserver v1.36.2 (README "How it decides", "Placement inside the API server").
+real kube-apiserver v1.36.2 (docs/how-it-decides.md, "Placement inside the API server").
 
 The policy's plain ``variables`` are also checked offline with a CEL runtime
 (tests/controller/test_admissionpolicy_cel.py); this module checks what only the API server
@@ -197,7 +197,7 @@ def world(cluster: KubeEnv) -> World:
 
 def _expect_placed(pod: Mapping[str, Any], pool: Mapping[str, str],
                    config: PlacementConfig) -> bool:
-    """The place branch's conditions (README "Placement inside the API server")."""
+    """The place branch's conditions (docs/how-it-decides.md "Placement inside the API server")."""
     spec = pod["spec"]
     images = [c["image"] for k in ("initContainers", "containers") for c in spec.get(k) or []]
     if not ap.places(config) or not all(i in pool for i in images):

@@ -427,7 +427,7 @@ async def test_a_decision_that_fails_releases_the_pod_with_the_fallback(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An internal error while deciding never leaves the pod gated, nor releases it to any
-    node: the fallback requirement is written (README "How it decides", item 7)."""
+    node: the fallback requirement is written (docs/how-it-decides.md, item 7)."""
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")

@@ -4,7 +4,7 @@ Nodes linux/amd64, linux/arm64 and windows/amd64; an image index of windows/amd6
 linux/arm64 (pushed to the test registry). The cross product ``arch In [amd64, arm64]`` AND
 ``os In [linux, windows]`` admitted linux/amd64, a platform the image does not have, and the
 real scheduler bound such a pod there once the arm64 node was cordoned. With one term per OS
-(README "How it decides", item 4) the pod goes to windows/amd64 or nowhere, never to
+(docs/how-it-decides.md, item 4) the pod goes to windows/amd64 or nowhere, never to
 linux/amd64; a pod with a term of its own keeps the linux pairs only (KEP-3838) and is warned.
 The controller runs in-process against the real API server.
 """

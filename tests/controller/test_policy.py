@@ -1,5 +1,5 @@
 """Per-namespace placement policies: the rule (controller/core/policy.py) and how every path
-applies it (README "Per-namespace placement policies").
+applies it (docs/guide/policies.md).
 
 Shown: parsing, the unique-priority ranking (the older policy wins, the other is reported),
 label selector semantics, the highest matching priority wins with nothing merged, weights

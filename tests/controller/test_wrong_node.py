@@ -1,4 +1,4 @@
-"""Never a pod on a node its images can't run (README "How it decides", item 4): the
+"""Never a pod on a node its images can't run (docs/how-it-decides.md, item 4): the
 decision's affinity, checked by evaluating it against node labels the way kube-scheduler's
 NodeAffinity filter does. A node is admissible only when its (os, arch) *pair* is one every
 image supports."""

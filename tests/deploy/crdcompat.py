@@ -1,8 +1,8 @@
 """API compatibility rules between the CRDs of two releases, as pure functions over the CRD
 objects (plain dicts as the YAML files hold them).
 
-The rules (DESIGN.md, "A CRD's name and scope never change in place"; Kubernetes' API change
-guidelines, "On compatibility"): a CRD of the previous release keeps, under its name, its
+The rules (docs/design.md, "A CRD's name and scope never change in place"; Kubernetes' API
+change guidelines, "On compatibility"): a CRD of the previous release keeps, under its name, its
 group, scope, names (kind, plural, singular, listKind; short names may only be added), every
 served version (still served) and its storage version (still defined and served: objects
 stored in it must stay readable); in each version that both define, no property is removed,

@@ -2,14 +2,15 @@
 rules``) and unit-tested (``promtool test rules``) against exactly the metric names and labels
 the product exports, read from a live ``/metrics`` of the webhook (its ASGI app in-process)
 and of the controller (in-process on localkube, with a real registry, after it placed one pod
-and fell back for another); every alert has a runbook in the README; the ServiceMonitors
+and fell back for another); every alert has a runbook in docs/runbooks.md; the ServiceMonitors
 scrape the Services' ports.
 
 ``tests/deploy/alerts.promtool.yaml`` holds the unit tests; only its input series whose name
-and labels a live scrape shows (label values: shown live, or listed in the README's metrics
-table) are given to promtool, so a renamed metric or label stops the alerts from firing and
-fails the test. promtool comes from Debian's ``prometheus`` package (``hack/setup.sh``); without
-it the promtool tests skip, except under ``CI=true``, where they fail.
+and labels a live scrape shows (label values: shown live, or listed in the metrics table of
+docs/reference/labels-events-metrics.md) are given to promtool, so a renamed metric or label
+stops the alerts from firing and fails the test. promtool comes from Debian's ``prometheus``
+package (``hack/setup.sh``); without it the promtool tests skip, except under ``CI=true``,
+where they fail.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "optional" / "monitoring"
 RULE_FILE = MONITORING / "prometheusrule.yaml"
 TEMPLATE = Path(__file__).with_name("alerts.promtool.yaml")
-README = REPO / "README.md"
+#: The docs page with the metrics table, and the one with a section per alert.
+METRICS_PAGE = REPO / "docs" / "reference" / "labels-events-metrics.md"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
 #: Labels Prometheus adds when it scrapes a target (prometheus-operator's ServiceMonitors).
 TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "service", "endpoint",
                            "container"})
@@ -142,10 +145,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory, registry: Any,
 
 
 def documented_values() -> dict[tuple[str, str], set[str]]:
-    """(metric, label) → the values the README's metrics table lists for it (backticked
-    after ``label =``): label values the product creates on first use only."""
+    """(metric, label) → the values the metrics table lists for it (backticked after
+    ``label =``): label values the product creates on first use only."""
     out: dict[tuple[str, str], set[str]] = {}
-    for line in README.read_text().splitlines():
+    for line in METRICS_PAGE.read_text().splitlines():
         cells = [c.strip() for c in line.split("|")]
         if len(cells) < 5 or not cells[1].startswith("`podplacement_"):
             continue
@@ -198,7 +201,7 @@ def unknown_series(name: str, labels: dict[str, str], exported: Series,
         live_values = {s[label] for s in shapes}
         if value not in live_values | documented.get((name, label), set()):
             return (f"{name}{{{label}={value!r}}}: value neither exported live "
-                    f"({sorted(live_values)}) nor documented in the README's metrics table")
+                    f"({sorted(live_values)}) nor documented in the docs' metrics table")
     return None
 
 
@@ -299,14 +302,14 @@ def _github_anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def test_every_alert_has_a_severity_and_a_runbook_section_in_the_readme() -> None:
-    anchors = {_github_anchor(m) for m in re.findall(r"^#+ (.+)$", README.read_text(), re.M)}
+def test_every_alert_has_a_severity_and_a_runbook_section_in_the_docs() -> None:
+    anchors = {_github_anchor(m) for m in re.findall(r"^#+ (.+)$", RUNBOOKS.read_text(), re.M)}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("critical", "warning"), name
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
         url = rule["annotations"]["runbook_url"]
-        assert url == f"README.md#{name.lower()}", url
-        assert name.lower() in anchors, f"README has no section {name} (the runbook)"
+        assert url == f"docs/runbooks.md#{name.lower()}", url
+        assert name.lower() in anchors, f"docs/runbooks.md has no section {name} (the runbook)"
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,12 @@ real control plane: shared by ``tests/test_upgrade_realcluster.py`` (lean) and
 ``bench/upgrade.py`` (300 pods).
 
 The earlier release runs from its own source tree (``git archive`` of its commit in
-``releases.toml``: the same Python environment, its own ``PYTHONPATH`` and working
-directory), installed as its README said (``kubectl apply -k deploy/``, twice on a fresh
-cluster). The upgrade is what this README says: ``kubectl apply -k deploy/`` of this checkout,
-then the new processes, in the order a Deployment's rolling update runs them (the new webhook
-and controller start while the old ones still run; the old controller stops, the new one takes
-the Lease; the old webhook stops once the webhook configuration calls the new one). A thread
+``releases.toml``: the same Python environment, its own ``PYTHONPATH`` and working directory),
+installed as its README said (``kubectl apply -k deploy/``, twice on a fresh cluster). The
+upgrade is what docs/guide/upgrade.md says: ``kubectl apply -k deploy/`` of this checkout, then
+the new processes, in the order a Deployment's rolling update runs them (the new webhook and
+controller start while the old ones still run; the old controller stops, the new one takes the
+Lease; the old webhook stops once the webhook configuration calls the new one). A thread
 creates pods all along and watches the config's status.
 """
 
@@ -360,8 +360,8 @@ def upgrade_in_place(plane: ControlPlane, old: Product, workdir: Path,
 def rollback_manifests(tree: Path, dest: Path) -> Path:
     """The previous release's ``deploy/`` copied from its source ``tree`` into ``dest``,
     without its sample config (0.1.0's base held it: applied as is, it would replace the
-    operator's config), exactly as README, "Roll back to 0.1.0" says. Returns the copy's
-    ``deploy`` directory."""
+    operator's config), exactly as docs/guide/upgrade.md, "Roll back to 0.1.0" says. Returns
+    the copy's ``deploy`` directory."""
     deploy = dest / "deploy"
     shutil.copytree(tree / "deploy", deploy)
     kustomization = deploy / "base" / "kustomization.yaml"

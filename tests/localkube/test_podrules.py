@@ -454,7 +454,8 @@ REQUIRED_TERMS = (
 
 
 def test_match_fields_takes_one_node_name() -> None:
-    """DESIGN.md: matchFields on metadata.name takes one value only (ValidateNodeSelectorTerm)."""
+    """docs/design.md: matchFields on metadata.name takes one value only
+    (ValidateNodeSelectorTerm)."""
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {

@@ -1,6 +1,6 @@
-"""No cluster-wide stall when no controller runs (README "No cluster-wide stall when the
-controller is down"): the webhook watches the controller's Lease and, once it has not been
-renewed for the threshold, holds no pod at the gate. Placing them at admission is
+"""No cluster-wide stall when no controller runs (docs/how-it-decides.md "No cluster-wide
+stall when the controller is down"): the webhook watches the controller's Lease and, once it
+has not been renewed for the threshold, holds no pod at the gate. Placing them at admission is
 tests/webhook/test_outage.py; here, without an inspector, they are released with the
 fallback."""
 

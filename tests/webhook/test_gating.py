@@ -124,7 +124,7 @@ def _placed(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, An
 ])
 def test_no_label_or_annotation_of_the_pod_skips_it(
         labels: dict[str, str], annotations: dict[str, str]) -> None:
-    """What a pod's creator can set is never trusted (DESIGN.md): the pods the policy
+    """What a pod's creator can set is never trusted (docs/design.md): the pods the policy
     placed are kept from the webhook by its configuration's matchCondition, which checks
     the current params object's uid (tests/controller/test_lifecycle_webhookconfig.py)."""
     decision = decide(_placed(labels, annotations))
