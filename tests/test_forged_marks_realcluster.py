@@ -31,9 +31,9 @@ from podplacement.controller.core.config import (
     admission_mark,
 )
 from podplacement.controller.paramswriter import params_path
-from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
+from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import NO_STAND_DOWN, REPO, real_cluster, wait_for
+from tests.harness.realcluster import installed_cluster, running_product, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -48,14 +48,7 @@ MALLORY = {"Impersonate-User": "mallory"}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
-    plane = real_cluster(tmp_path_factory, "forged")
-    env = next(plane)
-    try:
-        assert env.plane is not None
-        install_manifests(env.plane, REPO / "deploy")
-        yield env
-    finally:
-        plane.close()
+    yield from installed_cluster(tmp_path_factory, "forged")
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +61,7 @@ def image(registry: Registry, make_pusher: Any) -> str:
 @pytest.fixture(scope="module")
 def product(cluster: KubeEnv, registry: Registry,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Product]:
-    assert cluster.plane is not None
-    options = ["--insecure-registry", registry.host]
-    prod = start_product(cluster.plane, tmp_path_factory.mktemp("product"),
-                         controller_options=[*options, *NO_STAND_DOWN],
-                         webhook_options=options)
-    try:
-        yield prod
-    finally:
-        prod.stop()
-    assert prod.forbidden() == [], "RBAC denials in the product's logs"
+    yield from running_product(cluster, registry, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -449,20 +449,11 @@ class PlacementConfig:
         escapes = _switches(_mapping(plugins, "placementEscapes", "spec.plugins"),
                             "spec.plugins.placementEscapes",
                             {"enabled": True, "deleteUnfitPods": True})
-        budget = admission.get("inspectionBudget")
-        inspection_budget = (DEFAULT_INSPECTION_BUDGET if budget is None else parse_duration(
-            str(budget), "spec.admission.inspectionBudget"))
-        if inspection_budget > MAX_INSPECTION_BUDGET:
-            raise ConfigError("spec.admission.inspectionBudget",
-                              f"must be at most {MAX_INSPECTION_BUDGET:g}s (the webhook's "
-                              f"timeout is 5s), got {budget!r}")
-        raw_freshness = admission.get("pullAlwaysFreshness")
-        freshness = (DEFAULT_PULL_ALWAYS_FRESHNESS if raw_freshness is None else parse_duration(
-            str(raw_freshness), "spec.admission.pullAlwaysFreshness"))
-        if freshness > MAX_PULL_ALWAYS_FRESHNESS:
-            raise ConfigError("spec.admission.pullAlwaysFreshness",
-                              f"must be at most {MAX_PULL_ALWAYS_FRESHNESS:g}s, "
-                              f"got {raw_freshness!r}")
+        inspection_budget = _bounded_duration(
+            admission, "inspectionBudget", DEFAULT_INSPECTION_BUDGET, MAX_INSPECTION_BUDGET,
+            " (the webhook's timeout is 5s)")
+        freshness = _bounded_duration(admission, "pullAlwaysFreshness",
+                                      DEFAULT_PULL_ALWAYS_FRESHNESS, MAX_PULL_ALWAYS_FRESHNESS)
         return cls(
             log_verbosity=str(spec.get("logVerbosity", "Normal")),
             namespace_selector=selector if isinstance(selector, Mapping) else None,
@@ -483,6 +474,21 @@ class PlacementConfig:
             admission_pull_always_freshness=freshness,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
+
+
+def _bounded_duration(admission: Mapping[str, Any], key: str, default: float,
+                      maximum: float, why: str = "") -> float:
+    """``spec.admission.<key>``: a Go duration in seconds, ``default`` when absent.
+
+    Raises:
+        ConfigError: not a duration, or over ``maximum`` seconds (``why`` says why).
+    """
+    raw = admission.get(key)
+    path = f"spec.admission.{key}"
+    value = default if raw is None else parse_duration(str(raw), path)
+    if value > maximum:
+        raise ConfigError(path, f"must be at most {maximum:g}s{why}, got {raw!r}")
+    return value
 
 
 def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:

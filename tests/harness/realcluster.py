@@ -61,3 +61,38 @@ def wait_for(check: Callable[[], Any], within: float, every: float = 0.1) -> Any
             return last
         time.sleep(every)
     raise AssertionError(f"not within {within} s; last: {last!r}")
+
+
+def installed_cluster(tmp_path_factory: pytest.TempPathFactory, name: str
+                      ) -> Iterator[KubeEnv]:
+    """:func:`real_cluster` with podplacement installed from ``deploy/`` as shipped
+    (:func:`podplacement.sandbox.product.install_manifests`: the sample config too)."""
+    from podplacement.sandbox.product import install_manifests
+
+    plane = real_cluster(tmp_path_factory, name)
+    env = next(plane)
+    try:
+        assert env.plane is not None
+        install_manifests(env.plane, REPO / "deploy")
+        yield env
+    finally:
+        plane.close()
+
+
+def running_product(cluster: KubeEnv, registry: Any, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[Any]:
+    """The webhook and one controller of this checkout (:func:`podplacement.sandbox.product.
+    start_product`, deploy/'s ServiceAccounts) trusting ``registry`` over plain HTTP, the
+    controller without the stand-down wait; afterwards, no RBAC denial in their logs."""
+    from podplacement.sandbox.product import start_product
+
+    assert cluster.plane is not None
+    options = ["--insecure-registry", registry.host]
+    prod = start_product(cluster.plane, tmp_path_factory.mktemp("product"),
+                         controller_options=[*options, *NO_STAND_DOWN],
+                         webhook_options=options)
+    try:
+        yield prod
+    finally:
+        prod.stop()
+    assert prod.forbidden() == [], "RBAC denials in the product's logs"
