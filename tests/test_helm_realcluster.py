@@ -46,20 +46,19 @@ from podplacement.controller.lifecycle import CONFIG_PATH
 from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product, kubectl, start_product
 from podplacement.version import source_version
-from tests.conftest import in_ci
 from tests.harness.helm import CHART, helm_or_skip, release_chart, run_helm
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import NO_STAND_DOWN, REPO, real_cluster, wait_for
 from tests.harness.registry import Registry
 from tests.harness.upgrade import (
     PodFlow,
-    ReleaseUnavailable,
     get_or_none,
     leftovers,
     outcome,
     pod,
     previous_release,
-    release_tree,
+    previous_release_tree,
+    products_to_stop,
     roll,
 )
 
@@ -98,13 +97,7 @@ GONE = {
 @pytest.fixture(scope="module")
 def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     helm_or_skip()
-    release = previous_release()
-    try:
-        return release_tree(release["commit"], tmp_path_factory.mktemp("previous-release"))
-    except ReleaseUnavailable as exc:
-        if in_ci():
-            pytest.fail(f"CI=true but release {release['version']}'s tree is missing: {exc}")
-        pytest.skip(f"release {release['version']}'s tree: {exc}")
+    return previous_release_tree(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +109,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, old_tree: Path) -> Iterato
 @pytest.fixture(scope="module")
 def state() -> Iterator[dict[str, Any]]:
     """What one test leaves for the next; every product in it is stopped at the end."""
-    shared: dict[str, Any] = {"products": []}
-    try:
-        yield shared
-    finally:
-        for product in shared["products"]:
-            product.stop()
+    yield from products_to_stop()
 
 
 def _helm(cluster: KubeEnv, *args: str, check: bool = True) -> Any:

@@ -38,7 +38,6 @@ from podplacement.controller.core.config import ADMISSION_POLICY_NAME, DECISION_
 from podplacement.controller.lifecycle import BINDING_PATH, CONFIG_PATH
 from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, kubectl, start_product
-from tests.conftest import in_ci
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import NO_STAND_DOWN, real_cluster
 from tests.harness.registry import Registry
@@ -46,7 +45,6 @@ from tests.harness.upgrade import (
     OLD_PARAMS,
     OLD_PARAMS_CRD,
     PodFlow,
-    ReleaseUnavailable,
     get_or_none,
     install_as_documented,
     leftovers,
@@ -54,7 +52,8 @@ from tests.harness.upgrade import (
     pod,
     previous_release,
     previous_release_in_force,
-    release_tree,
+    previous_release_tree,
+    products_to_stop,
     roll,
     rollback_manifests,
     upgrade_in_place,
@@ -76,13 +75,7 @@ ROLLOUT_DELAY = 11.0
 
 @pytest.fixture(scope="module")
 def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    release = previous_release()
-    try:
-        return release_tree(release["commit"], tmp_path_factory.mktemp("previous-release"))
-    except ReleaseUnavailable as exc:
-        if in_ci():
-            pytest.fail(f"CI=true but release {release['version']}'s tree is missing: {exc}")
-        pytest.skip(f"release {release['version']}'s tree: {exc}")
+    return previous_release_tree(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, old_tree: Path) -> Iterato
 def state() -> Iterator[dict[str, Any]]:
     """What the upgrade test leaves for the rollback test; every product in it is stopped
     at the end of the module."""
-    shared: dict[str, Any] = {"products": []}
-    try:
-        yield shared
-    finally:
-        for product in shared["products"]:
-            product.stop()
+    yield from products_to_stop()
 
 
 def _platforms_of(cluster: KubeEnv, ns: str, name: str) -> Any:

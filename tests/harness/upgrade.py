@@ -387,3 +387,37 @@ def previous_release_in_force(plane: ControlPlane) -> list[str]:
     if get_or_none(plane, OLD_PARAMS) is None:
         missing.append(f"{IMAGE_PLATFORMS_0_1.kind} cluster")
     return missing
+
+
+def previous_release_tree(tmp_path_factory: Any) -> Path:
+    """The previous release's tree (:func:`release_tree` of :func:`previous_release`'s
+    commit) in a fresh temporary folder; fails under CI (the clone lacks the commit), skips
+    elsewhere."""
+    import pytest
+
+    from tests.conftest import in_ci
+
+    release = previous_release()
+    try:
+        return release_tree(release["commit"], tmp_path_factory.mktemp("previous-release"))
+    except ReleaseUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI=true but release {release['version']}'s tree is missing: {exc}")
+        pytest.skip(f"release {release['version']}'s tree: {exc}")
+
+
+def products_to_stop() -> Any:
+    """A module's shared state ``{"products": [...]}``; every product in it is stopped at
+    the end (a generator for a module-scoped fixture)."""
+    shared: dict[str, Any] = {"products": []}
+    try:
+        yield shared
+    finally:
+        for product in shared["products"]:
+            product.stop()
+
+
+def bound_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod once bound to a node, else None."""
+    pod = get_or_none(plane, f"/api/v1/namespaces/{namespace}/pods/{name}")
+    return pod if pod is not None and (pod.get("spec") or {}).get("nodeName") else None
