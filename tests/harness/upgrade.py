@@ -416,8 +416,3 @@ def products_to_stop() -> Any:
         for product in shared["products"]:
             product.stop()
 
-
-def bound_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    """The pod once bound to a node, else None."""
-    pod = get_or_none(plane, f"/api/v1/namespaces/{namespace}/pods/{name}")
-    return pod if pod is not None and (pod.get("spec") or {}).get("nodeName") else None
