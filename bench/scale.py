@@ -23,13 +23,14 @@ duration of deploy/, 15 s). Then:
   requests) in namespace ``bench``, placed by the product from an empty catalog: the
   ``skewed`` mix of :mod:`bench.cluster` (Zipf s=1.1 over the tags, 10% ``Always``).
 
-At each checkpoint (``--checkpoints``, default 10,000, 50,000 and 100,000 pods) the pods
-created since the previous one are all bound, and it prints:
+At each checkpoint (``--checkpoints``, default 2,000, 10,000 and 30,000 pods: what fits in
+20 minutes on 2 cores with 5,000 nodes; 100,000 pods take about 45 minutes here, see the
+README) the pods created since the previous one are all bound, and it prints:
 
 - every process's RSS (now and peak) and CPU milliseconds per pod over the pods created since
-  the previous checkpoint: the leading and the standby controller, the webhook,
-  kube-apiserver, etcd (and the scheduler, kube-controller-manager, the registry, the
-  benchmark itself);
+  the previous checkpoint and in the stretches below: the leading and the standby
+  controller, the webhook, kube-apiserver, etcd (and the scheduler,
+  kube-controller-manager, the registry, the benchmark itself with its load generators);
 - the **placement rate as a ratio to bare at the same size**: ``--stretch-rounds`` pairs of
   stretches of ``--stretch`` pods each, created from idle at full rate: a product stretch in
   ``bench``, a bare stretch in ``bench-bare``, a namespace with the product's opt-out label
@@ -40,7 +41,11 @@ created since the previous one are all bound, and it prints:
   time); what the bare stretch still pays for the product is its processes' idle work and
   the escape monitor's watch, which receives the bare pods (bound, no placement label) and
   drops them by their namespace's label: the controller's CPU during the bare stretches is
-  printed;
+  printed. Next to the measured ratio, the *CPU model* of :mod:`bench.cluster`: bare's CPU
+  per pod over the product's, every process of the machine counted (with the 2 cores
+  saturated, the rate ratio it predicts), steadier than rates on a shared machine, and the
+  same without the controllers' and the webhook's CPU in the bare stretches (a cluster
+  without the product at all);
 - the share of pods per admission path (the decision annotation's ``path``: ``admission``
   the policy, ``webhook``, absent: the controller) over the pods since the previous
   checkpoint and over the last product stretches, separately for ``Always`` pods, and the
@@ -70,9 +75,10 @@ placed pod that the placed-pods watch makes at each (re)list.
 The machine is shared: the figures are this machine's, 2 cores with other work on them.
 
 Usage: ``python bench/scale.py [--nodes 5000] [--nrt-share 0.1] [--tags 50000]
-[--checkpoints 10000,50000,100000] [--stretch 2000] [--stretch-rounds 2] [--save FILE]``;
-a smoke run: ``python bench/scale.py --nodes 300 --tags 2000 --checkpoints 1000,3000
---stretch 300 --stretch-rounds 1``.
+[--checkpoints 2000,10000,30000] [--stretch 1000] [--stretch-rounds 2] [--save FILE]``;
+the issue's size: ``--checkpoints 10000,50000,100000 --stretch 2000``; a smoke run:
+``python bench/scale.py --nodes 300 --tags 2000 --checkpoints 1000,3000 --stretch 300
+--stretch-rounds 1``.
 """
 
 from __future__ import annotations
@@ -687,6 +693,24 @@ async def create_phase(plane: ControlPlane, phase: Phase, body: Callable[[int], 
         path.unlink(missing_ok=True)
 
 
+def run_measured(plane: ControlPlane, phase: Phase, procs: Mapping[str, int],
+                 body: Callable[[int], str], args: argparse.Namespace, directory: Path,
+                 work: Workload | None, nodes: Mapping[str, tuple[str, str]]
+                 ) -> dict[str, Sample]:
+    """:func:`create_phase`, then 2 s for the writes that trail the last binding (Events,
+    the params object); ``phase.cpu`` gets every process's CPU milliseconds per pod of the
+    phase (``benchmark``: this process and its load generators). Returns the processes'
+    samples at the end."""
+    before, self0 = sample(procs), _self_cpu()
+    asyncio.run(create_phase(plane, phase, body, args, directory, work, nodes))
+    time.sleep(2.0)
+    after, self1 = sample(procs), _self_cpu()
+    count = max(1, len(phase.indexes))
+    phase.cpu = {name: (after[name].cpu - before[name].cpu) * 1000 / count for name in procs}
+    phase.cpu["benchmark"] = (self1 - self0 + phase.run.bench_cpu) * 1000 / count
+    return after
+
+
 # --- hit ratios an ideal catalog would reach --------------------------------------------------
 def ideal_hits(work: Workload, total: int, capacity: int) -> tuple[list[bool], list[bool]]:
     """For each product pod ``i < total``: whether its tag was named by an earlier pod (an
@@ -969,7 +993,6 @@ class Checkpoint:
     pods: int
     fill: Phase
     procs: dict[str, Sample]
-    cpu_ms_per_pod: dict[str, float]
     stretches: list[tuple[Phase, Phase]]
     controller_cpu_bare: float
     shares_fill: PathShares
@@ -981,11 +1004,33 @@ class Checkpoint:
     params_seconds: float
     webhook: dict[str, float]
     handover: Handover | None
-    bench_cpu_ms_per_pod: float
 
     def ratios(self) -> list[float]:
         """Product stretch rate over bare's, per pair."""
         return [p.rate / b.rate if b.rate else float("nan") for p, b in self.stretches]
+
+    def stretch_cpu(self, bare: bool) -> dict[str, float]:
+        """CPU ms per pod of each process in the product (or bare) stretches, median over
+        the pairs, with ``total`` (every process of the machine, the benchmark included)."""
+        phases = [b if bare else p for p, b in self.stretches]
+        names = {n for ph in phases for n in ph.cpu}
+        out = {n: median([ph.cpu.get(n, 0.0) for ph in phases]) for n in names}
+        out["total"] = median([sum(ph.cpu.values()) for ph in phases])
+        return out
+
+    def cpu_model(self, without_product: bool = False) -> float:
+        """Bare's CPU per pod over the product's in the stretches: the rate ratio the
+        machine's CPU predicts with its 2 cores saturated (:mod:`bench.cluster`); with
+        ``without_product``, bare's CPU without what the controllers and the webhook spent
+        during the bare stretches (a cluster without the product at all)."""
+        if not self.stretches:
+            return float("nan")
+        bare = self.stretch_cpu(True)
+        total = bare["total"]
+        if without_product:
+            total -= sum(v for k, v in bare.items()
+                         if k.startswith("controller") or k == "webhook")
+        return total / self.stretch_cpu(False)["total"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -1008,23 +1053,25 @@ def print_checkpoint(cp: Checkpoint) -> None:
     print(f"\n== checkpoint {cp.pods} pods in {NAMESPACE} (+{len(fill.indexes)} since the last; "
           f"fill at {fill.rate:.1f} pods/s; wrong {fill.wrong}, escaped {fill.escaped}, "
           f"failed creates {fill.run.failed_creates})")
-    print(f"{'process':<26}{'RSS MiB':>9}{'peak MiB':>10}{'CPU ms/pod':>12}")
-    for name in [*PROCESS_ORDER, "benchmark"]:
-        if name == "benchmark":
-            print(f"{name:<26}{'':>9}{'':>10}{cp.bench_cpu_ms_per_pod:>12.2f}")
-            continue
+    product, bare = cp.stretch_cpu(False), cp.stretch_cpu(True)
+    print(f"{'process':<26}{'RSS MiB':>9}{'peak MiB':>10}   CPU ms/pod: {'fill':>6}"
+          f"{'product':>9}{'bare':>7} (stretches, median)")
+    for name in [*PROCESS_ORDER, "benchmark", "total"]:
         s = cp.procs.get(name)
-        if s is None:
-            continue
-        print(f"{name:<26}{mib(s.rss):>9}{mib(s.hwm):>10}"
-              f"{cp.cpu_ms_per_pod.get(name, float('nan')):>12.2f}")
+        mem = f"{mib(s.rss):>9}{mib(s.hwm):>10}" if s is not None else f"{'':>19}"
+        fill_cpu = (sum(fill.cpu.values()) if name == "total"
+                    else fill.cpu.get(name, float("nan")))
+        print(f"{name:<26}{mem}{'':>15}{fill_cpu:>6.2f}"
+              f"{product.get(name, float('nan')):>9.2f}{bare.get(name, float('nan')):>7.2f}")
     for k, (p, b) in enumerate(cp.stretches):
         print(f"stretch {k + 1}: product {p.rate:.1f} pods/s, bare {b.rate:.1f} pods/s, ratio "
               f"{p.rate / b.rate if b.rate else float('nan'):.2f} (wrong {p.wrong}, "
               f"escaped {p.escaped})")
     if cp.stretches:
         print(f"placement rate / bare at this size (median): {median(cp.ratios()):.2f}; "
-              f"controller CPU during the bare stretches: {cp.controller_cpu_bare:.2f} s")
+              f"the CPU model (bare's CPU per pod over the product's): {cp.cpu_model():.2f}, "
+              f"{cp.cpu_model(True):.2f} without the product's processes' CPU in the bare "
+              f"stretches (controllers {cp.controller_cpu_bare:.2f} s)")
     print(f"paths since the last checkpoint: {cp.shares_fill.text()}")
     if cp.stretches:
         print(f"paths in the product stretches: {cp.shares_stretch.text()}")
@@ -1050,29 +1097,38 @@ def print_summary(cps: Sequence[Checkpoint], probe: Mapping[str, Any],
           f"{setup['node_bytes'] / 1000:.1f} KB each), {args.tags} tags, Zipf s={SKEW_S}, "
           f"{SKEW_ALWAYS:.0%} Always; 2 shared cores")
     print("| pods | " + " | ".join(f"{n} RSS MiB (peak)" for n in PROCESS_ORDER[:5])
-          + " | rate / bare | rate / first | admission share (catalog hit) | params KB, "
-          "writes/s | ready s | handover s |")
+          + " | rate / bare (CPU model; without the product's idle CPU) | rate / first (CPU "
+          "model) | admission share (catalog hit) | params KB, writes/s | ready s | handover: "
+          "Lease / placed s |")
     print("|" + "---|" * 12)
-    first = median([p.rate for p, _ in cps[0].stretches]) if cps[0].stretches else float("nan")
+    first = median([p.rate for p, _ in cps[0].stretches])
+    first_cpu = cps[0].stretch_cpu(False).get("total", float("nan"))
     for cp in cps:
         mem = " | ".join(f"{mib(cp.procs[n].rss)} ({mib(cp.procs[n].hwm)})"
                          if n in cp.procs else "" for n in PROCESS_ORDER[:5])
         rate = median([p.rate for p, _ in cp.stretches])
+        cpu = cp.stretch_cpu(False).get("total", float("nan"))
         s = cp.shares_stretch if cp.stretches else cp.shares_fill
         adm = sum(v for k, v in (s.paths + s.always_paths).items() if k == "admission")
-        h = cp.handover
-        print(f"| {cp.pods} | {mem} | {median(cp.ratios()):.2f} | {rate / first:.2f} | "
+        h = cp.handover or Handover()
+        print(f"| {cp.pods} | {mem} | {median(cp.ratios()):.2f} ({cp.cpu_model():.2f}; "
+              f"{cp.cpu_model(True):.2f}) | "
+              f"{rate / first:.2f} ({first_cpu / cpu:.2f}) | "
               f"{adm / max(1, s.pods):.1%} ({s.hit:.1%}) | {cp.params_bytes / 1000:.0f}, "
-              f"{cp.params_writes / max(cp.params_seconds, 1e-9):.2f} | "
-              f"{h.ready if h else float('nan'):.1f} | "
-              f"{h.lease if h else float('nan'):.1f} / {h.placed if h else float('nan'):.1f} |")
-    print("\nCPU ms per pod created since the previous checkpoint:")
-    names = [n for n in (*PROCESS_ORDER, "benchmark")]
-    print("| pods | " + " | ".join(names) + " |")
-    print("|" + "---|" * (len(names) + 1))
-    for cp in cps:
-        cells = [f"{cp.cpu_ms_per_pod.get(n, float('nan')):.2f}" for n in PROCESS_ORDER]
-        print(f"| {cp.pods} | " + " | ".join([*cells, f"{cp.bench_cpu_ms_per_pod:.2f}"]) + " |")
+              f"{cp.params_writes / max(cp.params_seconds, 1e-9):.2f} | {h.ready:.1f} | "
+              f"{h.lease:.1f} / {h.placed:.1f} |")
+    names = [*PROCESS_ORDER, "benchmark"]
+    for title, of in (("pods created since the previous checkpoint",
+                       lambda cp: {**cp.fill.cpu, "total": sum(cp.fill.cpu.values())}),
+                      ("product stretch pods (median)", lambda cp: cp.stretch_cpu(False)),
+                      ("bare stretch pods (median)", lambda cp: cp.stretch_cpu(True))):
+        print(f"\nCPU ms per pod, {title}:")
+        print("| pods | " + " | ".join([*names, "total"]) + " |")
+        print("|" + "---|" * (len(names) + 2))
+        for cp in cps:
+            figures = of(cp)
+            print(f"| {cp.pods} | " + " | ".join(f"{figures.get(n, float('nan')):.2f}"
+                                                for n in [*names, "total"]) + " |")
     if probe:
         print("\nwhat the controller's informers hold (tracemalloc, a fresh process, at the "
               "last checkpoint):")
@@ -1091,8 +1147,9 @@ def save(path: Path, cps: Sequence[Checkpoint], probe: Mapping[str, Any],
         "pods": cp.pods, "fill_rate": cp.fill.rate,
         "rss_kib": {n: s.rss for n, s in cp.procs.items()},
         "hwm_kib": {n: s.hwm for n, s in cp.procs.items()},
-        "cpu_ms_per_pod": cp.cpu_ms_per_pod, "bench_cpu_ms_per_pod": cp.bench_cpu_ms_per_pod,
-        "stretches": [{"product": p.rate, "bare": b.rate} for p, b in cp.stretches],
+        "cpu_ms_per_pod": cp.fill.cpu,
+        "stretches": [{"product": p.rate, "bare": b.rate, "product_cpu": p.cpu,
+                       "bare_cpu": b.cpu} for p, b in cp.stretches],
         "paths_fill": dict(cp.shares_fill.paths + cp.shares_fill.always_paths),
         "paths_stretch": dict(cp.shares_stretch.paths + cp.shares_stretch.always_paths),
         "hit_fill": [cp.shares_fill.hit, cp.shares_fill.ideal, cp.shares_fill.lru],
@@ -1169,10 +1226,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tags", type=int, default=50_000, help="image tags (default 50000)")
     ap.add_argument("--push", choices=("storage", "http"), default="storage",
                     help="write the tags into the registry's storage (default) or PUT them")
-    ap.add_argument("--checkpoints", default="10000,50000,100000",
-                    help="pod counts, comma-separated (default 10000,50000,100000)")
-    ap.add_argument("--stretch", type=int, default=2000,
-                    help="pods per rate stretch (default 2000)")
+    ap.add_argument("--checkpoints", default="2000,10000,30000",
+                    help="pod counts, comma-separated (default 2000,10000,30000)")
+    ap.add_argument("--stretch", type=int, default=1000,
+                    help="pods per rate stretch (default 1000)")
     ap.add_argument("--stretch-rounds", type=int, default=2,
                     help="product/bare stretch pairs per checkpoint (default 2; 0: none)")
     ap.add_argument("--clients", type=int, default=16,
@@ -1233,14 +1290,9 @@ def main(argv: list[str] | None = None) -> int:
         for n, target in enumerate(checkpoints):
             fill = Phase(NAMESPACE, range(next_pod, next_pod + max(0, target - next_pod)))
             next_pod = fill.indexes.stop
-            procs = processes(plane, product, ctl, registry)
-            before, self0 = sample(procs), _self_cpu()
             print(f"filling to {target} pods ({len(fill.indexes)} new)", file=sys.stderr)
-            asyncio.run(create_phase(plane, fill, work.body, args, work_dir, work, nodes))
-            time.sleep(2.0)  # writes that trail the last binding (Events, params) count
-            after, self1 = sample(procs), _self_cpu()
-            count = max(1, len(fill.indexes))
-            cpu = {name: (after[name].cpu - before[name].cpu) * 1000 / count for name in procs}
+            after = run_measured(plane, fill, processes(plane, product, ctl, registry),
+                                 work.body, args, work_dir, work, nodes)
             stretches: list[tuple[Phase, Phase]] = []
             bare_ctl_cpu = 0.0
             for r in range(rounds):
@@ -1250,29 +1302,26 @@ def main(argv: list[str] | None = None) -> int:
                 order = [product_phase, bare_phase] if r % 2 == 0 else [bare_phase,
                                                                         product_phase]
                 for phase in order:
-                    ctl_pids = {k: v for k, v in processes(plane, product, ctl,
-                                                           registry).items()
-                                if k.startswith("controller")}
-                    c0 = sample(ctl_pids)
-                    asyncio.run(create_phase(plane, phase, work.body, args, work_dir,
-                                             work if phase is product_phase else None, nodes))
+                    run_measured(plane, phase, processes(plane, product, ctl, registry),
+                                 work.body, args, work_dir,
+                                 work if phase is product_phase else None, nodes)
                     if phase is bare_phase:
-                        c1 = sample(ctl_pids)
-                        bare_ctl_cpu += sum(c1[k].cpu - c0[k].cpu for k in c1)
+                        bare_ctl_cpu += sum(v for k, v in phase.cpu.items()
+                                            if k.startswith("controller")
+                                            ) * len(phase.indexes) / 1000
                 stretches.append((product_phase, bare_phase))
             now = time.monotonic()
             writes, written = params.between(last_t, now)
             p_bytes, p_entries = params_now(plane)
             cp = Checkpoint(
-                pods=target, fill=fill, procs=after, cpu_ms_per_pod=cpu, stretches=stretches,
+                pods=target, fill=fill, procs=after, stretches=stretches,
                 controller_cpu_bare=bare_ctl_cpu,
                 shares_fill=PathShares.of([fill], work, unbounded, bounded),
                 shares_stretch=PathShares.of([p for p, _ in stretches], work, unbounded,
                                              bounded),
                 params_bytes=p_bytes, params_entries=p_entries, params_writes=writes,
                 params_written=written, params_seconds=now - last_t,
-                webhook=webhook_paths(product), handover=None,
-                bench_cpu_ms_per_pod=((self1 - self0) + fill.run.bench_cpu) * 1000 / count)
+                webhook=webhook_paths(product), handover=None)
             last_t = now
             if not args.no_handover:
                 cp.handover = handover(plane, registry, ctl, n + 2, probes)
