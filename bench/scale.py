@@ -76,7 +76,8 @@ The machine is shared: the figures are this machine's, 2 cores with other work o
 
 Usage: ``python bench/scale.py [--nodes 5000] [--nrt-share 0.1] [--tags 50000]
 [--checkpoints 2000,10000,30000] [--stretch 1000] [--stretch-rounds 2] [--save FILE]``;
-the issue's size: ``--checkpoints 10000,50000,100000 --stretch 2000``; a smoke run:
+the issue's size: ``--checkpoints 10000,50000,100000 --stretch 2000``; a setting against the
+sample config: ``--config-patch '{"spec": {...}}'`` (a JSON merge patch); a smoke run:
 ``python bench/scale.py --nodes 300 --tags 2000 --checkpoints 1000,3000 --stretch 300
 --stretch-rounds 1``.
 """
@@ -97,6 +98,7 @@ import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import ssl  # noqa: E402
 import subprocess  # noqa: E402
@@ -1235,6 +1237,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=16,
                     help="keep-alive connections in all (default 16)")
     ap.add_argument("--procs", type=int, default=2, help="load-generator processes (default 2)")
+    ap.add_argument("--config-patch", default=None, metavar="JSON",
+                    help="a JSON merge patch applied to the sample config after the install "
+                         "(to compare a setting with the default; the default config "
+                         "without it)")
     ap.add_argument("--lease-duration", type=int, default=15,
                     help="the controllers' --lease-duration (default 15, deploy/'s)")
     ap.add_argument("--limit", type=float, default=900.0,
@@ -1242,6 +1248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-handover", action="store_true",
                     help="no controller start and leader handover at the checkpoints")
     ap.add_argument("--no-probe", action="store_true", help="no memory probe at the end")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (logs, etcd data, registry storage: GBs at "
+                         "100,000 pods); removed by default")
     ap.add_argument("--save", type=Path, default=None, metavar="FILE",
                     help="also write the figures as JSON to FILE")
     ap.add_argument("--probe-memory", metavar="KUBECONFIG", help=argparse.SUPPRESS)
@@ -1255,6 +1264,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--checkpoints: not a list of pod counts: {args.checkpoints!r}")
     if not checkpoints or checkpoints[0] <= 0 or args.nodes <= 0 or args.tags <= 0:
         ap.error("--checkpoints, --nodes and --tags must be positive")
+    try:
+        patch = None if args.config_patch is None else json.loads(args.config_patch)
+    except ValueError as exc:
+        ap.error(f"--config-patch: not JSON: {exc}")
     args.procs = max(1, min(args.procs, args.clients))
     work_dir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     t_start = time.monotonic()
@@ -1266,6 +1279,11 @@ def main(argv: list[str] | None = None) -> int:
         plane = start_control_plane(locate_assets(), work_dir / "plane")
         images, nodes, setup = set_up(args, work_dir, registry, plane)
         install_manifests(plane, REPO / "deploy")
+        if patch is not None:
+            with plane.client() as c:
+                c.patch(CONFIG_PATH, json=patch,
+                        headers={"Content-Type": "application/merge-patch+json"}
+                        ).raise_for_status()
         options = ["--insecure-registry", registry.host]
         product = start_product(plane, work_dir / "product", controller_options=options,
                                 webhook_options=options, controllers=0,
@@ -1343,6 +1361,10 @@ def main(argv: list[str] | None = None) -> int:
         if plane is not None:
             plane.stop()
         registry.stop()
+        if args.keep:
+            print(f"work directory kept: {work_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
     return 0
 
 
