@@ -257,7 +257,7 @@ def test_rollback_to_the_previous_release_with_pods_flowing(
                                    "imageplatformcatalogs.podplacement.io") is None, 30)
     assert previous_release_in_force(plane) == []
     # 0.1.0's policy still places new pods from its own catalog. Just after the clean-up (a
-    # CRD deleted), the API server applied no policy to the first pod in 3 of 4 runs here (no
+    # CRD deleted), the API server applied no policy to the first pod in 6 of 8 runs here (no
     # gate label; 0.1.0's webhook placed it); pods created 2 s later were all placed by the
     # policy. So: one pod a second, until one is placed at admission, each placed rightly.
     paths = []
