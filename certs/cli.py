@@ -33,7 +33,7 @@ from podplacement.certs.store import (
     CertStoreError,
     write_dir,
 )
-from podplacement.cli import (
+from podplacement.cliargs import (
     is_dns_label,
     is_dns_subdomain,
     non_negative_float,

@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from podplacement.cli import non_negative_float, one_line, positive_int
+from podplacement.cliargs import non_negative_float, one_line, positive_int
 from podplacement.controller.core.config import DEFAULT_NAMESPACE
 from podplacement.imageinspect.cli import add_registry_arguments, parse_ca_files
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from podplacement.cli import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
+from podplacement.cliargs import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 from podplacement.controller.bindingfeed import BINDINGS_SELECTOR
 from podplacement.controller.core.config import (
     CONFIG_NAME,

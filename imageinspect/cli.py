@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from podplacement.cli import one_line, positive_float, yaml_error_line
+from podplacement.cliargs import one_line, positive_float, yaml_error_line
 from podplacement.imageinspect._credentials import (
     Credential,
     credentials_from_docker_config,

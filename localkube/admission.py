@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from localkube import _gojson
+import localkube._gojson as _gojson
 from localkube.errors import StatusError
 from localkube.patch import JSONPatchError, run_json_patch
 

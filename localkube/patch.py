@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from localkube import _gojson
+import localkube._gojson as _gojson
 from localkube._smp import MERGE_LISTS, SMPError, strategic_merge
 from localkube.errors import StatusError, bad_request, patch_apply_failed
 

@@ -21,7 +21,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import _gojson
+import localkube._gojson as _gojson
 from localkube._gostruct import go_value, spec_diff
 from localkube.errors import StatusError, invalid
 from podplacement.controller.core.podspec import compute_qos_class, quantity_exact

@@ -33,7 +33,9 @@ import orjson
 import yaml
 from aiohttp import web
 
-from localkube import builtin, podrules, schema
+import localkube.builtin as builtin
+import localkube.podrules as podrules
+import localkube.schema as schema
 from localkube.admission import Admission
 from localkube.errors import (
     StatusError,

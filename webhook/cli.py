@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from podplacement.cli import one_line, positive_float, positive_int
+from podplacement.cliargs import one_line, positive_float, positive_int
 from podplacement.controller.core.config import DEFAULT_NAMESPACE
 from podplacement.controller.core.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 from podplacement.imageinspect.cli import add_registry_arguments, registry_settings

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from podplacement.cli import positive_float
+from podplacement.cliargs import positive_float
 
 #: ``--api-server`` choices: the real control plane when found (else localkube), the real
 #: one or nothing, the API double.

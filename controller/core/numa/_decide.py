@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+import podplacement.controller.core.numa._fast as _fast
 from podplacement.controller.core.config import HOSTNAME_LABEL, TopologyConfig
-from podplacement.controller.core.numa import _fast
 from podplacement.controller.core.numa._fit import (
     Columns,
     ContainerPlan,
