@@ -245,6 +245,28 @@ async def test_transform_applies_to_listed_items_and_watch_events_before_cache_a
         await inf.stop()
 
 
+async def test_a_transform_failing_on_a_watch_event_hands_the_object_on_whole(
+    small_api: KubeAPI,
+) -> None:
+    api = small_api
+
+    def picky(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("cannot trim")
+        return _trim(obj)
+
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("good"))
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, transform=picky)
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("bad"))
+        await eventually(lambda: _has(inf, "a/bad"))
+        assert inf.cache["a/bad"]["data"] == {"k": "v"} and "data" not in inf.cache["a/good"]
+    finally:
+        await inf.stop()
+
+
 async def test_informer_without_cache_hands_each_page_on_as_it_arrives(
     small_api: KubeAPI,
 ) -> None:
