@@ -68,9 +68,10 @@ Every bound pod of ``bench`` is checked as it binds: bound to a node whose (os, 
 image lacks (*wrong*) or without a ``kubernetes.io/arch`` requirement (*escaped*); both
 must be 0. At the end (unless ``--no-probe``) a separate process measures what the
 controller's informers hold at that size (:func:`probe_memory`, tracemalloc): the Node
-cache with full objects and with only name, resourceVersion, labels and
-``status.allocatable``, the NRT cache, the gated pods, and the transient list of every
-placed pod that the placed-pods watch makes at each (re)list.
+cache with full objects and through the controller's transform
+(:func:`controller.core.nodeview.node_view`), the NRT cache, the gated pods, and the
+transient peak of the placed-pods watch's (re)list of every placed pod, page by page as the
+informer reads it and with every page held.
 
 The machine is shared: the figures are this machine's, 2 cores with other work on them.
 
@@ -395,6 +396,12 @@ def nrt_for(node: FakeNode) -> dict[str, Any]:
 
 
 # --- processes -------------------------------------------------------------------------------
+def reset_peak_rss() -> None:
+    """Reset this process's peak RSS (VmHWM) to its present RSS (Linux ``clear_refs`` 5)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def rss_kib(pid: int) -> int:
     """The resident set size (VmRSS, KiB) of a live process; 0 when it is gone."""
     try:
@@ -904,21 +911,23 @@ async def probe_memory(kubeconfig: str) -> dict[str, Any]:
     tracemalloc in this (fresh) process with the product's own :class:`kubeclient.Informer`
     and :meth:`kubeclient.KubeAPI.list_all`:
 
-    - ``nodes``: the Node informer's cache (full objects, as the controller keeps them) and
-      the same nodes trimmed to name, resourceVersion, labels and ``status.allocatable``
-      (what the controller's readers use: the (os, arch) labels, the hostname label, the
-      allocatable resource names);
+    - ``nodes``: the Node informer's cache with full objects (``heap_bytes``) and through
+      the controller's transform (``kept_heap_bytes``: :func:`controller.core.nodeview.
+      node_view`, name, resourceVersion, labels and ``status.allocatable``);
     - ``nrts``: the NodeResourceTopology informer's cache;
     - ``gated``: the gated-pods informer's cache (``scheduling-gate=gated``);
-    - ``placed_list``: the list of every placed pod the placed-pods watch makes at each
-      (re)list (its watch is cache-less, its list is not: :meth:`KubeAPI.list_all` holds
-      every page), as a peak above the level before it, with the RSS peak and the seconds.
+    - ``placed_relist``: the cache-less informer's relist of every placed pod (the
+      placed-pods watch's, a handler keeping nothing: each page handed on as it arrives),
+      its RSS peak above the level before it and the seconds;
+    - ``placed_list``: the same list with every page held (:meth:`KubeAPI.list_all`, what
+      that relist did before it went page by page), its RSS peak and the seconds.
 
     Returns: ``{name: {"objects", "json_bytes", "heap_bytes", ...}}`` (bytes, seconds).
     """
     import gc
     import tracemalloc
 
+    from podplacement.controller.core.nodeview import node_view
     from podplacement.kubeclient import Informer, KubeAPI
 
     api = await KubeAPI.from_kubeconfig(kubeconfig)
@@ -928,8 +937,10 @@ async def probe_memory(kubeconfig: str) -> dict[str, Any]:
         gc.collect()
         return tracemalloc.get_traced_memory()[0]
 
-    async def informer(path: str, params: Mapping[str, str] | None = None) -> Informer:
-        inf = Informer(api, path, params, tolerate_absent=True)
+    async def informer(path: str, params: Mapping[str, str] | None = None,
+                       transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                       ) -> Informer:
+        inf = Informer(api, path, params, tolerate_absent=True, transform=transform)
         inf.start()
         await asyncio.wait_for(inf.synced.wait(), 600)
         await inf.stop()
@@ -947,20 +958,32 @@ async def probe_memory(kubeconfig: str) -> dict[str, Any]:
             inf = await informer(path, params)
             out[name] = {"objects": len(inf.cache), "json_bytes": json_bytes(inf.cache.values()),
                          "heap_bytes": heap() - before}
-            if name == "nodes":
-                before = heap()
-                trimmed = {k: orjson.loads(orjson.dumps({
-                    "metadata": {f: (o.get("metadata") or {}).get(f)
-                                 for f in ("name", "resourceVersion", "labels")},
-                    "status": {"allocatable": (o.get("status") or {}).get("allocatable")}}))
-                    for k, o in inf.cache.items()}
-                out["nodes"]["trimmed_heap_bytes"] = heap() - before
-                out["nodes"]["trimmed_json_bytes"] = json_bytes(trimmed.values())
-                del trimmed
             inf.cache.clear()
             del inf
+            if name == "nodes":
+                before = heap()
+                inf = await informer(path, params, transform=node_view)
+                out["nodes"]["kept_heap_bytes"] = heap() - before
+                out["nodes"]["kept_json_bytes"] = json_bytes(inf.cache.values())
+                inf.cache.clear()
+                del inf
         tracemalloc.stop()
         gc.collect()
+        reset_peak_rss()  # the peak RSS of each list, from the level before it
+        rss0 = rss_kib(os.getpid())
+        began = time.monotonic()
+        placed = Informer(api, "/api/v1/pods", {"labelSelector": AFFINITY_LABEL},
+                          keep_cache=False)
+        count = [0]
+        placed.add_handler(lambda t, o, old: count.__setitem__(0, count[0] + 1))
+        await placed.relist()
+        took = time.monotonic() - began
+        _, hwm = proc_stats(os.getpid())
+        out["placed_relist"] = {"objects": count[0], "rss_peak_above_kib": hwm - rss0,
+                                "seconds": took}
+        del placed
+        gc.collect()
+        reset_peak_rss()
         rss0 = rss_kib(os.getpid())
         began = time.monotonic()
         items, _ = await api.list_all("/api/v1/pods", params={"labelSelector": AFFINITY_LABEL})

@@ -90,6 +90,7 @@ from podplacement.controller.core.findings import FindingsStore
 from podplacement.controller.core.freshness import PullAlwaysFreshness
 from podplacement.controller.core.imageparams import ParamsStore
 from podplacement.controller.core.learn import merge, touches
+from podplacement.controller.core.nodeview import node_view
 from podplacement.controller.core.numa import InFlight
 from podplacement.controller.core.platforms import ImageLike, image_platform_pairs
 from podplacement.controller.core.podspec import gate_label_ops, has_gate, lost_gate_label
@@ -282,7 +283,10 @@ class Controller:
         selector = f"{GATE_LABEL}={GATE_LABEL_GATED}"
         self.pods = Informer(api, PODS_PATH, {"labelSelector": selector}, name="gated pods",
                              watch_timeout=o.watch_timeout)
-        self.nodes = Informer(api, NODES_PATH, name="nodes", watch_timeout=o.watch_timeout)
+        #: Nodes trimmed to the fields the controller reads (:func:`node_view`): a
+        #: kubelet's images, conditions and managedFields are most of a Node's bytes.
+        self.nodes = Informer(api, NODES_PATH, name="nodes", watch_timeout=o.watch_timeout,
+                              transform=node_view)
         self.configs = Informer(api, CONFIGS_PATH, name="podplacementconfigs",
                                 watch_timeout=o.watch_timeout, tolerate_absent=True,
                                 max_backoff=10.0)

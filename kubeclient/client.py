@@ -15,7 +15,7 @@ import random
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -484,27 +484,49 @@ class KubeAPI:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise api_error(0, "Transport", f"{type(exc).__name__}: {exc}") from exc
 
-    async def list_all(
+    async def list_pages(
         self, path: str, *, params: Mapping[str, str] | None = None, page_size: int = 500
-    ) -> tuple[list[dict[str, Any]], str]:
-        """List a collection, following ``continue`` tokens; return ``(items, resourceVersion)``.
+    ) -> AsyncGenerator[tuple[list[dict[str, Any]], str], None]:
+        """List a collection page by page, following ``continue`` tokens: yield each page's
+        ``(items, resourceVersion)`` as it arrives (``limit=page_size`` objects at most; the
+        last page's resourceVersion is the list's). The page is not kept once handed on,
+        so a caller that drops it holds one page at a time.
 
         Raises:
-            ApiError: any page failed (a 410 on an expired continue token included).
+            ApiError: a page failed (a 410 on an expired continue token included); the pages
+                before it were already yielded.
         """
-        items: list[dict[str, Any]] = []
         query: dict[str, str] = dict(params or {})
         query["limit"] = str(page_size)
         rv = ""
         while True:
             page = await self.request("GET", path, params=query)
-            items.extend(page.get("items") or [])
+            items: list[dict[str, Any]] = page.get("items") or []
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or rv)
             token = meta.get("continue")
+            del page, meta
+            yield items, rv
+            del items
             if not token:
-                return items, rv
+                return
             query["continue"] = str(token)
+
+    async def list_all(
+        self, path: str, *, params: Mapping[str, str] | None = None, page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """List a collection, following ``continue`` tokens; return ``(items, resourceVersion)``
+        (every page held: :meth:`list_pages` hands them on one by one).
+
+        Raises:
+            ApiError: any page failed (a 410 on an expired continue token included).
+        """
+        items: list[dict[str, Any]] = []
+        rv = ""
+        async for page, page_rv in self.list_pages(path, params=params, page_size=page_size):
+            items.extend(page)
+            rv = page_rv
+        return items, rv
 
     async def close(self) -> None:
         """Close the connection pool (idempotent)."""

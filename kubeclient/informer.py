@@ -5,7 +5,9 @@ bookmarks, resumes from the last seen resourceVersion after a watch ends, relist
 ``410 Gone``, backs off (bounded, exponential, jittered) on errors, and hands every change to
 its handlers. By default it keeps a local cache keyed ``namespace/name`` (or ``name`` for
 cluster-scoped objects); with ``keep_cache=False`` it keeps nothing per object (memory), at
-the price of the deletions a relist cannot see (see :class:`Informer`).
+the price of the deletions a relist cannot see (see :class:`Informer`). A ``transform``
+(client-go's ``TransformFunc``) trims every object before it is cached or handed on, and a
+(re)list reads its pages one at a time, so it never holds every untrimmed object at once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from podplacement.kubeclient.client import ApiError, KubeAPI, next_backoff, object_key, retry_delay
@@ -24,6 +26,11 @@ log = logging.getLogger(__name__)
 #: ``handler(event_type, obj, old)``: ``event_type`` ADDED / MODIFIED / DELETED, ``obj`` the
 #: object (for DELETED its last state), ``old`` the cached previous state (None without one).
 EventHandler = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]
+
+#: ``transform(obj) -> obj``: what the informer keeps and hands on instead of ``obj`` (a
+#: listed item or a watch event's object, as the API server sent it). client-go's
+#: ``cache.TransformFunc`` (k8s.io/client-go/tools/cache, ``SharedIndexInformer.SetTransform``).
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Informer:
@@ -46,6 +53,24 @@ class Informer:
     deletions. :attr:`listing` is true while a (re)list hands its objects on, so a handler
     can tell an object listed (it may be old) from one the watch reports as it changes.
 
+    A (re)list reads the collection ``page_size`` objects at a time (``limit`` and
+    ``continue``). Without a cache each page's objects are handed on as the page arrives
+    and dropped, so a relist holds one page, not the collection: :attr:`listing` is true
+    from the first page to the end of the last, :attr:`resource_version` and ``synced`` are
+    set after the last page (its resourceVersion is the list's), and a list that fails after
+    some pages has handed those on (they are ADDED again by the next list). With a cache the
+    cache is replaced, and the differences emitted, after the last page, as before.
+
+    ``transform`` (client-go's ``cache.TransformFunc``, set with
+    ``SharedIndexInformer.SetTransform``) is applied to every object, listed items and the
+    objects of ADDED / MODIFIED / DELETED watch events (not bookmarks), before it is
+    cached or handed to the handlers; a relist transforms each page as it arrives, so only
+    one page of untransformed objects is held at a time. It should keep
+    ``metadata.name``, ``namespace`` and ``resourceVersion`` (the cache's key and its
+    change detection), must be cheap and pure, and must not raise: an exception fails the
+    list (retried with backoff) or is logged for a watch event, whose object is then
+    handed on untransformed. Handlers and :meth:`get` see only the transformed objects.
+
     Backoff: ``min_backoff`` doubling up to ``max_backoff`` seconds, with jitter, reset
     after a successful list or a watch that delivered events or stayed open; while the API
     server is unreachable or answers 429/5xx the wait is at most
@@ -65,6 +90,7 @@ class Informer:
         tolerate_absent: bool = False,
         page_size: int = 500,
         keep_cache: bool = True,
+        transform: Transform | None = None,
     ) -> None:
         self.api = api
         self.path = path
@@ -76,6 +102,7 @@ class Informer:
         self.lists = 0
         self.absent = False
         self.keep_cache = keep_cache
+        self.transform = transform
         #: True while :meth:`relist` calls the handlers.
         self.listing = False
         self._handlers: list[EventHandler] = []
@@ -120,29 +147,53 @@ class Informer:
 
     async def relist(self) -> None:
         """List the collection, replace the cache and emit the differences (without a
-        cache: emit ADDED for every object listed).
+        cache: emit ADDED for every object listed, page by page as the pages arrive).
 
         Raises:
-            ApiError: the list failed.
+            ApiError: the list failed (without a cache, the objects of the pages read
+                before the failure were already handed on).
+            Exception: whatever ``transform`` raised.
         """
-        items, rv = await self.api.list_all(self.path, params=self.params,
-                                            page_size=self._page_size)
+        transform = self.transform
+        rv = ""
+        if self.keep_cache:
+            items: list[dict[str, Any]] = []
+            async with contextlib.aclosing(self._pages()) as pages:
+                async for page, page_rv in pages:
+                    items.extend(map(transform, page) if transform is not None else page)
+                    rv = page_rv
+                    del page
+            self._list_done(rv)
+            self.listing = True
+            try:
+                self._replace(items)
+            finally:
+                self.listing = False
+        else:
+            self.listing = True
+            try:
+                async with contextlib.aclosing(self._pages()) as pages:
+                    async for page, page_rv in pages:
+                        for obj in page:
+                            self._emit("ADDED", obj if transform is None else transform(obj),
+                                       None)
+                        rv = page_rv
+                        del page
+            finally:
+                self.listing = False
+            self._list_done(rv)
+        self.synced.set()
+
+    def _pages(self) -> AsyncGenerator[tuple[list[dict[str, Any]], str], None]:
+        return self.api.list_pages(self.path, params=self.params, page_size=self._page_size)
+
+    def _list_done(self, rv: str) -> None:
         self.lists += 1
         self.absent = False
         self.resource_version = rv
-        self.listing = True
-        try:
-            self._replace(items)
-        finally:
-            self.listing = False
-        self.synced.set()
 
     def _replace(self, items: list[dict[str, Any]]) -> None:
-        """Hand a list's ``items`` on (and replace the cache with them, when kept)."""
-        if not self.keep_cache:
-            for obj in items:
-                self._emit("ADDED", obj, None)
-            return
+        """Replace the cache with a list's ``items`` and emit the differences."""
         fresh = {object_key(o): o for o in items}
         old_cache = self.cache
         self.cache = fresh
@@ -162,18 +213,23 @@ class Informer:
         rv = _rv(obj)
         if rv:
             self.resource_version = rv
-        if etype == "BOOKMARK":
-            return
+        if etype not in ("ADDED", "MODIFIED", "DELETED"):
+            return  # BOOKMARK (its resourceVersion taken above), or unknown
+        if self.transform is not None:
+            try:
+                obj = self.transform(obj)
+            except Exception:
+                log.exception("informer %s: transform failed on %s; object kept whole",
+                              self.name, etype)
         if not self.keep_cache:
-            if etype in ("ADDED", "MODIFIED", "DELETED"):
-                self._emit(etype, obj, None)
+            self._emit(etype, obj, None)
             return
         key = object_key(obj)
         old = self.cache.get(key)
         if etype == "DELETED":
             self.cache.pop(key, None)
             self._emit("DELETED", obj, old)
-        elif etype in ("ADDED", "MODIFIED"):
+        else:
             self.cache[key] = obj
             self._emit("MODIFIED" if old is not None else "ADDED", obj, old)
 

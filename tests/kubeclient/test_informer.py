@@ -208,6 +208,92 @@ async def test_informer_without_cache_hands_on_events_and_relists_as_added(
         await inf.stop()
 
 
+def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+    """Keep metadata name/namespace/resourceVersion and a marker: what a transform keeps."""
+    meta = obj["metadata"]
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion")},
+            "trimmed": sorted(obj.get("data") or {})}
+
+
+async def test_transform_applies_to_listed_items_and_watch_events_before_cache_and_handlers(
+    small_api: KubeAPI,
+) -> None:
+    api = small_api
+    for name in ("one", "two", "three"):
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm(name))
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, page_size=2,
+                   transform=_trim)
+    seen: list[tuple[str, dict[str, Any], Any]] = []
+    inf.add_handler(lambda t, o, old: seen.append((t, o, old)))
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        assert {t for t, _, _ in seen} == {"ADDED"} and len(seen) == 3  # two pages
+        await api.request("PATCH", "/api/v1/namespaces/a/configmaps/one",
+                          body={"data": {"z": "1"}})
+        await api.request("DELETE", "/api/v1/namespaces/a/configmaps/two")
+        await eventually(lambda: _gone(inf, "a/two"))
+        assert inf.cache["a/one"]["trimmed"] == ["k", "z"] and "data" not in inf.cache["a/one"]
+        assert all(set(o) == {"metadata", "trimmed"} for _, o, _ in seen)
+        modified = [(o, old) for t, o, old in seen if t == "MODIFIED"]
+        assert modified and modified[0][0]["trimmed"] == ["k", "z"]
+        assert modified[0][1]["trimmed"] == ["k"] and set(modified[0][1]) == {"metadata",
+                                                                              "trimmed"}
+        deleted = [o for t, o, _ in seen if t == "DELETED"]
+        assert [o["metadata"]["name"] for o in deleted] == ["two"] and "data" not in deleted[0]
+    finally:
+        await inf.stop()
+
+
+async def test_a_transform_failing_on_a_watch_event_hands_the_object_on_whole(
+    small_api: KubeAPI,
+) -> None:
+    api = small_api
+
+    def picky(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("cannot trim")
+        return _trim(obj)
+
+    await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("good"))
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, transform=picky)
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm("bad"))
+        await eventually(lambda: _has(inf, "a/bad"))
+        assert inf.cache["a/bad"]["data"] == {"k": "v"} and "data" not in inf.cache["a/good"]
+    finally:
+        await inf.stop()
+
+
+async def test_informer_without_cache_hands_each_page_on_as_it_arrives(
+    small_api: KubeAPI,
+) -> None:
+    """A cache-less relist emits a page's objects before the next page is asked for; the
+    resourceVersion and ``synced`` come after the last page, ``listing`` spans them all."""
+    api = small_api
+    for i in range(5):
+        await api.request("POST", "/api/v1/namespaces/a/configmaps", body=_cm(f"c{i}"))
+    inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=2, page_size=2,
+                   keep_cache=False, transform=_trim)
+    # (name, list GETs answered so far, listing, resourceVersion set, synced) at each event
+    seen: list[tuple[str, int, bool, bool, bool]] = []
+    inf.add_handler(lambda t, o, old: seen.append((
+        o["metadata"]["name"], api.counters[("list", 200)], inf.listing,
+        bool(inf.resource_version), inf.synced.is_set())))
+    lists_before = api.counters[("list", 200)]
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 10)
+        assert [(name, gets - lists_before) for name, gets, *_ in seen] == [
+            ("c0", 1), ("c1", 1), ("c2", 2), ("c3", 2), ("c4", 3)]
+        assert all(listing and not rv and not synced for _, _, listing, rv, synced in seen)
+        assert not inf.listing and inf.resource_version and not inf.cache
+    finally:
+        await inf.stop()
+
+
 async def test_bookmarks_advance_the_resource_version(small_api: KubeAPI) -> None:
     api = small_api
     inf = Informer(api, "/api/v1/namespaces/a/configmaps", watch_timeout=5)
