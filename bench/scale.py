@@ -62,7 +62,10 @@ README) the pods created since the previous one are all bound, and it prints:
   and the seconds until the standby holds the Lease and until it placed the probe pod are
   printed, then the budget goes back to 300ms; the fresh controller is the next standby.
   Then the seconds from the Lease taken until the new leader's CPU is idle again (its relist
-  of every placed pod) and the CPU that took.
+  of every placed pod) and the CPU that took. Then a rolling update's handover: one more
+  controller started and ready, the leader SIGTERMed (it releases the Lease as it stops),
+  a probe pod created at once, and the seconds until another controller holds the Lease and
+  until the probe was placed.
 
 Every bound pod of ``bench`` is checked as it binds: bound to a node whose (os, arch) its
 image lacks (*wrong*) or without a ``kubernetes.io/arch`` requirement (*escaped*); both
@@ -842,6 +845,10 @@ class Handover:
     settle: float = float("nan")
     settle_cpu: float = float("nan")
     probes: int = 0
+    #: a rolling update's handover: a fresh standby ready, the leader SIGTERMed (it gives
+    #: the Lease up on its way out), seconds until the Lease is taken and a probe placed
+    graceful_lease: float = float("nan")
+    graceful_placed: float = float("nan")
 
 
 def handover(plane: ControlPlane, registry: Registry, ctl: Controllers, n: int,
@@ -900,9 +907,40 @@ def handover(plane: ControlPlane, registry: Registry, ctl: Controllers, n: int,
             last, idle_since = now, time.monotonic()
         out.settle = idle_since - killed - out.lease
         out.settle_cpu = last - cpu0
+        out.graceful_lease, out.graceful_placed = graceful_handover(
+            plane, registry, ctl, f"{identity}-b", str(holder), probes)
+        out.probes += 1
     finally:
         set_budget(plane, SAMPLE_BUDGET)
     return out
+
+
+def graceful_handover(plane: ControlPlane, registry: Registry, ctl: Controllers,
+                      standby: str, leader: str, probes: list[int]) -> tuple[float, float]:
+    """A rolling update's handover: start controller ``standby`` and wait until it is ready,
+    SIGTERM ``leader`` (it releases the Lease as it stops, client-go's ``ReleaseOnCancel``),
+    create a gated probe pod at once; seconds from the signal until another controller holds
+    the Lease, and until the probe was placed."""
+    start_controller(ctl, standby)
+    wait_ready(ctl, standby)
+    proc = ctl.by_identity[leader]
+    signalled = time.monotonic()
+    proc.popen.send_signal(signal.SIGTERM)
+    probes[0] += 1
+    name = probe_pod(plane, registry, probes[0])
+    holder: str | None = leader
+    while holder == leader or holder is None:
+        time.sleep(0.05)
+        holder = ctl.leader(plane)
+        if time.monotonic() - signalled > 120:
+            raise RuntimeError("no controller took the Lease within 120 s of a SIGTERM")
+    lease = time.monotonic() - signalled
+    t_done, path = wait_placed(plane, name)
+    if path != "controller":
+        print(f"  ! the graceful handover's probe was placed by {path}", file=sys.stderr)
+    proc.popen.wait(60)
+    proc.stop()
+    return lease, t_done - signalled
 
 
 # --- the informers' memory, in a separate process ----------------------------------------------
@@ -1111,7 +1149,9 @@ def print_checkpoint(cp: Checkpoint) -> None:
               f"MiB); handover: leader SIGKILLed, Lease taken after {h.lease:.1f} s, gated probe "
               f"placed after {h.placed:.1f} s ({h.placed - h.lease:.2f} s after the Lease; the "
               f"controller placed one in {h.before:.2f} s before); the new leader's CPU idle "
-              f"{h.settle:.1f} s after it took the Lease ({h.settle_cpu:.1f} s of CPU)")
+              f"{h.settle:.1f} s after it took the Lease ({h.settle_cpu:.1f} s of CPU); "
+              f"rolling update (leader SIGTERMed, a ready standby): Lease taken after "
+              f"{h.graceful_lease:.1f} s, probe placed after {h.graceful_placed:.1f} s")
     sys.stdout.flush()
 
 
@@ -1124,8 +1164,8 @@ def print_summary(cps: Sequence[Checkpoint], probe: Mapping[str, Any],
     print("| pods | " + " | ".join(f"{n} RSS MiB (peak)" for n in PROCESS_ORDER[:5])
           + " | rate / bare (CPU model; without the product's idle CPU) | rate / first (CPU "
           "model) | admission share (catalog hit) | params KB, writes/s | ready s | handover: "
-          "Lease / placed s |")
-    print("|" + "---|" * 12)
+          "Lease / placed s | rolling handover: Lease / placed s |")
+    print("|" + "---|" * 13)
     first = median([p.rate for p, _ in cps[0].stretches])
     first_cpu = cps[0].stretch_cpu(False).get("total", float("nan"))
     for cp in cps:
@@ -1141,7 +1181,8 @@ def print_summary(cps: Sequence[Checkpoint], probe: Mapping[str, Any],
               f"{rate / first:.2f} ({first_cpu / cpu:.2f}) | "
               f"{adm / max(1, s.pods):.1%} ({s.hit:.1%}) | {cp.params_bytes / 1000:.0f}, "
               f"{cp.params_writes / max(cp.params_seconds, 1e-9):.2f} | {h.ready:.1f} | "
-              f"{h.lease:.1f} / {h.placed:.1f} |")
+              f"{h.lease:.1f} / {h.placed:.1f} | {h.graceful_lease:.1f} / "
+              f"{h.graceful_placed:.1f} |")
     names = [*PROCESS_ORDER, "benchmark"]
     for title, of in (("pods created since the previous checkpoint",
                        lambda cp: {**cp.fill.cpu, "total": sum(cp.fill.cpu.values())}),
