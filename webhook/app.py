@@ -74,8 +74,10 @@ def create_app(
         certs_ready: tells ``/readyz`` whether the serving certificate is loaded.
         metrics: the metrics holder (a fresh one with its own registry by default); the app
             exposes it as ``app.state.metrics``.
-        max_body_bytes: bodies over this many bytes get HTTP 413 (:func:`read_body`).
-        body_timeout: seconds to receive a body whole, else HTTP 408 (:func:`read_body`).
+        max_body_bytes: bodies over this many bytes get HTTP 413
+            (:func:`webhook.limits.read_body`).
+        body_timeout: seconds to receive a body whole, else HTTP 408
+            (:func:`webhook.limits.read_body`).
         controller_lease: tells whether a controller runs
             (:class:`webhook.leasewatch.ControllerLease`; started and stopped with the app).
             While it says no, pods are not held: a pod the admission policy gated, or one
@@ -111,8 +113,9 @@ def create_app(
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
 
-    Routes: ``POST /mutate``, ``GET /healthz``, ``GET /readyz`` (503 until the config was read
-    once and certificates are loaded), ``GET /metrics`` (Prometheus text format).
+    Routes: ``POST /mutate`` (:meth:`webhook.pipeline.AdmissionPipeline.answer`),
+    ``GET /healthz``, ``GET /readyz`` (503 until the config was read once and certificates
+    are loaded), ``GET /metrics`` (Prometheus text format).
     """
     m = metrics or WebhookMetrics()
     pipeline = AdmissionPipeline(
