@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import Response  # noqa: E402
 
 from podplacement.webhook import app as app_module  # noqa: E402
+from podplacement.webhook import review  # noqa: E402
 from podplacement.webhook.limits import (  # noqa: E402
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
@@ -36,7 +37,7 @@ from podplacement.webhook.limits import (  # noqa: E402
     read_body,
 )
 
-BARE_BODY = orjson.dumps({"apiVersion": app_module.ADMISSION_V1, "kind": "AdmissionReview",
+BARE_BODY = orjson.dumps({"apiVersion": review.ADMISSION_V1, "kind": "AdmissionReview",
                           "response": {"uid": "", "allowed": True}})
 
 
@@ -52,7 +53,7 @@ def add_baselines(app: FastAPI, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             await read_body(request, max_bytes=max_body_bytes, time_limit=body_timeout,
                             deadlines=deadlines)
         except BodyRefused as exc:
-            return app_module._refused(exc)
+            return review.refused(exc)
         return Response(BARE_BODY, media_type="application/json")
 
     @app.post("/bare-validate")
@@ -63,10 +64,10 @@ def add_baselines(app: FastAPI, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             _validate_json(await read_body(
                 request, max_bytes=max_body_bytes, time_limit=body_timeout,
                 deadlines=deadlines))
-        except app_module.BadReview as exc:
-            return app_module._bad_request(str(exc))
+        except review.BadReview as exc:
+            return review.bad_request(str(exc))
         except BodyRefused as exc:
-            return app_module._refused(exc)
+            return review.refused(exc)
         return Response(BARE_BODY, media_type="application/json")
 
     return app
@@ -85,7 +86,7 @@ def _validate_json(body: bytes) -> None:
     try:
         _SYNTAX_CHECK.decode(body)
     except msgspec.MsgspecError as exc:
-        raise app_module.BadReview(f"body is not a JSON object: {exc}") from None
+        raise review.BadReview(f"body is not a JSON object: {exc}") from None
 
 
 def create_app_with_baselines(*args: Any, **kwargs: Any) -> FastAPI:

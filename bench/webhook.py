@@ -224,6 +224,8 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     import uvloop
 
     import podplacement.webhook.app as app_module
+    import podplacement.webhook.pipeline as pipeline_module
+    import podplacement.webhook.review as review_module
     from podplacement.controller.core.config import PlacementConfig
     from podplacement.webhook.configsource import StaticConfigSource
     from podplacement.webhook.gating import GATED
@@ -231,8 +233,8 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     body = REVIEW.read_bytes()
     app = load_bareapp().add_baselines(app_module.create_app(StaticConfigSource(
         PlacementConfig())))
-    parsed = app_module._parse_review(body)
-    real_parse, real_gate = app_module._parse_review, app_module.should_gate
+    parsed = review_module.parse_review(body)
+    real_parse, real_gate = pipeline_module.parse_review, pipeline_module.should_gate
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -278,23 +280,23 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
         best: dict[str, float] = {}
         for _ in range(rounds):
             for name, (path, no_parse, no_gate) in cases.items():
-                app_module._parse_review = parse_stub if no_parse else real_parse
-                app_module.should_gate = (lambda *_a, **_k: GATED) if no_gate else real_gate
+                pipeline_module.parse_review = parse_stub if no_parse else real_parse
+                pipeline_module.should_gate = (lambda *_a, **_k: GATED) if no_gate else real_gate
                 per_request = await run(path, 500) / 500 * 1e6
                 best[name] = min(best.get(name, per_request), per_request)
-        app_module._parse_review, app_module.should_gate = real_parse, real_gate
+        pipeline_module.parse_review, pipeline_module.should_gate = real_parse, real_gate
         return best
 
     best = uvloop.run(measure())
     print(f"in-process ASGI breakdown, CPU us per request (best of {rounds} x 500), "
           f"caches {f'{cold_mib:g} MiB flushed before each request' if cold else 'hot'}, "
           f"body {len(body)} B, /mutate decoder="
-          f"{'msgspec' if app_module._REVIEW_DECODERS is not None else 'orjson'}:")
+          f"{'msgspec' if review_module._REVIEW_DECODER is not None else 'orjson'}:")
     for name, cost in best.items():
         print(f"  {name:<32} {cost:6.1f}  (+{cost - best['bare']:5.1f} over bare)")
     decoders = {"orjson.loads (whole body)": lambda: orjson.loads(body)}
-    if app_module._REVIEW_DECODERS is not None:
-        lean = app_module._REVIEW_DECODERS[0]
+    if review_module._REVIEW_DECODER is not None:
+        lean = review_module._REVIEW_DECODER
         decoders["msgspec selective decode"] = lambda: lean.decode(body)
     for name, fn in decoders.items():
         runs = []

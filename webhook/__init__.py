@@ -2,8 +2,10 @@
 
 Modules: :mod:`webhook.gating` (pure: should this pod be gated, and why not),
 :mod:`webhook.patch` (pure: the JSONPatch), :mod:`webhook.app` (the FastAPI app: ``/mutate``,
-``/healthz``, ``/readyz``, ``/metrics``), :mod:`webhook.configsource` (the cached
-PodPlacementConfig), :mod:`webhook.leasewatch` (is a controller running?),
+``/healthz``, ``/readyz``, ``/metrics``), :mod:`webhook.pipeline` (``/mutate``'s stages: decode,
+skip, outage, place, gate), :mod:`webhook.review` (the AdmissionReview decoded, the answer
+encoded), :mod:`webhook.metrics` (``podplacement_webhook_*``), :mod:`webhook.configsource`
+(the cached PodPlacementConfig), :mod:`webhook.leasewatch` (is a controller running?),
 :mod:`webhook.placecache` (per-credential inspection results, filled in the background),
 :mod:`webhook.admitinspect` (inspection at admission within a budget, one per image and
 credentials at a time), :mod:`webhook.admitplace` (placing a gated pod at admission: the

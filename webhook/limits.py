@@ -109,7 +109,7 @@ class ConnectionLimits:
 
 # --- reading a request body within its limits (the app reads bodies; uvicorn does not) -------
 
-#: ``requests_total`` reasons of a refused body (the labels of :mod:`webhook.app`'s metrics).
+#: ``requests_total`` reasons of a refused body (labels of :mod:`webhook.metrics`).
 REASON_BODY_TOO_LARGE = "body_too_large"
 REASON_BODY_TIMEOUT = "body_timeout"
 

@@ -13,7 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podplacement.controller.core.config import SCHEDULING_GATE
-from podplacement.webhook import app as app_module
+from podplacement.webhook import metrics as metrics_module
+from podplacement.webhook import pipeline as pipeline_module
+from podplacement.webhook import review as review_module
 from podplacement.webhook.app import INTERNAL_ERROR_WARNING, create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.patch import gate_patch
@@ -227,7 +229,7 @@ async def test_internal_error_allows_with_warning_and_counts(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(app_module, "should_gate", broken)
+    monkeypatch.setattr(pipeline_module, "should_gate", broken)
     resp = await client.post("/mutate", content=raw_body("a-plain-pod"))
     assert resp.status_code == 200
     response = resp.json()["response"]
@@ -277,7 +279,7 @@ async def test_two_apps_have_separate_metrics(source: StaticConfigSource) -> Non
         assert await metric(b, "podplacement_webhook_gated_pods_total") == 0
 
 
-@pytest.mark.parametrize("api_version", sorted(app_module.ADMISSION_VERSIONS))
+@pytest.mark.parametrize("api_version", sorted(review_module.ADMISSION_VERSIONS))
 @pytest.mark.parametrize("uid", ["a8670eff-7030-4252-bd91-4d52fb022dd3", 'q"u\\o\te', "ü-✓-\u2028",
                                  "\x00\x1f"])
 @pytest.mark.parametrize("gated", [False, True])
@@ -288,19 +290,19 @@ def test_spliced_answer_is_the_bytes_of_the_answer_dict(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     tail = b""
     if gated:
-        patch = base64.b64encode(app_module.orjson.dumps(gate_patch(pod))).decode()
+        patch = base64.b64encode(review_module.orjson.dumps(gate_patch(pod))).decode()
         response |= {"patchType": "JSONPatch", "patch": patch}
-        tail = app_module._patch_tail(pod)
+        tail = review_module.patch_tail(pod)
     expected = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
-    answer = app_module._allowed(api_version, uid, tail)
-    assert answer.body == app_module.orjson.dumps(expected)
+    answer = review_module.allowed(api_version, uid, tail)
+    assert answer.body == review_module.orjson.dumps(expected)
     assert json.loads(answer.body) == expected
     assert answer.headers["content-type"] == "application/json"
 
 
 async def test_latency_histogram_buckets_are_cumulative(source: StaticConfigSource) -> None:
-    metrics = app_module.WebhookMetrics()
-    bounds = app_module._LATENCY_BUCKETS
+    metrics = metrics_module.WebhookMetrics()
+    bounds = metrics_module._LATENCY_BUCKETS
     for seconds in (0.0, bounds[0], bounds[0] * 1.5, bounds[-1], bounds[-1] * 2):
         metrics.observe_latency(seconds)
     sample = metrics.registry.get_sample_value

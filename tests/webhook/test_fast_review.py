@@ -1,4 +1,4 @@
-"""The selective msgspec decoding of /mutate (webhook.app._parse_review_fast) answers exactly
+"""The selective msgspec decoding of /mutate (webhook.review.parse_review_fast) answers exactly
 like the whole-body orjson path, and the fields it keeps cover everything the gating rules and
 the patch read."""
 
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from podplacement.controller.core.config import PlacementConfig, PlatformWeight, TopologyConfig
-from podplacement.webhook import app as app_module
-from podplacement.webhook.app import BadReview, create_app
+from podplacement.webhook import review as review_module
+from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.gating import should_gate
 from podplacement.webhook.patch import gate_patch
+from podplacement.webhook.review import BadReview
 from tests.webhook.asgi import asgi_post
 from tests.webhook.reference import RAW_CASES, raw_body
 
@@ -46,7 +47,7 @@ def paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
 def fast_path_takes(body: bytes) -> bool:
     """True when the fast path answers ``body`` (decodes it) instead of declining it."""
     try:
-        return app_module._parse_review_fast(body) is not None
+        return review_module.parse_review_fast(body) is not None
     except BadReview:
         return True
 
@@ -56,22 +57,22 @@ class Answers:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, config: PlacementConfig) -> None:
         self.monkeypatch = monkeypatch
-        self.decoder = app_module._REVIEW_DECODER
+        self.decoder = review_module._REVIEW_DECODER
         self.app = create_app(StaticConfigSource(config), own_namespace="podplacement-system")
         self.fast_taken = 0
 
     async def both(self, body: bytes) -> tuple[tuple[int, Any], tuple[int, Any]]:
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", self.decoder)
+        self.monkeypatch.setattr(review_module, "_REVIEW_DECODER", self.decoder)
         self.fast_taken += fast_path_takes(body)
         fast = await asgi_post(self.app, body)
-        self.monkeypatch.setattr(app_module, "_REVIEW_DECODER", None)
+        self.monkeypatch.setattr(review_module, "_REVIEW_DECODER", None)
         slow = await asgi_post(self.app, body)
         return fast, slow
 
 
 def test_recorded_reviews_take_the_fast_path() -> None:
     for case in RAW_CASES:
-        parsed = app_module._parse_review_fast(raw_body(case))
+        parsed = review_module.parse_review_fast(raw_body(case))
         assert parsed is not None, case
         api_version, request = parsed
         assert api_version == REVIEWS[case]["apiVersion"]
@@ -218,7 +219,7 @@ def covered(path: tuple[str, ...], kept: tuple[set[tuple[str, ...]], set[tuple[s
 def test_gating_and_patch_read_only_the_decoded_fields(configs: list[PlacementConfig]) -> None:
     """Guards the TypedDicts: a new rule that reads a pod field they drop would see it as
     absent on the fast path; this fails first."""
-    kept = kept_paths(app_module._Pod)
+    kept = kept_paths(review_module._Pod)
     seen: set[tuple[str, ...]] = set()
     pods = [doc["request"]["object"] for doc in REVIEWS.values()]
     for pod in pods:
@@ -234,7 +235,7 @@ def test_gating_and_patch_read_only_the_decoded_fields(configs: list[PlacementCo
 
 def test_the_lean_decoder_drops_what_the_rules_do_not_read() -> None:
     body = raw_body("a-plain-pod")
-    _, lean = app_module._parse_review(body)
+    _, lean = review_module.parse_review(body)
     spec = lean["object"]["spec"]
     assert "containers" not in spec and "affinity" not in spec
     assert lean["object"]["metadata"]["labels"] == {}
