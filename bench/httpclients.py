@@ -305,9 +305,10 @@ def pod_body(i: int) -> dict[str, Any]:
     }
 
 
-async def create_pods(plane: ControlPlane, ctx: ssl.SSLContext, n: int) -> None:
+async def create_pods(plane: ControlPlane, ctx: ssl.SSLContext, n: int) -> int:
     """Create the namespace, its ``default`` ServiceAccount and ``n`` pods with the product's
-    kube client (:class:`KubeAPI`), 16 at a time."""
+    kube client (:class:`KubeAPI`), 16 at a time. Returns the size of the LIST's JSON (bytes,
+    as orjson writes it again)."""
     async with KubeAPI(plane.url, ssl_context=ctx,
                        credentials=StaticCredentials(f"Bearer {plane.token}")) as api:
         await api.request("POST", "/api/v1/namespaces",
@@ -322,6 +323,9 @@ async def create_pods(plane: ControlPlane, ctx: ssl.SSLContext, n: int) -> None:
                                   body=pod_body(i))
 
         await asyncio.gather(*(one(i) for i in range(n)))
+        listed = await api.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                   params={"labelSelector": f"{GATE_LABEL}=gated"})
+        return len(orjson.dumps(listed))
 
 
 def kube_get_patch_unit(plane: ControlPlane, pods: int) -> Unit:
@@ -393,9 +397,10 @@ async def main_async(args: argparse.Namespace, registry: Registry, plane: Contro
 
     start = time.perf_counter()
     images = await asyncio.to_thread(push_images, registry, args.images)
-    await create_pods(plane, kube_ctx(), args.pods)
+    list_bytes = await create_pods(plane, kube_ctx(), args.pods)
     print(f"pushed {args.images} images, created {args.pods} pods in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
+          f"{time.perf_counter() - start:.1f} s; the LIST's JSON: {list_bytes // 1024} KiB",
+          flush=True)
     assert registry._process is not None
     reg_pids = [registry._process.pid]
     kube_pids = [plane.processes["kube-apiserver"].pid, plane.processes["etcd"].pid]
