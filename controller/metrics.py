@@ -2,7 +2,8 @@
 ``/healthz`` and ``/readyz`` (prefix ``podplacement_``; docs/reference/labels-events-metrics.md
 "Metrics"). The server is the webhook's stack, a Starlette app on uvicorn, in the controller's
 event loop (prometheus_client's own ``start_http_server`` answers every path with the metrics
-from a thread, so it could not serve ``/readyz``).
+from a thread, so it could not serve ``/readyz``). uvicorn's main loop wakes every 0.1 s even
+when idle: about 2 ms of CPU a second, measured on the 2-core development machine.
 
 Each :class:`Metrics` has its own ``CollectorRegistry`` so several controllers can run in one
 process (tests). Counters kept elsewhere (API requests in :class:`~kubeclient.KubeAPI`,
