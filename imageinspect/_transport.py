@@ -1,9 +1,10 @@
 """The HTTP transport: one shared aiohttp client behind a small interface.
 
-The product design names httpx, but on this 2-core machine httpx's AsyncClient reached far
-fewer cold manifest GETs/s at 50 concurrent requests than aiohttp (see ``bench/inspect.py``
-and the issue's >= 800/s rule), so the one implementation here is aiohttp; swapping libraries
-means writing another :class:`Transport`.
+The product design names httpx, but httpx's AsyncClient (HTTP/1.1) spends 8 to 10 times
+aiohttp's CPU per request on the inspection's requests at the inspector's concurrency, against
+a real TLS registry (``bench/httpclients.py``, docs/benchmarks.md "HTTP clients"), so the
+one implementation here is aiohttp; swapping libraries means writing another
+:class:`Transport`.
 
 The transport also enforces the address guard: every host is resolved through a resolver that
 refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, and
