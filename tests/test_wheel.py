@@ -139,16 +139,22 @@ def test_the_unpacked_wheel_prints_its_version_from_its_metadata(wheel: Path,
     assert not (Path(env["PYTHONPATH"]) / "pyproject.toml").exists()
 
 
+@pytest.mark.parametrize("api_server", ["auto", "localkube"])
 def test_the_wheels_demo_without_a_control_plane_says_how_to_get_one(
-        wheel: Path, tmp_path: Path) -> None:
-    """No real control plane, and no localkube in a wheel: one clear line, exit code 2."""
+        wheel: Path, tmp_path: Path, api_server: str) -> None:
+    """No real control plane, and no localkube in a wheel (the checkout's test-only API
+    double): one error line says what to set or use instead, exit code 2, nothing started."""
     elsewhere, env = _unpacked(wheel, tmp_path)
     proc = subprocess.run([sys.executable, "-m", "podplacement", "--log-format", "text", "demo",
-                           "--no-download"], cwd=elsewhere, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+                           "--no-download", "--api-server", api_server], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-3000:]}"
-    assert "localkube, the test-only API double, is not installed" in proc.stderr
-    assert "KUBEBUILDER_ASSETS" in proc.stderr and "Traceback" not in proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert "demo failed: " in error
+    assert "localkube, the test-only API double, is not installed" in error
+    assert "set KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver" in error
+    assert "--kubeconfig FILE" in error
+    assert "Traceback" not in proc.stderr and "started " not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
