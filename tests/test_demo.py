@@ -535,6 +535,33 @@ def test_real_required_but_not_found_fails_with_the_reason(tmp_path: Path) -> No
     assert "demo failed: --api-server real: no control plane" in proc.stderr
 
 
+def test_in_a_checkout_the_demo_starts_localkube_through_its_imported_entry_point(
+        tmp_path: Path) -> None:
+    """The fallback of a source checkout: podplacement.demo.apidouble builds the command from
+    localkube's imported entry point; the process serves the demo's CRDs on 127.0.0.1."""
+    import httpx
+    import yaml
+
+    from podplacement.controller.core.config import API_VERSION, CONFIG_PLURAL
+    from podplacement.demo import apidouble, run
+
+    assert apidouble.localkube_available()
+    assert apidouble.localkube_command(tmp_path / "kc", run.CRD_FILES)[1:3] == ["-m", "localkube"]
+    server = run.start_localkube(tmp_path, tmp_path / "logs")
+    try:
+        assert server.kind == "localkube" and not server.scheduler
+        kubeconfig = yaml.safe_load(server.kubeconfig.read_text())
+        url = kubeconfig["clusters"][0]["cluster"]["server"]
+        assert url.startswith("http://127.0.0.1:"), url
+        got = httpx.get(f"{url}/apis/{API_VERSION}/{CONFIG_PLURAL}", timeout=10)
+        assert got.status_code == 200, got.text
+        assert got.json()["items"] == []
+    finally:
+        assert server.stop is not None
+        server.stop()
+    assert server.child is not None and not server.child.alive()
+
+
 # --- busybox binaries: packages, downloads, stand-ins ----------------------------------
 
 

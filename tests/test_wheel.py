@@ -1,11 +1,14 @@
 """The product stands on its own: a wheel of the project holds what the demo reads at run
 time, carries PEP 639 license metadata, and, unpacked outside the checkout, runs its demo there
-with nothing of the checkout (it downloads its busybox packages itself).
+with nothing of the checkout (it downloads its busybox packages itself). The sdist holds what
+its tests read (MANIFEST.in), and they run from it unpacked.
 
 The wheel is built from this checkout (``pip wheel --no-deps --no-build-isolation``: no
 index needed) and unpacked into a temporary directory; a fresh interpreter whose working
 directory is outside the checkout imports the product from it, with the checkout removed from
-``sys.path`` (the dependencies come from this interpreter's environment).
+``sys.path`` (the dependencies come from this interpreter's environment). The sdist is built
+by setuptools' PEP 517 backend in this interpreter (``build_meta.build_sdist``: no isolation,
+no index).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -139,16 +143,22 @@ def test_the_unpacked_wheel_prints_its_version_from_its_metadata(wheel: Path,
     assert not (Path(env["PYTHONPATH"]) / "pyproject.toml").exists()
 
 
+@pytest.mark.parametrize("api_server", ["auto", "localkube"])
 def test_the_wheels_demo_without_a_control_plane_says_how_to_get_one(
-        wheel: Path, tmp_path: Path) -> None:
-    """No real control plane, and no localkube in a wheel: one clear line, exit code 2."""
+        wheel: Path, tmp_path: Path, api_server: str) -> None:
+    """No real control plane, and no localkube in a wheel (the checkout's test-only API
+    double): one error line says what to set or use instead, exit code 2, nothing started."""
     elsewhere, env = _unpacked(wheel, tmp_path)
     proc = subprocess.run([sys.executable, "-m", "podplacement", "--log-format", "text", "demo",
-                           "--no-download"], cwd=elsewhere, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+                           "--no-download", "--api-server", api_server], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-3000:]}"
-    assert "localkube, the test-only API double, is not installed" in proc.stderr
-    assert "KUBEBUILDER_ASSETS" in proc.stderr and "Traceback" not in proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert "demo failed: " in error
+    assert "localkube, the test-only API double, is not installed" in error
+    assert "set KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver" in error
+    assert "--kubeconfig FILE" in error
+    assert "Traceback" not in proc.stderr and "started " not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
@@ -190,3 +200,72 @@ def test_the_wheel_runs_its_demo_outside_the_checkout(wheel: Path, tmp_path: Pat
     else:
         assert "stand-in" not in used.group(1), used.group(1)
     assert "7 of 7 workloads placed as expected" in proc.stdout, proc.stdout
+
+
+# --- the sdist ------------------------------------------------------------------------------
+
+#: What the tests read beyond the package (MANIFEST.in): folders, whole, and single files.
+SDIST_FOLDERS = ("tests", "localkube", "deploy", "charts", "docs", "hack", "bench")
+SDIST_FILES = (".importlinter", "mkdocs.yml", "CHANGELOG.md", "releases.toml", "README.md",
+               "LICENSE", "pyproject.toml")
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sdist")
+    # setuptools adds every file the SOURCES.txt of a former build (podplacement.egg-info/,
+    # gitignored) lists, whatever MANIFEST.in says now: start from none
+    shutil.rmtree(REPO / "podplacement.egg-info", ignore_errors=True)
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = out.glob("podplacement-*.tar.gz")
+    return found
+
+
+def _sdist_names(sdist: Path) -> set[str]:
+    """The sdist's file paths, without the leading ``podplacement-VERSION/``."""
+    with tarfile.open(sdist) as tf:
+        return {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile() and "/" in m.name}
+
+
+def test_the_sdist_holds_what_its_tests_read(sdist: Path) -> None:
+    """Every file of the tests (their harness, fixtures and reference data), of localkube and
+    of the folders the tests read is in the sdist; no bytecode is."""
+    names = _sdist_names(sdist)
+    expected = {p.relative_to(REPO).as_posix()
+                for folder in SDIST_FOLDERS for p in (REPO / folder).rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    expected |= set(SDIST_FILES)
+    assert {"tests/harness/kube_fixtures.py", "tests/harness/registry.py", "tests/conftest.py",
+            "localkube/__main__.py"} <= expected
+    assert sorted(expected - names) == []
+    assert "podplacement/demo/apidouble.py" in names
+    assert "podplacement/controller/core/placement.py" in names  # the linked folders, as files
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_sdists_tests_run_from_it_unpacked(sdist: Path, tmp_path: Path) -> None:
+    """Unpacked outside the checkout, the sdist imports the product, localkube and the test
+    harness from itself, and a test on the harness's localkube fixture passes there."""
+    with tarfile.open(sdist) as tf:
+        tf.extractall(tmp_path, filter="data")
+    (root,) = tmp_path.glob("podplacement-*")
+    # CI=true would make a run without the real control plane stop (tests/conftest.py): this
+    # one checks the sdist, not the machine
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
+    env["PYTHONPATH"] = str(root)
+    where = subprocess.run(
+        [sys.executable, "-c", "import podplacement, localkube, tests.harness.kube_fixtures as k; "
+         "print(podplacement.__file__, localkube.__file__, k.__file__)"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert all(path.startswith(str(root)) for path in where.stdout.split()), where.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_demo.py::test_all_demo_objects_are_accepted_by_the_api_server"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=170, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed" in proc.stdout, proc.stdout[-3000:]

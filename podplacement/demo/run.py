@@ -39,7 +39,6 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib.resources
-import importlib.util
 import json
 import logging
 import os
@@ -69,6 +68,7 @@ from podplacement.controller.core.config import (
     WEBHOOK_CONFIGURATION_NAME,
 )
 from podplacement.demo import report, workloads
+from podplacement.demo.apidouble import LocalkubeMissing, localkube_available, localkube_command
 from podplacement.demo.images import DemoImageError, prepare_busybox
 from podplacement.demo.seed import (
     DemoRegistryPair,
@@ -78,6 +78,7 @@ from podplacement.demo.seed import (
 from podplacement.demo.workloads import Expectation
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.sandbox.controlplane import (
+    HOW_TO_GET,
     K8S_VERSION,
     Assets,
     AssetsNotFound,
@@ -235,16 +236,19 @@ class ApiServer:
 
 
 def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> ApiServer:
-    """``python -m localkube`` on a port it picks itself (no race for a free port) with our
-    CRDs; it writes the kubeconfig, then logs ``localkube listening on URL``.
+    """localkube, the API double of a source checkout (:mod:`podplacement.demo.apidouble`),
+    as a process on a port it picks itself (no race for a free port) with our CRDs; it writes
+    the kubeconfig, then logs ``localkube listening on URL``.
 
     Raises:
-        DemoError: localkube exited or did not come up within ``ready_seconds``.
+        DemoError: localkube is not installed, exited, or did not come up within
+            ``ready_seconds``.
     """
     kubeconfig = work / "kubeconfig"
-    args = [sys.executable, "-m", "localkube", "--port", "0", "--kubeconfig", str(kubeconfig)]
-    for crd in CRD_FILES:
-        args += ["--crd", str(crd)]
+    try:
+        args = localkube_command(kubeconfig, CRD_FILES)
+    except LocalkubeMissing as exc:
+        raise DemoError(LOCALKUBE_MISSING) from exc
     child = start_child("localkube", args, log_dir)
     deadline = time.monotonic() + ready_seconds
     try:
@@ -299,14 +303,17 @@ def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
                      stop=stop, node=node, node_note=note)
 
 
-def _require_localkube(why: str) -> None:
+#: Why the demo cannot fall back to localkube in an installed wheel.
+LOCALKUBE_MISSING = ("localkube, the test-only API double, is not installed (it ships in the "
+                     "source checkout, not in the wheel)")
+
+
+def _require_localkube(why: str, instead: str) -> None:
     """Raise DemoError unless localkube (the source tree's test-only API double) is
-    importable; ``why`` says how the demo got here."""
-    if importlib.util.find_spec("localkube") is None:
-        raise DemoError(
-            f"{why}; and localkube, the test-only API double, is not installed (it ships in "
-            "the source tree, not in the wheel): put the real kube-apiserver, kube-scheduler "
-            "and etcd in a directory named by KUBEBUILDER_ASSETS, or use --kubeconfig FILE")
+    importable; the one-line message is ``why`` (how the demo got here), that localkube is
+    missing, and ``instead`` (what to do)."""
+    if not localkube_available():
+        raise DemoError(f"{why}; {LOCALKUBE_MISSING}: {instead}")
 
 
 def choose_api_server(options: DemoOptions) -> Assets | None:
@@ -324,7 +331,9 @@ def choose_api_server(options: DemoOptions) -> Assets | None:
         log.info("API server: the existing cluster of %s", options.kubeconfig)
         return None
     if options.api_server == "localkube":
-        _require_localkube("--api-server localkube")
+        _require_localkube("--api-server localkube",
+                           "drop it to run on the real control plane (to get one, "
+                           f"{HOW_TO_GET}), or use --kubeconfig FILE for an existing cluster")
         log.info("API server: localkube, the API double (--api-server localkube); no "
                  "kube-scheduler binds the pods")
         return None
@@ -333,7 +342,8 @@ def choose_api_server(options: DemoOptions) -> Assets | None:
     except AssetsNotFound as exc:
         if options.api_server == "real":
             raise DemoError(f"--api-server real: {exc}") from exc
-        _require_localkube(str(exc))
+        _require_localkube(str(exc), "the demo needs those binaries, or --kubeconfig FILE "
+                                     "for an existing cluster")
         log.warning("API server: localkube, the API double, not the real control plane; no "
                     "kube-scheduler binds the pods. Why: %s", exc)
         return None
