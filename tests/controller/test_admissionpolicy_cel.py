@@ -71,6 +71,7 @@ from podplacement.controller.core.policy import (
     policy_for,
     rank,
 )
+from podplacement.controller.core.predicates import CEL_KNOWN
 from tests.controller._pods import img
 
 _ENV = cel.NewEnv(
@@ -356,7 +357,7 @@ EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
 MUTATIONS = (
     ("images", "initContainers", "containers"),
     # the imagePullPolicy clauses dropped from ``known``, then the containers' one alone
-    ("known", "".join(ap.CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
+    ("known", "".join(CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
     ("known", "!object.spec.?containers.orValue([]).exists(",
      "!object.spec.?ephemeralContainers.orValue([]).exists("),
     # an Always tag placed without being fresh, or never placed when fresh
