@@ -349,7 +349,9 @@ def not_placed_at_admission(pod: Mapping[str, Any], inputs: Inputs) -> bool:
 
 
 def _cel_not_placed_at_admission(inputs: Inputs) -> str:
-    mark = inputs.placed_mark if inputs.placed_mark is not None else ""
+    if inputs.placed_mark is None:
+        return "true"  # the configuration then has no matchConditions at all
+    mark = inputs.placed_mark
     return (f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != "
             f"'{GATE_LABEL_REMOVED}'"
             f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
