@@ -34,7 +34,8 @@ class PageError(Exception):
 
 def render() -> str:
     """The section's Markdown: per entry of ``PREDICATES``, in order, its name, meaning,
-    where its CEL is used, its Python function and its CEL."""
+    where its CEL is used, its Python function and its CEL (a code block inside the list
+    item: indented by four spaces, docs/development.md "The docs site")."""
     lines = []
     for p in PREDICATES:
         python = f"{p.python.__module__.removeprefix('podplacement.')}.{p.python.__qualname__}"
@@ -43,9 +44,9 @@ def render() -> str:
             f"- **`{p.name}`**: {p.meaning}. Used in `{p.used_in}`{skip}. "
             f"Python: `{python}`. CEL:",
             "",
-            "  ```",
-            f"  {p.cel(Inputs(placed_mark=SAMPLE_MARK))}",
-            "  ```",
+            "    ```",
+            f"    {p.cel(Inputs(placed_mark=SAMPLE_MARK))}",
+            "    ```",
             "",
         ]
     return "\n".join(lines)
