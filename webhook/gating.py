@@ -25,7 +25,6 @@ from podplacement.controller.core.predicates import (
     REASON_ALREADY_GATED,
     REASON_NO_CONFIG,
     REASON_NODE_NAME_SET,
-    Inputs,
     gate_skip_reason,
 )
 from podplacement.controller.core.scope import (
@@ -116,6 +115,6 @@ def should_gate(
         requirement, a Warning for a pin its images can't run on, a NUMA placement) depends
         on its images, which only the controller inspects.
     """
-    skipped = gate_skip_reason(pod, Inputs(namespace=namespace, own_namespace=own_namespace,
-                                           config=config))
+    skipped = gate_skip_reason(pod, namespace=namespace, own_namespace=own_namespace,
+                               config=config)
     return GATED if skipped is None else _SKIPPED[skipped]

@@ -121,6 +121,9 @@ class Inputs:
     placed_mark: str | None = None
 
 
+#: The inputs of the predicates that read the pod alone.
+_POD_ONLY = Inputs()
+
 #: A predicate's Python: ``(pod, inputs) -> value`` (a bool for a condition).
 PythonRule = Callable[[Mapping[str, Any], Inputs], Any]
 
@@ -207,26 +210,31 @@ POLICY_MATCH_CONDITIONS: tuple[Predicate, ...] = (
               _text(CEL_NOT_GATED), "policy.matchConditions", REASON_ALREADY_GATED),
 )
 
+_SKIP_CHECKS = tuple((p.python, p.skip_reason) for p in POLICY_MATCH_CONDITIONS)
 
-def gate_skip_reason(pod: Mapping[str, Any], inputs: Inputs) -> str | None:
+
+def gate_skip_reason(pod: Mapping[str, Any], *, namespace: str, own_namespace: str,
+                     config: PlacementConfig | None) -> str | None:
     """Why the webhook does not gate ``pod``, first match wins: no config
     (:data:`REASON_NO_CONFIG`), its namespace
     (:func:`controller.core.scope.namespace_skip_reason`), then the first of
-    :data:`POLICY_MATCH_CONDITIONS` that does not hold (its ``skip_reason``); None: gate it."""
-    if inputs.config is None:
+    :data:`POLICY_MATCH_CONDITIONS` that does not hold (its ``skip_reason``); None: gate it.
+    (Plain arguments, not :class:`Inputs`: this runs on every admission.)"""
+    if config is None:
         return REASON_NO_CONFIG
-    reason = namespace_skip_reason(inputs.namespace, inputs.own_namespace)
+    reason = namespace_skip_reason(namespace, own_namespace)
     if reason is not None:
         return reason
-    for condition in POLICY_MATCH_CONDITIONS:
-        if not condition.python(pod, inputs):
-            return condition.skip_reason
+    for holds, skip_reason in _SKIP_CHECKS:
+        if not holds(pod, _POD_ONLY):
+            return skip_reason
     return None
 
 
 def should_gate(pod: Mapping[str, Any], inputs: Inputs) -> bool:
     """The webhook gates the pod (:func:`gate_skip_reason` is None)."""
-    return gate_skip_reason(pod, inputs) is None
+    return gate_skip_reason(pod, namespace=inputs.namespace, own_namespace=inputs.own_namespace,
+                            config=inputs.config) is None
 
 
 # --- the policy's place branch: which pods it places at once --------------------------------
