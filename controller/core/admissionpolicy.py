@@ -13,7 +13,9 @@ differs in a field we own. No I/O here: :mod:`controller.lifecycle` reads and wr
 and only while the API server serves ``mutatingadmissionpolicies`` in
 ``admissionregistration.k8s.io/v1`` and ``spec.admission.mechanism`` is ``Auto``.
 
-The skip rules are the webhook's (:func:`webhook.gating.should_gate`): the binding's
+The skip rules are the webhook's (:func:`webhook.gating.should_gate`; the pod-level ones,
+the eligibility variables ``images`` to ``free`` and ``placed``, and their Python are the
+table :data:`controller.core.predicates.PREDICATES`): the binding's
 ``matchResources.namespaceSelector`` is the webhook's namespace selection (system namespaces,
 own namespace, the opt-out label and the config's selector), and ``matchConditions`` exclude a
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already

@@ -191,7 +191,8 @@ def match_conditions(placed_mark: str | None) -> list[dict[str, str]]:
         from a pod placed from an earlier params object is stale, and while the current
         object exists the policy overwrites any mark a pod's creator set
         (:func:`controller.core.config.admission_mark`). A CEL error skips the webhook
-        (failurePolicy Ignore).
+        (failurePolicy Ignore). The condition, and its Python, are
+        :data:`controller.core.predicates.WEBHOOK_MATCH_CONDITIONS`.
     """
     if placed_mark is None:
         return []
