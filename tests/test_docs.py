@@ -230,3 +230,35 @@ def test_mkdocs_strict_builds_the_site(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     home = (tmp_path / "site" / "index.html").read_text()
     assert "MutatingAdmissionPolicy podplacement-gate" in home  # the README's paths, included
+
+
+# --- the generated predicate table ------------------------------------------------------------
+
+
+def _predicatesdoc() -> ModuleType:
+    """hack/predicatesdoc.py, imported from its file (hack/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("predicatesdoc",
+                                                  REPO / "hack" / "predicatesdoc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["predicatesdoc"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_how_it_decides_lists_every_predicate_as_the_table_has_it() -> None:
+    """docs/how-it-decides.md's predicate section is what hack/predicatesdoc.py renders from
+    controller/core/predicates.py: every entry by name, with its Python and its CEL."""
+    from podplacement.controller.core.predicates import PREDICATES
+
+    predicatesdoc = _predicatesdoc()
+    page = (DOCS / "how-it-decides.md").read_text()
+    assert predicatesdoc.rewritten(page) == page, "run: python hack/predicatesdoc.py"
+    section = page[page.index(predicatesdoc.BEGIN):page.index(predicatesdoc.END)]
+    inputs = predicatesdoc.Inputs(placed_mark=predicatesdoc.SAMPLE_MARK)
+    for predicate in PREDICATES:
+        assert f"- **`{predicate.name}`**:" in section
+        assert f"    {predicate.cel(inputs)}\n" in section
+    assert predicatesdoc.main(["--check"]) == 0
+    with pytest.raises(predicatesdoc.PageError):
+        predicatesdoc.rewritten(page.replace(predicatesdoc.END, ""))

@@ -7,8 +7,9 @@ on, and only the images tell. Every
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
 No I/O, and no import from the controller except its pure core: :mod:`controller.core.config`,
-:mod:`controller.core.podspec` (the gate-presence rule) and :mod:`controller.core.scope` (the
-pods the product leaves alone, a rule the escape monitor shares).
+:mod:`controller.core.predicates` (the pod-level skip rules, written next to the CEL of the
+admission policy's ``matchConditions``) and :mod:`controller.core.scope` (the pods the product
+leaves alone, a rule the escape monitor shares).
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from typing import Any
 from podplacement.controller.core.config import (
     PlacementConfig,
 )
-from podplacement.controller.core.podspec import has_gate
+from podplacement.controller.core.predicates import (
+    REASON_ALREADY_GATED,
+    REASON_NO_CONFIG,
+    REASON_NODE_NAME_SET,
+    gate_skip_reason,
+)
 from podplacement.controller.core.scope import (
     REASON_DAEMONSET,
     REASON_OWN_NAMESPACE,
     REASON_SYSTEM_NAMESPACE,
     is_daemonset_pod,
-    namespace_skip_reason,
-    owned_by_daemonset,
 )
 
 __all__ = [
@@ -45,11 +49,9 @@ __all__ = [
     "should_gate",
 ]
 
-#: Skip reasons (metrics label values), in the order the rules are checked (the namespace
-#: and DaemonSet reasons are :mod:`controller.core.scope`'s).
-REASON_NO_CONFIG = "no_config"
-REASON_NODE_NAME_SET = "node_name_set"
-REASON_ALREADY_GATED = "already_gated"
+#: Skip reasons (metrics label values), in the order the rules are checked
+#: (:func:`controller.core.predicates.gate_skip_reason`; the namespace and DaemonSet reasons
+#: are :mod:`controller.core.scope`'s).
 #: The reason that goes with ``gate=True``.
 REASON_GATED = "gated"
 
@@ -79,18 +81,6 @@ class GateDecision:
 
 GATED = GateDecision(True, REASON_GATED)
 _SKIPPED = {reason: GateDecision(False, reason) for reason in SKIP_REASONS}
-
-
-# Shared read-only stand-ins for an absent or mistyped field (never mutated).
-_NO_MAP: Mapping[str, Any] = {}
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    # ``type(...) is dict`` first: parsed JSON is always a dict, and the Mapping ABC check
-    # costs several times more (this runs ~30 times per admission).
-    if type(value) is dict or isinstance(value, Mapping):
-        return value
-    return _NO_MAP
 
 
 def should_gate(
@@ -125,24 +115,6 @@ def should_gate(
         requirement, a Warning for a pin its images can't run on, a NUMA placement) depends
         on its images, which only the controller inspects.
     """
-    if config is None:
-        return _SKIPPED[REASON_NO_CONFIG]
-    skipped = namespace_skip_reason(namespace, own_namespace)
-    if skipped is not None:
-        return _SKIPPED[skipped]
-    spec = _map(pod.get("spec"))
-    if spec.get("nodeName"):
-        return _SKIPPED[REASON_NODE_NAME_SET]
-    metadata = _map(pod.get("metadata"))
-    if owned_by_daemonset(metadata):
-        return _SKIPPED[REASON_DAEMONSET]
-    if has_gate(pod):
-        return _SKIPPED[REASON_ALREADY_GATED]
-    return GATED
-
-
-# The public predicates take the pod; should_gate calls their private forms with the parts
-# it already extracted (this runs on every admission: fewer lookups and calls).
-
-
-
+    skipped = gate_skip_reason(pod, namespace=namespace, own_namespace=own_namespace,
+                               config=config)
+    return GATED if skipped is None else _SKIPPED[skipped]

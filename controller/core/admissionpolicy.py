@@ -13,7 +13,9 @@ differs in a field we own. No I/O here: :mod:`controller.lifecycle` reads and wr
 and only while the API server serves ``mutatingadmissionpolicies`` in
 ``admissionregistration.k8s.io/v1`` and ``spec.admission.mechanism`` is ``Auto``.
 
-The skip rules are the webhook's (:func:`webhook.gating.should_gate`): the binding's
+The skip rules are the webhook's (:func:`webhook.gating.should_gate`; the pod-level ones,
+the eligibility variables ``images`` to ``free`` and ``placed``, and their Python are the
+table :data:`controller.core.predicates.PREDICATES`): the binding's
 ``matchResources.namespaceSelector`` is the webhook's namespace selection (system namespaces,
 own namespace, the opt-out label and the config's selector), and ``matchConditions`` exclude a
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
@@ -96,13 +98,10 @@ from podplacement.controller.core.affinity import (
 from podplacement.controller.core.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
-    ARCH_LABEL,
     DECISION_ANNOTATION,
     FAST_PATHS_ENABLED,
     GATE_LABEL,
     GATE_LABEL_GATED,
-    LINUX,
-    OS_LABEL,
     PARAMS_KIND,
     PARAMS_NAME,
     POLICY_LABEL,
@@ -112,9 +111,7 @@ from podplacement.controller.core.config import (
     config_or_defaults,
 )
 from podplacement.controller.core.placement import (
-    CONTAINER_LISTS,
     LIST_SEPARATOR,
-    PULL_ALWAYS,
     REASON_NO_SUPPORTED_PLATFORM,
     REASON_REQUIRED_ARCHITECTURES,
     RECORD_ARCHS,
@@ -129,6 +126,12 @@ from podplacement.controller.core.placement import (
     Placement,
     placed_labels,
 )
+from podplacement.controller.core.predicates import (
+    PLACED_OS,
+    POLICY_MATCH_CONDITIONS,
+    POLICY_VARIABLES,
+    cel_string,
+)
 from podplacement.controller.core.webhookconfig import WebhookNamespaceSelection
 
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
@@ -140,18 +143,10 @@ BINDING_RESOURCE = "mutatingadmissionpolicybindings"
 #: The ``path`` of the decision annotation written by the policy (the controller writes none).
 ADMISSION_PATH = "admission"
 
-#: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``.
-MATCH_CONDITIONS: tuple[dict[str, str], ...] = (
-    {"name": "not-bound",
-     "expression": "!has(object.spec.nodeName) || object.spec.nodeName == ''"},
-    {"name": "not-daemonset",
-     "expression": "!has(object.metadata.ownerReferences) || "
-                   "!object.metadata.ownerReferences.exists(r, "
-                   "has(r.controller) && r.controller && r.kind == 'DaemonSet')"},
-    {"name": "not-gated",
-     "expression": "!has(object.spec.schedulingGates) || "
-                   f"!object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')"},
-)
+#: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``
+#: (:data:`controller.core.predicates.POLICY_MATCH_CONDITIONS`).
+MATCH_CONDITIONS: tuple[dict[str, str], ...] = tuple(
+    {"name": p.name, "expression": p.cel()} for p in POLICY_MATCH_CONDITIONS)
 
 #: The ApplyConfiguration adding our gate and label (other gates and labels are kept).
 GATE_MUTATION = (
@@ -176,14 +171,6 @@ GATE_MUTATION = (
 # checked offline against the Python rule (tests/controller/test_admissionpolicy_cel.py);
 # the typed ``Object{}`` parts only by the API server
 # (tests/controller/test_admissionpolicy_place_realcluster.py).
-
-
-def cel_string(text: str) -> str:
-    """``text`` as a CEL string literal: single-quoted when that needs no escape (JSON
-    pieces stay readable), else JSON's double-quoted form (its escapes are valid CEL)."""
-    if not any(ch in text for ch in "'\\\n") and text.isascii():
-        return f"'{text}'"
-    return json.dumps(text)
 
 
 class Cel(str):
@@ -240,51 +227,11 @@ def cel_template(template: str, values: str) -> str:
     return "(" + " + ".join(p for p in parts if p) + ")"
 
 
-#: The place branch writes only linux pairs (one term ``arch In [archs]`` AND ``os In
-#: [linux]``): several OSes need one term per OS group, so such pods take the gate branch.
-PLACED_OS = LINUX
 #: The typed ``spec.affinity`` of the pod schema.
 _T_AFFINITY = "Object.spec.affinity"
 _T_NODE_AFFINITY = _T_AFFINITY + ".nodeAffinity"
 _T_GATE = "Object.spec.schedulingGates"
 _ANY_PAIRS = "size(variables.pairs) > 0"
-
-#: ``images``: the pod's image references, initContainers then containers, as written
-#: (``placement.pod_images``; duplicates do not change an intersection). ``.?``/``orValue``:
-#: a field a pod may lack never raises (an error would admit the pod unchanged:
-#: failurePolicy Ignore).
-CEL_IMAGES = " + ".join(
-    f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS)
-
-#: ``table``: ``spec.images`` of the ImagePlatformCatalog params (image → "os/arch,..."). The
-#: ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
-CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
-
-#: ``fresh``: ``spec.fresh`` of the params: the tags pulled with ``Always`` whose digest the
-#: controller confirmed within ``spec.admission.pullAlwaysFreshness`` (image → digest,
-#: :mod:`controller.core.freshness`).
-CEL_FRESH = "params == null ? {} : params.?spec.?fresh.orValue({})"
-
-#: ``known``: every image of the pod is a key of the params, and every container that pulls
-#: with ``imagePullPolicy: Always`` (the API server's default for ``:latest`` and untagged
-#: references) names a tag of ``fresh``: the webhook and the controller check such a tag's
-#: digest on every pod (``placement.unique_images``' ``pull_always``); the policy takes the
-#: controller's check of the last few seconds instead, or gates the pod.
-CEL_KNOWN = (
-    "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
-    + "".join(f" && !object.spec.?{kind}.orValue([]).exists("
-              f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)}"
-              " && !(c.?image.orValue('') in variables.fresh))"
-              for kind in CONTAINER_LISTS)
-)
-
-#: ``free``: no ``spec.affinity.nodeAffinity`` (existing terms take the gate branch: the
-#: append-to-every-term rule of KEP-3838 is the controller's) and no ``nodeSelector`` pin on
-#: ``kubernetes.io/arch`` or ``kubernetes.io/os`` (the controller then adds no requirement on
-#: that key and warns).
-CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
-    f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
-    for key in (ARCH_LABEL, OS_LABEL))
 
 #: ``lists``: the "os/arch" pairs of each image (only read once ``known`` holds).
 CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
@@ -294,14 +241,6 @@ CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
 #: A pod of one image (most pods) takes its list as it is, without the filter.
 CEL_PAIRS = ("size(variables.lists) == 1 ? variables.lists[0] : "
              "variables.lists[0].filter(p, variables.lists.all(l, p in l))")
-
-#: ``placed``: take the place branch: all images known, no affinity/pin to merge with, and
-#: the intersection empty (unsatisfiable marker) or linux only.
-CEL_PLACED = (
-    "variables.known && variables.free"
-    f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
-    " && variables.allowedOk"
-)
 
 #: ``archs``: the supported architectures, sorted (the pairs are sorted and all linux).
 CEL_ARCHS = "variables.pairs.map(p, p.split('/')[1])"
@@ -542,12 +481,9 @@ def place_patch_mutation() -> str:
 def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
     """The policy's ``variables`` for the place branch, in evaluation order."""
     weights = {p.architecture: p.weight for p in config.preferred_platforms}
+    table = {p.name: p.cel() for p in POLICY_VARIABLES}
     out = [
-        ("images", CEL_IMAGES),
-        ("table", CEL_TABLE),
-        ("fresh", CEL_FRESH),
-        ("known", CEL_KNOWN),
-        ("free", CEL_FREE),
+        *((n, table.pop(n)) for n in ("images", "table", "fresh", "known", "free")),
         ("policies", CEL_POLICIES),
         ("labels", CEL_LABELS),
         ("matched", CEL_MATCHED),
@@ -555,12 +491,14 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
         ("lists", CEL_LISTS),
         ("pairs", CEL_PAIRS),
         ("allowedOk", CEL_ALLOWED_OK),
-        ("placed", CEL_PLACED),
+        ("placed", table.pop("placed")),
         ("archs", CEL_ARCHS),
         ("weights", cel_weights(weights)),
         ("preferredArchs", CEL_PREFERRED_ARCHS),
         ("decision", CEL_DECISION),
     ]
+    if table:
+        raise ValueError(f"predicates without a place in the policy: {sorted(table)}")
     return [{"name": n, "expression": e} for n, e in out]
 
 

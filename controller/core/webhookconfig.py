@@ -40,21 +40,17 @@ Kubernetes 1.21).
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from podplacement.controller.core.config import (
-    DECISION_ANNOTATION,
     EXCLUDE_NAMESPACE_LABEL,
-    GATE_LABEL,
-    GATE_LABEL_REMOVED,
-    SCHEDULING_GATE,
     SYSTEM_NAMESPACES,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
+from podplacement.controller.core.predicates import WEBHOOK_MATCH_CONDITIONS, Inputs
 
 #: Label the API server puts on every Namespace (value = the namespace name).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -195,18 +191,13 @@ def match_conditions(placed_mark: str | None) -> list[dict[str, str]]:
         from a pod placed from an earlier params object is stale, and while the current
         object exists the policy overwrites any mark a pod's creator set
         (:func:`controller.core.config.admission_mark`). A CEL error skips the webhook
-        (failurePolicy Ignore).
+        (failurePolicy Ignore). The condition, and its Python, are
+        :data:`controller.core.predicates.WEBHOOK_MATCH_CONDITIONS`.
     """
     if placed_mark is None:
         return []
-    return [{"name": "not-placed-at-admission",
-             "expression": (
-                 f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != "
-                 f"'{GATE_LABEL_REMOVED}'"
-                 f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
-                 f".startsWith({json.dumps('{' + placed_mark)})"
-                 f" || object.spec.?schedulingGates.orValue([])"
-                 f".exists(g, g.name == '{SCHEDULING_GATE}')")}]
+    inputs = Inputs(placed_mark=placed_mark)
+    return [{"name": p.name, "expression": p.cel(inputs)} for p in WEBHOOK_MATCH_CONDITIONS]
 
 
 def desired_webhook_configuration(

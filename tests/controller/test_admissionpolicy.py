@@ -19,6 +19,7 @@ from podplacement.controller.core.config import (
     TopologyConfig,
 )
 from podplacement.controller.core.ownership import namespace_owner
+from podplacement.controller.core.predicates import cel_string
 from podplacement.controller.core.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
@@ -118,9 +119,9 @@ def test_label_and_annotation_keys_are_escaped_and_maps_created_when_absent() ->
 
 
 def test_cel_string_quotes_safely() -> None:
-    assert ap.cel_string('{"a":1}') == "'{\"a\":1}'"
-    assert ap.cel_string("it's") == '"it\'s"'
-    assert ap.cel_string("back\\slash") == '"back\\\\slash"'
+    assert cel_string('{"a":1}') == "'{\"a\":1}'"
+    assert cel_string("it's") == '"it\'s"'
+    assert cel_string("back\\slash") == '"back\\\\slash"'
 
 
 def test_binding_uses_the_webhooks_namespace_selection_and_the_params() -> None:

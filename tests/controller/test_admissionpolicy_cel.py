@@ -22,9 +22,19 @@ params tables, with no cluster, and each one is compared with what the Python ru
   annotation (:func:`controller.core.admissionpolicy.admission_record`,
   byte for byte) of the Python facts of the same pod once gated.
 
-The typed ``Object{}`` parts of the JSONPatch only the API server evaluates; they are checked
-there (tests/controller/test_admissionpolicy_place_realcluster.py). A changed variable is
-caught: :func:`test_a_changed_variable_is_caught` mutates each in turn.
+Every entry of the predicate table (:data:`controller.core.predicates.PREDICATES`: the
+policy's and the webhook configuration's ``matchConditions``, the eligibility variables and
+the webhook's verdict) is evaluated in CEL against its Python function on generated pods
+(:func:`test_every_predicate_is_its_python_in_cel`), also with fields of an unexpected type,
+where the CEL agrees, fails (the pod goes on unchanged: failurePolicy Ignore) or differs only
+where :data:`DIFFERENT_VALUES` says why that is safe
+(:func:`test_values_of_an_unexpected_type_agree_or_fail_in_cel`).
+
+The typed ``Object{}`` constructors of the JSONPatch only the API server evaluates (they need
+the pod schema's types); they are checked there
+(tests/controller/test_admissionpolicy_place_realcluster.py). A changed variable is caught:
+:func:`test_a_changed_variable_is_caught` mutates each in turn, and
+:func:`test_a_changed_predicate_is_caught` each entry of the table.
 """
 
 from __future__ import annotations
@@ -45,13 +55,16 @@ from podplacement.controller.core import admissionpolicy as ap
 from podplacement.controller.core.affinity import expression
 from podplacement.controller.core.config import (
     ARCH_LABEL,
+    DECISION_ANNOTATION,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
     LINUX,
     OS_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,
     PlatformWeight,
+    admission_mark,
     config_or_defaults,
 )
 from podplacement.controller.core.imageparams import platforms_value
@@ -70,6 +83,14 @@ from podplacement.controller.core.policy import (
     params_policies,
     policy_for,
     rank,
+)
+from podplacement.controller.core.predicates import (
+    CEL_KNOWN,
+    POLICY_MATCH_CONDITIONS,
+    POLICY_VARIABLES,
+    PREDICATES,
+    WEBHOOK_MATCH_CONDITIONS,
+    Inputs,
 )
 from tests.controller._pods import img
 
@@ -356,7 +377,7 @@ EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
 MUTATIONS = (
     ("images", "initContainers", "containers"),
     # the imagePullPolicy clauses dropped from ``known``, then the containers' one alone
-    ("known", "".join(ap.CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
+    ("known", "".join(CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
     ("known", "!object.spec.?containers.orValue([]).exists(",
      "!object.spec.?ephemeralContainers.orValue([]).exists("),
     # an Always tag placed without being fresh, or never placed when fresh
@@ -478,3 +499,287 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
     assert not skips(other["decision"])
     assert not skips(evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"})["decision"])
     assert match_conditions(None) == []
+
+
+# --- every predicate of the table: its CEL is its Python ----------------------------------
+#
+# controller.core.predicates.PREDICATES writes each admission predicate twice, side by side.
+# Each entry's CEL is evaluated here as the API server binds it (a policy variable after the
+# ones before it, a matchCondition on ``object`` alone) and compared with its Python, on
+# generated pods that also vary what the skip rules read (nodeName, owners, our gate, the
+# label and the decision annotation the webhook configuration's condition reads).
+
+OWN_NAMESPACE = "podplacement"
+MARK = admission_mark("6f1c2a5e-93a1-4b7e-9d35-0e4d2f8c1a77")
+OTHER_MARK = admission_mark("0ther")
+#: What a CEL error stands for in :func:`evaluate_predicates` (failurePolicy Ignore: the
+#: stage passes the pod on unchanged).
+CEL_ERROR = "<cel error>"
+OWNERS: tuple[list[dict[str, Any]], ...] = (
+    [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "1", "controller": True}],
+    [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "1"}],
+    [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "2", "controller": True}],
+)
+
+
+@st.composite
+def admission_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """A pod of :func:`pods`, sometimes bound, owned, already gated, or labelled and
+    annotated as placed at admission (from the params object in force or another)."""
+    pod = draw(pods())
+    spec, meta = pod["spec"], pod["metadata"]
+    if draw(st.integers(0, 5)) == 0:
+        spec["nodeName"] = draw(st.sampled_from(["node-1", ""]))
+    owners = draw(st.one_of(st.none(), st.none(), st.sampled_from(OWNERS)))
+    if owners is not None:
+        meta["ownerReferences"] = copy.deepcopy(owners)
+    if draw(st.integers(0, 4)) == 0:
+        spec["schedulingGates"] = [*spec.get("schedulingGates", []), {"name": SCHEDULING_GATE}]
+    if draw(st.booleans()):
+        meta["labels"] = {**meta.get("labels", {}),
+                          GATE_LABEL: draw(st.sampled_from([GATE_LABEL_REMOVED, GATE_LABEL_GATED]))}
+        mark = draw(st.sampled_from([MARK, MARK, OTHER_MARK]))
+        meta["annotations"] = {DECISION_ANNOTATION: "{" + mark + ',"platforms":[]}'}
+    return pod
+
+
+def predicate_inputs(pod: Mapping[str, Any], table: Mapping[str, str],
+                     config: PlacementConfig, ranking: Ranking,
+                     placed_mark: str | None) -> Inputs:
+    namespace = pod["metadata"].get("namespace", "")
+    return Inputs(namespace=namespace, own_namespace=OWN_NAMESPACE, config=config,
+                  table=table, fresh=fresh_of(table),
+                  policy=policy_for(pod, ranking.of(namespace)), placed_mark=placed_mark)
+
+
+def evaluate_predicates(pod: Mapping[str, Any], inputs: Inputs, config: PlacementConfig,
+                        ranking: Ranking, changed: Mapping[str, str] | None = None
+                        ) -> dict[str, Any]:
+    """Every entry of :data:`PREDICATES` in CEL: the policy's variables in the policy's order
+    (an entry's value is :data:`CEL_ERROR` when its evaluation fails), the matchConditions
+    on the pod alone; ``changed`` replaces the CEL of the entries it names."""
+    changed = changed or {}
+    params = {"spec": {"images": dict(inputs.table), "fresh": dict(inputs.fresh),
+                       "policies": params_policies(ranking)}}
+    data = {"object": pod, "params": params, "request": {"namespace": inputs.namespace}}
+    values: dict[str, Any] = {}
+    for var in ap.place_variables(config):
+        text = changed.get(var["name"], var["expression"])
+        result = _program(text).eval(data={**data, "variables": values})
+        if result.type() != cel.Type.ERROR:
+            values[var["name"]] = result.plain_value()
+        elif var["name"] in POLICY_VARIABLE_NAMES:
+            values[var["name"]] = CEL_ERROR
+    out = {}
+    for predicate in PREDICATES:
+        if predicate.used_in == "policy.variables":
+            out[predicate.name] = values.get(predicate.name, CEL_ERROR)
+            continue
+        text = changed.get(predicate.name, predicate.cel(inputs))
+        result = _program(text).eval(data={"object": pod})
+        out[predicate.name] = (CEL_ERROR if result.type() == cel.Type.ERROR
+                               else result.plain_value())
+    return out
+
+
+POLICY_VARIABLE_NAMES = frozenset(p.name for p in POLICY_VARIABLES)
+
+
+def python_predicates(pod: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
+    """Every entry of :data:`PREDICATES` in Python (mappings as plain dicts)."""
+    out = {}
+    for predicate in PREDICATES:
+        value = predicate.python(pod, inputs)
+        out[predicate.name] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def test_every_predicate_is_its_python_in_cel() -> None:
+    """Each entry of the table, CEL against Python, on 400 generated pods (derandomized):
+    equal, never a CEL error, and every boolean entry seen both true and false."""
+    seen: set[tuple[str, Any]] = set()
+
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(pod=admission_pods(), table=tables, config=st.sampled_from(CONFIGS),
+           policies=policy_objects(), placed_mark=st.sampled_from([MARK, MARK, None]))
+    def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig,
+              policies: list[dict[str, Any]], placed_mark: str | None) -> None:
+        ranking = rank(policies)
+        inputs = predicate_inputs(pod, table, config, ranking, placed_mark)
+        got = evaluate_predicates(pod, inputs, config, ranking)
+        want = python_predicates(pod, inputs)
+        assert {k: (got[k], v) for k, v in want.items() if got[k] != v} == {}
+        seen.update((k, v) for k, v in want.items() if isinstance(v, bool))
+
+    check()
+    booleans = {p.name for p in PREDICATES if p.used_in != "policy.variables"} | {
+        "known", "free", "placed"}
+    assert {(n, b) for n in booleans for b in (True, False)} <= seen, sorted(seen)
+
+
+def test_the_match_conditions_are_the_table() -> None:
+    """The policy's and the webhook configuration's matchConditions are the table's entries,
+    in its order, and the webhook's skip reasons follow them (a changed entry is caught by
+    the property above)."""
+    from podplacement.controller.core.webhookconfig import match_conditions
+
+    policy = ap.desired_policy(config_or_defaults(None)[0])
+    assert [c["name"] for c in policy["spec"]["matchConditions"]] == [
+        p.name for p in POLICY_MATCH_CONDITIONS]
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        p.cel() for p in POLICY_MATCH_CONDITIONS]
+    assert match_conditions(MARK) == [
+        {"name": p.name, "expression": p.cel(Inputs(placed_mark=MARK))}
+        for p in WEBHOOK_MATCH_CONDITIONS]
+    variables = {v["name"]: v["expression"] for v in ap.place_variables(CONFIGS[0])}
+    assert all(variables[p.name] == p.cel() for p in POLICY_VARIABLES)
+
+
+# --- the typed parts: values of an unexpected type ------------------------------------------
+#
+# The API server decodes a pod into its typed struct before any admission step, so neither
+# the policy's CEL (``object`` typed by the pod schema) nor the webhook (the same object,
+# serialized) ever sees a label that is not a string or a nodeSelector that is not a map:
+# such a request is refused at decoding. Both sides are written defensively all the same:
+# the Python treats a field of an unexpected type as absent; the CEL, evaluated here on
+# untyped JSON, either agrees, or fails — and a failing expression, with failurePolicy
+# Ignore, passes the pod on unchanged (a failing policy variable or matchCondition skips the
+# policy, whose gate the webhook then sets; a failing condition of the webhook configuration
+# skips the webhook) — or gives another value in the cases of DIFFERENT_VALUES, each of
+# which gates (never places) where the Python would place, or concerns an object that
+# decoding refuses.
+
+#: (what is odd, path, value); the value ``None`` at a path deletes the field.
+ODD_VALUES: tuple[tuple[str, tuple[str | int, ...], Any], ...] = (
+    ("a label that is not a string", ("metadata", "labels", "app"), 1),
+    ("the gate label not a string", ("metadata", "labels", GATE_LABEL), 1),
+    ("labels not a map", ("metadata", "labels"), ["app"]),
+    ("the decision annotation not a string",
+     ("metadata", "annotations", DECISION_ANNOTATION), 5),
+    ("annotations not a map", ("metadata", "annotations"), "x"),
+    ("ownerReferences not a list", ("metadata", "ownerReferences"), "x"),
+    ("an ownerReference not a map", ("metadata", "ownerReferences"), ["x"]),
+    ("controller not a bool", ("metadata", "ownerReferences"),
+     [{"kind": "DaemonSet", "controller": "true"}]),
+    ("an owner kind not a string", ("metadata", "ownerReferences"),
+     [{"kind": 5, "controller": True}]),
+    ("nodeName 0", ("spec", "nodeName"), 0),
+    ("nodeName a number", ("spec", "nodeName"), 5),
+    ("schedulingGates not a list", ("spec", "schedulingGates"), "x"),
+    ("a scheduling gate not a map", ("spec", "schedulingGates"), ["x"]),
+    ("a scheduling gate without a name", ("spec", "schedulingGates"), [{}]),
+    ("a gate name not a string", ("spec", "schedulingGates"), [{"name": 5}]),
+    ("a container without an image", ("spec", "containers", 0, "image"), None),
+    ("an empty image", ("spec", "containers", 0, "image"), ""),
+    ("an image not a string", ("spec", "containers", 0, "image"), 5),
+    ("imagePullPolicy not a string", ("spec", "containers", 0, "imagePullPolicy"), 5),
+    ("containers not a list", ("spec", "containers"), {"c": {"image": REFS[0]}}),
+    ("a container not a map", ("spec", "containers"), [REFS[0]]),
+    ("initContainers not a list", ("spec", "initContainers"), "x"),
+    ("nodeSelector a list", ("spec", "nodeSelector"), [ARCH_LABEL]),
+    ("nodeSelector a string", ("spec", "nodeSelector"), "x"),
+    ("affinity a string", ("spec", "affinity"), "x"),
+)
+
+#: Where the CEL gives another value than the Python (no error), and why that is safe.
+DIFFERENT_VALUES: dict[str, frozenset[str]] = {
+    # CEL: a nodeName that is not "" is set (0 != ''); Python: a falsy nodeName is unset.
+    # The API server's Pod has a string nodeName: 0 does not decode.
+    "nodeName 0": frozenset({"not-bound", "should-gate"}),
+    # CEL lists '' for the container (never in the table: the pod is gated, not placed);
+    # Python skips it. The API server rejects such a pod at validation, after admission.
+    "a container without an image": frozenset({"images", "known", "placed"}),
+    "an empty image": frozenset({"images", "known", "placed"}),
+    # CEL lists the number, Python its text; a number does not decode.
+    "an image not a string": frozenset({"images"}),
+    # CEL reads list membership (a pin: gated); Python reads no nodeSelector. A list does
+    # not decode.
+    "nodeSelector a list": frozenset({"free", "placed"}),
+}
+
+
+def _set_path(pod: dict[str, Any], path: Sequence[str | int], value: Any) -> bool:
+    """Set ``value`` at ``path`` (delete it for None); False when the path is not there."""
+    node: Any = pod
+    for key in path[:-1]:
+        if isinstance(key, int):
+            if not isinstance(node, list) or len(node) <= key:
+                return False
+            node = node[key]
+        else:
+            node = node.setdefault(key, {})
+    if value is None:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+    return True
+
+
+def test_values_of_an_unexpected_type_agree_or_fail_in_cel() -> None:
+    """On generated pods with, in turn, each field of an unexpected type of
+    :data:`ODD_VALUES`, every
+    entry's CEL equals its Python, or fails (the pod goes on unchanged), or differs only as
+    :data:`DIFFERENT_VALUES` says; and each of those differences does occur (the list is
+    exact)."""
+    differences: dict[str, set[str]] = {}
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(pod=admission_pods(), table=tables, config=st.sampled_from(CONFIGS))
+    def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig) -> None:
+        for what, path, value in ODD_VALUES:
+            odd = copy.deepcopy(pod)
+            if not _set_path(odd, path, copy.deepcopy(value)):
+                continue
+            inputs = predicate_inputs(odd, table, config, EMPTY_RANKING, MARK)
+            got = evaluate_predicates(odd, inputs, config, EMPTY_RANKING)
+            want = python_predicates(odd, inputs)
+            differ = {k for k, v in want.items() if got[k] not in (v, CEL_ERROR)}
+            assert differ <= DIFFERENT_VALUES.get(what, frozenset()), (what, {
+                k: (got[k], want[k]) for k in differ})
+            differences.setdefault(what, set()).update(differ)
+
+    check()
+    assert set(differences) == {what for what, _, _ in ODD_VALUES}, "an odd value never drawn"
+    assert {k: v for k, v in differences.items() if v} == {
+        k: set(v) for k, v in DIFFERENT_VALUES.items()}
+
+
+def _differs(name: str, case: tuple[dict[str, Any], Inputs, PlacementConfig, Ranking],
+             changed: Mapping[str, str]) -> bool:
+    """Entry ``name``'s CEL (``changed`` applied) differs from its Python on ``case``."""
+    pod, inputs, config, ranking = case
+    got = evaluate_predicates(pod, inputs, config, ranking, changed)
+    return bool(got[name] != python_predicates(pod, inputs)[name])
+
+
+#: A changed CEL per entry: booleans negated, the others emptied.
+CHANGED_CEL = {"images": "[]", "table": "{}", "fresh": "{}"}
+
+
+def test_a_changed_predicate_is_caught() -> None:
+    """The comparison of every entry can fail: on the first 60 generated pods, each entry's
+    CEL changed in turn (negated, or emptied: :data:`CHANGED_CEL`) disagrees with its
+    Python on some pod."""
+    cases: list[tuple[dict[str, Any], Inputs, PlacementConfig, Ranking]] = []
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(pod=admission_pods(), table=tables, config=st.sampled_from(CONFIGS),
+           policies=policy_objects())
+    def collect(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig,
+                policies: list[dict[str, Any]]) -> None:
+        ranking = rank(policies)
+        cases.append((pod, predicate_inputs(pod, table, config, ranking, MARK), config,
+                      ranking))
+
+    collect()
+    for predicate in PREDICATES:
+        name = predicate.name
+        variables = {v["name"]: v["expression"] for v in ap.place_variables(CONFIGS[0])}
+        text = variables.get(name) or predicate.cel(Inputs(placed_mark=MARK))
+        changed = {name: CHANGED_CEL.get(name, f"!({text})")}
+
+        assert not any(_differs(name, case, {}) for case in cases), name
+        assert any(_differs(name, case, changed) for case in cases), name
