@@ -121,6 +121,7 @@ from podplacement.controller.registriessource import (
     RegistriesConfigMap,
     registries_from,
 )
+from podplacement.controller.runnables import Loop, Manager, Runnable, Service
 from podplacement.kubeclient import (
     JSON_PATCH,
     ApiError,
@@ -301,7 +302,6 @@ class Controller:
         self._registries = RegistriesConfigMap()
         self._registries_changed = asyncio.Event()
         self._registries_ready = asyncio.Event()
-        self._registries_task: asyncio.Task[None] | None = None
         self._config_cache: tuple[str, PlacementConfig, str | None] | None = None
         self.inflight = self._make_inflight()
         #: The admission policy's params (image → platforms, anonymous results), written by
@@ -328,8 +328,6 @@ class Controller:
         self.policy_watch = PolicyWatch(api, on_change=self._on_policies,
                                         placed_gauge=self.metrics.policy_placed_pods,
                                         watch_timeout=o.watch_timeout)
-        self._policy_stop = asyncio.Event()
-        self._policy_task: asyncio.Task[None] | None = None
         #: the last write of the params object a policy change asked for (_on_policies)
         self._policy_flush: asyncio.Task[str] | None = None
         self.queue = self._new_queue()
@@ -384,8 +382,9 @@ class Controller:
         self.lifecycle: Lifecycle | None = None
         self.elector: LeaderElector | None = None
         self._elector_task: asyncio.Task[None] | None = None
-        self._bindings_task: asyncio.Task[None] | None = None
         self._config_changed = asyncio.Event()
+        #: Every long-running part but the leader elector (:meth:`_runnables`).
+        self.runtime = Manager(self._runnables())
         self._started = False
         self.metrics.sources.api_counters = lambda: dict(api.counters)
         self.metrics.sources.gated = lambda: len(self.pods.cache)
@@ -396,6 +395,39 @@ class Controller:
         self.nodes.add_handler(self._on_node)
         self.configs.add_handler(self._on_config)
         self.params_objects.add_handler(self._on_params)
+
+    def _runnables(self) -> list[Runnable]:
+        """The long-running parts, in start order (stopped in reverse): on every replica the
+        Event senders (stopped last, after a bounded flush), the caches and the registries and
+        bindings loops; on the leader (:meth:`_start_leading`) the policy status loop, the
+        escape monitor (while this process runs the lifecycle), the exec-format-error
+        monitor, the admission feed and, last, the watch of placed pods that feeds those two
+        (docs/design.md, "Runnables")."""
+        out: list[Runnable] = [Service("events", False, self.events.start, self._stop_events)]
+        out += [Service(f"informer {i.name}", False, i.start, i.stop)
+                for i in (self.configs, self.nodes, self.nrts, self.pods, self.params_objects)]
+        out += [
+            Service("policies", False, self.policy_watch.start, self.policy_watch.stop),
+            Loop("registries configmap", False, lambda _: self._refresh_registries_loop()),
+        ]
+        if self.inflight is not None:
+            out.append(Loop("bindings", False, lambda _: self._watch_bindings()))
+        out += [
+            Loop("policy status", True, self.policy_watch.run),
+            Service("escape monitor", True, self._start_escapes, self.escapes.stop),
+            Service("exec format monitor", True, self.execformat.start, self.execformat.stop),
+            Service("admission feed", True, self.feed.start, self.feed.stop),
+            Service("placed pods", True, self.placed.start, self.placed.stop),
+        ]
+        return out
+
+    def _start_escapes(self) -> None:
+        if self.lifecycle is not None:
+            self.escapes.start()
+
+    async def _stop_events(self) -> None:
+        await self.events.flush(2.0)
+        await self.events.stop()
 
     # --- pieces --------------------------------------------------------------------------
     def _new_queue(self, workers: int | None = None) -> WorkQueue:
@@ -740,14 +772,7 @@ class Controller:
         for pod in list(self.pods.cache.values()):
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
-        self.execformat.start()
-        if self.lifecycle is not None:
-            self.escapes.start()
-        self.feed.start()
-        self.placed.start()
-        self._policy_stop = asyncio.Event()
-        self._policy_task = asyncio.create_task(self.policy_watch.run(self._policy_stop),
-                                                name="policy status")
+        self.runtime.start_leading()
         if self.lifecycle is not None:
             self.queue.add(LIFECYCLE_KEY)
             # The writer's first tick adopts and expires by the TTL: the configured one.
@@ -776,16 +801,7 @@ class Controller:
         self.metrics.leader.set(0)
         await self.queue.shutdown()
         self.freshness.clear()  # a new term starts from the pods it sees
-        await self.placed.stop()
-        await self.feed.stop()
-        await self.execformat.stop()
-        await self.escapes.stop()
-        if self._policy_task is not None:
-            self._policy_stop.set()
-            self._policy_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._policy_task
-            self._policy_task = None
+        await self.runtime.stop_leading()
         await self.params_writer.stop()
         if self.lifecycle is not None and await self._finish_due(self.lifecycle):
             await self._serve_to_end(FINISH_KEY)
@@ -856,14 +872,7 @@ class Controller:
             return
         self._started = True
         o = self.options
-        for informer in (self.configs, self.nodes, self.nrts, self.pods, self.params_objects):
-            informer.start()
-        self.policy_watch.start()
-        self.events.start()
-        self._registries_task = asyncio.create_task(self._refresh_registries_loop(),
-                                                    name="registries configmap")
-        if self.inflight is not None:
-            self._bindings_task = asyncio.create_task(self._watch_bindings(), name="bindings")
+        self.runtime.start()
         if o.metrics_port is not None:
             self.health = HealthServer(self.metrics, host=o.metrics_host, port=o.metrics_port,
                                        ready=self.ready)
@@ -912,21 +921,7 @@ class Controller:
         if (was_leading and self.lifecycle is not None and self.elector is not None
                 and self.options.standby_wait >= 0 and not self.lifecycle.gone):
             await self._last_stop(self.elector.identity)
-        if self._bindings_task is not None:
-            self._bindings_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._bindings_task
-            self._bindings_task = None
-        if self._registries_task is not None:
-            self._registries_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._registries_task
-            self._registries_task = None
-        for informer in (self.pods, self.nodes, self.configs, self.nrts, self.params_objects):
-            await informer.stop()
-        await self.policy_watch.stop()
-        await self.events.flush(2.0)
-        await self.events.stop()
+        await self.runtime.stop()
         if self.health is not None:
             await self.health.stop()
         if self._own_inspector and self._inspector is not None:
