@@ -875,7 +875,7 @@ class Controller:
         self.runtime.start()
         if o.metrics_port is not None:
             self.health = HealthServer(self.metrics, host=o.metrics_host, port=o.metrics_port,
-                                       ready=self.ready)
+                                       ready=self.ready, unhealthy=self.runtime.unhealthy)
             await self.health.start()
         self.lifecycle = self._make_lifecycle()
         if self.lifecycle is not None:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,7 +201,9 @@ class _Server(uvicorn.Server):
 
 class HealthServer:
     """HTTP server for ``/metrics`` (text format), ``/healthz`` (200 ``ok``: the process
-    answers) and ``/readyz`` (200 ``ok`` while ``ready()`` is true, the informers synced; 503
+    answers and ``unhealthy()`` is empty; 500 ``unhealthy: <name>: <why>; ...`` otherwise, the
+    controller's runnables whose task died: :meth:`controller.runnables.Manager.unhealthy`)
+    and ``/readyz`` (200 ``ok`` while ``ready()`` is true, the informers synced; 503
     ``not ready`` otherwise): a Starlette app on uvicorn, as the webhook's, running in the
     caller's event loop. Binds ``host:port`` (port 0 picks a free one); plain HTTP.
     """
@@ -209,11 +211,13 @@ class HealthServer:
     def __init__(
         self, metrics: Metrics, *, host: str = "127.0.0.1", port: int = 8080,
         ready: Callable[[], bool] = lambda: True,
+        unhealthy: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port
         self._ready = ready
+        self._unhealthy = unhealthy
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -222,7 +226,11 @@ class HealthServer:
         return Response(self.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     async def _healthz(self, _: Request) -> Response:
-        return PlainTextResponse("ok")
+        failing = self._unhealthy()
+        if not failing:
+            return PlainTextResponse("ok")
+        text = "; ".join(f"{name}: {why}" for name, why in sorted(failing.items()))
+        return PlainTextResponse(f"unhealthy: {text}", status_code=500)
 
     async def _readyz(self, _: Request) -> Response:
         if self._ready():

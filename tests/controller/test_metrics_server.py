@@ -45,6 +45,25 @@ async def test_serves_metrics_health_and_readiness_as_ready_says() -> None:
             pass
 
 
+async def test_healthz_names_the_unhealthy_runnables() -> None:
+    failing: dict[str, str] = {}
+    server = HealthServer(Metrics(), port=0, unhealthy=lambda: failing)
+    await server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        async with aiohttp.ClientSession() as s:
+            async with s.get(base + "/healthz") as r:
+                assert (r.status, await r.text()) == (200, "ok")
+            failing["bindings"] = "died: RuntimeError: boom"
+            failing["events"] = "returned before it was stopped"
+            async with s.get(base + "/healthz") as r:
+                assert r.status == 500
+                assert await r.text() == ("unhealthy: bindings: died: RuntimeError: boom; "
+                                          "events: returned before it was stopped")
+    finally:
+        await server.stop()
+
+
 async def test_a_port_in_use_raises_oserror() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
