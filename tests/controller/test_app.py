@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,49 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
         assert ctl._final_queue is None
     finally:
         await api.close()
+
+
+def _runnables_table() -> list[tuple[str, bool]]:
+    """(name, needs the lease) of each row of docs/design.md's "Runnables" table."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    section = text.split("\n## Runnables\n", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| runnable | needs the lease? |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|") for line in table.splitlines()[2:]]
+    return [(cells[1].strip(), {"yes": True, "no": False}[cells[2].strip()]) for cells in rows]
+
+
+async def test_the_runnables_are_those_of_the_design_table_in_its_order() -> None:
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))
+    try:
+        wired = [(r.name, r.needs_lease) for r in ctl.runtime.runnables]
+        assert wired == _runnables_table()
+        # the caches first, the leader's watch of placed pods (feeding two others) last
+        assert wired[0] == ("events", False) and wired[-1] == ("placed pods", True)
+    finally:
+        await api.close()
+
+
+async def test_a_runnable_that_dies_is_named_by_healthz_and_the_rest_stop_cleanly(
+) -> None:
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None,
+                                            registries_refresh_seconds=0.05))
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    ctl._refresh_registries_loop = broken  # type: ignore[method-assign]
+    ctl.runtime = type(ctl.runtime)(ctl._runnables())
+    ctl.runtime.start()
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)
+            if ctl.runtime.unhealthy():
+                break
+        assert ctl.runtime.unhealthy() == {"registries configmap": "died: RuntimeError: boom"}
+        assert "informer gated pods" in ctl.runtime.running()
+    finally:
+        await asyncio.wait_for(ctl.runtime.stop(), 10)
+        await api.close()
+    assert ctl.runtime.running() == ()
