@@ -43,6 +43,12 @@ reconciler places with those exclusions (:meth:`Controller.placement_config`), a
 whose result lost a platform to one is kept out of the admission policy's catalog
 (docs/exec-format-errors.md, "Learn").
 
+Every long-running part but the leader elector is a runnable of one
+:class:`~controller.runnables.Manager` (:meth:`Controller._runnables`, docs/design.md
+"Runnables"): the caches, the Event senders and the registries and bindings loops on every
+replica, the leader's monitors and watches only while this replica leads; it starts them in
+that order, stops them in reverse, and ``/healthz`` names any whose task died.
+
 A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
 label, its own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
