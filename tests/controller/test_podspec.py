@@ -244,11 +244,13 @@ def test_podspec_and_webhook_layering() -> None:
     """podspec imports only the standard library and controller.core.config; the webhook's
     pure rules import nothing from the controller but controller.core.config,
     controller.core.podspec, (gating) controller.core.scope, the skip rules it shares with
-    the escape monitor, and (patch) controller.core.placement, the labels of a released
-    pod."""
+    the escape monitor, and controller.core.predicates, the predicate table it shares with
+    the admission objects' CEL, and (patch) controller.core.placement, the labels of a
+    released pod."""
     core = "podplacement.controller.core"
     allowed = {"podspec.py": {f"{core}.config"},
-               "gating.py": {f"{core}.config", f"{core}.podspec", f"{core}.scope"},
+               "gating.py": {f"{core}.config", f"{core}.podspec", f"{core}.scope",
+                             f"{core}.predicates"},
                "patch.py": {f"{core}.config", f"{core}.podspec", f"{core}.placement"}}
     paths = {"podspec.py": ROOT / "controller" / "core" / "podspec.py",
              "gating.py": ROOT / "webhook" / "gating.py",
