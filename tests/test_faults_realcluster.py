@@ -95,10 +95,14 @@ def product_factory(cluster: KubeEnv, registry: Registry,
         assert cluster.plane is not None
         # only the test that relies on the stand-down asks for it
         standby = () if stand_down else NO_STAND_DOWN
+        # the webhook inspects at admission too (the outage path, while a released Lease
+        # has no holder): it must reach the plain-HTTP registry as the controller does
+        webhook_options = ["--insecure-registry", registry.host,
+                           *kwargs.pop("webhook_options", ())]
         prod = start_product(cluster.plane, tmp_path / f"product-{len(started)}",
                              controller_options=["--insecure-registry", registry.host,
                                                  *standby, *controller_options],
-                             **kwargs)
+                             webhook_options=webhook_options, **kwargs)
         started.append(prod)
         rbac_checked.append(check_rbac)
         return prod
