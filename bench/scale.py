@@ -884,12 +884,7 @@ def handover(plane: ControlPlane, registry: Registry, ctl: Controllers, n: int,
         proc.popen.wait(10)
         probes[0] += 1
         name = probe_pod(plane, registry, probes[0])
-        holder: str | None = old
-        while holder == old or holder is None:
-            time.sleep(0.05)
-            holder = ctl.leader(plane)
-            if time.monotonic() - killed > 120:
-                raise RuntimeError("no controller took the Lease within 120 s")
+        holder = wait_new_holder(plane, ctl, old, killed)
         out.lease = time.monotonic() - killed
         t_done, path = wait_placed(plane, name)
         out.placed = t_done - killed
@@ -915,6 +910,22 @@ def handover(plane: ControlPlane, registry: Registry, ctl: Controllers, n: int,
     return out
 
 
+def wait_new_holder(plane: ControlPlane, ctl: Controllers, old: str, since: float) -> str:
+    """Poll the Lease every 50 ms until a controller other than ``old`` holds it; its
+    identity.
+
+    Raises:
+        RuntimeError: none did within 120 s of ``since`` (a monotonic time).
+    """
+    while True:
+        holder = ctl.leader(plane)
+        if holder is not None and holder != old:
+            return holder
+        if time.monotonic() - since > 120:
+            raise RuntimeError(f"no controller took the Lease from {old} within 120 s")
+        time.sleep(0.05)
+
+
 def graceful_handover(plane: ControlPlane, registry: Registry, ctl: Controllers,
                       standby: str, leader: str, probes: list[int]) -> tuple[float, float]:
     """A rolling update's handover: start controller ``standby`` and wait until it is ready,
@@ -928,12 +939,7 @@ def graceful_handover(plane: ControlPlane, registry: Registry, ctl: Controllers,
     proc.popen.send_signal(signal.SIGTERM)
     probes[0] += 1
     name = probe_pod(plane, registry, probes[0])
-    holder: str | None = leader
-    while holder == leader or holder is None:
-        time.sleep(0.05)
-        holder = ctl.leader(plane)
-        if time.monotonic() - signalled > 120:
-            raise RuntimeError("no controller took the Lease within 120 s of a SIGTERM")
+    wait_new_holder(plane, ctl, leader, signalled)
     lease = time.monotonic() - signalled
     t_done, path = wait_placed(plane, name)
     if path != "controller":
