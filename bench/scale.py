@@ -331,6 +331,15 @@ def node_bulk(node: FakeNode, images: int) -> tuple[dict[str, Any], dict[str, An
     return manifest, status
 
 
+def _api_client(plane: ControlPlane, connections: int) -> httpx.AsyncClient:
+    """An async client of ``plane``'s API server (its CA, the admin token, 60 s timeouts,
+    at most ``connections`` connections)."""
+    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+    return httpx.AsyncClient(base_url=plane.url, verify=ctx, timeout=60,
+                             headers={"Authorization": f"Bearer {plane.token}"},
+                             limits=httpx.Limits(max_connections=connections))
+
+
 async def create_nodes(plane: ControlPlane, nodes: Sequence[FakeNode], images: int,
                        connections: int = 16) -> None:
     """Create ``nodes`` as :func:`podplacement.sandbox.controlplane.add_nodes` does (create,
@@ -341,10 +350,7 @@ async def create_nodes(plane: ControlPlane, nodes: Sequence[FakeNode], images: i
         httpx.HTTPStatusError: a write was refused.
     """
     merge = {"Content-Type": "application/merge-patch+json"}
-    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
-    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, timeout=60,
-                                 headers={"Authorization": f"Bearer {plane.token}"},
-                                 limits=httpx.Limits(max_connections=connections)) as c:
+    async with _api_client(plane, connections) as c:
         queue = list(reversed(nodes))
 
         async def one() -> None:
@@ -369,10 +375,7 @@ async def create_objects(plane: ControlPlane, path: str, objects: Sequence[dict[
     Raises:
         httpx.HTTPStatusError: a create was refused.
     """
-    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
-    async with httpx.AsyncClient(base_url=plane.url, verify=ctx, timeout=60,
-                                 headers={"Authorization": f"Bearer {plane.token}"},
-                                 limits=httpx.Limits(max_connections=connections)) as c:
+    async with _api_client(plane, connections) as c:
         queue = list(reversed(objects))
 
         async def one() -> None:
