@@ -1175,7 +1175,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait for every pod to be bound (default 300)")
     ap.add_argument("--skew-tags", type=int, default=SKEW_TAGS,
                     help=f"tags of the skewed scenario (default {SKEW_TAGS}; Zipf s={SKEW_S}, "
-                         f"{SKEW_ALWAYS:.0%} Always)")
+                         f"{SKEW_ALWAYS * 100:.0f}%% Always)")
     ap.add_argument("--params-entries", type=int, default=5000,
                     help="entries of the params object with mechanism Auto (default 5000)")
     ap.add_argument("--inspection-budget", default=None, metavar="DURATION",
