@@ -78,7 +78,7 @@ class GatedPodEvents:
 
     def __init__(self, api: KubeAPI, pods: Informer, term: Term, reconciler: Reconciler, *,
                  inflight: InFlight | None, runs_lifecycle: Callable[[], bool],
-                 config_listeners: Sequence[Callable[[], None]]) -> None:
+                 config_listeners: Sequence[Callable[[], object]]) -> None:
         self._api = api
         self._pods = pods
         self._term = term
