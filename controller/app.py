@@ -1,14 +1,26 @@
 """Wiring of the controller process: informers, the work queue, the reconciler, events,
-metrics, leader election and the PodPlacementConfig lifecycle.
+metrics, leader election and the PodPlacementConfig lifecycle. :class:`Controller` constructs
+the parts, each a module of one job, hands each what it needs, and starts and stops them:
+
+* :mod:`controller.configview`: the PodPlacementConfig as parsed (defaults when unreadable),
+  with the exclusions of exec format errors placed with;
+* :mod:`controller.registryrules`: the registry rules of the ConfigMap the config names;
+* :mod:`controller.inspectors`: the image inspector for the current config and rules;
+* :mod:`controller.publisher`: what goes into the admission policy's params;
+* :mod:`controller.alwaysfresh`: the checks of the tags pulled with ``Always`` (key
+  :data:`controller.alwaysfresh.FRESH_KEY`);
+* :mod:`controller.gatedpods`: the informers' events mapped to work-queue keys;
+* :mod:`controller.term`: the start and end of a leadership term, and its work queue;
+* :mod:`controller.lastrelease`: the release of every pod still gated when the product goes.
 
 Informers (list+watch, cluster-wide): pods with the server-side label selector
 ``podplacement.io/scheduling-gate=gated`` (never all pods; a gated pod whose label a user
-changed is labelled again, :meth:`Controller._relabel`), Nodes, the PodPlacementConfig and
-NodeResourceTopologies (tolerated when the CRD is absent; picked up when it appears). While
-topology placement is on, a cache-less list+watch of the pods labelled
-``podplacement.io/numa=placed`` feeds their bindings to the NUMA in-flight accounting. Every
-replica keeps its caches warm; only the leader runs the workers and the lifecycle, so only
-the leader writes. When a replica becomes the leader it queues every pod
+changed is labelled again, :meth:`controller.gatedpods.GatedPodEvents.relabel`), Nodes, the
+PodPlacementConfig and NodeResourceTopologies (tolerated when the CRD is absent; picked up
+when it appears). While topology placement is on, a cache-less list+watch of the pods
+labelled ``podplacement.io/numa=placed`` feeds their bindings to the NUMA in-flight
+accounting. Every replica keeps its caches warm; only the leader runs the workers and the
+lifecycle, so only the leader writes. When a replica becomes the leader it queues every pod
 still gated, which is also how a restarted controller finishes a batch.
 
 Registry rules (containers-registries.conf(5) v2) come from the ConfigMap named by
@@ -20,13 +32,16 @@ registry rules stay in use (pods are never held back for it).
 
 The leader's one :class:`~controller.queue.WorkQueue` serves every reconciler: pod keys
 (``namespace/name/uid``, :class:`~controller.reconciler.Reconciler`), the
-PodPlacementConfig lifecycle's keys (:data:`controller.lifecycle.KEYS`) and the params
-writer's (:data:`controller.paramswriter.PARAMS_KEY`); :meth:`Controller.reconcile` routes
-them. When this process stops leading the queue is shut down (its work in flight is
-cancelled: the pods are no longer placed here), and what must not be left half-done is then
-served on a one-worker queue of its own, bounded: the ordered uninstall under way, or due
-because the product itself is being removed (:data:`controller.lifecycle.FINISH_KEY`), and,
-on the last graceful stop, the stand-down (:data:`controller.lifecycle.LAST_STOP_KEY`).
+PodPlacementConfig lifecycle's keys (:data:`controller.lifecycle.KEYS`), the params
+writer's (:data:`controller.paramswriter.PARAMS_KEY`), the Always tags' checks
+(:data:`controller.alwaysfresh.FRESH_KEY`) and the relabelling of pods
+(:data:`controller.gatedpods.RELABEL_PREFIX`); :meth:`Controller.reconcile` routes them. When
+this process stops leading the queue is shut down (its work in flight is cancelled: the pods
+are no longer placed here), and what must not be left half-done is then served on a
+one-worker queue of its own, bounded: the ordered uninstall under way, or due because the
+product itself is being removed (:data:`controller.lifecycle.FINISH_KEY`), and, on the last
+graceful stop, the stand-down (:data:`controller.lifecycle.LAST_STOP_KEY`)
+(:class:`controller.term.LeadershipTerm`).
 
 The leader also runs one cache-less watch of the pods labelled
 ``podplacement.io/node-affinity`` (every pod placed, by any path:
