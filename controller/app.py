@@ -505,7 +505,8 @@ class Controller:
 
 
 # --- factories of the bigger parts (Controller.__init__'s wiring) --------------------------
-def _informers(api: KubeAPI, o: ControllerOptions) -> tuple[Informer, ...]:
+def _informers(api: KubeAPI, o: ControllerOptions) -> tuple[Informer, Informer, Informer,
+                                                             Informer, Informer]:
     """The informers every replica keeps: gated pods (server-side label selector), Nodes
     (trimmed to the fields the controller reads, :func:`node_view`: a kubelet's images,
     conditions and managedFields are most of a Node's bytes), the PodPlacementConfig, the
