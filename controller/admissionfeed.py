@@ -81,7 +81,7 @@ class AdmissionFeed:
         store: the catalog (the params writer publishes it).
         inspector: returns the controller's current ``imageinspect.Inspector``.
         publish: records an anonymously inspected image with the controller's rules
-            (``Controller._publish``).
+            (:meth:`controller.publisher.ParamsPublisher.publish`).
         publishing: True while the controller publishes the catalog at all (it owns the
             policy and the policy has a place branch); nothing is inspected otherwise.
         config_source: the (config, error) pair the controller places with (exclusions

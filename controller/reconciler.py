@@ -348,8 +348,8 @@ class Reconciler:
     def released_here(self, uid: str) -> bool:
         """True (once) when this reconciler's own write removed the gate of the pod ``uid``:
         the pod left the watch of gated pods because it was placed, not because a user
-        changed its label (:meth:`controller.app.Controller._relabel`). Remembers the last
-        :data:`RELEASED_MEMORY` pods."""
+        changed its label (:meth:`controller.gatedpods.GatedPodEvents.relabel`). Remembers
+        the last :data:`RELEASED_MEMORY` pods."""
         return self._released.pop(uid, False) is None
 
     def emit(self, pod: Mapping[str, Any], decision: Decision) -> None:

@@ -51,11 +51,11 @@ async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
         for name in ("gone-node", "kept-node"):
             _CACHE.parsed_nodes[name] = ("1", marker)
             _CACHE.parsed_nrts[name] = ("1", marker)
-        ctl._on_nrt("MODIFIED", {"metadata": {"name": "kept-node"}}, None)
-        ctl._on_node("DELETED", {"metadata": {"name": "gone-node"}}, None)
+        ctl.gated.on_nrt("MODIFIED", {"metadata": {"name": "kept-node"}}, None)
+        ctl.gated.on_node("DELETED", {"metadata": {"name": "gone-node"}}, None)
         assert "gone-node" not in _CACHE.parsed_nodes and "gone-node" not in _CACHE.parsed_nrts
         assert "kept-node" in _CACHE.parsed_nodes
-        ctl._on_nrt("DELETED", {"metadata": {"name": "kept-node"}}, None)
+        ctl.gated.on_nrt("DELETED", {"metadata": {"name": "kept-node"}}, None)
         assert "kept-node" not in _CACHE.parsed_nrts
     finally:
         for name in ("gone-node", "kept-node"):
@@ -90,12 +90,12 @@ async def test_the_params_store_takes_the_configured_cache_ttl_at_once() -> None
         obj = {"metadata": {"name": CONFIG_NAME, "resourceVersion": "1"},
                "spec": {"imageInspection": {"cacheTTL": "20s"}}}
         ctl.configs.cache[CONFIG_NAME] = obj
-        ctl._on_config("ADDED", obj, None)
+        ctl.gated.on_config("ADDED", obj, None)
         assert ctl.params.ttl_seconds == 20.0
         changed = {"metadata": {"name": CONFIG_NAME, "resourceVersion": "2"},
                    "spec": {"imageInspection": {"cacheTTL": "5s"}}}
         ctl.configs.cache[CONFIG_NAME] = changed
-        ctl._on_config("MODIFIED", changed, obj)
+        ctl.gated.on_config("MODIFIED", changed, obj)
         assert ctl.params.ttl_seconds == 5.0
     finally:
         await api.close()
@@ -118,8 +118,8 @@ async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> N
                          "application/vnd.oci.image.index.v1+json",
                          (Platform("linux", "amd64"), Platform("linux", "arm64")),
                          fetched_at=fetched)
-        ctl._publish("reg.example/app:v1", info)
-        ctl._publish("reg.example/app:v1", info)  # a second pod, the cached copy
+        ctl.publisher.publish("reg.example/app:v1", info)
+        ctl.publisher.publish("reg.example/app:v1", info)  # a second pod, the cached copy
         assert ctl.params.learned_at("reg.example/app:v1") == fetched
         assert ctl.params.learned() == {"reg.example/app:v1": int(fetched)}
     finally:
@@ -157,7 +157,7 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
             return ReconcileResult("stood-down", "unchanged")
 
         lc.last_stop = settling  # type: ignore[method-assign]
-        await asyncio.wait_for(ctl._serve_to_end(LAST_STOP_KEY), 5)
+        await asyncio.wait_for(ctl.term.serve_to_end(LAST_STOP_KEY), 5)
         assert passes == ["pass"] * 3
 
         async def hanging() -> ReconcileResult:
@@ -166,9 +166,9 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
 
         lc.last_stop = hanging  # type: ignore[method-assign]
         started = asyncio.get_running_loop().time()
-        await asyncio.wait_for(ctl._serve_to_end(LAST_STOP_KEY), 5)
+        await asyncio.wait_for(ctl.term.serve_to_end(LAST_STOP_KEY), 5)
         assert 0.4 <= asyncio.get_running_loop().time() - started < 2.0
-        assert ctl._final_queue is None
+        assert ctl.term.final_queue is None
     finally:
         await api.close()
 
@@ -203,7 +203,7 @@ async def test_a_runnable_that_dies_is_named_by_healthz_and_the_rest_stop_cleanl
     async def broken() -> None:
         raise RuntimeError("boom")
 
-    ctl._refresh_registries_loop = broken  # type: ignore[method-assign]
+    ctl.registry_rules.run = broken  # type: ignore[method-assign]
     ctl.runtime = type(ctl.runtime)(ctl._runnables())
     ctl.runtime.start()
     try:

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from podplacement.controller.admissionfeed import _platform_labels
-from podplacement.controller.app import _forget_topology
 from podplacement.controller.core.config import PlacementConfig, TopologyConfig
 from podplacement.controller.core.escape import classify
 from podplacement.controller.core.explain import explain
@@ -20,6 +19,7 @@ from podplacement.controller.core.plan import plan
 from podplacement.controller.core.platforms import node_inventory
 from podplacement.controller.core.podspec import node_eligible, node_ineligibility
 from podplacement.controller.execformatmonitor import ExecFormatMonitor
+from podplacement.controller.gatedpods import forget_topology
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.kubeclient import object_key
 from tests.controller.numa._build import gpod, nrt
@@ -192,7 +192,7 @@ def test_every_field_the_node_readers_read_is_kept() -> None:
     for node in nodes:
         _platform_labels(node)
         object_key(node)
-        _forget_topology(node)
+        forget_topology(node)
     # the recorder saw the readers' reads (so this test can fail)
     assert {("metadata", "labels", "node-pool"), ("status", "allocatable", "*"),
             ("metadata", "resourceVersion"), ("metadata", "name")} <= reads
