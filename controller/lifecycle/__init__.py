@@ -75,8 +75,11 @@ class                       module                owns
 ==========================  ====================  ==============================================
 :class:`Lifecycle`          ``coordinator``       the work-queue keys; reads the config, the
                                                   namespace and the ServiceAccount once per
-                                                  pass; picks converge, ordered uninstall or
-                                                  stand-down
+                                                  pass; picks the job: converge, ordered
+                                                  uninstall or stand-down
+:class:`Convergence`        ``converge``          the normal pass: the config's finalizer, the
+                                                  guards, the admission objects, the leftovers,
+                                                  the status
 :class:`AdmissionObjects`   ``admissionobjects``  MutatingAdmissionPolicy, binding, params
                                                   object, MutatingWebhookConfiguration
 :class:`ConfigStatus`       ``status``            the config's finalizer and ``status`` (and
@@ -110,6 +113,7 @@ from podplacement.controller.lifecycle.cabundle import (
     ServingCertSecret,
     ca_bundle_from_dir,
 )
+from podplacement.controller.lifecycle.converge import Convergence
 from podplacement.controller.lifecycle.coordinator import (
     FINAL_ATTEMPTS,
     FINAL_MARGIN_SECONDS,
@@ -206,6 +210,7 @@ __all__ = [
     "CaBundleSource",
     "ConditionSpec",
     "ConfigStatus",
+    "Convergence",
     "Lifecycle",
     "Observed",
     "PreviousReleases",

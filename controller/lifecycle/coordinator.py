@@ -4,31 +4,21 @@ run (converge, ordered uninstall or stand-down). The rules are in the package's 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from podplacement.controller.core import ownership
-from podplacement.controller.core.config import config_or_defaults
-from podplacement.controller.core.webhookconfig import ServiceRef, webhook_namespace_selection
+from podplacement.controller.core.webhookconfig import ServiceRef
 from podplacement.controller.lifecycle.admissionobjects import AdmissionObjects
 from podplacement.controller.lifecycle.cabundle import CaBundleSource
+from podplacement.controller.lifecycle.converge import Convergence
 from podplacement.controller.lifecycle.guards import UninstallGuards
 from podplacement.controller.lifecycle.passes import Observed, ReconcileResult
 from podplacement.controller.lifecycle.retirement import PreviousReleases
-from podplacement.controller.lifecycle.status import (
-    COND_DEGRADED,
-    ConditionSpec,
-    ConfigStatus,
-    admission_status,
-    available_conditions,
-    degradations,
-    failed_conditions,
-)
+from podplacement.controller.lifecycle.status import ConfigStatus
 from podplacement.controller.lifecycle.withdrawal import UngateRemaining, Withdrawal
-from podplacement.kubeclient import ApiError, KubeRequester
+from podplacement.kubeclient import KubeRequester
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +45,9 @@ class Lifecycle:
     """Reconciler of the PodPlacementConfig ``cluster`` (the package's docstring): the
     handler of :data:`KEYS` on the controller's work queue (:meth:`handle`). It reads the
     config, the product's namespace and the controller's ServiceAccount once per pass
-    (:class:`Observed`) and hands them to its jobs: :class:`ConfigStatus` (finalizer,
-    status), :class:`UninstallGuards`, :class:`AdmissionObjects`, :class:`PreviousReleases`
-    and :class:`Withdrawal` (ordered uninstall, stand-down).
+    (:class:`Observed`) and hands them to the job that runs: :class:`Convergence` (the
+    config's finalizer and status, the guards, the admission objects, the leftovers of
+    earlier releases) or :class:`Withdrawal` (ordered uninstall, stand-down).
 
     Args:
         api: a :class:`kubeclient.KubeAPI` (or anything with its ``request``).
@@ -131,6 +121,9 @@ class Lifecycle:
             cert_manager_certificate=cert_manager_certificate, timeout_seconds=timeout_seconds,
             before_params_delete=before_params_delete)
         self.previous_releases = PreviousReleases(api, namespace=namespace)
+        self.convergence = Convergence(
+            namespace=namespace, config=self.status, guards=self.guards,
+            admission=self.admission, previous_releases=self.previous_releases)
         self.withdrawal = Withdrawal(
             admission=self.admission, config=self.status, guards=self.guards,
             ungate_remaining=ungate_remaining, failures=self._failures,
@@ -243,7 +236,7 @@ class Lifecycle:
             result = await self.withdrawal.uninstall(seen, reason, LIFECYCLE_KEY)
         else:
             self.withdrawal.reset()
-            result = await self._keep_installed(seen)
+            result = await self.convergence.converge(seen)
         if result.requeue_after is None:
             result = dataclasses.replace(result, requeue_after=self.resync_seconds)
         return result
@@ -271,18 +264,14 @@ class Lifecycle:
 
     async def last_stop(self) -> ReconcileResult:
         """One pass of :data:`LAST_STOP_KEY`, served by the last controller to stop
-        gracefully (no other took the lease) after its pod workers stopped.
-
-        When the product is being removed (the config, the namespace or the ServiceAccount
-        is being deleted), this is the ordered uninstall. Otherwise it **stands down**: the
-        params object is deleted (the API server then skips the admission policy: no new
-        pod is gated), every gated pod is released (:attr:`ungate_remaining`, a normal
-        decision when it completes in time), the status says why (``Available=False``,
-        reason ``NoController``), and the finalizers of the config and of the
-        ServiceAccount are removed, since no controller is left to honour them. The
-        policy, its binding and the webhook configuration stay, harmless without the params
-        object (and the webhook, if it still runs, places pods itself); the next leader
-        restores everything.
+        gracefully (no other took the lease) after its pod workers stopped: the ordered
+        uninstall when the config, the namespace or the ServiceAccount is being deleted,
+        else the **stand-down** (:meth:`Withdrawal.stand_down`: the params object goes, so
+        the API server skips the policy; every gated pod is released through
+        :attr:`ungate_remaining`; the status says ``NoController``; the finalizers no
+        controller is left to honour go). The policy, its binding and the webhook
+        configuration stay, harmless without the params object; the next leader restores
+        everything.
 
         Returns:
             The result; ``requeue_after`` None once finished, else the settle time still
@@ -306,43 +295,3 @@ class Lifecycle:
     def _uninstall_reason(self, seen: Observed) -> str:
         return ownership.uninstall_reason(seen.config, seen.namespace, seen.service_account,
                                           namespace=self.namespace)
-
-    async def _keep_installed(self, seen: Observed) -> ReconcileResult:
-        """Nothing is being deleted: no config, no admission objects; else the finalizer,
-        the guards, the admission objects and the status."""
-        if seen.config is None:
-            await self.admission.delete_policy()
-            deleted = await self.admission.delete_webhook()
-            await self.previous_releases.retire()
-            return ReconcileResult("absent", "deleted" if deleted else "absent")
-        config = await self.status.ensure_finalizer(seen.config)
-        await self.guards.ensure(seen.namespace, seen.service_account)
-        return await self._converge(config, ownership.namespace_owner(seen.namespace))
-
-    async def _converge(self, config: dict[str, Any],
-                        owner: Sequence[Mapping[str, Any]]) -> ReconcileResult:
-        """The webhook configuration and the admission policy of ``config`` (parsed once,
-        here), and the status that says so. A failure of the webhook configuration or the
-        CA bundle is written to the status, then raised."""
-        placement, parse_error = config_or_defaults(config)
-        selection = webhook_namespace_selection(config, self.namespace)
-        degraded = degradations(self.guards.problem, parse_error, selection)
-        try:
-            action, policy, policy_problem = await self.admission.apply(
-                config, placement, selection, owner)
-        except Exception as exc:
-            with contextlib.suppress(ApiError):
-                await self.status.write(config, failed_conditions(exc))
-            raise
-        if policy_problem:
-            degraded.append(ConditionSpec(COND_DEGRADED, "True", "AdmissionPolicyFailed",
-                                          policy_problem[:1000]))
-        retire_problem = await self.previous_releases.retire()
-        if retire_problem:
-            degraded.append(ConditionSpec(COND_DEGRADED, "True", "PreviousReleaseLeftovers",
-                                          retire_problem[:1000]))
-        wanted = available_conditions(policy, degraded)
-        written = await self.status.write(config, wanted,
-                                          admission=admission_status(policy, placement))
-        return ReconcileResult("available", action, status_written=written,
-                               degraded=wanted[2].reason if wanted[2].status == "True" else "")
