@@ -5,7 +5,7 @@ Sources: bytes, a callable returning bytes (sync or async) such as :func:`ca_bun
 :mod:`certs.secretflow`: the leader keeps a CA in one Secret and the webhook's serving
 certificate in another, which the webhook pods mount, and renews the CA in two steps with an
 overlap window, see :mod:`certs.rotation`), or ``None`` with ``cert_manager_certificate`` set
-(cert-manager's CA injector owns ``caBundle``; :class:`Lifecycle` adds its
+(cert-manager's CA injector owns ``caBundle``; :class:`controller.lifecycle.Lifecycle` adds its
 ``cert-manager.io/inject-ca-from`` annotation and never touches ``caBundle``).
 """
 

@@ -49,6 +49,10 @@ class Lifecycle:
     config's finalizer and status, the guards, the admission objects, the leftovers of
     earlier releases) or :class:`Withdrawal` (ordered uninstall, stand-down).
 
+    API: its own reads are the three ``GET`` of :meth:`_observe` (and a SelfSubjectReview
+    once, through :class:`UninstallGuards`); every write is a job's. Errors: each pass
+    raises what its job raised (the queue retries), except as :meth:`handle` says.
+
     Args:
         api: a :class:`kubeclient.KubeAPI` (or anything with its ``request``).
         namespace: podplacement's own namespace (excluded from gating; holds the params

@@ -109,4 +109,5 @@ async def patch_finalizer(api: KubeRequester, path: str, obj: dict[str, Any], *,
             if fresh is None:
                 return None
             obj = fresh
-    raise api_error(409, "Conflict", f"{path}: finalizer not changed after 3 attempts")
+    raise api_error(409, "Conflict",
+                    f"{path}: finalizer not changed after {FINALIZER_ATTEMPTS} attempts")
