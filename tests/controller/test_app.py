@@ -135,9 +135,10 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
     import asyncio
 
     from podplacement.controller import lifecycle
-    from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult
+    from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult, coordinator
 
-    monkeypatch.setattr(lifecycle, "FINAL_MARGIN_SECONDS", 0.5)
+    # Lifecycle.final_seconds reads the margin where Lifecycle is defined
+    monkeypatch.setattr(coordinator, "FINAL_MARGIN_SECONDS", 0.5)
     api = KubeAPI.from_url("http://127.0.0.1:9")
     ctl = Controller(api, ControllerOptions(
         leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",

@@ -21,7 +21,7 @@ from podplacement.controller.lifecycle import (
     POLICY_ABSENT,
     POLICY_AS_LEFT,
     POLICY_IN_FORCE,
-    _available_conditions,
+    available_conditions,
     retired_crd_path,
     retired_object_path,
 )
@@ -86,7 +86,7 @@ def test_the_retired_params_crd_is_0_1_s_and_replaced_by_ours() -> None:
 
 def test_the_status_says_the_policy_may_be_in_force_when_its_binding_may_be_there() -> None:
     def available(policy: str) -> str:
-        (cond,) = [c for c in _available_conditions(policy, []) if c.type == "Available"]
+        (cond,) = [c for c in available_conditions(policy, []) if c.type == "Available"]
         return cond.message
 
     assert "not in force" in available(POLICY_ABSENT)
