@@ -27,7 +27,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.controller.core.decision import Decision, Outcome, unique_images
+from podplacement.controller.core.decision import Decision, NumaLike, Outcome, unique_images
 from podplacement.controller.core.execformat import recorded
 from podplacement.controller.core.learn import LearnedImage, describe, learned_images
 from podplacement.controller.core.numa import InFlight
@@ -211,44 +211,17 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
 
     gated = _gated(pod)
     policy = policy_for(pod, policies)
-    decision: Decision = plan(
-        gated, {k: v if v is not None else LookupError("not inspected")
-                for k, v in results.items()},
-        config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
-        inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
+    decision = _decide(gated, results, config, nodes, nrts, now, inflight, policy)
     requirement = decision.requirement
     excluded = requirement.excluded if requirement is not None else ()
     # the policy's allowedArchitectures make nodes of the removed pairs ineligible too
     allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
-    reasons = {_node_name(n): _ineligibility(n, node_selector, allowed, excluded)
-               for n in nodes}
-    for n in nodes:
-        if reasons[_node_name(n)] is not None:
-            reasons[_node_name(n)] = _learned_reason(n, results) or reasons[_node_name(n)]
+    reasons = _node_reasons(nodes, node_selector, allowed, excluded, results)
     numa = decision.numa
     patched = apply_patch(gated, decision.patch) if decision.patch else gated
     affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-
-    verdicts = {v.name: v for v in numa.verdicts} if numa is not None else {}
-    rows: list[dict[str, Any]] = []
-    for node in sorted(nodes, key=_node_name):
-        name = _node_name(node)
-        verdict = verdicts.get(name)
-        if reasons[name] is not None:
-            rows.append({"name": name, "feasible": False, "reason": reasons[name],
-                         "score": None, "policy": None, "scope": None})
-        elif verdict is not None:
-            rows.append({"name": name, "feasible": verdict.feasible, "reason": verdict.reason,
-                         "score": verdict.score, "policy": verdict.policy,
-                         "scope": verdict.scope})
-        else:
-            rows.append({"name": name, "feasible": True, "reason": None, "score": None,
-                         "policy": None, "scope": None})
-    numa_info = None
-    if numa is not None:
-        numa_info = {"needed": numa.needed, "strategy": numa.strategy,
-                     "candidates": list(numa.candidates), "hostnames": list(numa.hostnames),
-                     "policies": list(numa.policies())}
+    rows = _node_rows(nodes, reasons, numa)
+    numa_info = _numa_info(numa)
     return {
         "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
         "images": [_image_entry(img, results[img]) for img in images],
@@ -265,6 +238,64 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "affinity": affinity,
         "execFormatErrors": _exec_format_errors(pod),
     }
+
+
+def _decide(gated: Mapping[str, Any], results: Mapping[str, ImageLike | BaseException | None],
+            config: PlacementConfig, nodes: Sequence[Mapping[str, Any]],
+            nrts: Mapping[str, Mapping[str, Any]], now: float | None,
+            inflight: InFlight | None, policy: PlacementPolicy | None) -> Decision:
+    """The controller's decision for the gated copy, an image not inspected counting as a
+    failure after the last retry (``now``: UNIX seconds, None for the clock)."""
+    return plan(
+        gated, {k: v if v is not None else LookupError("not inspected")
+                for k, v in results.items()},
+        config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
+        inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
+
+
+def _node_reasons(nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, Any],
+                  allowed: PlatformSet | None, excluded: Collection[tuple[str, str]],
+                  results: Mapping[str, ImageLike | BaseException | None]
+                  ) -> dict[str, str | None]:
+    """Node name -> why the platform decision or the nodeSelector excludes it (a learned
+    exclusion named first), None for an eligible node."""
+    reasons = {_node_name(n): _ineligibility(n, node_selector, allowed, excluded)
+               for n in nodes}
+    for n in nodes:
+        if reasons[_node_name(n)] is not None:
+            reasons[_node_name(n)] = _learned_reason(n, results) or reasons[_node_name(n)]
+    return reasons
+
+
+def _node_rows(nodes: Sequence[Mapping[str, Any]], reasons: Mapping[str, str | None],
+               numa: NumaLike | None) -> list[dict[str, Any]]:
+    """The report's node rows, sorted by name: ineligible with its reason, else the NUMA
+    verdict, else feasible without score."""
+    verdicts = {v.name: v for v in numa.verdicts} if numa is not None else {}
+    rows: list[dict[str, Any]] = []
+    for node in sorted(nodes, key=_node_name):
+        name = _node_name(node)
+        verdict = verdicts.get(name)
+        if reasons[name] is not None:
+            rows.append({"name": name, "feasible": False, "reason": reasons[name],
+                         "score": None, "policy": None, "scope": None})
+        elif verdict is not None:
+            rows.append({"name": name, "feasible": verdict.feasible, "reason": verdict.reason,
+                         "score": verdict.score, "policy": verdict.policy,
+                         "scope": verdict.scope})
+        else:
+            rows.append({"name": name, "feasible": True, "reason": None, "score": None,
+                         "policy": None, "scope": None})
+    return rows
+
+
+def _numa_info(numa: NumaLike | None) -> dict[str, Any] | None:
+    """The report's ``numa`` part (None without a NUMA decision)."""
+    if numa is None:
+        return None
+    return {"needed": numa.needed, "strategy": numa.strategy,
+            "candidates": list(numa.candidates), "hostnames": list(numa.hostnames),
+            "policies": list(numa.policies())}
 
 
 def _exec_format_errors(pod: Mapping[str, Any]) -> dict[str, Any] | None:

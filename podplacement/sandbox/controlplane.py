@@ -555,10 +555,7 @@ def start_control_plane(
     etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
     url = f"https://127.0.0.1:{api_port}"
     kubeconfig = write_kubeconfig(workdir / "kubeconfig", url, workdir / "ca.crt", token)
-    component_kubeconfig = {
-        user: write_kubeconfig(workdir / f"{user.split(':')[-1]}.kubeconfig", url,
-                               workdir / "ca.crt", tokens[user], user=user)
-        for user in COMPONENT_USERS[1:]}
+    component_kubeconfig = _write_component_kubeconfigs(workdir, url, tokens)
     log = open(workdir / "control-plane.log", "ab")  # closed by stop()
     plane = ControlPlane(url, kubeconfig, token, workdir / "ca.crt", workdir, assets, _log=log)
     etcd = assets.binary("etcd")
@@ -566,18 +563,58 @@ def start_control_plane(
     if etcd is None or api is None:
         log.close()
         raise ControlPlaneError(f"etcd or kube-apiserver missing in {assets.directory}")
-    plane.spawn("etcd", [
+    plane.spawn("etcd", _etcd_command(etcd, workdir, etcd_client, etcd_peer))
+    args = _apiserver_command(api, workdir, api_port, etcd_client)
+    if audit:
+        args += _audit_args(plane, workdir)
+    args += list(apiserver_args)
+    plane._apiserver_args = args
+    plane.spawn("kube-apiserver", args)
+    try:
+        plane.wait_ready(ready_limit)
+        plane._component_args.update(_component_commands(
+            assets, workdir, kubeconfig, component_kubeconfig,
+            scheduler=scheduler, controller_manager=controller_manager))
+        for name, component in plane._component_args.items():
+            plane.spawn(name, component)
+        plane.supervise()
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+def _write_component_kubeconfigs(workdir: Path, url: str,
+                                 tokens: Mapping[str, str]) -> dict[str, Path]:
+    """One kubeconfig per control-plane component user (``COMPONENT_USERS`` but the admin),
+    ``workdir / "<user's last part>.kubeconfig"`` with that user's token; user -> path."""
+    return {
+        user: write_kubeconfig(workdir / f"{user.split(':')[-1]}.kubeconfig", url,
+                               workdir / "ca.crt", tokens[user], user=user)
+        for user in COMPONENT_USERS[1:]}
+
+
+def _etcd_command(etcd: Path, workdir: Path, client_port: int, peer_port: int) -> list[str]:
+    """The etcd command line: one member, data in ``workdir / "etcd"``, client and peer
+    URLs on 127.0.0.1 (plain HTTP), no fsync, a 4 GiB backend quota."""
+    return [
         str(etcd), "--data-dir", str(workdir / "etcd"), "--name", "sandbox",
-        "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
-        "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
-        "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-        "--initial-cluster", f"sandbox=http://127.0.0.1:{etcd_peer}",
+        "--listen-client-urls", f"http://127.0.0.1:{client_port}",
+        "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
+        "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+        "--initial-cluster", f"sandbox=http://127.0.0.1:{peer_port}",
         "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30),
-    ])
-    args = [
+    ]
+
+
+def _apiserver_command(api: Path, workdir: Path, api_port: int, etcd_port: int) -> list[str]:
+    """The kube-apiserver command line (without audit and caller flags): HTTPS on
+    127.0.0.1:``api_port`` with the PKI of :func:`_write_pki` in ``workdir``, etcd on
+    127.0.0.1:``etcd_port``, Node and RBAC authorization, :data:`SHUTDOWN_ARGS`."""
+    return [
         str(api), f"--secure-port={api_port}", "--bind-address=127.0.0.1",
-        f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
         f"--cert-dir={workdir}", f"--tls-cert-file={workdir / 'serving.crt'}",
         f"--tls-private-key-file={workdir / 'serving.key'}",
         f"--client-ca-file={workdir / 'ca.crt'}",
@@ -594,47 +631,49 @@ def start_control_plane(
         "--service-cluster-ip-range=10.96.0.0/12", "--endpoint-reconciler-type=none",
         "--allow-privileged=true", *SHUTDOWN_ARGS,
     ]
-    if audit:
-        policy = workdir / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-        plane.audit_log = workdir / "audit.log"
-        args += [f"--audit-policy-file={policy}", f"--audit-log-path={plane.audit_log}",
-                 "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s",
-                 "--audit-log-maxsize=2000"]
-    args += list(apiserver_args)
-    plane._apiserver_args = args
-    plane.spawn("kube-apiserver", args)
-    try:
-        plane.wait_ready(ready_limit)
-        sched = assets.binary("kube-scheduler") if scheduler else None
-        if sched is not None:
-            plane._component_args["kube-scheduler"] = [
-                str(sched), f"--kubeconfig={component_kubeconfig['system:kube-scheduler']}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}", "--leader-elect=false",
-                "--kube-api-qps=1000", "--kube-api-burst=1000",
-            ]
-        kcm = assets.binary("kube-controller-manager") if controller_manager else None
-        if kcm is not None:
-            plane._component_args["kube-controller-manager"] = [
-                str(kcm),
-                f"--kubeconfig={component_kubeconfig['system:kube-controller-manager']}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}", "--leader-elect=false",
-                "--controllers=*,-node-lifecycle-controller",
-                f"--service-account-private-key-file={workdir / 'sa.key'}",
-                f"--root-ca-file={workdir / 'ca.crt'}",
-                "--kube-api-qps=1000", "--kube-api-burst=1000",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-            ]
-        for name, component in plane._component_args.items():
-            plane.spawn(name, component)
-        plane.supervise()
-    except BaseException:
-        plane.stop()
-        raise
-    return plane
+
+
+def _audit_args(plane: ControlPlane, workdir: Path) -> list[str]:
+    """Write :data:`AUDIT_POLICY` to ``workdir / "audit-policy.yaml"``, set
+    ``plane.audit_log`` (``workdir / "audit.log"``) and return the kube-apiserver flags
+    writing it (batch mode, flushed every second)."""
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    plane.audit_log = workdir / "audit.log"
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={plane.audit_log}",
+            "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s",
+            "--audit-log-maxsize=2000"]
+
+
+def _component_commands(assets: Assets, workdir: Path, kubeconfig: Path,
+                    component_kubeconfig: Mapping[str, Path], *, scheduler: bool,
+                    controller_manager: bool) -> dict[str, list[str]]:
+    """The command lines of kube-scheduler and kube-controller-manager (each when asked
+    and present in ``assets``), by name, in start order; each gets a free secure port."""
+    components: dict[str, list[str]] = {}
+    sched = assets.binary("kube-scheduler") if scheduler else None
+    if sched is not None:
+        components["kube-scheduler"] = [
+            str(sched), f"--kubeconfig={component_kubeconfig['system:kube-scheduler']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--leader-elect=false",
+            "--kube-api-qps=1000", "--kube-api-burst=1000",
+        ]
+    kcm = assets.binary("kube-controller-manager") if controller_manager else None
+    if kcm is not None:
+        components["kube-controller-manager"] = [
+            str(kcm),
+            f"--kubeconfig={component_kubeconfig['system:kube-controller-manager']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--leader-elect=false",
+            "--controllers=*,-node-lifecycle-controller",
+            f"--service-account-private-key-file={workdir / 'sa.key'}",
+            f"--root-ca-file={workdir / 'ca.crt'}",
+            "--kube-api-qps=1000", "--kube-api-burst=1000",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+        ]
+    return components
 
 
 # --- fake nodes -----------------------------------------------------------------------------

@@ -245,18 +245,59 @@ def start_registry(
             (the process is stopped first).
         ImportError: ``auth="basic"`` without the ``bcrypt`` package.
     """
+    _check_start(auth, token_issuer)
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    host = f"127.0.0.1:{port}"
+    scheme = "https" if tls else "http"
+    config = _base_config(tmp, host, quiet)
+    ca_pem: bytes | None = None
+    serving: certs.KeyPair | None = None
+    if tls:
+        serving, ca_pem = _configure_tls(tmp, config["http"])
+    token_server: TokenIssuer | None = None
+    if auth == "basic":
+        _write_htpasswd(tmp / "htpasswd", username, password)
+        config["auth"] = {"htpasswd": {"realm": "podplacement-test", "path": str(tmp / "htpasswd")}}
+    elif auth == "token" and token_issuer is not None:
+        use_tls = tls if token_server_tls is None else token_server_tls
+        if use_tls and serving is None:
+            ca = certs.generate_ca("podplacement-test-token-ca")
+            serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+            ca_pem = ca.cert_pem
+        token_server = _start_token_server(tmp, config, token_issuer, {username: password},
+                                           port, serving if use_tls else None)
+    proc, log_file = _spawn(tmp, config)
+    registry = Registry(host=host, url=f"{scheme}://{host}", ca_pem=ca_pem,
+                        username=username if auth != "none" else None,
+                        password=password if auth != "none" else None, auth=auth,
+                        token_server=token_server, root=tmp, _process=proc, _log=log_file)
+    log.info("started registry %s (pid %d, auth %s), log %s", host, proc.pid, auth,
+             registry.log_path)
+    try:
+        _wait_ready(registry, proc, ready_timeout)
+    except BaseException:
+        registry.stop()
+        raise
+    return registry
+
+
+def _check_start(auth: str, token_issuer: TokenIssuerFactory | None) -> None:
+    """Refuse a start that cannot work: unknown ``auth`` or ``auth="token"`` without an
+    issuer (ValueError), no registry binary (:class:`RegistryStartError`)."""
     if auth not in AUTH_MODES:
         raise ValueError(f"auth must be one of {AUTH_MODES}, not {auth!r}")
     if auth == "token" and token_issuer is None:
         raise ValueError("auth='token' needs a token_issuer")
     if not Path(REGISTRY_BINARY).exists() and shutil.which("docker-registry") is None:
         raise RegistryStartError(f"{REGISTRY_BINARY} is not installed")
-    tmp.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    host = f"127.0.0.1:{port}"
-    scheme = "https" if tls else "http"
+
+
+def _base_config(tmp: Path, host: str, quiet: bool) -> dict[str, Any]:
+    """distribution's configuration without TLS and auth: filesystem storage in
+    ``tmp / "storage"``, serving on ``host`` (``"127.0.0.1:PORT"``), logs per ``quiet``."""
     http_config: dict[str, Any] = {"addr": host, "secret": "podplacement-test-secret"}
-    config: dict[str, Any] = {
+    return {
         "version": 0.1,
         "log": {"level": "error" if quiet else "info", "formatter": "text",
                 "accesslog": {"disabled": quiet}},
@@ -268,43 +309,46 @@ def start_registry(
         },
         "http": http_config,
     }
-    ca_pem: bytes | None = None
-    serving: certs.KeyPair | None = None
-    if tls:
-        ca = certs.generate_ca("podplacement-test-registry-ca")
-        serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
-        (tmp / "tls.crt").write_bytes(serving.cert_pem)
-        (tmp / "tls.key").write_bytes(serving.key_pem)
-        (tmp / "ca.crt").write_bytes(ca.cert_pem)
-        http_config["tls"] = {
-            "certificate": str(tmp / "tls.crt"),
-            "key": str(tmp / "tls.key"),
+
+
+def _configure_tls(tmp: Path, http_config: dict[str, Any]) -> tuple[certs.KeyPair, bytes]:
+    """A fresh CA and a serving cert for ``localhost`` / ``127.0.0.1``, written to
+    ``tmp`` (``tls.crt``, ``tls.key``, ``ca.crt``) and set in ``http_config["tls"]``;
+    returns ``(serving, PEM of the CA)``."""
+    ca = certs.generate_ca("podplacement-test-registry-ca")
+    serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+    (tmp / "tls.crt").write_bytes(serving.cert_pem)
+    (tmp / "tls.key").write_bytes(serving.key_pem)
+    (tmp / "ca.crt").write_bytes(ca.cert_pem)
+    http_config["tls"] = {
+        "certificate": str(tmp / "tls.crt"),
+        "key": str(tmp / "tls.key"),
+    }
+    return serving, ca.cert_pem
+
+
+def _start_token_server(tmp: Path, config: dict[str, Any], token_issuer: TokenIssuerFactory,
+                        users: dict[str, str], port: int,
+                        serving: certs.KeyPair | None) -> TokenIssuer:
+    """Start the token issuer for the registry on ``port`` (HTTPS with ``serving``, plain
+    HTTP when None), write its root certificate to ``tmp / "token-root.crt"`` and set
+    ``config["auth"]["token"]``; returns the running issuer."""
+    token_server = token_issuer(users=users, service=f"registry-{port}", serving=serving)
+    (tmp / "token-root.crt").write_bytes(token_server.root_cert_pem)
+    config["auth"] = {
+        "token": {
+            "realm": token_server.realm,
+            "service": token_server.service,
+            "issuer": token_server.issuer,
+            "rootcertbundle": str(tmp / "token-root.crt"),
         }
-        ca_pem = ca.cert_pem
-    token_server: TokenIssuer | None = None
-    if auth == "basic":
-        _write_htpasswd(tmp / "htpasswd", username, password)
-        config["auth"] = {"htpasswd": {"realm": "podplacement-test", "path": str(tmp / "htpasswd")}}
-    elif auth == "token" and token_issuer is not None:
-        use_tls = tls if token_server_tls is None else token_server_tls
-        if use_tls and serving is None:
-            ca = certs.generate_ca("podplacement-test-token-ca")
-            serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
-            ca_pem = ca.cert_pem
-        token_server = token_issuer(
-            users={username: password},
-            service=f"registry-{port}",
-            serving=serving if use_tls else None,
-        )
-        (tmp / "token-root.crt").write_bytes(token_server.root_cert_pem)
-        config["auth"] = {
-            "token": {
-                "realm": token_server.realm,
-                "service": token_server.service,
-                "issuer": token_server.issuer,
-                "rootcertbundle": str(tmp / "token-root.crt"),
-            }
-        }
+    }
+    return token_server
+
+
+def _spawn(tmp: Path, config: dict[str, Any]) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """Write ``config`` to ``tmp / "config.yml"`` and start ``docker-registry serve`` on it,
+    output appended to ``tmp / "registry.log"``; returns the process and the open log."""
     config_path = tmp / "config.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = (tmp / "registry.log").open("ab")
@@ -315,26 +359,7 @@ def start_registry(
         stderr=subprocess.STDOUT,
         cwd=tmp,
     )
-    registry = Registry(
-        host=host,
-        url=f"{scheme}://{host}",
-        ca_pem=ca_pem,
-        username=username if auth != "none" else None,
-        password=password if auth != "none" else None,
-        auth=auth,
-        token_server=token_server,
-        root=tmp,
-        _process=proc,
-        _log=log_file,
-    )
-    log.info("started registry %s (pid %d, auth %s), log %s", host, proc.pid, auth,
-             registry.log_path)
-    try:
-        _wait_ready(registry, proc, ready_timeout)
-    except BaseException:
-        registry.stop()
-        raise
-    return registry
+    return proc, log_file
 
 
 def _wait_ready(registry: Registry, proc: subprocess.Popen[bytes], timeout: float) -> None:

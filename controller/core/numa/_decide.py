@@ -452,58 +452,66 @@ def _in_range(amounts: Mapping[str, int]) -> bool:
     return all(0 <= amount <= _fast.LIMIT for amount in amounts.values())
 
 
-def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
-                 nrts: Mapping[str, Mapping[str, Any]], config: TopologyConfig,
-                 node_eligible: Callable[[Mapping[str, Any]], bool],
-                 held_by_node: Mapping[str, Mapping[str, int]],
-                 cache: TopologyCache) -> NumaDecision | None:
-    """The decision over numpy arrays; None when the inputs are not for arrays (amounts out
-    of int64 range, node names that are not unique non-empty strings)."""
-    f = _fast
+def _fast_snapshot(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
+                   nrts: Mapping[str, Mapping[str, Any]],
+                   held_by_node: Mapping[str, Mapping[str, int]],
+                   cache: TopologyCache) -> _fast.ClusterArrays | None:
+    """The cluster's arrays, refreshed for ``nodes``/``nrts``; None when the pod's requests
+    or the holds are out of the arrays' range, or the nodes cannot be arrayed."""
     if not all(_in_range(amounts) for amounts in (shape.effective, *shape.score_inputs)):
         return None
     if not all(_in_range(amounts) for amounts in held_by_node.values()):
         return None
-    snap = f.refresh(cache, nodes, nrts, HOSTNAME_LABEL)
-    if snap is None:
-        return None
-    size = snap.size
-    if node_eligible is _always:
-        eligible = np.ones(size, dtype=np.bool_)
-    else:
-        eligible = np.fromiter((bool(node_eligible(node)) for node in nodes), dtype=np.bool_,
-                               count=size)
-    names, infos, topos, errors = snap.names, snap.infos, snap.topos, snap.errors
-    index = snap.index
-    held_rows = {index[name]: amounts for name, amounts in held_by_node.items()
-                 if amounts and name in index}
-    status = snap.status
-    single = snap.single
-    pod_scope = snap.pod_scope
-    needed = shape.aligning and bool(
-        (eligible & (status >= f.STATUS_OK) & single).any())
+    return _fast.refresh(cache, nodes, nrts, HOSTNAME_LABEL)
 
+
+def _eligible_rows(nodes: Sequence[Mapping[str, Any]],
+                   node_eligible: Callable[[Mapping[str, Any]], bool],
+                   size: int) -> _fast.BoolArray:
+    """Per row of ``nodes``, whether ``node_eligible`` accepts the node (``(size,)`` bool)."""
+    if node_eligible is _always:
+        return np.ones(size, dtype=np.bool_)
+    return np.fromiter((bool(node_eligible(node)) for node in nodes), dtype=np.bool_,
+                       count=size)
+
+
+def _fast_fit(shape: _Shape, snap: _fast.ClusterArrays, eligible: _fast.BoolArray,
+              avail: Mapping[str, _fast.IntArray]
+              ) -> tuple[_fast.BoolArray, _fast.IntArray, _fast.BoolArray]:
+    """The fit over all rows: ``(feasible, score, fits)``, ``fits`` the eligible rows with a
+    usable NRT the pod fits on, ``feasible`` those plus the rows without NRT that pass
+    (``nodesWithoutTopology``), ``score`` set for the latter only."""
+    status, single, pod_scope = snap.status, snap.single, snap.pod_scope
+    size = snap.size
     feasible = np.zeros(size, dtype=np.bool_)
     score = np.zeros(size, dtype=np.int64)
     if not shape.deny:
-        without = eligible & (status == f.STATUS_NONE)
+        without = eligible & (status == _fast.STATUS_NONE)
         feasible |= without
         score[without] = 0 if shape.guaranteed else MAX_SCORE
 
-    ok_rows = eligible & (status == f.STATUS_OK)
-    avail = f.held_avail(snap, shape.resources, held_rows)
+    ok_rows = eligible & (status == _fast.STATUS_OK)
     fits = ok_rows.copy()
     if shape.aligning:
         filtered = ok_rows & single
         rows = filtered & pod_scope
         if rows.any():
-            fits &= ~rows | f.fit_pod_scope(snap, shape.pod_requests, avail)
+            fits &= ~rows | _fast.fit_pod_scope(snap, shape.pod_requests, avail)
         rows = filtered & ~pod_scope
         if rows.any():
-            fits &= ~rows | f.fit_container_scope(snap, shape.plans, avail)
+            fits &= ~rows | _fast.fit_container_scope(snap, shape.plans, avail)
     feasible |= fits
+    return feasible, score, fits
 
-    by_reference = eligible & (status == f.STATUS_REFERENCE)
+
+def _fast_score(shape: _Shape, snap: _fast.ClusterArrays, eligible: _fast.BoolArray,
+                fits: _fast.BoolArray, avail: Mapping[str, _fast.IntArray],
+                score: _fast.IntArray) -> tuple[_fast.IntArray, _fast.BoolArray]:
+    """The array scores of the rows that fit: ``(score, by_reference)``, ``by_reference``
+    the rows left to the reference code (out-of-range NRTs, and the strategies scored node
+    by node: LeastNUMANodes, BalancedAllocation)."""
+    single, pod_scope = snap.single, snap.pod_scope
+    by_reference = eligible & (snap.status == _fast.STATUS_REFERENCE)
     strategy = shape.strategy
     if not shape.guaranteed:
         score[fits] = MAX_SCORE
@@ -515,13 +523,22 @@ def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
         least = strategy == LEAST_ALLOCATED
         rows = fits & single & pod_scope
         if rows.any():
-            score = np.where(rows, f.score_pod_scope(snap, shape.pod_items, avail, least),
+            score = np.where(rows, _fast.score_pod_scope(snap, shape.pod_items, avail, least),
                              score)
         rows = fits & single & ~pod_scope
         if rows.any():
-            score = np.where(rows, f.score_container_scope(snap, shape.container_items, avail,
-                                                           least), score)
+            score = np.where(rows, _fast.score_container_scope(snap, shape.container_items,
+                                                               avail, least), score)
+    return score, by_reference
 
+
+def _judge_rows(shape: _Shape, snap: _fast.ClusterArrays, by_reference: _fast.BoolArray,
+                feasible: _fast.BoolArray, score: _fast.IntArray,
+                held_by_node: Mapping[str, Mapping[str, int]],
+                cache: TopologyCache) -> dict[int, NodeVerdict]:
+    """Judge the ``by_reference`` rows with the reference code, writing their outcome into
+    ``feasible`` and ``score`` (in place); returns their verdicts by row."""
+    names, infos, topos = snap.names, snap.infos, snap.topos
     judged: dict[int, NodeVerdict] = {}
     for i in np.flatnonzero(by_reference).tolist():
         topo = topos[i]
@@ -530,17 +547,33 @@ def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
         judged[i] = verdict
         feasible[i] = verdict.feasible
         score[i] = verdict.score if verdict.score is not None else 0
+    return judged
 
-    chosen = np.flatnonzero(eligible & feasible)
+
+def _fast_rank(snap: _fast.ClusterArrays, chosen: _fast.IntArray, score: _fast.IntArray,
+               limit: int) -> tuple[dict[str, int], list[int]]:
+    """``(scores, ranked)``: node name -> score of the ``chosen`` rows (the eligible feasible
+    ones), and the rows of the candidates, best score first, ties by name, at most ``limit``
+    (0: no limit)."""
+    names = snap.names
     chosen_scores = score[chosen]
-    chosen_names = names if len(chosen) == size else [names[i] for i in chosen.tolist()]
+    chosen_names = names if len(chosen) == snap.size else [names[i] for i in chosen.tolist()]
     scores = dict(zip(chosen_names, chosen_scores.tolist(), strict=True))
     order = np.lexsort((snap.name_rank[chosen], -chosen_scores))
-    limit = config.max_candidate_nodes
     if limit > 0:
         order = order[:limit]
-    ranked = chosen[order].tolist()
+    ranked: list[int] = chosen[order].tolist()
+    return scores, ranked
 
+
+def _lazy_verdicts(shape: _Shape, snap: _fast.ClusterArrays, eligible: _fast.BoolArray,
+                   feasible: _fast.BoolArray, score: _fast.IntArray,
+                   judged: Mapping[int, NodeVerdict],
+                   held_by_node: Mapping[str, Mapping[str, int]]
+                   ) -> Callable[[], tuple[NodeVerdict, ...]]:
+    """A callable building the verdicts of the eligible rows, sorted by name (reasons of
+    infeasible rows on first read, see :func:`_infeasible`)."""
+    names, infos, topos, errors = snap.names, snap.infos, snap.topos, snap.errors
     name_order = snap.name_order
     policies, scopes = snap.policies, snap.scopes
 
@@ -560,6 +593,15 @@ def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
                                    held_by_node.get(names[i])))
         return tuple(out)
 
+    return verdicts
+
+
+def _lazy_policies(snap: _fast.ClusterArrays, eligible: _fast.BoolArray
+                   ) -> tuple[Callable[[], tuple[str, ...]], Callable[[], tuple[str, ...]]]:
+    """Callables for :meth:`NumaDecision.policies` and :meth:`NumaDecision.node_policies`
+    over the eligible rows, without building the verdicts."""
+    policies, scopes = snap.policies, snap.scopes
+
     def distinct_policies() -> tuple[str, ...]:
         return tuple(sorted({f"{policy}/{scope}" for policy, scope, elig
                              in zip(policies, scopes, eligible.tolist(), strict=True)
@@ -569,9 +611,38 @@ def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
         return tuple(sorted({policy for policy, elig in zip(policies, eligible.tolist(),
                                                             strict=True) if elig}))
 
+    return distinct_policies, node_policies
+
+
+def _fast_decide(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
+                 nrts: Mapping[str, Mapping[str, Any]], config: TopologyConfig,
+                 node_eligible: Callable[[Mapping[str, Any]], bool],
+                 held_by_node: Mapping[str, Mapping[str, int]],
+                 cache: TopologyCache) -> NumaDecision | None:
+    """The decision over numpy arrays; None when the inputs are not for arrays (amounts out
+    of int64 range, node names that are not unique non-empty strings)."""
+    snap = _fast_snapshot(shape, nodes, nrts, held_by_node, cache)
+    if snap is None:
+        return None
+    eligible = _eligible_rows(nodes, node_eligible, snap.size)
+    index = snap.index
+    held_rows = {index[name]: amounts for name, amounts in held_by_node.items()
+                 if amounts and name in index}
+    needed = shape.aligning and bool(
+        (eligible & (snap.status >= _fast.STATUS_OK) & snap.single).any())
+    avail = _fast.held_avail(snap, shape.resources, held_rows)
+    feasible, score, fits = _fast_fit(shape, snap, eligible, avail)
+    score, by_reference = _fast_score(shape, snap, eligible, fits, avail, score)
+    judged = _judge_rows(shape, snap, by_reference, feasible, score, held_by_node, cache)
+    scores, ranked = _fast_rank(snap, np.flatnonzero(eligible & feasible), score,
+                                config.max_candidate_nodes)
+    names, infos = snap.names, snap.infos
+    distinct_policies, node_policies = _lazy_policies(snap, eligible)
     return NumaDecision(needed, tuple(names[i] for i in ranked),
-                        tuple(infos[i].hostname for i in ranked), scores, verdicts, strategy,
-                        policies=distinct_policies, node_policies=node_policies)
+                        tuple(infos[i].hostname for i in ranked), scores,
+                        _lazy_verdicts(shape, snap, eligible, feasible, score, judged,
+                                       held_by_node),
+                        shape.strategy, policies=distinct_policies, node_policies=node_policies)
 
 
 def _infeasible(shape: _Shape, name: str, topo: Topology | None, error: str | None,
