@@ -130,8 +130,8 @@ from urllib.parse import urlsplit  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
 from podplacement.controller.paramswriter import params_collection_path  # noqa: E402
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
     ControlPlane,
@@ -678,10 +678,10 @@ def floor_policy(arm: str) -> list[dict[str, Any]]:
 def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[dict[str, Any]]:
     """``floor-product``: deploy/ applied (CRDs, config) and the params object seeded as for
     ``warm``, then the MutatingAdmissionPolicy and binding the controller would create for
-    the config (:func:`podplacement.controller.core.admissionpolicy.desired_policy`), but no
+    the config (:func:`podplacement.rules.admissionpolicy.desired_policy`), but no
     webhook or controller process: the cost of the product's policy alone."""
-    from podplacement.controller.core import admissionpolicy
-    from podplacement.controller.core.webhookconfig import webhook_namespace_selection
+    from podplacement.rules import admissionpolicy
+    from podplacement.rules.webhookconfig import webhook_namespace_selection
 
     install_manifests(plane, REPO / "deploy")
     seed_params(plane, entries, {i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))

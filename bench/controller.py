@@ -32,8 +32,8 @@ from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE  # noqa: E402
 from podplacement.kubeclient import KubeAPI, request_resource  # noqa: E402
+from podplacement.rules.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE  # noqa: E402
 from tests.harness.kube import start_localkube  # noqa: E402
 from tests.harness.oci import Pusher  # noqa: E402
 from tests.harness.registry import start_registry  # noqa: E402

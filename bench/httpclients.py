@@ -63,15 +63,15 @@ import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from podplacement.controller.core.config import (  # noqa: E402
-    DECISION_ANNOTATION,
-    GATE_LABEL,
-    SCHEDULING_GATE,
-)
 from podplacement.imageinspect._manifest import MANIFEST_ACCEPT  # noqa: E402
 from podplacement.imageinspect._transport import AiohttpTransport  # noqa: E402
 from podplacement.kubeclient import KubeAPI  # noqa: E402
 from podplacement.kubeclient.credentials import StaticCredentials  # noqa: E402
+from podplacement.rules.config import (  # noqa: E402
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    SCHEDULING_GATE,
+)
 from podplacement.sandbox.controlplane import (  # noqa: E402
     ControlPlane,
     locate_assets,

@@ -43,15 +43,15 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from podplacement.controller.core.config import (  # noqa: E402
+from podplacement.controller.paramswriter import params_path  # noqa: E402
+from podplacement.rules.config import (  # noqa: E402
     ADMISSION_POLICY_NAME,
     DECISION_ANNOTATION,
     GATE_LABEL,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME  # noqa: E402
-from podplacement.controller.paramswriter import params_path  # noqa: E402
+from podplacement.rules.ownership import UNINSTALL_RBAC_NAME  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
     ControlPlane,

@@ -8,7 +8,7 @@ tracemalloc (Python heap; MiB = 2**20 bytes).
   addresses, a cloud's labels) plus what the API server adds (uid, resourceVersion,
   creationTimestamp, managedFields of the two writers), cached whole (no transform: the
   controller before the node transform) and through the controller's transform
-  (:func:`controller.core.nodeview.node_view`): the heap held after the list, and the peak
+  (:func:`rules.nodeview.node_view`): the heap held after the list, and the peak
   during it above the level before it.
 - ``nrts``: ``--nrt-share`` of the nodes with bench/scale.py's NodeResourceTopology, cached
   whole (the NRT informer has no transform).
@@ -43,13 +43,13 @@ from typing import Any  # noqa: E402
 import orjson  # noqa: E402
 
 from bench.scale import fake_nodes, node_bulk, nrt_for, nrt_nodes  # noqa: E402
-from podplacement.controller.core.config import (  # noqa: E402
+from podplacement.kubeclient import Informer, KubeAPI  # noqa: E402
+from podplacement.rules.config import (  # noqa: E402
     AFFINITY_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
 )
-from podplacement.controller.core.nodeview import node_view  # noqa: E402
-from podplacement.kubeclient import Informer, KubeAPI  # noqa: E402
+from podplacement.rules.nodeview import node_view  # noqa: E402
 
 MIB = 2**20
 NOW = "2026-11-27T10:00:00Z"

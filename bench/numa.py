@@ -1,4 +1,4 @@
-"""Benchmark: NUMA decision time per pod (``controller.core.numa.decide_numa``).
+"""Benchmark: NUMA decision time per pod (``rules.numa.decide_numa``).
 
 Grid: 100, 1,000 and 5,000 nodes x 2, 4 and 8 NUMA zones x pod and container scope, all nodes
 ``single-numa-node``, random availability (seeded). For each cell it prints:
@@ -36,8 +36,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
-from podplacement.controller.core.config import TopologyConfig  # noqa: E402
-from podplacement.controller.core.numa import (  # noqa: E402
+from podplacement.rules.config import TopologyConfig  # noqa: E402
+from podplacement.rules.numa import (  # noqa: E402
     STRATEGIES,
     InFlight,
     TopologyCache,

@@ -41,13 +41,13 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
-from podplacement.controller.core.config import (  # noqa: E402
+from podplacement.imageinspect import Inspector, RegistriesConfig  # noqa: E402
+from podplacement.rules.config import (  # noqa: E402
     GATE_LABEL,
     GATE_LABEL_GATED,
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.imageinspect import Inspector, RegistriesConfig  # noqa: E402
 from podplacement.sandbox.oci import MANIFEST_ACCEPT, Pusher  # noqa: E402
 from podplacement.sandbox.registry import Registry, start_registry  # noqa: E402
 from podplacement.webhook.admitinspect import AdmissionInspector  # noqa: E402

@@ -72,7 +72,7 @@ image lacks (*wrong*) or without a ``kubernetes.io/arch`` requirement (*escaped*
 must be 0. At the end (unless ``--no-probe``) a separate process measures what the
 controller's informers hold at that size (:func:`probe_memory`, tracemalloc): the Node
 cache with full objects and through the controller's transform
-(:func:`controller.core.nodeview.node_view`), the NRT cache, the gated pods, and the
+(:func:`rules.nodeview.node_view`), the NRT cache, the gated pods, and the
 transient peak of the placed-pods watch's (re)list of every placed pod, page by page as the
 informer reads it and with every page held.
 
@@ -137,7 +137,9 @@ from bench.cluster import (  # noqa: E402
     webhook_paths,
     workload,
 )
-from podplacement.controller.core.config import (  # noqa: E402
+from podplacement.controller.leader import LEASE_PATH  # noqa: E402
+from podplacement.demo.workloads import DemoNode, DemoZone, nrt_object  # noqa: E402
+from podplacement.rules.config import (  # noqa: E402
     AFFINITY_LABEL,
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -151,8 +153,6 @@ from podplacement.controller.core.config import (  # noqa: E402
     PARAMS_MAX_ENTRIES,
     SCHEDULING_GATE,
 )
-from podplacement.controller.leader import LEASE_PATH  # noqa: E402
-from podplacement.demo.workloads import DemoNode, DemoZone, nrt_object  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     ControlPlane,
     FakeNode,
@@ -959,7 +959,7 @@ async def probe_memory(kubeconfig: str) -> dict[str, Any]:
     and :meth:`kubeclient.KubeAPI.list_all`:
 
     - ``nodes``: the Node informer's cache with full objects (``heap_bytes``) and through
-      the controller's transform (``kept_heap_bytes``: :func:`controller.core.nodeview.
+      the controller's transform (``kept_heap_bytes``: :func:`rules.nodeview.
       node_view`, name, resourceVersion, labels and ``status.allocatable``);
     - ``nrts``: the NodeResourceTopology informer's cache;
     - ``gated``: the gated-pods informer's cache (``scheduling-gate=gated``);
@@ -974,8 +974,8 @@ async def probe_memory(kubeconfig: str) -> dict[str, Any]:
     import gc
     import tracemalloc
 
-    from podplacement.controller.core.nodeview import node_view
     from podplacement.kubeclient import Informer, KubeAPI
+    from podplacement.rules.nodeview import node_view
 
     api = await KubeAPI.from_kubeconfig(kubeconfig)
     out: dict[str, Any] = {}

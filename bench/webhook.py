@@ -226,7 +226,7 @@ def breakdown(rounds: int, *, cold_mib: float = 0.0) -> None:
     import podplacement.webhook.app as app_module
     import podplacement.webhook.pipeline as pipeline_module
     import podplacement.webhook.review as review_module
-    from podplacement.controller.core.config import PlacementConfig
+    from podplacement.rules.config import PlacementConfig
     from podplacement.webhook.configsource import StaticConfigSource
     from podplacement.webhook.gating import GATED
 

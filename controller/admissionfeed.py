@@ -7,11 +7,11 @@ The controller's watch of placed pods (:class:`controller.placedwatch.PlacedPods
 watch says ADDED). For each such pod, in the event loop and without a request:
 
 - **use**: each of its images in the admission policy's catalog is marked used
-  (:meth:`controller.core.imageparams.ParamsStore.touch`), so a full catalog evicts the
+  (:meth:`rules.imageparams.ParamsStore.touch`), so a full catalog evicts the
   least recently used entries first. A touch changes no published byte: no write.
 - **learn**: a pod placed at admission (``"path":"webhook"`` or ``"admission"``) whose
   images are not all in the catalog, and that needs no pull Secret
-  (:func:`controller.core.admitted.images_to_learn`), queues those images. A few workers
+  (:func:`rules.admitted.images_to_learn`), queues those images. A few workers
   inspect each one anonymously with the controller's own inspector (its cache and one
   flight per image), off the watch, and record the result with the controller's
   ``publish`` (its rules: exclusions, the config's place branch, learned time =
@@ -21,7 +21,7 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   lacks. The pods placed by the webhook, not only by the controller, thus fill the catalog
   from which the policy places the next pods of those images.
 - **tell**: the Warning Event of the decision of a pod placed at admission
-  (:func:`controller.core.admitted.admission_warning`: the controller's own Warning for
+  (:func:`rules.admitted.admission_warning`: the controller's own Warning for
   that pod, same reason and text), once per pod: the UIDs it was sent for are remembered
   (bounded), and a pod a (re)list hands on, rather than the watch as it is placed, is told
   only when created less than :data:`EVENT_WINDOW_SECONDS` ago (a new leader tells about
@@ -38,7 +38,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core.admitted import (
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.kubeclient import Informer
+from podplacement.rules.admitted import (
     admission_path,
     admission_warning,
     always_images,
@@ -46,14 +49,11 @@ from podplacement.controller.core.admitted import (
     images_to_learn,
     recently_created,
 )
-from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL, PlacementConfig
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.placement import unique_images
-from podplacement.controller.core.platforms import NodeInventory, node_inventory
-from podplacement.controller.core.policy import PlacementPolicy, policy_for
-from podplacement.controller.events import EventSink
-from podplacement.controller.metrics import Metrics
-from podplacement.kubeclient import Informer
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.placement import unique_images
+from podplacement.rules.platforms import NodeInventory, node_inventory
+from podplacement.rules.policy import PlacementPolicy, policy_for
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,8 @@ class AdmissionFeed:
             wait for it.
         clock: unix seconds.
         on_always: called with each image a placed anonymous pod pulls with
-            ``imagePullPolicy: Always`` (:func:`controller.core.admitted.always_images`;
-            the controller keeps checking those tags, :mod:`controller.core.freshness`).
+            ``imagePullPolicy: Always`` (:func:`rules.admitted.always_images`;
+            the controller keeps checking those tags, :mod:`rules.freshness`).
     """
 
     def __init__(

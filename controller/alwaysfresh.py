@@ -5,7 +5,7 @@ One job: keep ``spec.fresh`` of the admission policy's params true: the tags pul
 ``Always`` by placed anonymous pods (:meth:`AlwaysTagChecks.used`) have their digest checked
 again within ``spec.admission.pullAlwaysFreshness`` (one manifest ``HEAD`` through the
 inspector's ``pull_always``), and those confirmed in the window are published
-(:class:`controller.core.freshness.PullAlwaysFreshness`). Reads the config, the inspector and
+(:class:`rules.freshness.PullAlwaysFreshness`). Reads the config, the inspector and
 whether this controller leads and publishes the params (callables); writes the params store
 (``set_fresh``, and a moved digest's result through ``publish``). The key :data:`FRESH_KEY`
 is queued by the leadership term (:class:`controller.term.LeadershipTerm`) and served by
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.freshness import PullAlwaysFreshness
-from podplacement.controller.core.imageparams import ParamsStore
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.freshness import PullAlwaysFreshness
+from podplacement.rules.imageparams import ParamsStore
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class AlwaysTagChecks:
         the window; publishes nothing while this controller does not publish the params.
 
         Returns:
-            Seconds until the next pass (:attr:`controller.core.freshness.
+            Seconds until the next pass (:attr:`rules.freshness.
             PullAlwaysFreshness.interval`), None while stopped."""
         if self._stopped():
             return None

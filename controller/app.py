@@ -85,26 +85,6 @@ from podplacement.controller.admissionfeed import AdmissionFeed
 from podplacement.controller.alwaysfresh import FRESH_KEY, AlwaysTagChecks
 from podplacement.controller.bindingfeed import PODS_PATH, watch_bindings
 from podplacement.controller.configview import ConfigView
-from podplacement.controller.core.config import (
-    CONFIG_NAME,
-    CONFIG_PLURAL,
-    DEFAULT_NAMESPACE,
-    GATE_LABEL,
-    GATE_LABEL_GATED,
-    GROUP,
-    LOG_VERBOSITY_LOGGERS,
-    NRT_GROUP,
-    NRT_PLURAL,
-    NRT_VERSION,
-    PARAMS_NAME,
-    VERSION,
-    PlacementConfig,
-)
-from podplacement.controller.core.findings import FindingsStore
-from podplacement.controller.core.freshness import PullAlwaysFreshness
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.nodeview import node_view
-from podplacement.controller.core.numa import InFlight
 from podplacement.controller.escapemonitor import EscapeMonitor
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
@@ -124,6 +104,26 @@ from podplacement.controller.registryrules import RegistryRules
 from podplacement.controller.runnables import Loop, Manager, Runnable, Service
 from podplacement.controller.term import Handler, LeadershipTerm, QueueSettings, make_lifecycle
 from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.rules.config import (
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    DEFAULT_NAMESPACE,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    GROUP,
+    LOG_VERBOSITY_LOGGERS,
+    NRT_GROUP,
+    NRT_PLURAL,
+    NRT_VERSION,
+    PARAMS_NAME,
+    VERSION,
+    PlacementConfig,
+)
+from podplacement.rules.findings import FindingsStore
+from podplacement.rules.freshness import PullAlwaysFreshness
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.nodeview import node_view
+from podplacement.rules.numa import InFlight
 
 if TYPE_CHECKING:
     from podplacement.controller.leader import LeaderElector

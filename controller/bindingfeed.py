@@ -1,5 +1,5 @@
 """The NUMA binding feed: bindings and deletions of the pods the controller ungated toward
-NUMA candidates, into the in-flight accounting (:class:`controller.core.numa.InFlight`)."""
+NUMA candidates, into the in-flight accounting (:class:`rules.numa.InFlight`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import NUMA_LABEL, NUMA_LABEL_PLACED
 from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.rules.config import NUMA_LABEL, NUMA_LABEL_PLACED
 
 PODS_PATH = "/api/v1/pods"
 #: Label selector of the feed: the label the NUMA-placing ungate write sets.
@@ -17,7 +17,7 @@ BINDINGS_SELECTOR = f"{NUMA_LABEL}={NUMA_LABEL_PLACED}"
 
 
 class PodObserver(Protocol):
-    """What the feed needs of :class:`controller.core.numa.InFlight`."""
+    """What the feed needs of :class:`rules.numa.InFlight`."""
 
     def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> Any: ...
 
@@ -36,7 +36,7 @@ async def watch_bindings(
     every candidate; a deleted one holds nothing. Runs until cancelled.
 
     Selects on the label ``podplacement.io/numa=placed`` that the ungate write sets
-    (:func:`controller.core.decision.decide`), so the API server sends only those pods, not every
+    (:func:`rules.decision.decide`), so the API server sends only those pods, not every
     ungated pod of the cluster. No field selector: a placed pod deleted before it was bound
     must reach the accounting too (unbound pods are otherwise ignored by ``observe_pod``).
     A :class:`kubeclient.Informer` without a cache (no memory per pod): one paged list at

@@ -19,8 +19,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from podplacement.cliargs import non_negative_float, one_line, positive_int
-from podplacement.controller.core.config import DEFAULT_NAMESPACE
 from podplacement.imageinspect.cli import add_registry_arguments, parse_ca_files
+from podplacement.rules.config import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from podplacement.controller.app import ControllerOptions

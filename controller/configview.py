@@ -3,7 +3,7 @@ defaults when absent or unreadable, and with the exclusions of exec format error
 with.
 
 One job: turn the config informer's cached object ``cluster`` into a
-:class:`~controller.core.config.PlacementConfig`. Reads the informer's cache and the
+:class:`~rules.config.PlacementConfig`. Reads the informer's cache and the
 exclusions the exec-format-error monitor holds now (a callable); writes nothing, queues no
 key. Never raises: an unreadable config is logged and replaced by the defaults (pods are
 still ungated), its parse error returned next to them.
@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import Informer
+from podplacement.rules.config import (
     CONFIG_NAME,
     ExcludedPlatform,
     PlacementConfig,
     config_or_defaults,
 )
-from podplacement.controller.core.learn import merge
-from podplacement.kubeclient import Informer
+from podplacement.rules.learn import merge
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class ConfigView:
         """:meth:`source` with the exclusions this controller places with: those its
         exec-format-error monitor holds in force now (fresher than the status it publishes
         them in), then those of the config's status still in force
-        (:func:`controller.core.learn.merge`); none unless ``execFormatErrorMonitor`` has both
+        (:func:`rules.learn.merge`); none unless ``execFormatErrorMonitor`` has both
         ``enabled`` and ``learn``."""
         config, error = self.source()
         if not (config.exec_format_monitor and config.exec_format_learn):

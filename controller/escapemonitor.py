@@ -1,25 +1,25 @@
 """The escape monitor: finds pods that reached a node with no placement record, reports
 each once, and deletes those its node can't run when their owner will recreate them.
 
-I/O around the pure rules of :mod:`controller.core.escape` (docs/escaped-pods.md). A
+I/O around the pure rules of :mod:`rules.escape` (docs/escaped-pods.md). A
 cache-less list+watch (:class:`kubeclient.Informer` with ``keep_cache=False``: nothing kept
 per pod) of the pods the API server selects by
-:func:`controller.core.escape.watch_params`: bound, not ended, outside the system namespaces
+:func:`rules.escape.watch_params`: bound, not ended, outside the system namespaces
 and the product's own, without the placement label ``podplacement.io/node-affinity`` and
 without the escape record. The watch handler applies
-:func:`controller.core.escape.skip_reason` (pure) and queues a pod's key on the monitor's own
+:func:`rules.escape.skip_reason` (pure) and queues a pod's key on the monitor's own
 small :class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
 reads the pod again, reads its Namespace's labels (opted-out namespaces are left alone;
-:func:`controller.core.scope.namespace_opted_out`, a few seconds' cache), inspects its images
+:func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images
 with the reconciler's pull-secret rule and the controller's inspector (a failed inspection is
 retried with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict is
 ``unknown``), classifies it against its node's labels from the Node informer, and then:
 
 - ``unfit`` with an owner to recreate it and ``deleteUnfitPods`` on
-  (:func:`controller.core.escape.repair_owner`): deleted with its UID as precondition
+  (:func:`rules.escape.repair_owner`): deleted with its UID as precondition
   (:func:`controller.poddelete.delete_pod`, the deleter ``deleteFailedPods`` uses), at most
   one round of deletions per owner per minute
-  (:class:`controller.core.escape.RepairRounds`; a pod that must wait is queued again
+  (:class:`rules.escape.RepairRounds`; a pod that must wait is queued again
   when the next round may start); the Warning Event says so;
 - otherwise the verdict is written on the pod (label and annotation
   ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``),
@@ -45,8 +45,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.escape import (
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.controller.poddelete import DELETED, GONE, delete_pod
+from podplacement.controller.queue import WorkQueue
+from podplacement.controller.reconciler import pod_key, split_key
+from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.escape import (
     FIT,
     REPAIRED,
     RepairRounds,
@@ -58,14 +64,8 @@ from podplacement.controller.core.escape import (
     skip_reason,
     watch_params,
 )
-from podplacement.controller.core.plan import parse_time
-from podplacement.controller.core.scope import namespace_opted_out
-from podplacement.controller.events import EventSink
-from podplacement.controller.metrics import Metrics
-from podplacement.controller.poddelete import DELETED, GONE, delete_pod
-from podplacement.controller.queue import WorkQueue
-from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.plan import parse_time
+from podplacement.rules.scope import namespace_opted_out
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,13 @@ container that fails with an exec format error, verifies the image's binaries on
 digest, learns which (digest, platform) pairs are wrong, and, when asked, deletes a failing
 pod so that its owner recreates it elsewhere.
 
-I/O around the pure rules of :mod:`controller.core.execformat` (detection, verify on suspicion),
-:mod:`controller.core.findings` (what is proof) and :mod:`controller.core.learn` (exclusions, the
+I/O around the pure rules of :mod:`rules.execformat` (detection, verify on suspicion),
+:mod:`rules.findings` (what is proof) and :mod:`rules.learn` (exclusions, the
 remedy). The controller's cache-less watch of the pods labelled
 ``podplacement.io/node-affinity`` (:class:`controller.placedwatch.PlacedPods`: every pod the
 product decided about, never all pods; nothing kept per pod; it hands pods to
 :meth:`ExecFormatMonitor.on_pod` while :meth:`ExecFormatMonitor.enabled`) hands each pod
-to :func:`controller.core.execformat.needs_work`; a pod with something to do is queued by key on
+to :func:`rules.execformat.needs_work`; a pod with something to do is queued by key on
 its own :class:`controller.queue.WorkQueue` (the placement queue's depth stays the
 placement's). The per-pod reconcile reads the pod again, starts the one verification of each
 digest it needs (a finding's, or a suspicion's: the runc/crun shape without words), writes
@@ -17,13 +17,13 @@ the label ``podplacement.io/exec-format-error=true`` and the record annotation i
 patch guarded by ``resourceVersion`` (a conflict is retried with a fresh read), and only
 after that write emits one Warning Event ``ExecFormatError`` per new (container, restart),
 counts ``podplacement_exec_format_errors_total{arch}`` and the evidence in the
-:class:`controller.core.findings.FindingsStore`: the record on the pod is what makes a second
+:class:`rules.findings.FindingsStore`: the record on the pod is what makes a second
 run, or another leader, silent. A suspicion is written only once its verification flags the
 node's platform; one whose verification passes leaves no trace on the pod.
 
 Learning (``spec.plugins.execFormatErrorMonitor.learn``): a loop (every ``tick_seconds``,
 and at once after new evidence) expires evidence one ``imageInspection.cacheTTL`` after its
-latest part, computes the exclusions in force (:func:`controller.core.learn.exclusions`) and
+latest part, computes the exclusions in force (:func:`rules.learn.exclusions`) and
 publishes them, with the pods deleted by the remedy, in the PodPlacementConfig's
 ``status.execFormatErrorMonitor`` (a merge patch of the status subresource, written only
 when it differs): that is where the webhook reads them (it watches the object already), and
@@ -48,7 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.controller.core.config import (
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.controller.poddelete import GONE, REFUSED, delete_pod
+from podplacement.controller.queue import WorkQueue
+from podplacement.controller.reconciler import pod_key, split_key
+from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.config import (
     ARCH_LABEL,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -62,8 +68,8 @@ from podplacement.controller.core.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.controller.core.decision import WARNING, EventSpec
-from podplacement.controller.core.execformat import (
+from podplacement.rules.decision import WARNING, EventSpec
+from podplacement.rules.execformat import (
     PROOF_MESSAGE,
     ExecFormatFinding,
     event_spec,
@@ -78,8 +84,8 @@ from podplacement.controller.core.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.controller.core.findings import FindingsStore, Verification
-from podplacement.controller.core.learn import (
+from podplacement.rules.findings import FindingsStore, Verification
+from podplacement.rules.learn import (
     DeletedPod,
     deleted_from_status,
     describe,
@@ -88,12 +94,6 @@ from podplacement.controller.core.learn import (
     remedy_owner,
     status_patch,
 )
-from podplacement.controller.events import EventSink
-from podplacement.controller.metrics import Metrics
-from podplacement.controller.poddelete import GONE, REFUSED, delete_pod
-from podplacement.controller.queue import WorkQueue
-from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 

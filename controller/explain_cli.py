@@ -1,5 +1,5 @@
 """The ``podplacement explain`` subcommand: read a pod, the nodes and their NRTs, inspect the
-images (or assume their platforms) and print the dry-run report of :mod:`controller.core.explain`.
+images (or assume their platforms) and print the dry-run report of :mod:`rules.explain`.
 
 The pod is a manifest file (``-``: stdin) or ``pod/NAME`` read from the cluster. Nodes and
 NRTs are files as ``kubectl get ... -o yaml`` prints them (``--nodes``/``--nrt``: a ``List``,
@@ -43,7 +43,13 @@ import yaml
 
 from podplacement.cliargs import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 from podplacement.controller.bindingfeed import BINDINGS_SELECTOR
-from podplacement.controller.core.config import (
+from podplacement.imageinspect.cli import (
+    RegistrySettings,
+    add_registry_arguments,
+    registry_settings,
+)
+from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig
+from podplacement.rules.config import (
     CONFIG_NAME,
     POLICY_KIND,
     ConfigError,
@@ -51,17 +57,11 @@ from podplacement.controller.core.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from podplacement.controller.core.decision import unique_images
-from podplacement.controller.core.explain import OUTPUTS, explain, render
-from podplacement.controller.core.numa import STRATEGIES, QuantityError
-from podplacement.controller.core.plan import inflight_from_pods
-from podplacement.controller.core.policy import rank
-from podplacement.imageinspect.cli import (
-    RegistrySettings,
-    add_registry_arguments,
-    registry_settings,
-)
-from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig
+from podplacement.rules.decision import unique_images
+from podplacement.rules.explain import OUTPUTS, explain, render
+from podplacement.rules.numa import STRATEGIES, QuantityError
+from podplacement.rules.plan import inflight_from_pods
+from podplacement.rules.policy import rank
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ async def read_policies(api: KubeAPI, namespace: str) -> list[dict[str, Any]]:
     Raises:
         ClusterError: the policies cannot be read (e.g. 403).
     """
-    from podplacement.controller.core.config import GROUP, POLICY_PLURAL, VERSION
+    from podplacement.rules.config import GROUP, POLICY_PLURAL, VERSION
 
     try:
         items, _ = await api.list_all(
@@ -285,12 +285,12 @@ async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
 async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
                               config: PlacementConfig) -> list[Any]:
     """The credentials the controller would use for ``pod``: the very same Secrets
-    (:func:`controller.core.podspec.pull_secret_refs`: its ``imagePullSecrets`` from its
+    (:func:`rules.podspec.pull_secret_refs`: its ``imagePullSecrets`` from its
     namespace, then the config's global pull secret), read by
     :class:`imageinspect.PullSecretReader`. A failed read is logged and gives no
     credentials, as in the controller."""
-    from podplacement.controller.core.podspec import pull_secret_refs
     from podplacement.imageinspect import PullSecretReader
+    from podplacement.rules.podspec import pull_secret_refs
 
     try:
         return list(await PullSecretReader(api).credentials(pull_secret_refs(pod, config)))
@@ -487,8 +487,8 @@ def admission_path_taken(pod: Mapping[str, Any]) -> str:
     annotation (``"path"``: ``admission``, ``webhook``; none: the controller) and gate."""
     import json
 
-    from podplacement.controller.core.config import DECISION_ANNOTATION
-    from podplacement.controller.core.podspec import has_gate
+    from podplacement.rules.config import DECISION_ANNOTATION
+    from podplacement.rules.podspec import has_gate
 
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
     if raw is None:
@@ -526,7 +526,7 @@ async def admission_path_dry_run(api: KubeAPI, pod: Mapping[str, Any]) -> str:
 async def numa_placed_pods(api: KubeAPI) -> list[dict[str, Any]]:
     """The pods the controller placed toward NUMA candidates (label
     ``podplacement.io/numa=placed``): their requests are still held on those nodes until the
-    NRTs show them, so explain holds them too (:func:`controller.core.plan.inflight_from_pods`).
+    NRTs show them, so explain holds them too (:func:`rules.plan.inflight_from_pods`).
     Not allowed to list pods cluster-wide (403): a warning, and none are held.
 
     Raises:

@@ -26,13 +26,13 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import GATE_LABEL_GATED, NUMA_LABEL, NUMA_LABEL_WAITING
-from podplacement.controller.core.numa import InFlight
-from podplacement.controller.core.podspec import gate_label_ops, has_gate, lost_gate_label
 from podplacement.controller.lifecycle import LIFECYCLE_KEY
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler, pod_key, split_key
 from podplacement.kubeclient import JSON_PATCH, ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.config import GATE_LABEL_GATED, NUMA_LABEL, NUMA_LABEL_WAITING
+from podplacement.rules.numa import InFlight
+from podplacement.rules.podspec import gate_label_ops, has_gate, lost_gate_label
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def forget_topology(obj: Mapping[str, Any]) -> None:
     name = str((obj.get("metadata") or {}).get("name") or "")
     if not name:
         return
-    from podplacement.controller.core.numa._decide import _CACHE
+    from podplacement.rules.numa._decide import _CACHE
 
     _CACHE.forget(name)
 
@@ -115,7 +115,7 @@ class GatedPodEvents:
     async def relabel(self, key: str) -> None:
         """Put the label ``scheduling-gate=gated`` back on a pod that still carries our
         gate after its label was changed or removed
-        (:func:`controller.core.podspec.lost_gate_label`), so that the pod watch sees it
+        (:func:`rules.podspec.lost_gate_label`), so that the pod watch sees it
         again and the pod is placed (a pod's creator can update the label of a gated pod;
         no label decides for the product). Guarded by the pod's uid; a pod gone or
         changed meanwhile is left as it is. ``key``: ``namespace/name/uid`` (without the
@@ -142,7 +142,7 @@ class GatedPodEvents:
 
     def on_params(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A params object created or deleted: converge the webhook configuration's
-        matchCondition to its uid (or to none) at once (:func:`controller.core.config.
+        matchCondition to its uid (or to none) at once (:func:`rules.config.
         admission_mark`)."""
         if etype in ("ADDED", "DELETED") and self._term.leading and self._runs_lifecycle():
             self._term.queue.add(LIFECYCLE_KEY)

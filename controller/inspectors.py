@@ -16,9 +16,9 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.platforms import ImageLike
 from podplacement.controller.registriessource import LoadedRegistries, registries_from
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.platforms import ImageLike
 
 
 class InspectorSource:

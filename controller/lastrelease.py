@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, PlacementConfig
-from podplacement.controller.core.podspec import has_gate
 from podplacement.controller.reconciler import Reconciler, RetryLater, pod_key, split_key
 from podplacement.kubeclient import ApiError, Informer, KubeAPI, object_key
+from podplacement.rules.config import GATE_LABEL, GATE_LABEL_GATED, PlacementConfig
+from podplacement.rules.podspec import has_gate
 
 log = logging.getLogger(__name__)
 

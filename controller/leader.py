@@ -45,8 +45,8 @@ from kubernetes.aio.leaderelection.leaderelection import LeaderElection
 from kubernetes.aio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.aio.leaderelection.resourcelock.baselock import BaseLock
 
-from podplacement.controller.core.config import LEASE_NAME
 from podplacement.kubeclient import ApiError, KubeRequester
+from podplacement.rules.config import LEASE_NAME
 
 log = logging.getLogger(__name__)
 

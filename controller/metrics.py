@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from podplacement.controller.core.config import METRICS_PREFIX
+from podplacement.rules.config import METRICS_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Metrics:
         escaped_pods: ``podplacement_escaped_pods_total{outcome}``: pods found bound to a
             node with no placement record, by outcome: ``repaired`` (deleted so that their
             owner recreates them), ``unfit`` (their node can't run their images; left),
-            ``fit``, ``unknown`` (:mod:`controller.core.escape`).
+            ``fit``, ``unknown`` (:mod:`rules.escape`).
         admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
             pods placed at admission that the controller inspected anonymously to publish
             them in the params object (``ok``: inspected, then published unless the

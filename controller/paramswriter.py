@@ -1,4 +1,4 @@
-"""Publish the :class:`~controller.core.imageparams.ParamsStore` as the params object.
+"""Publish the :class:`~rules.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatformCatalog`` named ``cluster`` in the
 product's own namespace (``deploy/crds/imageplatformcatalog.yaml``; docs/how-it-decides.md,
@@ -30,15 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound
+from podplacement.rules.config import (
     API_VERSION,
     DEFAULT_NAMESPACE,
     PARAMS_KIND,
     PARAMS_NAME,
     PARAMS_PLURAL,
 )
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound
+from podplacement.rules.imageparams import ParamsStore
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ DEFAULT_WRITE_BYTES_PER_SECOND = 100_000.0
 
 #: The collection and the object, templates of the namespace (the product's own: the
 #: namespace controller deletes the object as soon as that namespace is being deleted, which
-#: pauses the admission policy, see :mod:`controller.core.admissionpolicy`).
+#: pauses the admission policy, see :mod:`rules.admissionpolicy`).
 PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/namespaces/{{namespace}}/{PARAMS_PLURAL}"
 PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
 
@@ -316,7 +316,7 @@ class ParamsWriter:
                                    learned=learned if isinstance(learned, dict) else {})
         entries = (obj.get("status") or {}).get("entries")
         # spec.fresh is never adopted: its digests were confirmed by the writer's previous
-        # owner, which no longer checks them (controller.core.freshness); a non-empty one is
+        # owner, which no longer checks them (rules.freshness); a non-empty one is
         # written again (empty until this controller confirms its own).
         if (entries != len(images) or len(images) != adopted
                 or (spec.get("policies") or {}) != self.store.policies()

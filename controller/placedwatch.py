@@ -3,7 +3,7 @@ leader.
 
 Every decision, on every path (the admission policy, the webhook, the controller), writes
 the label ``podplacement.io/node-affinity`` (``set`` or ``not-set``,
-:func:`controller.core.placement.placed_labels`), so a label selector on it makes the API
+:func:`rules.placement.placed_labels`), so a label selector on it makes the API
 server send those pods only, never all pods. Readers subscribe with a handler and an
 ``enabled`` switch: the exec-format-error monitor (while
 ``spec.plugins.execFormatErrorMonitor.enabled``) and the admission feed
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.controller.core.config import AFFINITY_LABEL
 from podplacement.kubeclient import Informer, KubeAPI
 from podplacement.kubeclient.informer import EventHandler
+from podplacement.rules.config import AFFINITY_LABEL
 
 log = logging.getLogger(__name__)
 

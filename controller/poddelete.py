@@ -3,7 +3,7 @@ Job controlling it creates a new one, which is then placed. Used by the exec-for
 remedy (``spec.plugins.execFormatErrorMonitor.deleteFailedPods``,
 :mod:`controller.execformatmonitor`) and the escape repair
 (``spec.plugins.placementEscapes.deleteUnfitPods``, :mod:`controller.escapemonitor`); which
-pod, whose owner (:func:`controller.core.learn.remedy_owner`) and how often are their own
+pod, whose owner (:func:`rules.learn.remedy_owner`) and how often are their own
 pure rules.
 
 The DELETE carries the pod's UID as a precondition (``DeleteOptions.preconditions.uid``,

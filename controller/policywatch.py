@@ -4,10 +4,10 @@
 (tolerated while the CRD is absent) and the pods carrying the label
 ``podplacement.io/policy`` (the pods placed under a policy, by any path: the admission
 policy, the webhook or the controller). On every policy event it ranks them again
-(:func:`controller.core.policy.rank`) and hands the ranking to ``on_change`` (the controller
+(:func:`rules.policy.rank`) and hands the ranking to ``on_change`` (the controller
 publishes it in the admission policy's params). The leader runs :meth:`PolicyWatch.run`:
 about once a second it patches the ``status`` of each policy whose desired status
-(:func:`controller.core.policy.desired_status`: observedGeneration, selector text, placed
+(:func:`rules.policy.desired_status`: observedGeneration, selector text, placed
 pods, condition ``Accepted``) differs from the live one, and sets the gauge
 ``podplacement_policy_placed_pods{namespace,policy}``. Errors are logged and retried on the
 next round; the loop never raises.
@@ -24,15 +24,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.controller.core.config import GROUP, POLICY_LABEL, POLICY_PLURAL, VERSION
-from podplacement.controller.core.policy import (
+from podplacement.kubeclient import ApiError, Informer, KubeAPI, NotFound
+from podplacement.rules.config import GROUP, POLICY_LABEL, POLICY_PLURAL, VERSION
+from podplacement.rules.policy import (
     EMPTY_RANKING,
     PlacementPolicy,
     Ranking,
     desired_status,
     rank,
 )
-from podplacement.kubeclient import ApiError, Informer, KubeAPI, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class PolicyWatch:
 
     Args:
         api: the Kubernetes client.
-        on_change: called with the new :class:`~controller.core.policy.Ranking` after every
+        on_change: called with the new :class:`~rules.policy.Ranking` after every
             policy event (in the event loop; must not block).
         placed_gauge: ``podplacement_policy_placed_pods`` (labels namespace, policy), or None.
         watch_timeout: the informers' watch timeout, seconds.

@@ -1,7 +1,7 @@
 """Publishing to the admission policy's params: what the controller learns goes into the
 params store that :class:`controller.paramswriter.ParamsWriter` writes.
 
-One job: decide whether and what to record in the :class:`controller.core.imageparams.
+One job: decide whether and what to record in the :class:`rules.imageparams.
 ParamsStore`: anonymous inspection results (while this controller publishes the params), the
 config's cache TTL, the removal of images a learned exclusion takes a platform from, and the
 accepted PodPlacementPolicies. Reads the config (callables) and whether this process leads and
@@ -19,17 +19,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from podplacement.controller.core import admissionpolicy
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import ParamsWriter
+from podplacement.rules import admissionpolicy
+from podplacement.rules.config import (
     ADMISSION_AUTO,
     ExcludedPlatform,
     PlacementConfig,
 )
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.learn import touches
-from podplacement.controller.core.platforms import image_platform_pairs
-from podplacement.controller.core.policy import Ranking, params_policies
-from podplacement.controller.paramswriter import ParamsWriter
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.learn import touches
+from podplacement.rules.platforms import image_platform_pairs
+from podplacement.rules.policy import Ranking, params_policies
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One key per pod (``namespace/name/uid``). The reconcile reads the latest pod from the
 informer cache, skips pods that are gone or no longer carry our gate, reads the pod's pull
 secrets from its own namespace (plus the optional global pull secret of the config),
-inspects all images concurrently, decides with :func:`controller.core.plan.plan` (the pipeline
+inspects all images concurrently, decides with :func:`rules.plan.plan` (the pipeline
 ``explain`` shares) and sends its single guarded JSON patch.
 
 Retries belong to the work queue, as in controller-runtime: a reconcile returns None
@@ -14,7 +14,7 @@ which the queue retries at once without counting (:class:`controller.queue.WorkQ
 ``retry_now``), decided again from the informer's newer copy; failed inspections raise
 :class:`RetryLater` until ``imageInspection.maxRetries`` rounds, then the pod falls back.
 Anything unexpected (odd spec, a patch the server rejects as invalid) ends in the
-fallback release (:func:`controller.core.decision.fallback_ungate`: the fallback
+fallback release (:func:`rules.decision.fallback_ungate`: the fallback
 architecture when one applies, the fallback operating systems), and in a plain ungate only
 when the server refuses that too: no pod stays gated forever, none is released to any node
 while its affinity can still be written (docs/how-it-decides.md, failures and fallback).
@@ -30,8 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.decision import (
+from podplacement.controller.events import EventSink
+from podplacement.controller.metrics import Metrics
+from podplacement.imageinspect import PullSecretReader
+from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.decision import (
     Decision,
     Outcome,
     fallback_ungate,
@@ -39,15 +43,11 @@ from podplacement.controller.core.decision import (
     plain_ungate,
     unique_images,
 )
-from podplacement.controller.core.numa import InFlight
-from podplacement.controller.core.plan import hold, parse_time, plan
-from podplacement.controller.core.platforms import ImageLike
-from podplacement.controller.core.podspec import has_gate, pull_secret_refs
-from podplacement.controller.core.policy import PlacementPolicy, policy_for
-from podplacement.controller.events import EventSink
-from podplacement.controller.metrics import Metrics
-from podplacement.imageinspect import PullSecretReader
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.rules.numa import InFlight
+from podplacement.rules.plan import hold, parse_time, plan
+from podplacement.rules.platforms import ImageLike
+from podplacement.rules.podspec import has_gate, pull_secret_refs
+from podplacement.rules.policy import PlacementPolicy, policy_for
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Reconciler:
         metrics: metrics.
         nodes: informer over Nodes (node inventory, NUMA), optional.
         nrts: informer over NodeResourceTopologies, optional.
-        inflight: ``controller.core.numa.InFlight`` for NUMA accounting, optional.
+        inflight: ``rules.numa.InFlight`` for NUMA accounting, optional.
         failures: the queue's count of consecutive failed rounds of a key
             (:meth:`controller.queue.WorkQueue.failures`): inspection failures
             (:class:`RetryLater`) and API errors; conflicts are retried without counting;
@@ -111,7 +111,7 @@ class Reconciler:
         is_leader: only the leader writes; others return without doing anything.
         policies: namespace → its accepted placement policies, highest priority first
             (:meth:`controller.policywatch.PolicyWatch.of`); the one matching a pod
-            (:func:`controller.core.policy.policy_for`) is applied.
+            (:func:`rules.policy.policy_for`) is applied.
     """
 
     def __init__(
@@ -161,7 +161,7 @@ class Reconciler:
         *,
         on_invalid: Callable[[str, str, Exception], None] | None = None,
     ) -> list[Any]:
-        """Credentials for ``pod``: the Secrets of :func:`controller.core.podspec.pull_secret_refs`
+        """Credentials for ``pod``: the Secrets of :func:`rules.podspec.pull_secret_refs`
         read with :class:`imageinspect.PullSecretReader` (missing or undecodable ones
         skipped; ``on_invalid`` is called for the latter).
 
@@ -299,7 +299,7 @@ class Reconciler:
     def release_decision(self, pod: Mapping[str, Any], reason: str,
                          config: PlacementConfig) -> Decision:
         """The fallback release of a pod that is not placed
-        (:func:`controller.core.decision.fallback_ungate`, with the namespace's policy), or
+        (:func:`rules.decision.fallback_ungate`, with the namespace's policy), or
         the plain ungate when even that cannot be computed. Never raises."""
         try:
             return fallback_ungate(pod, reason, config, self._policy(pod))

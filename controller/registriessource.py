@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from podplacement.controller.core.config import REGISTRIES_CONF_KEY, ObjectRef
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import REGISTRIES_CONF_KEY, ObjectRef
 
 if TYPE_CHECKING:
     from podplacement.imageinspect import RegistriesConfig

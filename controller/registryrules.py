@@ -17,9 +17,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from podplacement.controller.core.config import PlacementConfig
 from podplacement.controller.registriessource import LoadedRegistries, RegistriesConfigMap
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import PlacementConfig
 
 
 class RegistryRules:

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podplacement.controller.alwaysfresh import FRESH_KEY
-from podplacement.controller.core.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
-from podplacement.controller.core.freshness import PullAlwaysFreshness
-from podplacement.controller.core.podspec import has_gate
 from podplacement.controller.lifecycle import FINISH_KEY, LAST_STOP_KEY, LIFECYCLE_KEY
 from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key
 from podplacement.controller.runnables import Manager
 from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI
+from podplacement.rules.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
+from podplacement.rules.freshness import PullAlwaysFreshness
+from podplacement.rules.podspec import has_gate
 
 if TYPE_CHECKING:
     from podplacement.controller.lifecycle import Lifecycle, UngateRemaining

@@ -4,8 +4,8 @@ library) sees it, by component, and every import cycle in it; exit 1 when there 
 A *component* is one row of the layout table in docs/design.md: each subpackage of
 ``podplacement`` (``podplacement.controller``, ``.webhook``, ``.imageinspect``, ...; the
 folders linked into ``podplacement/`` are seen under ``podplacement.*``, never under their own
-top-level names), the controller's pure core ``podplacement.controller.core`` apart from the
-controller's I/O modules (the ``layers`` contract of ``.importlinter``), each module of
+top-level names; ``podplacement.rules`` is the pure placement rules the controller and the
+webhook share), each module of
 ``podplacement`` itself (``podplacement.cli``, ``podplacement.cliargs``, ...), and ``localkube``.
 
 The graph counts every ``import`` statement grimp finds in a module: at the top, inside
@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("podplacement", "localkube")
 
 #: Packages that are a component of their own although their parent package is one too.
-SUBCOMPONENTS = ("podplacement.controller.core",)
+SUBCOMPONENTS: tuple[str, ...] = ()
 
 _FROM = re.compile(r"\s*from\s+(\.*)([\w.]*)\s+import\b")
 

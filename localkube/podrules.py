@@ -24,11 +24,11 @@ from typing import Any
 import localkube._gojson as _gojson
 from localkube._gostruct import go_value, spec_diff
 from localkube.errors import StatusError, invalid
-from podplacement.controller.core.podspec import compute_qos_class, quantity_exact
+from podplacement.rules.podspec import compute_qos_class, quantity_exact
 
 # --- Quantities and QoS -------------------------------------------------------------------
 # One implementation of the quantity grammar and of the QoS rule: the product's
-# (controller.core.podspec, apimachinery ``ParseQuantity`` and ``pkg/apis/core/helper/qos``).
+# (rules.podspec, apimachinery ``ParseQuantity`` and ``pkg/apis/core/helper/qos``).
 # Only the canonical text the API server stores (``resource.Quantity.String``) is this
 # module's own.
 
@@ -61,7 +61,7 @@ def canonical_quantity(value: str | int | float) -> str:
     binary quantity below 1024 or with a fractional byte count is shown in decimal form.
 
     Raises:
-        controller.core.podspec.QuantityError (a ValueError): not a quantity.
+        rules.podspec.QuantityError (a ValueError): not a quantity.
     """
     number = quantity_exact(value)
     if number == 0:

@@ -41,8 +41,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podplacement.controller.core.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.demo import report, workloads
+from podplacement.demo.workloads import DemoRegistries, Expectation
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -28,8 +30,6 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.demo import report, workloads
-from podplacement.demo.workloads import DemoRegistries, Expectation
 from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
 from tests.harness.realnode import missing_real_node
 
@@ -119,7 +119,7 @@ def test_config_parses_with_the_product_model() -> None:
 
 
 def test_numa_pods_fit_as_the_demo_claims_under_the_product_numa_model() -> None:
-    from podplacement.controller.core.numa import decide_numa
+    from podplacement.rules.numa import decide_numa
 
     config = PlacementConfig.from_object(workloads.placement_config()).topology
     nodes = workloads.node_objects()
@@ -458,7 +458,7 @@ def test_metrics_summary_reads_outcomes_verbs_registry_and_latency() -> None:
 
 DEMO_PIECES = ("localkube.__main__", "podplacement.webhook.cli", "podplacement.controller.cli",
                "podplacement.certs.cli", "podplacement.imageinspect",
-               "podplacement.controller.core.numa")
+               "podplacement.rules.numa")
 
 
 def _debs_dir() -> Path | None:
@@ -542,8 +542,8 @@ def test_in_a_checkout_the_demo_starts_localkube_through_its_imported_entry_poin
     import httpx
     import yaml
 
-    from podplacement.controller.core.config import API_VERSION, CONFIG_PLURAL
     from podplacement.demo import apidouble, run
+    from podplacement.rules.config import API_VERSION, CONFIG_PLURAL
 
     assert apidouble.localkube_available()
     assert apidouble.localkube_command(tmp_path / "kc", run.CRD_FILES)[1:3] == ["-m", "localkube"]

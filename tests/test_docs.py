@@ -248,8 +248,8 @@ def _predicatesdoc() -> ModuleType:
 
 def test_how_it_decides_lists_every_predicate_as_the_table_has_it() -> None:
     """docs/how-it-decides.md's predicate section is what hack/predicatesdoc.py renders from
-    controller/core/predicates.py: every entry by name, with its Python and its CEL."""
-    from podplacement.controller.core.predicates import PREDICATES
+    rules/predicates.py: every entry by name, with its Python and its CEL."""
+    from podplacement.rules.predicates import PREDICATES
 
     predicatesdoc = _predicatesdoc()
     page = (DOCS / "how-it-decides.md").read_text()

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     DECISION_ANNOTATION,
     GATE_LABEL,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -30,7 +31,6 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     admission_mark,
 )
-from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import installed_cluster, running_product, wait_for

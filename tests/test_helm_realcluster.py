@@ -35,15 +35,15 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.lifecycle import CONFIG_PATH
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_FINALIZER,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME
-from podplacement.controller.lifecycle import CONFIG_PATH
-from podplacement.controller.paramswriter import params_path
+from podplacement.rules.ownership import UNINSTALL_RBAC_NAME
 from podplacement.sandbox.product import NAMESPACE, Product, kubectl, start_product
 from podplacement.version import source_version
 from tests.harness.helm import CHART, helm_or_skip, release_chart, run_helm

@@ -41,10 +41,10 @@ def test_the_import_graph_has_no_cycle(graph: grimp.ImportGraph) -> None:
     # the graph is the product's: the linked folders are seen under podplacement.*
     layers = {c: i for i, layer in enumerate(report.layers) for c in layer}
     assert layers["podplacement.cli"] > layers["podplacement.controller"] \
-        > layers["podplacement.controller.core"] > layers["podplacement.imageinspect"] \
+        > layers["podplacement.rules"] > layers["podplacement.imageinspect"] \
         > layers["podplacement.cliargs"]
-    assert layers["localkube"] > layers["podplacement.controller.core"]
-    assert report.component_edges[("podplacement.webhook", "podplacement.controller.core")] > 0
+    assert layers["localkube"] > layers["podplacement.rules"]
+    assert report.component_edges[("podplacement.webhook", "podplacement.rules")] > 0
 
 
 def test_the_script_prints_the_layers_and_exits_0() -> None:

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import (
     NAMESPACE,
     Product,

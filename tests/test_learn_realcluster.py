@@ -29,13 +29,13 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     EXEC_FORMAT_LABEL,
     EXEC_FORMAT_REASON,
     SCHEDULING_GATE,
 )
-from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv

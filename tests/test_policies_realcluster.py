@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NO_SUPPORTED_PLATFORM_KEY,
     POLICY_LABEL,
     SCHEDULING_GATE,
 )
-from podplacement.controller.paramswriter import params_path
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import (

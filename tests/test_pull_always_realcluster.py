@@ -1,5 +1,5 @@
 """Pods pulled with ``imagePullPolicy: Always``, placed inside the API server from a recent
-check (docs/how-it-decides.md "Placement inside the API server", controller/core/freshness.py),
+check (docs/how-it-decides.md "Placement inside the API server", rules/freshness.py),
 on the real control plane v1.36.2 with podplacement installed from deploy/ and the sample config
 (``pullAlwaysFreshness: 5s``).
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import installed_cluster, running_product, wait_for

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     EXEC_FORMAT_ANNOTATION,
     EXEC_FORMAT_LABEL,

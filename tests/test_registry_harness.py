@@ -8,12 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
 import pytest
 
+import podplacement.sandbox.registry as sandbox_registry
 from tests.harness.faults import FaultProxy
 from tests.harness.oci import (
     ATTESTATION_REF_DIGEST,
@@ -30,7 +32,7 @@ from tests.harness.oci import (
 )
 from tests.harness.registry import Registry
 from tests.harness.registry_fixtures import FaultProxyFactory, PusherFactory
-from tests.harness.tokenserver import parse_scope
+from tests.harness.tokenserver import TokenServer, parse_scope, start_token_server
 
 VARIANTS = ["registry", "tls_registry", "basic_registry", "token_registry"]
 
@@ -468,3 +470,27 @@ def test_the_test_doubles_print_nothing_when_a_client_hangs_up(
     assert "Exception occurred" not in err and "client gone" not in err, err
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "a bug in the double" in str(errors[0].exc_info[1])
+
+
+def test_a_registry_that_fails_to_start_stops_its_token_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token issuer starts before the registry process; when that process can't be
+    started, the issuer is stopped too (nothing left listening), and the error is the
+    spawn's."""
+    started: list[TokenServer] = []
+
+    def issuer(**kwargs: Any) -> TokenServer:
+        server = start_token_server(**kwargs)
+        started.append(server)
+        return server
+
+    def no_spawn(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("exec failed")
+
+    monkeypatch.setattr(sandbox_registry.subprocess, "Popen", no_spawn)
+    with pytest.raises(OSError, match="exec failed"):
+        sandbox_registry.start_registry(tmp_path, auth="token", token_issuer=issuer)
+    assert len(started) == 1
+    with pytest.raises(httpx.TransportError):
+        httpx.get(started[0].realm, timeout=2.0)

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     AFFINITY_LABEL,
     CONFIG_FINALIZER,
@@ -36,8 +37,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME
-from podplacement.controller.paramswriter import params_path
+from podplacement.rules.ownership import UNINSTALL_RBAC_NAME
 from podplacement.sandbox.product import (
     CONTROLLER_SA,
     NAMESPACE,

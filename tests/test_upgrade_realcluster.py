@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import ADMISSION_POLICY_NAME, DECISION_ANNOTATION
 from podplacement.controller.lifecycle import BINDING_PATH, CONFIG_PATH
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import ADMISSION_POLICY_NAME, DECISION_ANNOTATION
 from podplacement.sandbox.product import NAMESPACE, kubectl, start_product
 from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import NO_STAND_DOWN, real_cluster

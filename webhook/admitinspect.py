@@ -3,13 +3,13 @@ inspection per (credentials, image) however many reviews ask at once, results ke
 place cache.
 
 The API server waits for the webhook at most the configuration's ``timeoutSeconds``
-(:data:`controller.core.webhookconfig.DEFAULT_TIMEOUT_SECONDS`, 5 s) and then applies
+(:data:`rules.webhookconfig.DEFAULT_TIMEOUT_SECONDS`, 5 s) and then applies
 ``failurePolicy: Ignore``: the pod passes unanswered. So an inspection at admission gets a
 *budget* well inside that (:data:`DEFAULT_BUDGET`), after which the caller answers with what
 it has. An inspection is a *flight*, an asyncio task of its own keyed by
 ``(place-cache key, revalidate)``: the place-cache key (:func:`webhook.placecache.cache_keys`)
 names the pod's namespace, the pull Secrets it is inspected with (the controller's rule,
-:func:`controller.core.podspec.pull_secret_refs`) and the image as written, so N concurrent
+:func:`rules.podspec.pull_secret_refs`) and the image as written, so N concurrent
 reviews of one image with the same credentials wait for one flight (singleflight), and a
 result learned with one namespace's Secrets never answers another's. The Secrets of a flight
 are read once per set of refs at a time as well. A review whose budget runs out leaves; its
@@ -38,10 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.decision import unique_images
-from podplacement.controller.core.podspec import pull_secret_refs
 from podplacement.imageinspect import PullSecretReader
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.decision import unique_images
+from podplacement.rules.podspec import pull_secret_refs
 from podplacement.webhook.placecache import CacheKey, InspectorLike, KubeClientLike, cache_keys
 
 __all__ = [

@@ -3,11 +3,11 @@ the config's budget, with one manifest ``HEAD`` for an image pulled with ``Alway
 
 A pod the admission policy gated, or one the webhook would gate, is placed in the webhook's
 answer (gate removed, the controller's own decision,
-:func:`controller.core.admission.admission_placement`) when the webhook knows every image of it
+:func:`rules.admission.admission_placement`) when the webhook knows every image of it
 **for the pod's namespace and pull Secrets**
 (:mod:`webhook.placecache`). What it does not know yet it learns now, as the controller would,
 within ``spec.admission.inspectionBudget`` seconds counted from the start of the review
-(:attr:`controller.core.config.PlacementConfig.admission_inspection_budget`;
+(:attr:`rules.config.PlacementConfig.admission_inspection_budget`;
 docs/how-it-decides.md "The webhook after the policy"):
 
 * an image missing from the cache is inspected
@@ -40,14 +40,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from podplacement.controller.core.admission import (
+from podplacement.rules.admission import (
     AdmissionPlacement,
     admission_placement,
     fast_path_applies,
 )
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.decision import unique_images
-from podplacement.controller.core.policy import PlacementPolicy, policy_for
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.decision import unique_images
+from podplacement.rules.policy import PlacementPolicy, policy_for
 from podplacement.webhook.admitinspect import NotInspectedInTime, PodImages, TooManyInspections
 from podplacement.webhook.policysource import PolicySource
 
@@ -203,7 +203,7 @@ async def place_reviewed_pod(
     whole review: the webhook's selective decoder kept only the gating fields, the decision
     reads the whole pod). Never raises for an internal error: it is logged, ``on_error()``
     is called, and the answer is "left gated" (:data:`GATED`). The namespace's placement
-    policy matching the pod (``policies``; :func:`controller.core.policy.policy_for`) applies."""
+    policy matching the pod (``policies``; :func:`rules.policy.policy_for`) applies."""
     try:
         pod = orjson.loads(body)["request"]["object"]
         policy = policy_for(pod, policies.of(namespace)) if policies is not None else None

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
-from podplacement.controller.core.config import DEFAULT_NAMESPACE
+from podplacement.rules.config import DEFAULT_NAMESPACE
 from podplacement.webhook.configsource import ConfigSource
 from podplacement.webhook.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 from podplacement.webhook.metrics import WebhookMetrics
@@ -89,7 +89,7 @@ def create_app(
             (:class:`webhook.placecache.PlaceCache`; closed with the app). A pod the webhook
             would gate, or that the admission policy gated, whose images the cache knows for
             the pod's credentials is placed in the answer (the controller's decision,
-            :func:`controller.core.admission.admission_placement`: final affinity, labels,
+            :func:`rules.admission.admission_placement`: final affinity, labels,
             annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
             images cannot run on), counted as ``admissions_total{path="webhook-placed"}``.
             On a miss, and for images pulled with ``Always``, the images are inspected

@@ -6,7 +6,7 @@ resourceVersion (with bookmarks, so the resume point stays fresh); a watch that 
 resumed from the last resourceVersion seen, a ``410 Gone`` (as an HTTP status or as an
 ``ERROR`` event, see ``reference/watch-too-old-resource-version.json``) triggers a relist, and
 any other failure a bounded exponential backoff. The parsed
-:class:`~controller.core.config.PlacementConfig` (None while the object does not exist) is cached in
+:class:`~rules.config.PlacementConfig` (None while the object does not exist) is cached in
 memory and read by every admission request. :class:`NamedObjectWatch` is the same watch
 for any one named object (the controller's Lease, :mod:`webhook.leasewatch`).
 :class:`StaticConfigSource` serves a fixed config (``--config-file``) for tests and benchmarks.
@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.rules.config import (
     CONFIG_KIND,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -32,7 +33,6 @@ from podplacement.controller.core.config import (
     ConfigError,
     PlacementConfig,
 )
-from podplacement.kubeclient import Informer, KubeAPI
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,10 @@ on, and only the images tell. Every
 "no" carries a short snake_case reason that the webhook uses as a metrics label. The input is
 the pod as the AdmissionReview carries it (a plain dict, already defaulted by the API server);
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
-No I/O, and no import from the controller except its pure core: :mod:`controller.core.config`,
-:mod:`controller.core.predicates` (the pod-level skip rules, written next to the CEL of the
-admission policy's ``matchConditions``) and :mod:`controller.core.scope` (the pods the product
+No I/O, and no import from the controller; the rules it shares are the placement rules':
+:mod:`rules.config`,
+:mod:`rules.predicates` (the pod-level skip rules, written next to the CEL of the
+admission policy's ``matchConditions``) and :mod:`rules.scope` (the pods the product
 leaves alone, a rule the escape monitor shares).
 """
 
@@ -18,16 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     PlacementConfig,
 )
-from podplacement.controller.core.predicates import (
+from podplacement.rules.predicates import (
     REASON_ALREADY_GATED,
     REASON_NO_CONFIG,
     REASON_NODE_NAME_SET,
     gate_skip_reason,
 )
-from podplacement.controller.core.scope import (
+from podplacement.rules.scope import (
     REASON_DAEMONSET,
     REASON_OWN_NAMESPACE,
     REASON_SYSTEM_NAMESPACE,
@@ -50,8 +51,8 @@ __all__ = [
 ]
 
 #: Skip reasons (metrics label values), in the order the rules are checked
-#: (:func:`controller.core.predicates.gate_skip_reason`; the namespace and DaemonSet reasons
-#: are :mod:`controller.core.scope`'s).
+#: (:func:`rules.predicates.gate_skip_reason`; the namespace and DaemonSet reasons
+#: are :mod:`rules.scope`'s).
 #: The reason that goes with ``gate=True``.
 REASON_GATED = "gated"
 
@@ -108,7 +109,7 @@ def should_gate(
         already carries our gate. No label or annotation of the pod is trusted: a pod the
         admission policy placed reaches the webhook only when the configuration's
         matchCondition did not recognise the current params object's mark
-        (:func:`controller.core.webhookconfig.match_conditions`), and it is then placed
+        (:func:`rules.webhookconfig.match_conditions`), and it is then placed
         again like any other pod (a mark a pod's creator set never skips placement,
         docs/design.md).
         Every other pod is gated: whether its placement needs a change (an architecture

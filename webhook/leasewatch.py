@@ -12,7 +12,7 @@ compared with this clock (clocks of different hosts may disagree); only the time
 :meth:`ControllerLease.available` is False once no change was observed for longer than
 ``threshold`` seconds (default 60; before the first read, the time counts from the
 webhook's start), and once the Lease has been seen released (no holder) or missing for
-``released_grace`` seconds (:data:`controller.core.config.LEASE_RELEASED_GRACE_SECONDS`, 4): a
+``released_grace`` seconds (:data:`rules.config.LEASE_RELEASED_GRACE_SECONDS`, 4): a
 controller that stops gracefully releases it; a standby takes it within one retry period
 (about 2 s), so a handover keeps gating; the last controller to stop waits longer than the
 grace and then stands down (:meth:`controller.lifecycle.Lifecycle.last_stop`), releasing
@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from podplacement.controller.core.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
 from podplacement.webhook.configsource import NamedObjectWatch
 
 #: How long the Lease may go unrenewed before the webhook stops holding pods (seconds).

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from podplacement.controller.core.config import METRICS_PREFIX
+from podplacement.rules.config import METRICS_PREFIX
 from podplacement.webhook import limits as _limits
 from podplacement.webhook.admitplace import (
     GATED,
@@ -83,7 +83,7 @@ class WebhookMetrics:
     * ``released_unplaced_total{reason}``: pods released at admission without their images'
       platforms while no controller runs (the controller's fallback requirement: the
       fallback architecture when one applies, the fallback operating systems; never any
-      node: :mod:`controller.core.fallback`), by why (:data:`webhook.outage.UNPLACED_REASONS`);
+      node: :mod:`rules.fallback`), by why (:data:`webhook.outage.UNPLACED_REASONS`);
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;

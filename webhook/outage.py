@@ -11,10 +11,10 @@ cluster-wide stall when the controller is down"):
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,
    concurrent reviews of one image and credentials sharing one inspection; images pulled
    with ``Always`` revalidated with the registry);
-2. the controller's decision is answered (:func:`controller.core.admission.outage_placement`:
+2. the controller's decision is answered (:func:`rules.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
-   (:func:`controller.core.fallback.fallback_requirement`: the fallback architecture when
+   (:func:`rules.fallback.fallback_requirement`: the fallback architecture when
    one applies and always the fallback operating systems, default ``kubernetes.io/os In
    [linux]``), the pod is *released unplaced* and the answer says why
    (:attr:`OutageAnswer.unplaced`).
@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.controller.core.admission import WARNING_PREFIX, outage_placement
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.decision import Outcome, unique_images
-from podplacement.controller.core.policy import PlacementPolicy
+from podplacement.rules.admission import WARNING_PREFIX, outage_placement
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.decision import Outcome, unique_images
+from podplacement.rules.policy import PlacementPolicy
 from podplacement.webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,

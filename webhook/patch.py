@@ -13,14 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     GATE_LABEL_GATED,
     SCHEDULING_GATE,
 )
-from podplacement.controller.core.placement import placed_labels
-from podplacement.controller.core.podspec import escape_token, gate_index
+from podplacement.rules.placement import placed_labels
+from podplacement.rules.podspec import escape_token, gate_index
 
 __all__ = ["CONTROLLER_UNAVAILABLE", "gate_patch", "patch_shape", "release_patch"]
 
@@ -75,7 +75,7 @@ def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     """The JSONPatch ops that release ``pod`` from our gate at admission (no controller is
     running, and the pod's shape does not fit the decision's patch; :mod:`webhook.outage`):
     remove our entry of ``spec.schedulingGates`` (other gates stay), set the labels of a pod
-    released without affinity (:func:`controller.core.placement.placed_labels`:
+    released without affinity (:func:`rules.placement.placed_labels`:
     ``podplacement.io/scheduling-gate=removed``, ``podplacement.io/node-affinity=not-set``,
     the placement record every path writes, so the escape monitor knows the pod was decided
     about) and the decision annotation ``{"result": "controller-unavailable", "reason":

@@ -35,8 +35,8 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.policy import policy_for
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.policy import policy_for
 from podplacement.webhook.admitplace import GATED, place_reviewed_pod
 from podplacement.webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
 from podplacement.webhook.configsource import ConfigSource

@@ -1,7 +1,7 @@
 """The webhook's per-credential cache of image inspection results, filled in the background.
 
 The webhook places a pod at admission when it knows every image of the pod
-(:func:`controller.core.admission.admission_placement`; docs/how-it-decides.md "The webhook
+(:func:`rules.admission.admission_placement`; docs/how-it-decides.md "The webhook
 after the policy"):
 from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
 config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
@@ -13,7 +13,7 @@ credentials is placed by the webhook. A review with ``dryRun`` only reads the ca
 (``lookup(touch=False)``) and schedules no fill.
 
 Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
-controller would inspect it with, :func:`controller.core.podspec.pull_secret_refs`; the image
+controller would inspect it with, :func:`rules.podspec.pull_secret_refs`; the image
 reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
 result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
 pod of A naming other secrets (no namespace learns what another's credentials opened).
@@ -36,10 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.decision import unique_images
-from podplacement.controller.core.podspec import pull_secret_refs
 from podplacement.imageinspect import PullSecretReader
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.decision import unique_images
+from podplacement.rules.podspec import pull_secret_refs
 
 __all__ = ["CacheKey", "InspectorLike", "KubeClientLike", "PlaceCache", "PlaceCacheStats",
            "cache_keys"]
@@ -109,7 +109,7 @@ def cache_keys(pod: Mapping[str, Any], namespace: str,
                config: PlacementConfig) -> dict[str, CacheKey]:
     """The cache key of each distinct image of ``pod`` (image reference as written → key):
     ``(the pull Secrets it is inspected with, image)``, the Secrets as
-    :func:`controller.core.podspec.pull_secret_refs` gives them for ``namespace`` (the
+    :func:`rules.podspec.pull_secret_refs` gives them for ``namespace`` (the
     controller's rule), the namespace itself first (no two namespaces share a key)."""
     refs = (("", namespace), *pull_secret_refs(pod, config, namespace))
     return {image: (refs, image) for image in unique_images(pod)}

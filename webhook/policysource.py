@@ -3,9 +3,9 @@ request.
 
 :class:`WatchingPolicySource` keeps a :class:`kubeclient.Informer` on every
 PodPlacementPolicy (tolerated while the CRD is absent) and ranks them again on every event
-(:func:`controller.core.policy.rank`: per namespace, the accepted ones by priority), so that the
+(:func:`rules.policy.rank`: per namespace, the accepted ones by priority), so that the
 cache path places a pod with the policy the controller and the admission policy would apply
-(:func:`controller.core.policy.policy_for`). :class:`StaticPolicySource` serves a fixed list
+(:func:`rules.policy.policy_for`). :class:`StaticPolicySource` serves a fixed list
 (tests, benchmarks, ``--config-file``).
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import GROUP, POLICY_PLURAL, VERSION
-from podplacement.controller.core.policy import EMPTY_RANKING, PlacementPolicy, Ranking, rank
 from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.rules.config import GROUP, POLICY_PLURAL, VERSION
+from podplacement.rules.policy import EMPTY_RANKING, PlacementPolicy, Ranking, rank
 
 POLICIES_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 

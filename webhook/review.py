@@ -19,7 +19,7 @@ import msgspec
 import orjson
 from fastapi.responses import Response
 
-from podplacement.controller.core.podspec import gate_label_ops
+from podplacement.rules.podspec import gate_label_ops
 from podplacement.webhook.limits import BodyRefused
 from podplacement.webhook.patch import gate_patch, patch_shape
 
@@ -238,7 +238,7 @@ def patch_tail(pod: Mapping[str, Any]) -> bytes:
 
 def label_tail(pod: Mapping[str, Any]) -> bytes:
     """The response members that set our gate label to ``gated`` on a pod created with our
-    gate (:func:`patch_members` of :func:`controller.core.podspec.gate_label_ops`), or
+    gate (:func:`patch_members` of :func:`rules.podspec.gate_label_ops`), or
     nothing (``b""``) when it says so already."""
     ops = gate_label_ops(pod)
     return patch_members(ops) if ops else b""

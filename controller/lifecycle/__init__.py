@@ -14,7 +14,7 @@ event, and each pass asks to run again after ``resync_seconds``, which is how dr
 webhook configuration (someone edits or deletes it) is reverted: at most ``resync_seconds``
 later (longer while the queue backs off after failures).
 
-Rules (docs/guide/uninstall.md; the ownership rules are :mod:`controller.core.ownership`'s):
+Rules (docs/guide/uninstall.md; the ownership rules are :mod:`rules.ownership`'s):
 
 * While the config exists (and nothing is being deleted) it carries the finalizer
   ``podplacement.io/finalizer``; the MutatingWebhookConfiguration ``podplacement-webhook``,
@@ -23,7 +23,7 @@ Rules (docs/guide/uninstall.md; the ownership rules are :mod:`controller.core.ow
   ServiceAccount carries the same finalizer and the uninstall ClusterRole and binding exist.
 * No config: the webhook configuration and the policy are deleted.
 * Upgrades (docs/guide/upgrade.md): what an earlier release left and this one no
-  longer uses (:mod:`controller.core.legacy`: release 0.1.0's cluster-scoped params object
+  longer uses (:mod:`rules.legacy`: release 0.1.0's cluster-scoped params object
   ``ImagePlatforms cluster`` and its CRD) is deleted by every pass while it is there; a
   binding ``podplacement-gate`` whose ``paramRef`` is not ours (0.1.0's) is deleted before
   our params object is written, then created anew. The status never says the policy is not

@@ -3,9 +3,9 @@
 the product's namespace) and the MutatingWebhookConfiguration ``podplacement-webhook``.
 
 :class:`AdmissionObjects` converges them to what the config asks for and deletes them; what
-they should be is :mod:`controller.core.admissionpolicy`'s and
-:mod:`controller.core.webhookconfig`'s (pure), the upgrade rule for a binding of an earlier
-release is :func:`controller.core.legacy.reads_other_params`.
+they should be is :mod:`rules.admissionpolicy`'s and
+:mod:`rules.webhookconfig`'s (pure), the upgrade rule for a binding of an earlier
+release is :func:`rules.legacy.reads_other_params`.
 """
 
 from __future__ import annotations
@@ -14,22 +14,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core import admissionpolicy, legacy
-from podplacement.controller.core.config import (
-    ADMISSION_AUTO,
-    ADMISSION_POLICY_NAME,
-    PARAMS_NAME,
-    WEBHOOK_CONFIGURATION_NAME,
-    PlacementConfig,
-    admission_mark,
-)
-from podplacement.controller.core.webhookconfig import (
-    CERT_MANAGER_INJECT_ANNOTATION,
-    ServiceRef,
-    WebhookNamespaceSelection,
-    desired_webhook_configuration,
-    webhook_drifted,
-)
 from podplacement.controller.lifecycle.cabundle import CaBundleSource, read_ca_bundle
 from podplacement.controller.lifecycle.objects import apply_object, get_or_none, replacement
 from podplacement.controller.lifecycle.paths import (
@@ -43,6 +27,22 @@ from podplacement.controller.lifecycle.paths import (
 )
 from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, params_path
 from podplacement.kubeclient import ApiError, KubeRequester, NotFound
+from podplacement.rules import admissionpolicy, legacy
+from podplacement.rules.config import (
+    ADMISSION_AUTO,
+    ADMISSION_POLICY_NAME,
+    PARAMS_NAME,
+    WEBHOOK_CONFIGURATION_NAME,
+    PlacementConfig,
+    admission_mark,
+)
+from podplacement.rules.webhookconfig import (
+    CERT_MANAGER_INJECT_ANNOTATION,
+    ServiceRef,
+    WebhookNamespaceSelection,
+    desired_webhook_configuration,
+    webhook_drifted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class AdmissionObjects:
         """Converge the admission policy, then the webhook configuration of ``config``
         (parsed: ``placement``, its namespaces: ``selection``; owned by ``owner``), which
         skips the pods the policy placed from the params object that exists now
-        (:func:`controller.core.webhookconfig.match_conditions`).
+        (:func:`rules.webhookconfig.match_conditions`).
 
         Returns:
             ``(the webhook's action, what is in force of the policy, the policy's problem)``:
@@ -164,7 +164,7 @@ class AdmissionObjects:
         the API server serves the API, absent otherwise.
 
         A live binding that takes its params from elsewhere (release 0.1.0's names the
-        cluster-scoped ``ImagePlatforms``: :func:`controller.core.legacy.reads_other_params`)
+        cluster-scoped ``ImagePlatforms``: :func:`rules.legacy.reads_other_params`)
         is deleted first, before the policy is rewritten and before our params object can
         exist, and created anew last: no moment pairs our policy with a binding that looks
         for its params elsewhere, and none lets the old binding read our params.
@@ -172,7 +172,7 @@ class AdmissionObjects:
         Returns:
             ``(what is in force, problem, params uid)``: :data:`POLICY_IN_FORCE` or
             :data:`POLICY_ABSENT`, "" and the uid of the params object as read or created in
-            this pass ("" when none: :func:`controller.core.config.admission_mark`); after
+            this pass ("" when none: :func:`rules.config.admission_mark`); after
             an API error (reported as the problem, not raised: the webhook keeps gating),
             :data:`POLICY_AS_LEFT` when a binding ``podplacement-gate`` may still be there
             (found, or unknown), else :data:`POLICY_ABSENT`.

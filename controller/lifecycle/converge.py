@@ -8,9 +8,6 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core import ownership
-from podplacement.controller.core.config import config_or_defaults
-from podplacement.controller.core.webhookconfig import webhook_namespace_selection
 from podplacement.controller.lifecycle.admissionobjects import AdmissionObjects
 from podplacement.controller.lifecycle.guards import UninstallGuards
 from podplacement.controller.lifecycle.passes import Observed, ReconcileResult
@@ -25,6 +22,9 @@ from podplacement.controller.lifecycle.status import (
     failed_conditions,
 )
 from podplacement.kubeclient import ApiError
+from podplacement.rules import ownership
+from podplacement.rules.config import config_or_defaults
+from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 
 class Convergence:

@@ -8,8 +8,6 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from podplacement.controller.core import ownership
-from podplacement.controller.core.webhookconfig import ServiceRef
 from podplacement.controller.lifecycle.admissionobjects import AdmissionObjects
 from podplacement.controller.lifecycle.cabundle import CaBundleSource
 from podplacement.controller.lifecycle.converge import Convergence
@@ -19,6 +17,8 @@ from podplacement.controller.lifecycle.retirement import PreviousReleases
 from podplacement.controller.lifecycle.status import ConfigStatus
 from podplacement.controller.lifecycle.withdrawal import UngateRemaining, Withdrawal
 from podplacement.kubeclient import KubeRequester
+from podplacement.rules import ownership
+from podplacement.rules.webhookconfig import ServiceRef
 
 log = logging.getLogger(__name__)
 

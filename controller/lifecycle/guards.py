@@ -1,6 +1,6 @@
 """The uninstall guards: what lets an ordered uninstall outlive ``deploy/``'s RBAC when
 ``kubectl delete -k deploy/`` deletes the config, the product's namespace and the
-controller's ServiceAccount at once (:mod:`controller.core.ownership`'s rules): the
+controller's ServiceAccount at once (:mod:`rules.ownership`'s rules): the
 finalizer on the controller's own ServiceAccount and the ClusterRole and binding
 ``podplacement-controller-uninstall``. Also reads the two objects whose deletion means the
 product itself is being removed: the product's namespace and that ServiceAccount."""
@@ -11,7 +11,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from podplacement.controller.core import ownership
 from podplacement.controller.lifecycle.objects import (
     apply_object,
     get_or_none,
@@ -28,6 +27,7 @@ from podplacement.controller.lifecycle.paths import (
     UNINSTALL_ROLE_PATH,
 )
 from podplacement.kubeclient import ApiError, KubeRequester
+from podplacement.rules import ownership
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class UninstallGuards:
         """While a config is in force and this controller leads: the finalizer on its
         ServiceAccount (``service_account``, as last read) and the uninstall ClusterRole and
         binding, owned by the product's Namespace ``namespace_obj``
-        (:mod:`controller.core.ownership`). Failures are reported in :attr:`problem` (the
+        (:mod:`rules.ownership`). Failures are reported in :attr:`problem` (the
         status's Degraded condition), never raised: gating works without them, only an
         uninstall by ``kubectl delete -k`` would then lose its rights half-way."""
         ref = self._service_account

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from podplacement.controller.core import ownership
 from podplacement.kubeclient import JSON_PATCH, ApiError, KubeRequester, NotFound, api_error
+from podplacement.rules import ownership
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def replacement(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str
 
 async def patch_finalizer(api: KubeRequester, path: str, obj: dict[str, Any], *,
                           add: bool) -> dict[str, Any] | None:
-    """Add or remove :data:`controller.core.ownership.GUARD_FINALIZER` on the object at
+    """Add or remove :data:`rules.ownership.GUARD_FINALIZER` on the object at
     ``path`` (``obj``: as last read), re-reading after a lost race (409/422), at most
     :data:`FINALIZER_ATTEMPTS` times. Returns the object as written, ``obj`` when nothing was
     to change, or None when it is gone.

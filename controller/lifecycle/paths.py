@@ -5,8 +5,9 @@ in ``deploy/`` both ways). Names only: no I/O here."""
 from __future__ import annotations
 
 from podplacement.certs import secretflow
-from podplacement.controller.core import admissionpolicy, legacy, ownership
-from podplacement.controller.core.config import (
+from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH
+from podplacement.rules import admissionpolicy, legacy, ownership
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -15,7 +16,6 @@ from podplacement.controller.core.config import (
     VERSION,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH
 
 CONFIG_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
 WEBHOOK_COLLECTION_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -37,10 +37,10 @@ _DEPLOY_SERVICE_ACCOUNT_PATH = SERVICE_ACCOUNT_PATH.replace("{name}", CONTROLLER
 CRD_COLLECTION_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-# The two paths below are built from the data of controller.core.legacy; the requests they
+# The two paths below are built from the data of rules.legacy; the requests they
 # make are declared concretely in RETIREMENT_REQUESTS (checked against deploy/'s RBAC).
 def retired_crd_path(retired: legacy.RetiredCRD) -> str:
-    """The API path of the CRD ``retired`` (:mod:`controller.core.legacy`)."""
+    """The API path of the CRD ``retired`` (:mod:`rules.legacy`)."""
     return "/".join((CRD_COLLECTION_PATH, retired.name))
 
 

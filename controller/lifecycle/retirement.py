@@ -1,5 +1,5 @@
 """What earlier releases left in the API server and this one no longer uses
-(:data:`controller.core.legacy.RETIRED_CRDS`: release 0.1.0's cluster-scoped params object
+(:data:`rules.legacy.RETIRED_CRDS`: release 0.1.0's cluster-scoped params object
 ``ImagePlatforms cluster`` and its CRD), removed by every pass while it is there
 (docs/guide/upgrade.md)."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from podplacement.controller.core import legacy
 from podplacement.controller.lifecycle.objects import get_or_none
 from podplacement.controller.lifecycle.paths import (
     CRD_COLLECTION_PATH,
@@ -16,6 +15,7 @@ from podplacement.controller.lifecycle.paths import (
     retired_object_path,
 )
 from podplacement.kubeclient import ApiError, KubeRequester, NotFound
+from podplacement.rules import legacy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class PreviousReleases:
     async def retire(self) -> str:
         """Remove what earlier releases left and this one no longer uses: for each retired
         CRD still there, not already being deleted and older than the CRD that replaced it
-        (:func:`controller.core.legacy.retire_now`: a younger one belongs to a rollback
+        (:func:`rules.legacy.retire_now`: a younger one belongs to a rollback
         under way), its objects, then the CRD. Deleting the objects first makes a binding of
         that release which could not be removed harmless (its params object is missing, so
         the API server skips its policy). One GET per CRD and pass when there is nothing to

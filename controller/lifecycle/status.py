@@ -14,12 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.controller.core.config import (
-    ADMISSION_POLICY_NAME,
-    WEBHOOK_CONFIGURATION_NAME,
-    PlacementConfig,
-)
-from podplacement.controller.core.webhookconfig import WebhookNamespaceSelection
 from podplacement.controller.lifecycle.admissionobjects import (
     POLICY_ABSENT,
     POLICY_AS_LEFT,
@@ -28,6 +22,12 @@ from podplacement.controller.lifecycle.admissionobjects import (
 from podplacement.controller.lifecycle.objects import get_or_none, patch_finalizer
 from podplacement.controller.lifecycle.paths import CONFIG_PATH
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeRequester
+from podplacement.rules.config import (
+    ADMISSION_POLICY_NAME,
+    WEBHOOK_CONFIGURATION_NAME,
+    PlacementConfig,
+)
+from podplacement.rules.webhookconfig import WebhookNamespaceSelection
 
 COND_AVAILABLE = "Available"
 #: ``status.admission.mechanism``: what adds the gate (and places warm pods) at admission.

@@ -11,7 +11,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from podplacement.controller.core import ownership
 from podplacement.controller.lifecycle.admissionobjects import AdmissionObjects
 from podplacement.controller.lifecycle.guards import UninstallGuards
 from podplacement.controller.lifecycle.passes import Observed, ReconcileResult
@@ -21,6 +20,7 @@ from podplacement.controller.lifecycle.status import (
     stood_down_conditions,
 )
 from podplacement.kubeclient import ApiError
+from podplacement.rules import ownership
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.controller.core.config import (
+from podplacement.demo.workloads import Expectation
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -30,7 +31,6 @@ from podplacement.controller.core.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from podplacement.demo.workloads import Expectation
 
 #: Short names for the label keys that appear in injected affinity.
 SHORT_KEYS: dict[str, str] = {

@@ -57,16 +57,6 @@ from typing import IO, Any, TextIO
 
 import yaml
 
-from podplacement.controller.core.config import (
-    API_VERSION,
-    CONFIG_NAME,
-    CONFIG_PLURAL,
-    DEFAULT_NAMESPACE,
-    NRT_GROUP,
-    NRT_PLURAL,
-    NRT_VERSION,
-    WEBHOOK_CONFIGURATION_NAME,
-)
 from podplacement.demo import report, workloads
 from podplacement.demo.apidouble import LocalkubeMissing, localkube_available, localkube_command
 from podplacement.demo.images import DemoImageError, prepare_busybox
@@ -77,6 +67,16 @@ from podplacement.demo.seed import (
 )
 from podplacement.demo.workloads import Expectation
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
+from podplacement.rules.config import (
+    API_VERSION,
+    CONFIG_NAME,
+    CONFIG_PLURAL,
+    DEFAULT_NAMESPACE,
+    NRT_GROUP,
+    NRT_PLURAL,
+    NRT_VERSION,
+    WEBHOOK_CONFIGURATION_NAME,
+)
 from podplacement.sandbox.controlplane import (
     HOW_TO_GET,
     K8S_VERSION,

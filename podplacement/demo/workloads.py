@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,

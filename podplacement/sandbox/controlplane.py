@@ -563,14 +563,14 @@ def start_control_plane(
     if etcd is None or api is None:
         log.close()
         raise ControlPlaneError(f"etcd or kube-apiserver missing in {assets.directory}")
-    plane.spawn("etcd", _etcd_command(etcd, workdir, etcd_client, etcd_peer))
-    args = _apiserver_command(api, workdir, api_port, etcd_client)
-    if audit:
-        args += _audit_args(plane, workdir)
-    args += list(apiserver_args)
-    plane._apiserver_args = args
-    plane.spawn("kube-apiserver", args)
-    try:
+    try:  # whatever fails from here, stop() stops what was started, by pid
+        plane.spawn("etcd", _etcd_command(etcd, workdir, etcd_client, etcd_peer))
+        args = _apiserver_command(api, workdir, api_port, etcd_client)
+        if audit:
+            args += _audit_args(plane, workdir)
+        args += list(apiserver_args)
+        plane._apiserver_args = args
+        plane.spawn("kube-apiserver", args)
         plane.wait_ready(ready_limit)
         plane._component_args.update(_component_commands(
             assets, workdir, kubeconfig, component_kubeconfig,

@@ -320,7 +320,7 @@ def wait_webhook_registered(product: Product, limit: float = 60.0) -> dict[str, 
     Raises:
         InstallError: every controller exited, or ``limit`` seconds passed.
     """
-    from podplacement.controller.core.config import SCHEDULING_GATE, WEBHOOK_CONFIGURATION_NAME
+    from podplacement.rules.config import SCHEDULING_GATE, WEBHOOK_CONFIGURATION_NAME
 
     path = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             + WEBHOOK_CONFIGURATION_NAME)

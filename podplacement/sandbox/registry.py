@@ -267,7 +267,12 @@ def start_registry(
             ca_pem = ca.cert_pem
         token_server = _start_token_server(tmp, config, token_issuer, {username: password},
                                            port, serving if use_tls else None)
-    proc, log_file = _spawn(tmp, config)
+    try:
+        proc, log_file = _spawn(tmp, config)
+    except BaseException:
+        if token_server is not None:
+            token_server.stop()
+        raise
     registry = Registry(host=host, url=f"{scheme}://{host}", ca_pem=ca_pem,
                         username=username if auth != "none" else None,
                         password=password if auth != "none" else None, auth=auth,
@@ -352,13 +357,17 @@ def _spawn(tmp: Path, config: dict[str, Any]) -> tuple[subprocess.Popen[bytes], 
     config_path = tmp / "config.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     log_file = (tmp / "registry.log").open("ab")
-    proc = subprocess.Popen(
-        [REGISTRY_BINARY, "serve", str(config_path)],
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        cwd=tmp,
-    )
+    try:
+        proc = subprocess.Popen(
+            [REGISTRY_BINARY, "serve", str(config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=tmp,
+        )
+    except BaseException:
+        log_file.close()
+        raise
     return proc, log_file
 
 

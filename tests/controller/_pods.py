@@ -9,7 +9,7 @@ from typing import Any
 
 from localkube.patch import apply_patch
 from localkube.podrules import validate_pod_update
-from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
+from podplacement.rules.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
-from podplacement.controller.core.config import (
+from podplacement.controller.events import REPORTING_CONTROLLER, SOURCE_COMPONENT
+from podplacement.imageinspect import Inspector, RegistriesConfig
+from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_NAME,
@@ -26,9 +29,6 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     WEBHOOK_CONFIGURATION_NAME,
 )
-from podplacement.controller.events import REPORTING_CONTROLLER, SOURCE_COMPONENT
-from podplacement.imageinspect import Inspector, RegistriesConfig
-from podplacement.kubeclient import ApiError, KubeAPI
 from podplacement.sandbox.controlplane import DEFAULT_NODES, AssetsNotFound
 from tests.harness.kube import KubeEnv, start_localkube, start_real
 from tests.harness.registry import Registry
@@ -146,7 +146,7 @@ def check_bindings(env: KubeEnv, ns: str, within: float = 15.0) -> int:
 
     Raises: AssertionError on a pod bound to a node its images can't run, or on a pod with
     only podplacement's requirements left unbound after ``within`` seconds."""
-    from podplacement.controller.core.config import DECISION_ANNOTATION
+    from podplacement.rules.config import DECISION_ANNOTATION
 
     deadline = time.monotonic() + within
     nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
@@ -332,7 +332,7 @@ async def wait_ungated(api: KubeAPI, ns: str, name: str, within: float = 20.0) -
 
 
 def decision_of(pod: dict[str, Any]) -> dict[str, Any]:
-    from podplacement.controller.core.config import DECISION_ANNOTATION
+    from podplacement.rules.config import DECISION_ANNOTATION
 
     out: dict[str, Any] = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
     return out

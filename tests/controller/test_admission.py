@@ -20,14 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.controller.core.admission import (
+from podplacement.rules.admission import (
     PATH_WEBHOOK,
     admission_placement,
     fast_path_applies,
     outage_placement,
 )
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     FAST_PATHS_DISABLED,
@@ -39,7 +39,7 @@ from podplacement.controller.core.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.controller.core.decision import (
+from podplacement.rules.decision import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -48,7 +48,7 @@ from podplacement.controller.core.decision import (
     WARNING,
     decide,
 )
-from podplacement.controller.core.plan import plan
+from podplacement.rules.plan import plan
 from podplacement.webhook.patch import gate_patch
 from tests.controller._pods import apply, img
 

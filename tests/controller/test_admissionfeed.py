@@ -13,17 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 from podplacement.controller.admissionfeed import DROPPED, FAILED, INSPECTED, AdmissionFeed
-from podplacement.controller.core.admission import admission_placement
-from podplacement.controller.core.config import (
+from podplacement.controller.metrics import Metrics
+from podplacement.imageinspect import Inspector
+from podplacement.rules.admission import admission_placement
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     PlacementConfig,
 )
-from podplacement.controller.core.decision import INCOMPATIBLE_NODE_SELECTOR, EventSpec
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.platforms import image_platform_pairs
-from podplacement.controller.metrics import Metrics
-from podplacement.imageinspect import Inspector
+from podplacement.rules.decision import INCOMPATIBLE_NODE_SELECTOR, EventSpec
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.platforms import image_platform_pairs
 from tests.controller.conftest import eventually
 from tests.controller.test_admission import _json_patch
 from tests.harness.registry import Registry

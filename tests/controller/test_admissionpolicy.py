@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from podplacement.controller.core import admissionpolicy as ap
-from podplacement.controller.core.config import (
+from podplacement.rules import admissionpolicy as ap
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
     PARAMS_KIND,
@@ -18,9 +18,9 @@ from podplacement.controller.core.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.controller.core.ownership import namespace_owner
-from podplacement.controller.core.predicates import cel_string
-from podplacement.controller.core.webhookconfig import webhook_namespace_selection
+from podplacement.rules.ownership import namespace_owner
+from podplacement.rules.predicates import cel_string
+from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
     "apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",

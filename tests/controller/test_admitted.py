@@ -1,4 +1,4 @@
-"""Pods placed at admission (controller.core.admitted): which images the controller learns
+"""Pods placed at admission (rules.admitted): which images the controller learns
 from them for the catalog, and the Warning Event of their decision, which must be the one
 the controller sends for the same pod on its own path (same reason, same text), recomputed
 from the pod as stored and the platforms the decision was taken with."""
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from podplacement.controller.core.admission import admission_placement
-from podplacement.controller.core.admissionpolicy import admission_record
-from podplacement.controller.core.admitted import (
+from podplacement.rules.admission import admission_placement
+from podplacement.rules.admissionpolicy import admission_record
+from podplacement.rules.admitted import (
     MAX_CANDIDATES,
     admission_path,
     admission_warning,
@@ -23,8 +23,8 @@ from podplacement.controller.core.admitted import (
     images_to_learn,
     recently_created,
 )
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     ExcludedPlatform,
@@ -32,7 +32,7 @@ from podplacement.controller.core.config import (
     ObjectRef,
     PlacementConfig,
 )
-from podplacement.controller.core.decision import (
+from podplacement.rules.decision import (
     ARCH_NOT_IN_CLUSTER,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -40,10 +40,10 @@ from podplacement.controller.core.decision import (
     WARNING,
     EventSpec,
 )
-from podplacement.controller.core.placement import compact_json, placement_facts
-from podplacement.controller.core.plan import plan
-from podplacement.controller.core.platforms import node_inventory
-from podplacement.controller.core.render import admission_patch
+from podplacement.rules.placement import compact_json, placement_facts
+from podplacement.rules.plan import plan
+from podplacement.rules.platforms import node_inventory
+from podplacement.rules.render import admission_patch
 from tests.controller._pods import img
 from tests.controller.test_admission import (
     IMAGES,

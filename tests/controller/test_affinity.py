@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podplacement.controller.core.affinity import (
+from podplacement.rules.affinity import (
     AffinityPlan,
     PlatformRequirement,
     arch_preferences,
@@ -19,7 +19,7 @@ from podplacement.controller.core.affinity import (
     require_oses,
     unsatisfiable_marker,
 )
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     NO_SUPPORTED_PLATFORM_KEY,

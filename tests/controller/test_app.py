@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
-from podplacement.controller.core.config import CONFIG_NAME, PlacementConfig
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import CONFIG_NAME, PlacementConfig
 
 
 async def test_unreadable_config_falls_back_to_defaults_with_the_error() -> None:
@@ -42,7 +42,7 @@ def test_default_options_match_the_issue() -> None:
 
 
 async def test_deleted_node_or_nrt_leaves_the_numa_cache() -> None:
-    from podplacement.controller.core.numa._decide import _CACHE
+    from podplacement.rules.numa._decide import _CACHE
 
     api = KubeAPI.from_url("http://127.0.0.1:9")
     ctl = Controller(api, ControllerOptions(leader_election=False, metrics_port=None))

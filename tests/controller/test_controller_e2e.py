@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import KubeAPI
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     GATE_LABEL,
@@ -19,7 +20,6 @@ from podplacement.controller.core.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from podplacement.kubeclient import KubeAPI
 from tests.controller.conftest import (
     Images,
     StartController,

@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podplacement.controller.core import decision as d
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.rules import decision as d
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -22,7 +22,7 @@ from podplacement.controller.core.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.controller.core.platforms import NodeInventory
+from podplacement.rules.platforms import NodeInventory
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 
 CFG = PlacementConfig()

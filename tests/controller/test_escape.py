@@ -1,7 +1,7 @@
-"""The pure rules of escaped pods (controller/core/escape.py): which bound pods without a
+"""The pure rules of escaped pods (rules/escape.py): which bound pods without a
 placement record are checked, the verdict against the node's (os, arch) pair, which of them
 the repair deletes, one round of deletions per owner per minute (fake clock), the Event and
-the record; and the shared scope rules (controller/core/scope.py)."""
+the record; and the shared scope rules (rules/scope.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.imageinspect import ImageInfo, Platform, RegistryError
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     ESCAPE_ANNOTATION,
     ESCAPE_LABEL,
@@ -21,7 +22,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     ExcludedPlatform,
 )
-from podplacement.controller.core.escape import (
+from podplacement.rules.escape import (
     FIT,
     UNFIT,
     UNKNOWN,
@@ -35,12 +36,11 @@ from podplacement.controller.core.escape import (
     skip_reason,
     watch_params,
 )
-from podplacement.controller.core.scope import (
+from podplacement.rules.scope import (
     is_mirror_pod,
     namespace_opted_out,
     pod_skip_reason,
 )
-from podplacement.imageinspect import ImageInfo, Platform, RegistryError
 
 NS = "podplacement-system"
 CONFIG_CREATED = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -140,7 +140,7 @@ def test_a_pod_created_in_the_second_the_config_was_created_is_checked() -> None
 
 
 def test_the_webhook_and_the_escape_monitor_share_the_scope_rules() -> None:
-    from podplacement.controller.core.config import PlacementConfig
+    from podplacement.rules.config import PlacementConfig
     from podplacement.webhook.gating import should_gate
 
     ds = escaped(metadata__ownerReferences=[{"kind": "DaemonSet", "name": "d", "uid": "d",
@@ -355,7 +355,7 @@ def test_the_record_is_a_guarded_label_and_annotation() -> None:
 
 
 def test_the_switches_default_on_and_refuse_non_booleans() -> None:
-    from podplacement.controller.core.config import ConfigError, PlacementConfig
+    from podplacement.rules.config import ConfigError, PlacementConfig
 
     default = PlacementConfig.from_object({"spec": {}})
     assert (default.escape_monitor, default.delete_unfit_pods) == (True, True)

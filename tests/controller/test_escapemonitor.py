@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.escapemonitor import EscapeMonitor, InspectLater
+from podplacement.controller.metrics import Metrics
+from podplacement.controller.reconciler import pod_key
+from podplacement.imageinspect import ImageInfo, Platform, RegistryError
+from podplacement.kubeclient import ApiError, NotFound
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     ESCAPE_ANNOTATION,
     ESCAPE_LABEL,
@@ -21,12 +26,7 @@ from podplacement.controller.core.config import (
     ImageInspectionConfig,
     PlacementConfig,
 )
-from podplacement.controller.core.decision import EventSpec
-from podplacement.controller.escapemonitor import EscapeMonitor, InspectLater
-from podplacement.controller.metrics import Metrics
-from podplacement.controller.reconciler import pod_key
-from podplacement.imageinspect import ImageInfo, Platform, RegistryError
-from podplacement.kubeclient import ApiError, NotFound
+from podplacement.rules.decision import EventSpec
 
 IMAGE = "reg.example/app:1"
 AMD64_ONLY = ImageInfo(IMAGE, "sha256:" + "a" * 64, "application/vnd.oci.image.manifest.v1+json",

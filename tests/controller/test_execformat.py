@@ -1,5 +1,5 @@
-"""The exec-format-error rule (controller.core.execformat) with each runtime's exact words, the
-pod's record, the Event, and the findings store (controller.core.findings): pure."""
+"""The exec-format-error rule (rules.execformat) with each runtime's exact words, the
+pod's record, the Event, and the findings store (rules.findings): pure."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     EXEC_FORMAT_ANNOTATION,
     EXEC_FORMAT_LABEL,
     EXEC_FORMAT_REASON,
     PlacementConfig,
 )
-from podplacement.controller.core.execformat import (
+from podplacement.rules.execformat import (
     detect,
     event_spec,
     finding_of,
@@ -25,12 +25,12 @@ from podplacement.controller.core.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.controller.core.findings import FindingsStore, Verification
+from podplacement.rules.findings import FindingsStore, Verification
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE_ID = f"registry.example/team/app@{DIGEST}"
 
-# Each runtime's words, composed from its source (see controller/core/execformat.py).
+# Each runtime's words, composed from its source (see rules/execformat.py).
 RUNC = "exec /bin/sh: exec format error"  # runc internal/linux/linux.go Exec (os.PathError)
 RUNC_1_0 = "standard_init_linux.go:228: exec user process caused: exec format error"
 CRUN = "exec container process `/bin/sh`: Exec format error"  # crun container_init
@@ -216,7 +216,7 @@ def test_config_switch_defaults_on() -> None:
     assert PlacementConfig.from_object({"spec": {}}).exec_format_monitor is True
     off = {"spec": {"plugins": {"execFormatErrorMonitor": {"enabled": False}}}}
     assert PlacementConfig.from_object(off).exec_format_monitor is False
-    from podplacement.controller.core.config import ConfigError
+    from podplacement.rules.config import ConfigError
 
     with pytest.raises(ConfigError):
         PlacementConfig.from_object(

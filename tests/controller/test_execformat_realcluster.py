@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
-from podplacement.controller.core.config import (
+from podplacement.imageinspect import Inspector, RegistriesConfig
+from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     EXEC_FORMAT_ANNOTATION,
     EXEC_FORMAT_LABEL,
     EXEC_FORMAT_REASON,
 )
-from podplacement.imageinspect import Inspector, RegistriesConfig
-from podplacement.kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import events_for, eventually
 from tests.controller.test_execformat import CONTAINERD_START, CRIO_START, CRUN_JSON, RUNC
 from tests.harness.kube import KubeEnv

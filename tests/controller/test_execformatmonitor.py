@@ -13,15 +13,6 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
-    EXEC_FORMAT_ANNOTATION,
-    EXEC_FORMAT_LABEL,
-    ImageInspectionConfig,
-    PlacementConfig,
-    excluded_from_status,
-)
-from podplacement.controller.core.decision import EventSpec
-from podplacement.controller.core.findings import FindingsStore
 from podplacement.controller.execformatmonitor import (
     CONFIG_STATUS_PATH,
     REMEDY_GRACE_SECONDS,
@@ -30,6 +21,15 @@ from podplacement.controller.execformatmonitor import (
 from podplacement.controller.metrics import Metrics
 from podplacement.imageinspect import PlatformReport, VerifyReport
 from podplacement.kubeclient import NotFound
+from podplacement.rules.config import (
+    EXEC_FORMAT_ANNOTATION,
+    EXEC_FORMAT_LABEL,
+    ImageInspectionConfig,
+    PlacementConfig,
+    excluded_from_status,
+)
+from podplacement.rules.decision import EventSpec
+from podplacement.rules.findings import FindingsStore
 
 INDEX = "sha256:" + "1" * 64
 AMD_MANIFEST = "sha256:" + "4" * 64

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from podplacement.cli import main
-from podplacement.controller.core.config import PlacementConfig, TopologyConfig
-from podplacement.controller.core.explain import apply_patch, explain, render
 from podplacement.imageinspect import ImageInfo, Platform
+from podplacement.rules.config import PlacementConfig, TopologyConfig
+from podplacement.rules.explain import apply_patch, explain, render
 from tests.controller.numa._build import gpod, node, nrt
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry
@@ -334,7 +334,7 @@ def test_cli_kubeconfig_without_the_nrt_crd(tmp_path: Path,
 
 
 def test_the_exec_format_error_record_is_shown() -> None:
-    from podplacement.controller.core.config import EXEC_FORMAT_ANNOTATION
+    from podplacement.rules.config import EXEC_FORMAT_ANNOTATION
 
     nodes, nrts = _cluster()
     assert explain(_pod(), nodes, nrts, {IMAGE: AMD_ARM}, NUMA)["execFormatErrors"] is None

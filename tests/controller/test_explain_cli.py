@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from podplacement.controller.core.config import PlacementConfig
-from podplacement.controller.core.explain import explain
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.explain import explain
 from tests.controller.conftest import Images, dockerconfig_secret, unique
 from tests.controller.numa._build import node
 from tests.harness.cli import one_line, run_cli
@@ -247,7 +247,7 @@ def test_missing_cluster_pod_is_a_runtime_failure(kube: KubeEnv, unique_namespac
 
 
 def _stored_gated_pod(namespace: str = "default") -> dict[str, Any]:
-    from podplacement.controller.core.config import GATE_LABEL, SCHEDULING_GATE
+    from podplacement.rules.config import GATE_LABEL, SCHEDULING_GATE
 
     pod = _pod(schedulingGates=[{"name": SCHEDULING_GATE}])
     pod["metadata"].update(namespace=namespace, labels={GATE_LABEL: "gated"})

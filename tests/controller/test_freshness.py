@@ -1,11 +1,11 @@
-"""controller.core.freshness: which tags pulled with Always the admission policy may place
+"""rules.freshness: which tags pulled with Always the admission policy may place
 from the catalog (pure, a fake monotonic clock)."""
 
 from __future__ import annotations
 
 import pytest
 
-from podplacement.controller.core.freshness import PullAlwaysFreshness
+from podplacement.rules.freshness import PullAlwaysFreshness
 
 A, B = "reg.example/a:1", "reg.example/b:1"
 

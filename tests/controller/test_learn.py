@@ -1,5 +1,5 @@
-"""Learning from exec format errors (controller.core.findings' rule, controller.core.learn),
-verify on suspicion (controller.core.execformat) and the config's switches: pure."""
+"""Learning from exec format errors (rules.findings' rule, rules.learn),
+verify on suspicion (rules.execformat) and the config's switches: pure."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.admission import admission_placement
-from podplacement.controller.core.config import (
+from podplacement.imageinspect import ImageInfo, Platform
+from podplacement.rules.admission import admission_placement
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     ConfigError,
     ExcludedPlatform,
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.controller.core.decision import Outcome
-from podplacement.controller.core.execformat import (
+from podplacement.rules.decision import Outcome
+from podplacement.rules.execformat import (
     PROOF_VERIFICATION,
     SUSPECT_MAX_RUN_SECONDS,
     event_spec,
@@ -30,15 +31,15 @@ from podplacement.controller.core.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.controller.core.explain import explain, render_table
-from podplacement.controller.core.findings import (
+from podplacement.rules.explain import explain, render_table
+from podplacement.rules.findings import (
     PROOF_ERRORS,
     FindingsStore,
     Verification,
     proof_of,
 )
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.learn import (
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.learn import (
     DeletedPod,
     LearnedImage,
     deleted_from_status,
@@ -50,8 +51,7 @@ from podplacement.controller.core.learn import (
     status_patch,
     touches,
 )
-from podplacement.controller.core.plan import plan
-from podplacement.imageinspect import ImageInfo, Platform
+from podplacement.rules.plan import plan
 from tests.controller._pods import gated_pod
 from tests.controller.test_execformat import pod, status, terminated
 

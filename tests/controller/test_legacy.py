@@ -1,4 +1,4 @@
-"""controller.core.legacy: what release 0.1.0 left is recognised (its binding's paramRef, its
+"""rules.legacy: what release 0.1.0 left is recognised (its binding's paramRef, its
 params CRD), and the status built from what is in force never says the policy is not in
 force while a binding of it may be there (controller.lifecycle)."""
 
@@ -6,17 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from podplacement.controller.core import admissionpolicy
-from podplacement.controller.core.config import PARAMS_NAME, PARAMS_PLURAL
-from podplacement.controller.core.legacy import (
-    IMAGE_PLATFORMS_0_1,
-    RETIRED_CRDS,
-    reads_other_params,
-    retire_now,
-    retirement_rights,
-    rolling_upgrade_rights,
-)
-from podplacement.controller.core.webhookconfig import webhook_namespace_selection
 from podplacement.controller.lifecycle import (
     POLICY_ABSENT,
     POLICY_AS_LEFT,
@@ -25,6 +14,17 @@ from podplacement.controller.lifecycle import (
     retired_crd_path,
     retired_object_path,
 )
+from podplacement.rules import admissionpolicy
+from podplacement.rules.config import PARAMS_NAME, PARAMS_PLURAL
+from podplacement.rules.legacy import (
+    IMAGE_PLATFORMS_0_1,
+    RETIRED_CRDS,
+    reads_other_params,
+    retire_now,
+    retirement_rights,
+    rolling_upgrade_rights,
+)
+from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 NS = "podplacement-system"
 

@@ -16,18 +16,6 @@ import pytest
 import yaml
 from cryptography import x509
 
-from podplacement.controller.core.config import (
-    CONFIG_FINALIZER,
-    GATE_LABEL,
-    GATE_LABEL_GATED,
-    GATE_LABEL_REMOVED,
-    SCHEDULING_GATE,
-)
-from podplacement.controller.core.webhookconfig import (
-    ServiceRef,
-    desired_webhook_configuration,
-    webhook_drifted,
-)
 from podplacement.controller.lifecycle import (
     CONFIG_PATH,
     LIFECYCLE_KEY,
@@ -37,6 +25,18 @@ from podplacement.controller.lifecycle import (
 )
 from podplacement.controller.queue import WorkQueue
 from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import (
+    CONFIG_FINALIZER,
+    GATE_LABEL,
+    GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
+    SCHEDULING_GATE,
+)
+from podplacement.rules.webhookconfig import (
+    ServiceRef,
+    desired_webhook_configuration,
+    webhook_drifted,
+)
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"

@@ -16,7 +16,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from podplacement import certs
-from podplacement.controller.core.webhookconfig import ServiceRef
 from podplacement.controller.lifecycle import (
     WEBHOOK_PATH,
     WEBHOOK_SERVICE_NAME,
@@ -24,6 +23,7 @@ from podplacement.controller.lifecycle import (
     ServingCertSecret,
 )
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.webhookconfig import ServiceRef
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

@@ -1,4 +1,4 @@
-"""controller.core.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
+"""rules.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
 the opt-out namespaceSelector negation and drift detection; controller.lifecycle's condition
 merge."""
 
@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.controller.lifecycle import ConditionSpec, merge_conditions
+from podplacement.rules.config import (
     EXCLUDE_NAMESPACE_LABEL,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
-from podplacement.controller.core.ownership import namespace_owner
-from podplacement.controller.core.webhookconfig import (
+from podplacement.rules.ownership import namespace_owner
+from podplacement.rules.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     NAMESPACE_NAME_LABEL,
     ServiceRef,
@@ -27,7 +28,6 @@ from podplacement.controller.core.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
-from podplacement.controller.lifecycle import ConditionSpec, merge_conditions
 from tests.harness.reference import REFERENCE as _REFERENCE_DIR
 
 REFERENCE = _REFERENCE_DIR / "admission-webhook-configuration.json"

@@ -1,4 +1,4 @@
-"""The Node informer's transform (:func:`controller.core.nodeview.node_view`): it keeps every
+"""The Node informer's transform (:func:`rules.nodeview.node_view`): it keeps every
 field the controller's readers of Nodes read, and the decisions made on its views are the
 decisions made on full kubelet Nodes."""
 
@@ -10,18 +10,18 @@ from types import SimpleNamespace
 from typing import Any
 
 from podplacement.controller.admissionfeed import _platform_labels
-from podplacement.controller.core.config import PlacementConfig, TopologyConfig
-from podplacement.controller.core.escape import classify
-from podplacement.controller.core.explain import explain
-from podplacement.controller.core.nodeview import NODE_FIELDS, node_view
-from podplacement.controller.core.numa import TopologyCache, decide_numa
-from podplacement.controller.core.plan import plan
-from podplacement.controller.core.platforms import node_inventory
-from podplacement.controller.core.podspec import node_eligible, node_ineligibility
 from podplacement.controller.execformatmonitor import ExecFormatMonitor
 from podplacement.controller.gatedpods import forget_topology
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.kubeclient import object_key
+from podplacement.rules.config import PlacementConfig, TopologyConfig
+from podplacement.rules.escape import classify
+from podplacement.rules.explain import explain
+from podplacement.rules.nodeview import NODE_FIELDS, node_view
+from podplacement.rules.numa import TopologyCache, decide_numa
+from podplacement.rules.plan import plan
+from podplacement.rules.platforms import node_inventory
+from podplacement.rules.podspec import node_eligible, node_ineligibility
 from tests.controller.numa._build import gpod, nrt
 
 IMAGE = "example.test/app:1"

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     NUMA_LABEL,
@@ -18,7 +19,6 @@ from podplacement.controller.core.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
-from podplacement.kubeclient import ApiError, KubeAPI
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from tests.controller.conftest import (
     Images,

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL
-from podplacement.controller.core.decision import PLATFORMS_LEFT_OUT
 from podplacement.imageinspect import Inspector
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL
+from podplacement.rules.decision import PLATFORMS_LEFT_OUT
 from podplacement.sandbox.controlplane import FakeNode
 from tests.controller.conftest import (
     create_pod,

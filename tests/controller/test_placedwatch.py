@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from localkube import LocalKube
-from podplacement.controller.core.config import AFFINITY_LABEL
 from podplacement.controller.placedwatch import PlacedPods
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import AFFINITY_LABEL
 from tests.controller.conftest import eventually
 from tests.harness.kube import KubeEnv, start_localkube
 

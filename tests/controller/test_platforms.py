@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from podplacement.controller.core.config import ARCH_LABEL, OS_LABEL
-from podplacement.controller.core.platforms import node_inventory, supported_platforms
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL
+from podplacement.rules.platforms import node_inventory, supported_platforms
 from tests.controller._pods import img
 
 

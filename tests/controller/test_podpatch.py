@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from podplacement.controller.core.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
-from podplacement.controller.core.podpatch import build_pod_patch
-from podplacement.controller.core.podspec import escape_token, gate_index
+from podplacement.rules.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
+from podplacement.rules.podpatch import build_pod_patch
+from podplacement.rules.podspec import escape_token, gate_index
 from tests.controller._pods import apply, gated_pod
 
 

@@ -1,4 +1,4 @@
-"""The shared pod rules (controller.core.podspec): QoS, quantities, gate, JSON pointers, nodes.
+"""The shared pod rules (rules.podspec): QoS, quantities, gate, JSON pointers, nodes.
 
 The QoS class is checked three ways: a table, a hypothesis comparison with an independent
 transcription of kubernetes ``pkg/apis/core/helper/qos`` ``ComputePodQOS`` (plus the API
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podplacement.controller.core import podspec
-from podplacement.controller.core.config import SCHEDULING_GATE
-from podplacement.controller.core.podspec import (
+from podplacement.rules import podspec
+from podplacement.rules.config import SCHEDULING_GATE
+from podplacement.rules.podspec import (
     BEST_EFFORT,
     BURSTABLE,
     GUARANTEED,
@@ -241,18 +241,18 @@ def test_node_eligibility() -> None:
 
 
 def test_podspec_and_webhook_layering() -> None:
-    """podspec imports only the standard library and controller.core.config; the webhook's
-    pure rules import nothing from the controller but controller.core.config,
-    controller.core.podspec, (gating) controller.core.scope, the skip rules it shares with
-    the escape monitor, and controller.core.predicates, the predicate table it shares with
-    the admission objects' CEL, and (patch) controller.core.placement, the labels of a
+    """podspec imports only the standard library and rules.config; the webhook's
+    pure rules import nothing from the controller but rules.config,
+    rules.podspec, (gating) rules.scope, the skip rules it shares with
+    the escape monitor, and rules.predicates, the predicate table it shares with
+    the admission objects' CEL, and (patch) rules.placement, the labels of a
     released pod."""
-    core = "podplacement.controller.core"
+    core = "podplacement.rules"
     allowed = {"podspec.py": {f"{core}.config"},
                "gating.py": {f"{core}.config", f"{core}.podspec", f"{core}.scope",
                              f"{core}.predicates"},
                "patch.py": {f"{core}.config", f"{core}.podspec", f"{core}.placement"}}
-    paths = {"podspec.py": ROOT / "controller" / "core" / "podspec.py",
+    paths = {"podspec.py": ROOT / "rules" / "podspec.py",
              "gating.py": ROOT / "webhook" / "gating.py",
              "patch.py": ROOT / "webhook" / "patch.py"}
     for name, path in paths.items():
@@ -261,7 +261,7 @@ def test_podspec_and_webhook_layering() -> None:
             modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                        [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for module in modules:
-                if module.split(".")[0] in ("controller", "webhook", "imageinspect",
+                if module.split(".")[0] in ("controller", "webhook", "rules", "imageinspect",
                                             "localkube", "podplacement"):
                     assert module in allowed[name], f"{name} imports {module}"
 

@@ -1,4 +1,4 @@
-"""Per-namespace placement policies: the rule (controller/core/policy.py) and how every path
+"""Per-namespace placement policies: the rule (rules/policy.py) and how every path
 applies it (docs/guide/policies.md).
 
 Shown: parsing, the unique-priority ranking (the older policy wins, the other is reported),
@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.controller.core import admissionpolicy as ap
-from podplacement.controller.core.admission import admission_placement
-from podplacement.controller.core.config import (
+from podplacement.rules import admissionpolicy as ap
+from podplacement.rules.admission import admission_placement
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -32,14 +32,14 @@ from podplacement.controller.core.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.controller.core.placement import (
+from podplacement.rules.placement import (
     ARCHITECTURES_NOT_ALLOWED,
     NO_SUPPORTED_PLATFORM_EVENT,
     Outcome,
     placement_facts,
 )
-from podplacement.controller.core.plan import plan
-from podplacement.controller.core.policy import (
+from podplacement.rules.plan import plan
+from podplacement.rules.policy import (
     REASON_INVALID,
     REASON_PRIORITY_CONFLICT,
     PolicyError,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from podplacement.controller.core.imageparams import ParamsStore
-from podplacement.controller.core.policy import params_policies
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.policywatch import POLICY_STATUS_PATH, PolicyWatch
+from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.policy import params_policies
 
 
 class _Api:

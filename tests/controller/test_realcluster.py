@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
-from podplacement.controller.core.config import SCHEDULING_GATE
 from podplacement.imageinspect import Inspector
 from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import SCHEDULING_GATE
 from tests.controller.conftest import (
     Images,
     create_pod,

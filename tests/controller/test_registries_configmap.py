@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller
-from podplacement.controller.core.config import (
+from podplacement.controller.registriessource import registries_from
+from podplacement.imageinspect import RegistriesConfig, parse_reference
+from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import (
     CONFIG_NAME,
     CONFIG_PLURAL,
     GROUP,
     REGISTRIES_CONF_KEY,
     VERSION,
 )
-from podplacement.controller.registriessource import registries_from
-from podplacement.imageinspect import RegistriesConfig, parse_reference
-from podplacement.kubeclient import ApiError, KubeAPI
 from tests.controller.conftest import (
     StartController,
     create_pod,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from podplacement import certs
-from podplacement.controller.core.config import CONFIG_FINALIZER
 from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.config import CONFIG_FINALIZER
 from tests.controller.conftest import (
     CONFIG_PATH as CONFIG,
 )

@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podplacement.controller.core import decision as d
-from podplacement.controller.core.affinity import expression
-from podplacement.controller.core.config import (
+from podplacement.rules import decision as d
+from podplacement.rules.affinity import expression
+from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     OS_LABEL,

@@ -8,7 +8,7 @@ served version (still served) and its storage version (still defined and served:
 stored in it must stay readable); in each version that both define, no property is removed,
 no property changes its type and no field becomes required. Field removals and scope changes
 go through a new version or a new CRD name. A CRD of the previous release that is gone is
-accepted only when it is retired with a migration (:data:`controller.core.legacy.RETIRED_CRDS`,
+accepted only when it is retired with a migration (:data:`rules.legacy.RETIRED_CRDS`,
 which the controller acts on) and the CRD replacing it exists. A new CRD name is a new API,
 but it may not take the group and plural or kind of a previous CRD that it does not replace.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core.legacy import RetiredCRD
+from podplacement.rules.legacy import RetiredCRD
 
 
 def _names(crd: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -118,7 +118,7 @@ def release_changes(previous: Iterable[Mapping[str, Any]], current: Iterable[Map
         if name in now:
             found = crd_changes(crd, now[name])
         elif name not in by_name:
-            found = ["removed without a migration (controller.core.legacy.RETIRED_CRDS)"]
+            found = ["removed without a migration (rules.legacy.RETIRED_CRDS)"]
         elif by_name[name].replaced_by not in now:
             found = [f"retired, but its replacement {by_name[name].replaced_by} is missing"]
         else:

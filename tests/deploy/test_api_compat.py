@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from podplacement.controller.core.legacy import IMAGE_PLATFORMS_0_1, RETIRED_CRDS
+from podplacement.rules.legacy import IMAGE_PLATFORMS_0_1, RETIRED_CRDS
 from tests.deploy.crdcompat import crd_changes, release_changes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_a_crd_gone_without_a_migration_or_renamed_in_disguise_is_refused() -> N
     current = _current()
     assert release_changes(previous, current, ()) == {
         IMAGE_PLATFORMS_0_1.name: [
-            "removed without a migration (controller.core.legacy.RETIRED_CRDS)"]}
+            "removed without a migration (rules.legacy.RETIRED_CRDS)"]}
     disguised = _by_name(current, IMAGE_PLATFORMS_0_1.replaced_by)
     disguised["metadata"]["name"] = "platformcatalogs.podplacement.io"
     disguised["spec"]["names"]["kind"] = "ImagePlatforms"

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from podplacement.controller import app, leader, lifecycle
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
     CONTROLLER_SERVICE_ACCOUNT,
@@ -33,13 +33,13 @@ from podplacement.controller.core.config import (
     ConfigError,
     PlacementConfig,
 )
-from podplacement.controller.core.legacy import (
+from podplacement.rules.legacy import (
     RETIRED_CRDS,
     retirement_rights,
     rolling_upgrade_rights,
 )
-from podplacement.controller.core.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
-from podplacement.controller.core.webhookconfig import (
+from podplacement.rules.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
+from podplacement.rules.webhookconfig import (
     NAMESPACE_NAME_LABEL,
     ServiceRef,
     desired_webhook_configuration,
@@ -108,14 +108,14 @@ BASE_PERMISSIONS = (
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
     # get of every ImagePlatformCatalog: the API server's condition for creating a policy with
-    # that paramKind (controller/core/admissionpolicy.py)
+    # that paramKind (rules/admissionpolicy.py)
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "create get list watch")
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "update delete", PARAMS_NAME)
     # upgrades: retiring what earlier releases left, and their controllers' own rights on it
-    # during a rolling update (controller/core/legacy.py)
+    # during a rolling update (rules/legacy.py)
     | {(_C, "cluster", *right) for retired in RETIRED_CRDS
        for right in (retirement_rights(retired) + rolling_upgrade_rights(retired))}
-    # the uninstall guards (controller/core/ownership.py)
+    # the uninstall guards (rules/ownership.py)
     # its own (the uninstall guards) and a pod's, for the escape monitor's opt-out check
     | _rows(_C, "cluster", "", "namespaces", "get")
     | _rows(_C, "cluster", "", "serviceaccounts", "get patch", CONTROLLER_SERVICE_ACCOUNT)
@@ -420,7 +420,7 @@ def test_rbac_grants_exactly_the_declared_table(base: list[dict[str, Any]],
 
 
 def test_the_uninstall_copy_adds_no_right() -> None:
-    """The ClusterRole the controller creates for its uninstall (controller/core/ownership.py) may
+    """The ClusterRole the controller creates for its uninstall (rules/ownership.py) may
     only hold rights the controller's own ClusterRole grants cluster-wide: the API server
     refuses anything else (RBAC escalation prevention), and the copy must grant nothing
     new."""
@@ -521,7 +521,7 @@ def _controller_requests() -> list[tuple[str, str, str, str | None, str | None]]
             names = [name]
         out.extend((group, resource, verb, ns, n) for n in names)
     # the previous release's controller, still leading during a rolling update, on its own
-    # params object (controller/core/legacy.py RetiredCRD.writer_rights)
+    # params object (rules/legacy.py RetiredCRD.writer_rights)
     for retired in RETIRED_CRDS:
         out.extend((group, resource, verb, None, None if name == "*" else name)
                    for group, resource, verb, name in rolling_upgrade_rights(retired))
@@ -587,7 +587,7 @@ USER_COMMANDS = frozenset({"controller/explain_cli.py"})
 def _code_paths(package: str) -> Iterator[tuple[str, str, str]]:
     """(file, method or "", path) for every string/f-string literal that is an API path and
     that sits in a call whose first argument is an HTTP method (best effort)."""
-    from podplacement.controller.core import config as cfg
+    from podplacement.rules import config as cfg
 
     consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
     for file in sorted((ROOT / package).rglob("*.py")):
@@ -733,7 +733,7 @@ def test_sample_config_is_valid_and_parses() -> None:
 
 def test_every_crd_field_is_read_by_the_config_model() -> None:
     """A config with every field set to a non-default value passes the schema, and
-    controller.core.config parses each value back: the CRD and the model use the same names."""
+    rules.config parses each value back: the CRD and the model use the same names."""
     obj = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",
            "metadata": {"name": "cluster"}, "spec": copy.deepcopy(FULL_SPEC)}
     assert _validate(obj) == []
@@ -825,7 +825,7 @@ def test_crd_keeps_the_recorded_essentials() -> None:
 def _all_path_literals(package: str) -> Iterator[tuple[str, str]]:
     """(file, path) for every string or f-string literal in the package that is an API path
     (informer paths, module constants, request calls)."""
-    from podplacement.controller.core import config as cfg
+    from podplacement.rules import config as cfg
 
     consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
     for file in sorted((ROOT / package).rglob("*.py")):
@@ -889,8 +889,8 @@ def test_api_server_accepts_the_sample_and_rejects_bad_configs(kube: Any) -> Non
 def test_the_api_server_refuses_an_inspection_budget_over_4s(real_kube: Any) -> None:
     """The CRD's CEL rule on ``spec.admission.inspectionBudget`` (localkube does not evaluate
     ``duration()``): 4s passes, 4.5s is refused with the rule's message, like the model's
-    :data:`controller.core.config.MAX_INSPECTION_BUDGET`."""
-    from podplacement.controller.core.config import MAX_INSPECTION_BUDGET
+    :data:`rules.config.MAX_INSPECTION_BUDGET`."""
+    from podplacement.rules.config import MAX_INSPECTION_BUDGET
 
     for budget, status in (("4s", 201), ("0s", 201), ("4500ms", 422)):
         obj = {"apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",

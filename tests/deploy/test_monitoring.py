@@ -62,7 +62,7 @@ def parse_exposition(text: str) -> Series:
 
 
 async def _webhook_exposition() -> str:
-    from podplacement.controller.core.config import PlacementConfig
+    from podplacement.rules.config import PlacementConfig
     from podplacement.webhook.app import create_app
     from podplacement.webhook.configsource import StaticConfigSource
 
@@ -80,9 +80,9 @@ async def _controller_exposition(kube: KubeEnv, registry_host: str, cert_dir: Pa
     of an image the registry has, fell back for one it does not and wrote the params; its
     /metrics."""
     from podplacement.controller.app import Controller, ControllerOptions
-    from podplacement.controller.core.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
     from podplacement.imageinspect import Inspector, RegistriesConfig
     from podplacement.kubeclient import KubeAPI
+    from podplacement.rules.config import GATE_LABEL, GATE_LABEL_GATED, SCHEDULING_GATE
 
     ns = f"mon-{uuid.uuid4().hex[:8]}"
     kube.ensure_namespace(ns)

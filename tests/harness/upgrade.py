@@ -26,13 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podplacement.controller.core.config import (
-    ADMISSION_POLICY_NAME,
-    DECISION_ANNOTATION,
-    PARAMS_KIND,
-    SCHEDULING_GATE,
-)
-from podplacement.controller.core.legacy import IMAGE_PLATFORMS_0_1
 from podplacement.controller.lifecycle import (
     BINDING_PATH,
     CONFIG_PATH,
@@ -41,6 +34,13 @@ from podplacement.controller.lifecycle import (
     retired_object_path,
 )
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.config import (
+    ADMISSION_POLICY_NAME,
+    DECISION_ANNOTATION,
+    PARAMS_KIND,
+    SCHEDULING_GATE,
+)
+from podplacement.rules.legacy import IMAGE_PLATFORMS_0_1
 from podplacement.sandbox.controlplane import ControlPlane
 from podplacement.sandbox.product import (
     NAMESPACE,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from localkube import LocalKube
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     API_VERSION,
     CONFIG_NAME,
     CONFIG_PLURAL,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podplacement.controller.core.config import API_VERSION, CONFIG_NAME
+from podplacement.rules.config import API_VERSION, CONFIG_NAME
 from tests.harness.kube import KubeEnv
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")

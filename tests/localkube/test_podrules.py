@@ -9,7 +9,7 @@ import pytest
 
 from localkube import podrules
 from localkube.errors import StatusError
-from podplacement.controller.core.config import SCHEDULING_GATE
+from podplacement.rules.config import SCHEDULING_GATE
 
 
 def _container(name: str = "c", image: str = "busybox:1.36", **resources: Any) -> dict[str, Any]:
@@ -49,8 +49,8 @@ def _causes(exc: StatusError) -> list[tuple[str, str, str]]:
 
 def test_qos_and_quantities_are_the_products_own() -> None:
     """One quantity grammar and one QoS rule: localkube uses the product's
-    (controller.core.podspec); only the canonical text the API server stores is its own."""
-    from podplacement.controller.core import podspec
+    (rules.podspec); only the canonical text the API server stores is its own."""
+    from podplacement.rules import podspec
 
     assert podrules.compute_qos_class is podspec.compute_qos_class
     assert podrules.quantity_exact is podspec.quantity_exact

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from podplacement.certs import CertState, generate_ca, issue_serving_cert, write_dir
-from podplacement.controller.core.config import PlacementConfig
+from podplacement.rules.config import PlacementConfig
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import ImageInspectionConfig, PlacementConfig
 from podplacement.imageinspect import Credential
+from podplacement.rules.config import ImageInspectionConfig, PlacementConfig
 from podplacement.webhook.admitinspect import (
     AdmissionInspector,
     NotInspected,

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podplacement.controller.core.config import GATE_LABEL, SCHEDULING_GATE, PlacementConfig
 from podplacement.imageinspect import Inspector
+from podplacement.rules.config import GATE_LABEL, SCHEDULING_GATE, PlacementConfig
 from podplacement.webhook.admitinspect import AdmissionInspector
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from podplacement.controller.core.config import SCHEDULING_GATE
+from podplacement.rules.config import SCHEDULING_GATE
 from podplacement.webhook import metrics as metrics_module
 from podplacement.webhook import pipeline as pipeline_module
 from podplacement.webhook import review as review_module

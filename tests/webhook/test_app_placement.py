@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from localkube.patch import apply_patch
-from podplacement.controller.core.admission import admission_placement
-from podplacement.controller.core.config import (
+from podplacement.rules.admission import admission_placement
+from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -24,7 +24,7 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.controller.core.decision import unique_images
+from podplacement.rules.decision import unique_images
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.placecache import PlaceCache
@@ -190,7 +190,7 @@ async def test_the_cache_path_applies_the_namespaces_policy(
     """A PodPlacementPolicy of the pod's namespace matching its labels applies on the cache
     path: its limit removes nothing here (arm64 images), its weights replace the config's,
     and the annotation and label name it; a policy of another namespace changes nothing."""
-    from podplacement.controller.core.config import POLICY_LABEL
+    from podplacement.rules.config import POLICY_LABEL
     from podplacement.webhook.policysource import StaticPolicySource
 
     def policy(ns: str, name: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from podplacement.certs import load_bundle
-from podplacement.controller.core.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
+from podplacement.rules.config import API_VERSION, CONFIG_KIND, CONFIG_NAME
 from podplacement.sandbox.ports import free_port
 from podplacement.webhook.configsource import CONFIG_LIST_PATH
 from tests.harness.kube import KubeEnv

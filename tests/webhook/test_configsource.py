@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from podplacement.controller.core.config import API_VERSION, CONFIG_KIND, CONFIG_NAME, ConfigError
 from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import API_VERSION, CONFIG_KIND, CONFIG_NAME, ConfigError
 from podplacement.webhook.configsource import (
     CONFIG_LIST_PATH,
     StaticConfigSource,

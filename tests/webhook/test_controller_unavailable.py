@@ -12,13 +12,13 @@ import json
 from typing import Any
 
 from localkube.patch import apply_patch
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import (
     DECISION_ANNOTATION,
     GATE_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.kubeclient import KubeAPI
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.leasewatch import ControllerLease, lease_record

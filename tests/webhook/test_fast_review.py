@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.rules.config import PlacementConfig, PlatformWeight, TopologyConfig
 from podplacement.webhook import review as review_module
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource

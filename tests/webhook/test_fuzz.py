@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podplacement.controller.core.config import PlacementConfig, PlatformWeight, TopologyConfig
+from podplacement.rules.config import PlacementConfig, PlatformWeight, TopologyConfig
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from tests.webhook.asgi import asgi_post

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     ARCH_LABEL,
     SCHEDULING_GATE,
     PlacementConfig,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from podplacement.certs import load_bundle
-from podplacement.controller.core.config import PlacementConfig
+from podplacement.rules.config import PlacementConfig
 from podplacement.webhook.app import WebhookMetrics, create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.limits import DEFAULT_MAX_BODY_BYTES, ConnectionLimits, read_body

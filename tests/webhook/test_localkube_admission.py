@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from podplacement.certs import load_bundle, rotate_dir
-from podplacement.controller.core.config import (
+from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,
@@ -26,7 +27,6 @@ from podplacement.controller.core.config import (
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
-from podplacement.kubeclient import KubeAPI
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
 from podplacement.webhook.server import WebhookServer

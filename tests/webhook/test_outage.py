@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from localkube.patch import apply_patch
-from podplacement.controller.core.config import (
+from podplacement.imageinspect import Inspector
+from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     GATE_LABEL,
@@ -27,7 +28,6 @@ from podplacement.controller.core.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.imageinspect import Inspector
 from podplacement.webhook.admitinspect import AdmissionInspector
 from podplacement.webhook.app import INTERNAL_ERROR_WARNING, create_app
 from podplacement.webhook.configsource import StaticConfigSource
@@ -283,7 +283,7 @@ async def test_an_internal_error_allows_the_pod_unchanged_and_is_counted(
 
 def test_the_budget_flag_stays_below_the_webhook_timeout() -> None:
     from podplacement.cli import build_parser
-    from podplacement.controller.core.webhookconfig import DEFAULT_TIMEOUT_SECONDS
+    from podplacement.rules.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 
     parser = build_parser()
     args = parser.parse_args(["webhook"])

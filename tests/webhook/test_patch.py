@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from podplacement.controller.core.config import GATE_LABEL, SCHEDULING_GATE
-from podplacement.controller.core.podspec import escape_token
+from podplacement.rules.config import GATE_LABEL, SCHEDULING_GATE
+from podplacement.rules.podspec import escape_token
 from podplacement.webhook.patch import gate_patch
 from tests.webhook.reference import apply_add_ops, raw_body, recorded_answer, stored_pod
 

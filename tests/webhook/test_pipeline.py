@@ -15,13 +15,13 @@ import pytest
 from fastapi.responses import Response
 from starlette.requests import Request
 
-from podplacement.controller.core.config import (
+from podplacement.rules.config import (
     GATE_LABEL,
     GATE_LABEL_GATED,
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.controller.core.podspec import gate_label_ops
+from podplacement.rules.podspec import gate_label_ops
 from podplacement.webhook.admitplace import GATED, GATED_OVER_BUDGET
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.gating import REASON_ALREADY_GATED, REASON_GATED

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import ImageInspectionConfig, ObjectRef, PlacementConfig
 from podplacement.imageinspect import Credential
+from podplacement.rules.config import ImageInspectionConfig, ObjectRef, PlacementConfig
 from podplacement.webhook.placecache import PlaceCache, cache_keys
 from tests.controller._pods import img
 

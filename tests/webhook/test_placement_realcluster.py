@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from podplacement.certs import load_bundle
-from podplacement.controller.core.config import (
+from podplacement.imageinspect import Inspector
+from podplacement.kubeclient import KubeAPI
+from podplacement.rules.config import (
     API_VERSION,
     ARCH_LABEL,
     CONFIG_KIND,
@@ -32,8 +34,6 @@ from podplacement.controller.core.config import (
     GATE_LABEL,
     SCHEDULING_GATE,
 )
-from podplacement.imageinspect import Inspector
-from podplacement.kubeclient import KubeAPI
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import CONFIG_LIST_PATH, WatchingConfigSource
 from podplacement.webhook.placecache import PlaceCache

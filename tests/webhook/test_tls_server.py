@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from podplacement.certs import load_bundle, rotate_dir
-from podplacement.controller.core.config import PlacementConfig
+from podplacement.rules.config import PlacementConfig
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.server import WebhookServer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podplacement.controller.core.config import TopologyConfig
-from podplacement.controller.core.numa import NodeVerdict, TopologyCache, decide_numa
+from podplacement.rules.config import TopologyConfig
+from podplacement.rules.numa import NodeVerdict, TopologyCache, decide_numa
 
 Res = Mapping[str, Any]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from podplacement.controller.core.config import TopologyConfig
-from podplacement.controller.core.numa import TopologyCache, decide_numa
+from podplacement.rules.config import TopologyConfig
+from podplacement.rules.numa import TopologyCache, decide_numa
 from tests.controller.numa._build import ctr, gpod, node, nrt, pod
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podplacement.controller.core.config import TopologyConfig
-from podplacement.controller.core.numa import InFlight, NumaDecision, TopologyCache, decide_numa
+from podplacement.rules.config import TopologyConfig
+from podplacement.rules.numa import InFlight, NumaDecision, TopologyCache, decide_numa
 from tests.controller.numa._build import ctr, gpod, node, nrt, pod
 
 SETTINGS = settings(max_examples=400, deadline=None,

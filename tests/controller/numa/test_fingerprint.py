@@ -6,7 +6,7 @@ import struct
 
 import xxhash
 
-from podplacement.controller.core.numa import pod_fingerprint, pod_hash
+from podplacement.rules.numa import pod_fingerprint, pod_hash
 
 
 def test_fingerprint_by_hand_from_the_algorithm() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podplacement.controller.core.config import TopologyConfig
-from podplacement.controller.core.numa import (
+from podplacement.rules.config import TopologyConfig
+from podplacement.rules.numa import (
     InFlight,
     TopologyCache,
     decide_numa,

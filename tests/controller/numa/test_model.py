@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from podplacement.controller.core.numa import (
+from podplacement.rules.numa import (
     QuantityError,
     effective_requests,
     format_quantity,

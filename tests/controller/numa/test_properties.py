@@ -7,13 +7,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podplacement.controller.core.numa._fit import (
+from podplacement.rules.numa._fit import (
     ContainerPlan,
     fit_container_scope,
     fit_pod_scope,
     prepare,
 )
-from podplacement.controller.core.podspec import (
+from podplacement.rules.podspec import (
     GUARANTEED,
     effective_requests,
     iter_containers,
@@ -123,12 +123,12 @@ def test_pod_scope_fit_does_not_depend_on_which_zone_holds_what(
                                                "BalancedAllocation"]))
 def test_column_scoring_equals_the_per_zone_formula(
         zones: list[dict[str, int]], app: list[dict[str, int]], strategy: str) -> None:
-    from podplacement.controller.core.numa._score import (
+    from podplacement.rules.numa._score import (
         score_container_scope,
         score_items,
         zone_score,
     )
-    from podplacement.controller.core.numa._topology import values_of
+    from podplacement.rules.numa._topology import values_of
 
     p = _pod(app, [], True)
     zl = _zones(zones)

@@ -1,0 +1,173 @@
+"""The controller's decision for one gated pod: the placement's facts and the PATCH that
+writes them (pure, no I/O).
+
+:func:`decide` is what the reconciler, ``explain`` and the tests call through
+:func:`rules.plan.plan`: the facts of
+:func:`rules.placement.placement_facts` (the rules, in small named steps, are
+described there), rendered as the controller's one JSON patch by
+:func:`rules.render.controller_patch`. The reconciler does the reading and
+the writing (STYLE.md, controller-runtime habits).
+
+The names of the decision vocabulary (:class:`Outcome`, the Event reasons, ``EventSpec``,
+``unique_images``) live in :mod:`rules.placement` and are re-exported here for the
+modules that import them from the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.placement import (
+    ARCH_NOT_IN_CLUSTER,
+    IMAGE_INSPECTION_FAILED,
+    INCOMPATIBLE_NODE_AFFINITY,
+    INCOMPATIBLE_NODE_SELECTOR,
+    INVALID_PULL_SECRET,
+    NO_SUPPORTED_PLATFORM_EVENT,
+    NORMAL,
+    PARTIALLY_COMPATIBLE_AFFINITY,
+    PLACEMENT_DECIDED,
+    PLACEMENT_FALLBACK,
+    PLATFORMS_LEFT_OUT,
+    REASON_NOT_GATED,
+    WAITING_FOR_NUMA,
+    WARNING,
+    ContainerImage,
+    EventSpec,
+    NumaLike,
+    Outcome,
+    Placement,
+    event_message,
+    fallback_release,
+    placement_facts,
+    pod_images,
+    short_error,
+    ungate_only,
+    unique_images,
+)
+from podplacement.rules.platforms import ImageLike, NodeInventory, PlatformSet
+from podplacement.rules.podspec import has_gate
+from podplacement.rules.policy import PlacementPolicy
+from podplacement.rules.render import controller_patch
+
+__all__ = [
+    "ARCH_NOT_IN_CLUSTER",
+    "IMAGE_INSPECTION_FAILED",
+    "INCOMPATIBLE_NODE_AFFINITY",
+    "INCOMPATIBLE_NODE_SELECTOR",
+    "INVALID_PULL_SECRET",
+    "NORMAL",
+    "NO_SUPPORTED_PLATFORM_EVENT",
+    "PARTIALLY_COMPATIBLE_AFFINITY",
+    "PLACEMENT_DECIDED",
+    "PLACEMENT_FALLBACK",
+    "PLATFORMS_LEFT_OUT",
+    "WAITING_FOR_NUMA",
+    "WARNING",
+    "ContainerImage",
+    "Decision",
+    "EventSpec",
+    "NumaLike",
+    "Outcome",
+    "decide",
+    "fallback_ungate",
+    "invalid_pull_secret_event",
+    "plain_ungate",
+    "pod_images",
+    "unique_images",
+]
+
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Placement):
+    """The decision for one gated pod: the :class:`~rules.placement.Placement` facts
+    (outcome, reason, supported pairs, restriction per term, preferred terms, labels,
+    annotation facts, warnings and the Event) and ``patch``, the controller's JSON-patch
+    ops writing them (:func:`rules.render.controller_patch`; empty when nothing is
+    written: ``retry``, ``skip``, a pod already waiting for NUMA candidates)."""
+
+    patch: tuple[dict[str, Any], ...] = ()
+
+
+def _rendered(pod: Mapping[str, Any], placement: Placement) -> Decision:
+    """``placement`` and its controller PATCH for ``pod``."""
+    facts = {f.name: getattr(placement, f.name) for f in fields(placement)}
+    return Decision(**facts, patch=controller_patch(pod, placement))
+
+
+def invalid_pull_secret_event(namespace: str, name: str, error: BaseException) -> EventSpec:
+    """The Warning ``InvalidPullSecret`` for a pull Secret whose payload cannot be decoded
+    (``imageinspect.CredentialError``; its text names the entry, never the secret's data):
+    the secret is skipped and the images are inspected with the remaining credentials."""
+    return EventSpec(WARNING, INVALID_PULL_SECRET, event_message(
+        f"pull secret {namespace}/{name} is unusable and was skipped: {short_error(error)}"
+    ), "Inspect")
+
+
+def decide(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+    *,
+    nodes: NodeInventory | None = None,
+    numa: NumaLike | None = None,
+    failures: int = 0,
+    numa_waited_seconds: float = 0.0,
+    config_error: str | None = None,
+    platforms: PlatformSet | None = None,
+    path: str | None = None,
+    give_up: str | None = None,
+    policy: PlacementPolicy | None = None,
+) -> Decision:
+    """Decide placement for the gated ``pod``: ``skip`` when it no longer carries our gate,
+    else the facts of :func:`rules.placement.placement_facts` (same arguments, see
+    there) with the controller's PATCH.
+
+    Args:
+        pod: the gated Pod (dict, with ``metadata.resourceVersion``).
+        images, config, nodes, numa, failures, numa_waited_seconds, config_error,
+            platforms, path, give_up, policy: as
+            :func:`rules.placement.placement_facts`.
+
+    Returns:
+        a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
+
+    Raises:
+        ValueError: something is written and ``pod`` has no ``metadata.resourceVersion``.
+    """
+    if not has_gate(pod):
+        return Decision(Outcome.SKIP, REASON_NOT_GATED)
+    facts = placement_facts(
+        pod, images, config, nodes=nodes, numa=numa, failures=failures,
+        numa_waited_seconds=numa_waited_seconds, config_error=config_error,
+        platforms=platforms, path=path, give_up=give_up, policy=policy)
+    return _rendered(pod, facts)
+
+
+def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig,
+                    policy: PlacementPolicy | None = None) -> Decision:
+    """A decision that removes our gate without the images' platforms and keeps what is
+    known (:func:`rules.placement.fallback_release`: the fallback architecture
+    when one applies, the fallback operating systems): for the ordered uninstall and the
+    stand-down (pods not placed within their deadline) and for a pod whose decision failed.
+    ``skip`` when the pod no longer carries our gate.
+
+    Raises:
+        ValueError: ``pod`` has no ``metadata.resourceVersion``.
+    """
+    if not has_gate(pod):
+        return Decision(Outcome.SKIP, REASON_NOT_GATED)
+    return _rendered(pod, fallback_release(pod, reason, config, policy))
+
+
+def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:
+    """A decision that only removes our gate (labels + annotation say why): the last resort
+    when the API server refused even :func:`fallback_ungate`'s affinity, or when it could not
+    be computed (:func:`rules.placement.ungate_only`)."""
+    if not has_gate(pod):
+        return Decision(Outcome.SKIP, REASON_NOT_GATED)
+    return _rendered(pod, ungate_only(pod, reason))

@@ -1,0 +1,402 @@
+"""Escapes: pods that reached a node with no placement record, what their node makes of
+them, and the one repair (docs/escaped-pods.md).
+
+Every placing path writes the label ``podplacement.io/node-affinity`` (``set`` / ``not-set``,
+:func:`rules.placement.placed_labels`): the admission policy, the webhook, the
+controller's PATCH, a plain ungate. A pod bound to a node without it escaped placement:
+admitted while the webhook was unreachable with ``spec.admission.mechanism: Webhook``
+(``failurePolicy: Ignore``), created before the admission objects existed, or created with
+``spec.nodeName`` already set (the webhook skips those, ``node_name_set``: the pod alone
+cannot tell them apart; they are reported like the others and never deleted, see
+:func:`repair_owner`). The rules, pure (no I/O, no clock: callers pass ``now``):
+
+- :func:`watch_params`: what the API server selects (no placement label, no escape record,
+  bound, not ended, not in a system namespace or the product's own); :func:`skip_reason`
+  what the monitor still leaves alone (the pods the product deliberately does not place,
+  :mod:`rules.scope`, and the pods created before the PodPlacementConfig existed:
+  nothing was placed then).
+- :func:`classify`: the node's ``(kubernetes.io/os, kubernetes.io/arch)`` pair against the
+  pairs every image supports (:func:`rules.plan.pod_platforms`, with the exec
+  format exclusions in force: :func:`rules.learn.learned_images`): ``fit``,
+  ``unfit`` or ``unknown`` (an image not inspectable, the node gone or without an
+  architecture label).
+- :func:`repair_owner`: an ``unfit`` pod is deleted, so that its owner creates a new pod
+  that is placed, when ``spec.plugins.placementEscapes.deleteUnfitPods`` is on, a
+  ReplicaSet, StatefulSet or Job controls it (:func:`rules.learn.remedy_owner`) and
+  it was not created with ``spec.nodeName`` (:func:`created_with_node_name`: its owner would
+  put the new pod on the same node). :class:`RepairRounds`: one round of deletions per owner
+  per minute.
+- :func:`event_spec` and :func:`record_patch`: the ``PlacementEscaped`` Event and the record
+  on the pod (label and annotation ``podplacement.io/placement-escaped``) that takes it out
+  of the watch, so a relist, a restart or a new leader reports it once.
+
+Fields with an unexpected type are treated as absent: nothing here raises on odd input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from podplacement.rules.config import (
+    AFFINITY_LABEL,
+    ARCH_LABEL,
+    ESCAPE_ANNOTATION,
+    ESCAPE_LABEL,
+    ESCAPE_REASON,
+    LINUX,
+    OS_LABEL,
+    SYSTEM_NAMESPACES,
+    ExcludedPlatform,
+)
+from podplacement.rules.decision import NORMAL, WARNING, EventSpec
+from podplacement.rules.learn import learned_images, remedy_owner
+from podplacement.rules.placement import (
+    compact_json,
+    event_message,
+    short_error,
+    unique_images,
+)
+from podplacement.rules.plan import parse_time, pod_platforms
+from podplacement.rules.platforms import ImageLike, PlatformSet
+from podplacement.rules.podspec import has_gate
+from podplacement.rules.scope import pod_skip_reason
+
+__all__ = [
+    "FIT",
+    "OUTCOMES",
+    "REPAIRED",
+    "REPAIR_PERIOD_SECONDS",
+    "UNFIT",
+    "UNKNOWN",
+    "RepairRounds",
+    "Verdict",
+    "classify",
+    "created_at",
+    "created_with_node_name",
+    "event_spec",
+    "record_patch",
+    "repair_owner",
+    "skip_reason",
+    "watch_params",
+]
+
+#: Verdicts (the label's values) and, with :data:`REPAIRED`, the outcomes of
+#: ``podplacement_escaped_pods_total{outcome}``.
+FIT = "fit"
+UNFIT = "unfit"
+UNKNOWN = "unknown"
+REPAIRED = "repaired"
+OUTCOMES = (REPAIRED, UNFIT, FIT, UNKNOWN)
+
+#: Seconds between two rounds of repair deletions of one owner.
+REPAIR_PERIOD_SECONDS = 60.0
+#: Owners :class:`RepairRounds` remembers at most (the oldest round goes first).
+MAX_REPAIR_OWNERS = 10_000
+
+#: Skip reasons of :func:`skip_reason` (besides :mod:`rules.scope`'s).
+SKIP_NO_CONFIG = "no_config"
+SKIP_PREDATES_CONFIG = "predates_config"
+SKIP_NOT_BOUND = "not_bound"
+SKIP_PLACED = "placed"
+SKIP_RECORDED = "recorded"
+SKIP_GATED = "gated"
+SKIP_DELETING = "deleting"
+SKIP_ENDED = "ended"
+
+_ENDED_PHASES = ("Succeeded", "Failed")
+_NO_MAP: Mapping[str, Any] = {}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else _NO_MAP
+
+
+def watch_params(own_namespace: str) -> dict[str, str]:
+    """The list+watch parameters of the escape monitor: label selector
+    ``!podplacement.io/node-affinity,!podplacement.io/placement-escaped`` and field selector
+    ``spec.nodeName!=`` (bound), ``status.phase`` neither ``Succeeded`` nor ``Failed``, and
+    ``metadata.namespace`` none of the system namespaces nor ``own_namespace``; the API
+    server supports both selectors on pods (checked against kube-apiserver v1.36)."""
+    fields = ["spec.nodeName!="] + [f"status.phase!={p}" for p in _ENDED_PHASES] + [
+        f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES | {own_namespace})]
+    return {"labelSelector": f"!{AFFINITY_LABEL},!{ESCAPE_LABEL}",
+            "fieldSelector": ",".join(fields)}
+
+
+def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
+                config_created: float | None) -> str | None:
+    """Why the escape monitor leaves ``pod`` alone, or None when it is an escape to check
+    (its namespace's opt-out is checked apart: :func:`rules.scope.namespace_opted_out`
+    needs the Namespace's labels).
+
+    Args:
+        pod: the Pod dict.
+        own_namespace: the product's namespace.
+        config_created: unix seconds of the PodPlacementConfig's ``creationTimestamp``, or
+            None when there is no config (nothing is placed then: ``no_config``).
+
+    Returns:
+        One of the ``SKIP_*`` reasons or :mod:`rules.scope`'s, or None. A pod
+        created before the config (whole seconds: created in the same second counts as
+        after), or whose creation time does not parse, predates it.
+    """
+    if config_created is None:
+        return SKIP_NO_CONFIG
+    metadata = _map(pod.get("metadata"))
+    spec = _map(pod.get("spec"))
+    if metadata.get("deletionTimestamp"):
+        return SKIP_DELETING
+    if not spec.get("nodeName"):
+        return SKIP_NOT_BOUND
+    labels = _map(metadata.get("labels"))
+    if AFFINITY_LABEL in labels:
+        return SKIP_PLACED
+    if ESCAPE_LABEL in labels:
+        return SKIP_RECORDED
+    if has_gate(pod):
+        return SKIP_GATED
+    if _map(pod.get("status")).get("phase") in _ENDED_PHASES:
+        return SKIP_ENDED
+    scoped = pod_skip_reason(pod, own_namespace)
+    if scoped is not None:
+        return scoped
+    created = created_at(pod)
+    if created is None or created < config_created:
+        return SKIP_PREDATES_CONFIG
+    return None
+
+
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """The pod's ``creationTimestamp`` in unix seconds, or None when absent or malformed."""
+    value = _map(pod.get("metadata")).get("creationTimestamp")
+    return parse_time(value) if isinstance(value, str) else None
+
+
+def created_with_node_name(pod: Mapping[str, Any]) -> bool:
+    """True when ``spec.nodeName`` was written by whoever created the pod, not by the
+    scheduler: a ``managedFields`` entry owns ``f:spec`` → ``f:nodeName``. The scheduler's
+    binding (``pods/binding``) records no managed field, and ``nodeName`` cannot be changed
+    by an update (checked against kube-apiserver v1.36). Without ``managedFields`` (a server
+    that drops them) it cannot be told: False."""
+    entries = _map(pod.get("metadata")).get("managedFields")
+    for entry in entries if isinstance(entries, list) else ():
+        fields = _map(_map(entry).get("fieldsV1"))
+        if "f:nodeName" in _map(fields.get("f:spec")):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What an escaped pod's node makes of it.
+
+    Attributes:
+        outcome: :data:`FIT`, :data:`UNFIT` or :data:`UNKNOWN`.
+        node: ``spec.nodeName``.
+        node_platform: the node's ``os/arch`` (``kubernetes.io/os``, ``linux`` when absent,
+            and ``kubernetes.io/arch``), or ``""`` when unknown.
+        platforms: the ``os/arch`` pairs every image of the pod supports (exclusions
+            applied), or ``()`` when unknown.
+        reason: one sentence on the verdict.
+    """
+
+    outcome: str
+    node: str
+    node_platform: str
+    platforms: tuple[str, ...]
+    reason: str
+
+
+def _node_pair(node: Mapping[str, Any]) -> tuple[str, str] | None:
+    labels = _map(_map(node.get("metadata")).get("labels"))
+    arch = labels.get(ARCH_LABEL)
+    if not isinstance(arch, str) or not arch:
+        return None
+    os_name = labels.get(OS_LABEL)
+    return (os_name if isinstance(os_name, str) and os_name else LINUX), arch
+
+
+def _first_error(pod: Mapping[str, Any],
+                 images: Mapping[str, ImageLike | BaseException]) -> str:
+    for image in unique_images(pod):
+        result = images.get(image)
+        if result is None:
+            return f"image {image} was not inspected"
+        if isinstance(result, BaseException):
+            return f"inspecting image {image} failed: {short_error(result)}"
+    return "an image could not be inspected"
+
+
+def _listed(pairs: PlatformSet) -> str:
+    return ", ".join(pairs.strings()) if pairs.pairs else "none"
+
+
+def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
+             images: Mapping[str, ImageLike | BaseException],
+             excluded: Sequence[ExcludedPlatform] = ()) -> Verdict:
+    """The :class:`Verdict` on ``pod`` (bound to ``node``, the Node dict, or None when it
+    does not exist): ``fit`` when the node's (os, arch) pair is one every image supports,
+    ``unfit`` when not, ``unknown`` when that cannot be told.
+
+    Args:
+        pod: the Pod dict.
+        node: its Node dict, or None.
+        images: per distinct image reference, the inspection result or the exception
+            inspecting it raised (a missing image counts as not inspected).
+        excluded: the exec format exclusions in force; a pair excluded for an image's
+            digest is not one it supports (docs/exec-format-errors.md, "Learn").
+    """
+    node_name = str(_map(pod.get("spec")).get("nodeName") or "")
+    if node is None:
+        return Verdict(UNKNOWN, node_name, "", (), f"node {node_name} was not found")
+    pair = _node_pair(node)
+    if pair is None:
+        return Verdict(UNKNOWN, node_name, "", (),
+                       f"node {node_name} has no {ARCH_LABEL} label")
+    platform = f"{pair[0]}/{pair[1]}"
+    if not unique_images(pod):
+        return Verdict(UNKNOWN, node_name, platform, (), "the pod has no container images")
+    raw = pod_platforms(pod, images)
+    learned = pod_platforms(pod, learned_images(images, excluded)) if raw is not None else None
+    if raw is None or learned is None:
+        return Verdict(UNKNOWN, node_name, platform, (), _first_error(pod, images))
+    supported = tuple(learned.strings())
+    if pair in learned.pairs:
+        return Verdict(FIT, node_name, platform, supported,
+                       f"its images support {_listed(learned)}, which includes the "
+                       f"node's {platform}: it can run there")
+    if pair in raw.pairs:
+        why = (f"its images list {platform}, but it is excluded for their digest after "
+               f"exec format errors; they support {_listed(learned)}")
+    elif learned.empty:
+        why = "no platform is supported by every image of the pod"
+    else:
+        why = f"its images support only {_listed(learned)}"
+    return Verdict(UNFIT, node_name, platform, supported,
+                   f"{why}: it can't run on the node's {platform}")
+
+
+#: Why an ``unfit`` pod is not deleted (the Event and the record say it).
+NOT_REPAIRED_SWITCHED_OFF = "spec.plugins.placementEscapes.deleteUnfitPods is false"
+NOT_REPAIRED_NO_OWNER = "no ReplicaSet, StatefulSet or Job controls it"
+NOT_REPAIRED_NODE_NAME = ("it was created with spec.nodeName set (its owner would put a new "
+                          "pod on the same node)")
+
+
+def repair_owner(pod: Mapping[str, Any], verdict: Verdict, *, delete_unfit_pods: bool
+                 ) -> tuple[tuple[str, str, str] | None, str]:
+    """Whether the repair deletes ``pod``: ``((kind, name, uid) of its owner, "")`` when it
+    does, ``(None, why not)`` when the pod is ``unfit`` but stays, ``(None, "")`` for
+    ``fit`` and ``unknown`` pods (never deleted: the product deletes only what it knows
+    can't run).
+
+    The owner is the one :func:`rules.learn.remedy_owner` finds for
+    ``deleteFailedPods`` too: the controlling ReplicaSet, StatefulSet or Job, whose
+    controller creates a new pod for a deleted one. A pod created with ``spec.nodeName``
+    (:func:`created_with_node_name`) stays: its template names the node, so the new pod
+    would land there again.
+    """
+    if verdict.outcome != UNFIT:
+        return None, ""
+    if not delete_unfit_pods:
+        return None, NOT_REPAIRED_SWITCHED_OFF
+    if created_with_node_name(pod):
+        return None, NOT_REPAIRED_NODE_NAME
+    owner = remedy_owner(pod)
+    if owner is None:
+        return None, NOT_REPAIRED_NO_OWNER
+    return owner, ""
+
+
+class RepairRounds:
+    """At most one round of repair deletions per owner per ``period`` seconds.
+
+    A round starts with the first deletion admitted for an owner; during it the owner's
+    pods that already existed when it started (``creationTimestamp`` at least one whole
+    second before: the API's timestamps have whole seconds) may be deleted too, so that
+    every pod of a Deployment that escaped together is repaired together. A pod created
+    since may be the replacement of one the round deleted: it waits for the next round, so
+    a replacement that escapes again (the webhook still down) is deleted at most once a
+    minute, never in a loop. Memory: one float per owner, at most ``max_owners`` (the
+    oldest round is forgotten first), expired by :meth:`expire`.
+
+    Args:
+        period: seconds between two rounds of one owner.
+        max_owners: owners remembered at most.
+    """
+
+    def __init__(self, period: float = REPAIR_PERIOD_SECONDS,
+                 max_owners: int = MAX_REPAIR_OWNERS) -> None:
+        self.period = period
+        self.max_owners = max(1, max_owners)
+        #: owner UID → unix seconds its current round started (oldest first)
+        self.rounds: dict[str, float] = {}
+
+    def admit(self, owner_uid: str, created_at: float | None, now: float) -> float:
+        """Whether a pod of ``owner_uid`` created at ``created_at`` (unix seconds; None:
+        unknown, counted as just now) may be deleted at ``now``: 0.0 when it may (a new
+        round starts when none is running), else the seconds until the next round."""
+        start = self.rounds.get(owner_uid)
+        if start is None or now - start >= self.period:
+            self.rounds.pop(owner_uid, None)
+            self.rounds[owner_uid] = now
+            while len(self.rounds) > self.max_owners:
+                self.rounds.pop(next(iter(self.rounds)))
+            return 0.0
+        if created_at is not None and created_at + 1.0 <= start:
+            return 0.0
+        return max(0.001, start + self.period - now)
+
+    def expire(self, now: float) -> None:
+        """Forget the rounds that ended by ``now``."""
+        for owner in [o for o, start in self.rounds.items() if now - start >= self.period]:
+            self.rounds.pop(owner, None)
+
+
+def _summary(verdict: Verdict) -> str:
+    where = f"{verdict.node} ({verdict.node_platform})" if verdict.node_platform else (
+        verdict.node)
+    return (f"bound to node {where} without a placement by podplacement (no {AFFINITY_LABEL} "
+            f"label: admitted while the webhook was unreachable, created before the "
+            f"admission objects existed, or created with spec.nodeName); {verdict.reason}")
+
+
+def event_spec(verdict: Verdict, *, deleted_for: tuple[str, str, str] | None = None,
+               not_repaired: str = "") -> EventSpec:
+    """The ``PlacementEscaped`` Event: Normal for a ``fit`` pod, Warning otherwise (it can't
+    run there, or that is unknown); action ``Delete`` when the repair deleted it
+    (``deleted_for``: the owner), else ``Detect``, with why an ``unfit`` pod stays."""
+    text = _summary(verdict)
+    if deleted_for is not None:
+        text += (f"; deleted (spec.plugins.placementEscapes.deleteUnfitPods) so that its "
+                 f"{deleted_for[0]} {deleted_for[1]} creates a new pod, which is placed")
+        return EventSpec(WARNING, ESCAPE_REASON, event_message(text), "Delete")
+    if not_repaired:
+        text += f"; not deleted: {not_repaired}"
+    kind = NORMAL if verdict.outcome == FIT else WARNING
+    return EventSpec(kind, ESCAPE_REASON, event_message(text), "Detect")
+
+
+def record_patch(pod: Mapping[str, Any], verdict: Verdict, *, now: float,
+                 not_repaired: str = "") -> dict[str, Any]:
+    """The JSON merge patch that records the verdict on the pod, guarded by its
+    ``resourceVersion`` (a stale copy gets 409): label ``podplacement.io/placement-escaped``
+    = the outcome, and the annotation of the same key, compact JSON ``{"node",
+    "nodePlatform", "platforms", "result", "reason", "notDeleted" (unfit pods that stay),
+    "at"}`` (unix seconds)."""
+    record: dict[str, Any] = {"node": verdict.node, "nodePlatform": verdict.node_platform,
+                              "platforms": list(verdict.platforms),
+                              "result": verdict.outcome, "reason": verdict.reason[:500]}
+    if not_repaired:
+        record["notDeleted"] = not_repaired[:300]
+    record["at"] = int(now)
+    metadata: dict[str, Any] = {
+        "labels": {ESCAPE_LABEL: verdict.outcome},
+        "annotations": {ESCAPE_ANNOTATION: compact_json(record)},
+    }
+    rv = _map(pod.get("metadata")).get("resourceVersion")
+    if isinstance(rv, str) and rv:
+        metadata["resourceVersion"] = rv
+    return {"metadata": metadata}

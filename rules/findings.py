@@ -1,0 +1,231 @@
+"""Evidence that an image digest cannot run on an architecture: what the exec-format-error
+monitor saw and what verification found, per (image digest, architecture), and the rule
+that says when that evidence is proof.
+
+Pure and in memory (a bounded LRU); the monitor (:mod:`controller.execformatmonitor`) fills
+it, and :func:`rules.learn.exclusions` turns the pairs proven wrong into the platforms
+placement leaves out. Times are unix seconds from the caller's clock.
+
+The rule (docs/exec-format-errors.md, "Learn"; :func:`proof_of`): a pair is proven wrong
+when verification found its binary to be for another machine (``inspect --verify``:
+status ``mismatch``), or when at least two distinct exec format errors (pod, container,
+restart) were seen on nodes of that architecture. One error alone is not proof: a node's
+broken binfmt setup, or an image of another OS, can fail once. Evidence lives for one TTL
+(the config's ``imageInspection.cacheTTL``) after its latest part (an error or the
+verification): :meth:`FindingsStore.expire` then forgets the pair, so a pair is excluded
+until the TTL passes without a new error.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+#: Verification statuses (``imageinspect.PlatformReport.status``) that prove the digest
+#: wrong for the architecture.
+PROVING_STATUSES = frozenset({"mismatch"})
+#: Distinct exec format errors that prove a pair wrong without verification.
+MIN_ERRORS = 2
+#: The two proofs, as :func:`proof_of` names them.
+PROOF_VERIFICATION = "verification"
+PROOF_ERRORS = "exec-format-errors"
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The verification of one platform of a digest.
+
+    Attributes:
+        status: ``ok``, ``mismatch``, ``not-found``, ``no-entrypoint``, ``incomplete``,
+            ``skipped`` or ``error`` (``imageinspect.PlatformReport.status``).
+        reason: its one-sentence reason.
+        checked_at: when it ran (unix seconds).
+        reference: the reference verified (``repo@sha256:...``).
+    """
+
+    status: str
+    reason: str
+    checked_at: float
+    reference: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What is known about (``digest``, ``architecture``).
+
+    Attributes:
+        errors: distinct exec format errors seen (one per pod, container and restart; after
+            a restart at least the count the controller had published).
+        first_seen, last_seen: unix seconds of the first and the latest of them (0: none).
+        verification: the verification of this architecture's platform, if it ran.
+        os: the nodes' ``kubernetes.io/os`` (``linux``).
+        aliases: other digests of the same content for this platform: the digest placement
+            saw for the pod's image reference, the index and the platform manifest digests
+            of the verification.
+        image: an image reference, as written in a pod, that ran it.
+    """
+
+    digest: str
+    architecture: str
+    errors: int = 0
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    verification: Verification | None = None
+    os: str = "linux"
+    aliases: frozenset[str] = frozenset()
+    image: str = ""
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        """:attr:`digest` and the :attr:`aliases`, sorted."""
+        return tuple(sorted({self.digest, *self.aliases}))
+
+    @property
+    def latest(self) -> float:
+        """Unix seconds of the latest evidence: an error or the verification."""
+        checked = self.verification.checked_at if self.verification is not None else 0.0
+        return max(self.last_seen, checked)
+
+
+def proof_of(evidence: Evidence, *, min_errors: int = MIN_ERRORS) -> str | None:
+    """The learn rule: what proves ``evidence``'s pair wrong, or None.
+
+    Returns:
+        :data:`PROOF_VERIFICATION` when its verification's status is in
+        :data:`PROVING_STATUSES`, else :data:`PROOF_ERRORS` when at least ``min_errors``
+        distinct exec format errors were counted, else None.
+    """
+    v = evidence.verification
+    if v is not None and v.status in PROVING_STATUSES:
+        return PROOF_VERIFICATION
+    if evidence.errors >= min_errors:
+        return PROOF_ERRORS
+    return None
+
+
+@dataclass
+class FindingsStore:
+    """(image digest, architecture) → :class:`Evidence`, at most ``max_entries`` pairs (the
+    least recently updated go first).
+
+    Observations are counted once: :meth:`record_error` takes an observation key (pod UID,
+    container, restart count) and ignores one it has counted for that pair (at most
+    ``max_observations`` keys kept per pair).
+    """
+
+    max_entries: int = 10_000
+    max_observations: int = 64
+    _items: OrderedDict[tuple[str, str], Evidence] = field(default_factory=OrderedDict)
+    _seen: dict[tuple[str, str], OrderedDict[tuple[str, str, int], None]] = field(
+        default_factory=dict)
+    #: pair → (errors counted here, the floor adopted from a published exclusion)
+    _counts: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+    def _put(self, key: tuple[str, str], value: Evidence) -> Evidence:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_entries:
+            old, _ = self._items.popitem(last=False)
+            self._seen.pop(old, None)
+            self._counts.pop(old, None)
+        return value
+
+    def record_error(self, digest: str, architecture: str,
+                     observation: tuple[str, str, int], at: float, *, os: str = "linux",
+                     aliases: Iterable[str] = (), image: str = "") -> Evidence:
+        """Count one exec format error of ``digest`` on an ``architecture`` node.
+
+        Args:
+            observation: (pod UID, container name, restart count): counted once.
+            at: when it was seen.
+            os: the node's OS; aliases: other digests of the same content (kept);
+            image: the reference as written in the pod (kept when none is yet).
+        Returns:
+            the pair's evidence after counting.
+        """
+        key = (digest, architecture)
+        current = self._items.get(key) or Evidence(digest, architecture, os=os)
+        current = replace(current, aliases=current.aliases | (set(aliases) - {digest}),
+                          image=current.image or image)
+        seen = self._seen.setdefault(key, OrderedDict())
+        if observation in seen:
+            return self._put(key, current) if current != self._items.get(key) else current
+        seen[observation] = None
+        while len(seen) > self.max_observations:
+            seen.popitem(last=False)
+        counted, floor = self._counts.get(key, (0, 0))
+        self._counts[key] = (counted + 1, floor)
+        return self._put(key, replace(
+            current, errors=max(counted + 1, floor),
+            first_seen=current.first_seen or at, last_seen=max(current.last_seen, at)))
+
+    def record_verification(self, digest: str, architecture: str,
+                            verification: Verification, *, os: str = "linux",
+                            aliases: Iterable[str] = ()) -> Evidence:
+        """Keep the verification of ``digest``'s ``architecture`` platform (and the other
+        digests of that platform's content, ``aliases``)."""
+        key = (digest, architecture)
+        current = self._items.get(key) or Evidence(digest, architecture, os=os)
+        return self._put(key, replace(
+            current, verification=verification,
+            aliases=current.aliases | (set(aliases) - {digest})))
+
+    def adopt(self, digests: Iterable[str], architecture: str, *, os: str, proof: str,
+              errors: int, last_seen: float, image: str = "", reason: str = "") -> Evidence:
+        """Take back a published exclusion (a controller restart, a new leader): the pair of
+        its first digest gets its error count as a floor, its last evidence time, and a
+        verification ``mismatch`` when that was the proof; a pair already known keeps its
+        own, newer facts."""
+        ordered = sorted(set(digests))
+        key = (ordered[0], architecture)
+        current = self._items.get(key) or Evidence(ordered[0], architecture, os=os, image=image)
+        counted, floor = self._counts.get(key, (0, 0))
+        floor = max(floor, errors)
+        self._counts[key] = (counted, floor)
+        verification = current.verification
+        if proof == PROOF_VERIFICATION and (verification is None
+                                            or verification.checked_at < last_seen):
+            verification = Verification("mismatch", reason, last_seen)
+        return self._put(key, replace(
+            current, errors=max(counted, floor), last_seen=max(current.last_seen, last_seen),
+            first_seen=current.first_seen or last_seen, verification=verification,
+            aliases=current.aliases | (set(ordered) - {ordered[0]})))
+
+    def get(self, digest: str, architecture: str) -> Evidence | None:
+        """The evidence of the pair, or None."""
+        return self._items.get((digest, architecture))
+
+    def verified(self, digest: str) -> bool:
+        """Whether any platform of ``digest`` has a verification recorded."""
+        return any(e.verification is not None for (d, _), e in self._items.items()
+                   if d == digest)
+
+    def proven_wrong(self, digest: str, architecture: str, *,
+                     min_errors: int = MIN_ERRORS) -> bool:
+        """Whether the pair is proven wrong (:func:`proof_of`)."""
+        e = self._items.get((digest, architecture))
+        return e is not None and proof_of(e, min_errors=min_errors) is not None
+
+    def expire(self, now: float, ttl: float) -> int:
+        """Forget every pair whose latest evidence (:attr:`Evidence.latest`) is ``ttl``
+        seconds or more before ``now``. Returns how many were forgotten."""
+        old = [k for k, e in self._items.items() if e.latest <= now - ttl]
+        for key in old:
+            self._items.pop(key, None)
+            self._seen.pop(key, None)
+            self._counts.pop(key, None)
+        return len(old)
+
+    def forget(self, digest: str) -> None:
+        """Drop every pair of ``digest``."""
+        for key in [k for k in self._items if k[0] == digest]:
+            self._items.pop(key, None)
+            self._seen.pop(key, None)
+            self._counts.pop(key, None)
+
+    def __iter__(self) -> Iterator[Evidence]:
+        return iter(list(self._items.values()))
+
+    def __len__(self) -> int:
+        return len(self._items)

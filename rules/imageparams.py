@@ -1,0 +1,585 @@
+"""The content of the admission policy's params object: image reference → platforms.
+
+The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatformCatalog`` object
+named ``cluster`` (docs/how-it-decides.md, "Placement inside the API server"), whose
+``spec.images`` maps an image reference, exactly as written in pod specs, to its sorted,
+de-duplicated, comma-separated ``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose
+``spec.learned`` maps each tag reference of ``spec.images`` to when the controller learned it:
+the unix second at which a registry answered for it. :class:`ParamsStore` keeps those entries
+in memory: tag references expire ``cacheTTL`` after that moment (a restart, a new leader or a
+re-record of a cached copy never makes them younger), references by digest (content-addressed)
+do not, and both maps together are bounded in entries and in JSON bytes with the least recently
+used entry out first: an entry is used when it is recorded and when a pod using the image is
+seen placed (:meth:`ParamsStore.touch`, which changes no published byte and so asks for no
+write). It is pure (no I/O, no clock of its own: every call takes ``now``);
+:mod:`controller.paramswriter` publishes it.
+
+Only anonymous results may be recorded: the caller records an image only when it inspected
+the pod with no credentials at all (no pull secret, no global pull secret), so that no
+namespace learns through the params object what another's credentials opened. The store
+cannot tell, so that filtering is the caller's job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from podplacement.imageinspect import InvalidReference, parse_reference
+from podplacement.rules.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
+
+#: One ``os`` or ``architecture`` as the CRD's value pattern allows it
+#: (``deploy/crds/imageplatformcatalog.yaml``: ``[a-z0-9_.-]+/[a-z0-9_.-]+`` per pair).
+_PLATFORM_PART_RE = re.compile(r"[a-z0-9_.-]+")
+#: ``maxLength`` of one ``spec.images`` value in the CRD: a longer value would make the
+#: API server reject the whole object, so such an image is not recorded.
+VALUE_MAX_LENGTH = 256
+
+
+def platforms_value(pairs: Iterable[tuple[str, str]]) -> str | None:
+    """The ``spec.images`` value of an image's (os, architecture) pairs.
+
+    Args:
+        pairs: (os, architecture) pairs, e.g. from
+            :func:`rules.platforms.image_platform_pairs`; duplicates are allowed.
+
+    Returns:
+        The sorted, de-duplicated, comma-separated ``os/arch`` pairs
+        (``"linux/amd64,linux/arm64"``), or ``None`` when the image cannot be published: no
+        pairs, a pair outside the CRD's pattern ``[a-z0-9_.-]+/[a-z0-9_.-]+`` (one bad pair
+        rejects the whole image: publishing the others would narrow what the admission
+        policy places, and differ from the controller's own decision), or a value longer
+        than :data:`VALUE_MAX_LENGTH`.
+    """
+    out: set[str] = set()
+    for os_name, arch in pairs:
+        if not (_PLATFORM_PART_RE.fullmatch(os_name) and _PLATFORM_PART_RE.fullmatch(arch)):
+            return None
+        out.add(f"{os_name}/{arch}")
+    if not out:
+        return None
+    value = ",".join(sorted(out))
+    return value if len(value) <= VALUE_MAX_LENGTH else None
+
+
+def value_pairs(value: str) -> list[tuple[str, str]] | None:
+    """The (os, architecture) pairs of a ``spec.images`` value (``"linux/amd64,linux/arm64"``),
+    or None when it is not ``os/arch[,os/arch...]`` (the parts are not checked against the
+    CRD's pattern here: :func:`platforms_value` does)."""
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(","):
+        os_name, sep, arch = item.partition("/")
+        if not sep:
+            return None
+        pairs.append((os_name, arch))
+    return pairs
+
+
+def is_pinned(image: str) -> bool | None:
+    """True for a reference by digest (``name@sha256:<hex>``: content-addressed, so it
+    never goes stale), False for a tag reference, None for a string that is not an image
+    reference (:func:`imageinspect.parse_reference`'s grammar)."""
+    try:
+        return parse_reference(image).pinned
+    except InvalidReference:
+        return None
+
+
+def reference_digest(image: str) -> str | None:
+    """The digest a reference by digest names (``name@sha256:<hex>``), else None."""
+    try:
+        return parse_reference(image).digest
+    except InvalidReference:
+        return None
+
+
+def learned_value(raw: object) -> float | None:
+    """A ``spec.learned`` value as unix seconds, or None when it is not one: a JSON number
+    (``bool`` is not one), finite and not negative. The CRD allows integers only; a float
+    is taken as it is."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    seconds = float(raw)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _entry_bytes(image: str, value: str, learned: int | None) -> int:
+    # "key":"value" plus its separator (a comma, or for the first entry one of the braces):
+    # the JSON object {"k1":"v1","k2":"v2"} is 1 + the sum of these. A tag reference has
+    # such an item in spec.learned as well ("key":1732612345).
+    size = len(orjson.dumps(image)) + len(orjson.dumps(value)) + 2
+    if learned is not None:
+        size += len(orjson.dumps(image)) + len(str(learned)) + 2
+    return size
+
+
+class _Entry:
+    __slots__ = ("digest", "learned", "pinned", "size", "value")
+
+    def __init__(self, value: str, learned: float, size: int, pinned: bool,
+                 digest: str | None = None) -> None:
+        self.value = value
+        self.learned = learned  # unix seconds: when a registry answered for it
+        self.size = size
+        self.pinned = pinned
+        self.digest = digest  # of the result recorded (not published); None: unknown
+
+    @property
+    def published_learned(self) -> int | None:
+        """The ``spec.learned`` value: whole seconds, rounded down (an entry read back
+        after a restart is at most a second older, never younger); None for a digest."""
+        return None if self.pinned else math.floor(self.learned)
+
+
+class ParamsStore:
+    """The entries of ``ImagePlatformCatalog/cluster`` (``spec.images``, ``spec.learned``), kept
+    by the controller.
+
+    Rules (docs/how-it-decides.md, "Placement inside the API server"): an entry is what the
+    controller learned by inspecting the image anonymously; a tag reference expires ``ttl_seconds``
+    after the moment a registry answered for it (the config's
+    ``imageInspection.cacheTTL``), which the caller passes as ``learned``: re-recording a
+    result the inspector served from its own cache keeps the entry's age, and so does a
+    controller restart (:meth:`adopt` reads ``spec.learned``). A reference by digest does
+    not expire by age (its content cannot change) but is evicted like any other by the
+    bounds; it has no ``spec.learned`` item. At most ``max_entries`` entries and at most
+    ``max_bytes`` bytes of compact JSON for ``spec.images`` and ``spec.learned`` together,
+    the least recently used entries out first: :meth:`record` and :meth:`touch` (a pod of
+    the image seen placed, by any path) make an entry the most recently used. The order is
+    kept in memory only: it changes no published byte, so a touch never makes the store
+    dirty (no write), and it only matters when a new entry evicts. Entries adopted from the
+    live object start least recently used, oldest learned first (:meth:`adopt`).
+
+    Times (``now``, ``learned``) are wall-clock unix seconds (``time.time()``): they are
+    published and must mean the same after a restart, on another replica, which a monotonic
+    clock does not. A time in the future is taken as ``now``; when ``now`` goes back (the
+    wall clock was set back), entries learned after it count as learned at that ``now``,
+    so a clock step never makes an entry live longer than ``ttl_seconds`` past the step.
+    The store is not thread-safe; in the controller's event loop no lock is needed (no
+    method awaits).
+
+    Publishing: :attr:`version` grows on every change of the published content (including
+    a learned time); a writer takes ``version = store.version``, ``store.images()`` and
+    ``store.learned()``, writes them, and after a successful write calls
+    :meth:`mark_clean(version) <mark_clean>`. :attr:`dirty` stays true after a failed write
+    (``mark_clean`` was not called) and after a record that happened while the write was in
+    flight (the version moved past the written one).
+
+    Args:
+        ttl_seconds: the age (seconds) at which a tag reference expires; 0 expires every tag
+            reference at the next :meth:`expire`. The caller sets the configured value from
+            the start (and :meth:`set_ttl` on every config change).
+        max_entries: the bound on entries (default
+            :data:`rules.config.PARAMS_MAX_ENTRIES`, the CRD's ``maxProperties``).
+        max_bytes: the bound on the compact JSON size of ``spec.images`` plus
+            ``spec.learned`` (default :data:`rules.config.PARAMS_MAX_BYTES`), far below
+            the API server's 1.5 MiB object limit.
+
+    Raises:
+        ValueError: a negative TTL, or a bound below 1 (``max_bytes`` below 4, the size of
+            two ``{}``).
+    """
+
+    def __init__(
+        self,
+        ttl_seconds: float,
+        *,
+        max_entries: int = PARAMS_MAX_ENTRIES,
+        max_bytes: int = PARAMS_MAX_BYTES,
+    ) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, not {max_entries}")
+        if max_bytes < 4:
+            raise ValueError(f"max_bytes must be at least 4, not {max_bytes}")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._ttl = 0.0
+        self.set_ttl(ttl_seconds)
+        # All entries, least recently used first (the LRU order of the bounds).
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # (learned, image) of tag references, oldest first; an item whose entry is gone or
+        # was learned again since is stale and skipped (rebuilt when stale ones pile up).
+        self._ages: list[tuple[float, str]] = []
+        self._bytes = 0  # sum of _Entry.size over _entries
+        self._tag_count = 0  # entries that are tag references (items of spec.learned)
+        self._version = 0
+        self._clean_version = 0
+        self._latest_now = -math.inf  # the largest `now` seen (clock steps back: see above)
+        # spec.policies: namespace -> accepted placement policies (rules.policy)
+        self._policies: dict[str, list[dict[str, Any]]] = {}
+        self._fresh: dict[str, str] = {}
+
+    # --- settings ---------------------------------------------------------------------
+    @property
+    def ttl_seconds(self) -> float:
+        """The age (seconds) at which a tag reference expires; settable (config changes)."""
+        return self._ttl
+
+    @ttl_seconds.setter
+    def ttl_seconds(self, seconds: float) -> None:
+        self.set_ttl(seconds)
+
+    def set_ttl(self, seconds: float) -> None:
+        """Set the TTL of tag references (the config's ``imageInspection.cacheTTL``, in
+        seconds); it applies to existing entries, by their learned time, at the next
+        :meth:`expire`.
+
+        Raises:
+            ValueError: ``seconds`` is negative.
+        """
+        if seconds < 0:
+            raise ValueError(f"ttl_seconds must not be negative, not {seconds}")
+        self._ttl = float(seconds)
+
+    # --- reading ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, image: object) -> bool:
+        return image in self._entries
+
+    def get(self, image: str) -> str | None:
+        """The published value of ``image`` (``"linux/amd64,linux/arm64"``), or None."""
+        entry = self._entries.get(image)
+        return entry.value if entry is not None else None
+
+    def digest_of(self, image: str) -> str | None:
+        """The digest of the result ``image``'s entry was recorded from (kept in memory
+        only; a reference by digest names its own), or None when unknown (a tag reference
+        adopted from the live object) or absent."""
+        entry = self._entries.get(image)
+        return entry.digest if entry is not None else None
+
+    def remove_digests(self, digests: Iterable[str], *,
+                       images: Iterable[str] = ()) -> list[str]:
+        """Remove every entry whose recorded digest is one of ``digests``, and each of
+        ``images`` whose digest is unknown (an entry adopted after a restart that may be
+        the same content). Returns the images removed (what exclusions learned from exec
+        format errors take out of the catalog, :mod:`rules.learn`)."""
+        wanted = set(digests)
+        doomed = [image for image, entry in self._entries.items() if entry.digest in wanted]
+        doomed += [image for image in images
+                   if image in self._entries and self._entries[image].digest is None
+                   and image not in doomed]
+        for image in doomed:
+            self.remove(image)
+        return doomed
+
+    def learned_at(self, image: str) -> float | None:
+        """When ``image``'s entry was learned (unix seconds, as kept in memory), or None."""
+        entry = self._entries.get(image)
+        return entry.learned if entry is not None else None
+
+    def images(self) -> dict[str, str]:
+        """The ``spec.images`` map to publish: image reference → sorted, comma-separated
+        ``os/arch`` pairs, keys in sorted order (a stable object, whatever the LRU order)."""
+        entries = self._entries
+        return {image: entries[image].value for image in sorted(entries)}
+
+    def learned(self) -> dict[str, int]:
+        """The ``spec.learned`` map to publish: each tag reference of :meth:`images` → the
+        unix second it was learned (rounded down), keys in sorted order. References by
+        digest have no item (they never expire by age)."""
+        entries = self._entries
+        out: dict[str, int] = {}
+        for image in sorted(entries):
+            seconds = entries[image].published_learned
+            if seconds is not None:
+                out[image] = seconds
+        return out
+
+    @property
+    def json_size(self) -> int:
+        """The size in bytes of ``spec.images`` plus ``spec.learned`` as compact JSON
+        (``orjson.dumps`` of each), kept as a running count (never re-serialised)."""
+        # {...} is 1 + the sum of its items; an empty map is 2 bytes.
+        images = 1 if self._entries else 2
+        learned = 1 if self._tag_count else 2
+        return self._bytes + images + learned
+
+    @property
+    def version(self) -> int:
+        """A counter of changes to the published content (entries added, changed, removed,
+        learned again)."""
+        return self._version
+
+    @property
+    def dirty(self) -> bool:
+        """True when the published content changed since the last :meth:`mark_clean`."""
+        return self._version != self._clean_version
+
+    def mark_clean(self, version: int) -> None:
+        """Record that the content of ``version`` (the :attr:`version` read before taking
+        :meth:`images` and :meth:`learned`) was written. Changes made since keep the store
+        dirty."""
+        self._clean_version = version
+
+    def policies(self) -> dict[str, list[dict[str, Any]]]:
+        """The ``spec.policies`` map to publish: namespace → its accepted placement
+        policies, highest priority first (:func:`rules.policy.params_policies`)."""
+        return self._policies
+
+    def fresh(self) -> dict[str, str]:
+        """``spec.fresh``: the tags pulled with ``Always`` whose digest the controller
+        confirmed within the freshness window (:mod:`rules.freshness`) → digest."""
+        return dict(self._fresh)
+
+    def set_fresh(self, fresh: Mapping[str, str]) -> bool:
+        """Replace ``spec.fresh``; returns True (and makes the store dirty) when it
+        changed."""
+        value = dict(sorted(fresh.items()))
+        if value == self._fresh:
+            return False
+        self._fresh = value
+        self._version += 1
+        return True
+
+    def set_policies(self, policies: Mapping[str, list[dict[str, Any]]]) -> bool:
+        """Replace ``spec.policies``; returns True (and makes the store dirty) when it
+        changed."""
+        value = {ns: list(group) for ns, group in sorted(policies.items())}
+        if value == self._policies:
+            return False
+        self._policies = value
+        self._version += 1
+        return True
+
+    def mark_dirty(self) -> None:
+        """Force the next writer tick to write (e.g. the live object was found to differ)."""
+        self._version += 1
+
+    # --- changing ---------------------------------------------------------------------
+    def record(self, image: str, pairs: Iterable[tuple[str, str]], now: float, *,
+               learned: float | None = None, digest: str | None = None) -> bool:
+        """Record what an anonymous inspection learned about ``image``.
+
+        The entry becomes the most recently used one (for the bounds). Its learned time
+        becomes ``learned`` when that is newer than the entry's: a result the inspector
+        served from its own cache carries the time of the registry answer it copies
+        (:attr:`imageinspect.ImageInfo.fetched_at`), so re-recording it does not make the
+        entry younger. An older result than the entry's (a cached copy, a lookup that
+        started before the entry's) changes nothing but the entry's place in the bounds'
+        order: the newest registry answer wins. A new tag reference whose ``learned`` is
+        already ``ttl_seconds`` old is not recorded (it would expire at once). An image
+        whose pairs cannot be published (:func:`platforms_value`: none, a malformed
+        pair, too long) is not recorded, and an entry it had is removed (the tag may have
+        moved; the old value would be stale). A string that is not an image reference, or
+        an entry larger than ``max_bytes`` on its own, is not recorded. Recording may evict
+        the least recently used entries to keep the bounds.
+
+        Args:
+            image: the reference exactly as written in the pod spec (the policy's lookup key).
+            pairs: the image's (os, architecture) pairs
+                (:func:`rules.platforms.image_platform_pairs`).
+            now: unix seconds (``time.time()``).
+            learned: unix seconds when a registry answered for this result; None: ``now``
+                (a fresh answer). A time after ``now`` counts as ``now``.
+            digest: the result's digest (``ImageInfo.digest``), kept in memory for
+                :meth:`remove_digests`; not published.
+
+        Returns:
+            True when the published content changed (an entry added, changed, removed,
+            evicted, or learned at a later second); False for a re-record that keeps the
+            entry as published, an older result, or an ignored image.
+        """
+        self._observe(now)
+        learned = now if learned is None else min(learned, now)
+        value = platforms_value(pairs)
+        if value is None:
+            return self.remove(image)
+        entry = self._entries.get(image)
+        if entry is None:
+            pinned = is_pinned(image)
+            if pinned is None:
+                return False
+            if not pinned and learned <= now - self._ttl:
+                return False  # already expired: never published
+            entry = _Entry(value, learned, 0, pinned,
+                           digest or (reference_digest(image) if pinned else None))
+            entry.size = _entry_bytes(image, value, entry.published_learned)
+            if entry.size + (2 if pinned else 3) > self.max_bytes:
+                return False
+            self._add(image, entry)
+            self._version += 1
+            self._evict()
+            return True
+        self._entries.move_to_end(image)
+        if learned < entry.learned:
+            return False
+        if digest is not None:
+            entry.digest = digest
+        published = (entry.value, entry.published_learned)
+        if learned > entry.learned:
+            entry.learned = learned
+            self._push_age(image, entry)
+        if (value, entry.published_learned) == published:
+            return False
+        size = _entry_bytes(image, value, entry.published_learned)
+        if size + (2 if entry.pinned else 3) > self.max_bytes:
+            return self.remove(image)
+        self._bytes += size - entry.size
+        entry.value, entry.size = value, size
+        self._version += 1
+        self._evict()
+        return True
+
+    def touch(self, image: str) -> bool:
+        """Mark ``image``'s entry as the most recently used (a pod using it was seen
+        placed): the bounds evict it last. Nothing published changes (not its value, not
+        its learned time, so not its expiry), so the store does not become dirty and no
+        write follows. Returns True when there is such an entry."""
+        if image not in self._entries:
+            return False
+        self._entries.move_to_end(image)
+        return True
+
+    def remove(self, image: str) -> bool:
+        """Remove ``image``'s entry; True when there was one."""
+        entry = self._entries.pop(image, None)
+        if entry is None:
+            return False
+        self._forget(entry)
+        self._version += 1
+        return True
+
+    def expire(self, now: float) -> int:
+        """Remove the tag references learned ``ttl_seconds`` or longer before ``now``
+        (references by digest never expire by age). Returns the number removed."""
+        self._observe(now)
+        removed = 0
+        deadline = now - self._ttl
+        ages, entries = self._ages, self._entries
+        while ages and ages[0][0] <= deadline:
+            learned, image = heapq.heappop(ages)
+            entry = entries.get(image)
+            if entry is not None and not entry.pinned and entry.learned == learned:
+                self.remove(image)
+                removed += 1
+        return removed
+
+    def adopt(self, images: Mapping[str, object], now: float, *,
+              learned: Mapping[str, object] | None = None) -> int:
+        """Take over the entries of a live object (``spec.images``, ``spec.learned``) when
+        the controller starts leading, keeping their ages.
+
+        A tag reference keeps the learned time of ``learned`` (a time after ``now`` counts
+        as ``now``, and makes the store dirty so the corrected time is written). A tag
+        reference with no valid learned time (an object written before ``spec.learned``
+        existed, or edited by hand) is **not adopted**: it counts as expired. Its age is
+        unknown and may be anything up to the age of the object, so taking it as learned
+        now would give a possibly stale entry a whole new TTL, which is what the ages are
+        for; dropping it costs one anonymous inspection by the controller for the next pod
+        of that image. A tag reference already ``ttl_seconds`` old is not adopted either. A
+        reference by digest needs no learned time (it never expires by age). An image
+        already in the store keeps its own entry. Adopted entries go to the least recent
+        end of the bounds' order, oldest first. Malformed entries (a key that is not an
+        image reference, a value that is not ``os/arch[,os/arch...]`` of the CRD's pattern)
+        are dropped; a value not in canonical form (unsorted, duplicated) is normalised.
+        Anything dropped or changed makes the store dirty, so the next write repairs the
+        object; adopting exactly what is live does not.
+
+        Args:
+            images: the live ``spec.images`` (values other than strings are malformed).
+            now: unix seconds (``time.time()``).
+            learned: the live ``spec.learned`` (image → unix seconds; None: absent).
+
+        Returns:
+            The number of entries adopted (after the bounds, which may evict some).
+        """
+        self._observe(now)
+        learned = learned or {}
+        deadline = now - self._ttl
+        fresh: list[tuple[str, _Entry]] = []
+        differs = any(image not in images for image in learned)
+        for image, raw in images.items():
+            if image in self._entries:
+                continue
+            pairs = value_pairs(raw) if isinstance(raw, str) else None
+            value = platforms_value(pairs) if pairs is not None else None
+            pinned = is_pinned(image) if value is not None else None
+            if value is None or pinned is None:
+                differs = True
+                continue
+            differs = differs or value != raw
+            seconds = now if pinned else learned_value(learned.get(image))
+            if seconds is None or (not pinned and min(seconds, now) <= deadline):
+                differs = True  # unknown age, or already expired: not adopted
+                continue
+            if pinned:
+                differs = differs or image in learned
+            elif seconds > now:
+                seconds, differs = now, True
+            entry = _Entry(value, seconds, 0, pinned,
+                           reference_digest(image) if pinned else None)
+            entry.size = _entry_bytes(image, value, entry.published_learned)
+            fresh.append((image, entry))
+        # Put them in front of the recorded entries (least recent), the oldest first.
+        fresh.sort(key=lambda item: item[1].learned)
+        for image, entry in reversed(fresh):
+            self._add(image, entry)
+            self._entries.move_to_end(image, last=False)
+        if differs:
+            self._version += 1
+        self._evict()
+        return sum(1 for image, _ in fresh if image in self._entries)
+
+    # --- internals ----------------------------------------------------------------------
+    def _observe(self, now: float) -> None:
+        """Note ``now``; when it went back (the wall clock was set back), entries learned
+        after it count as learned at ``now``."""
+        if now >= self._latest_now:
+            self._latest_now = now
+            return
+        self._latest_now = now
+        for image, entry in self._entries.items():
+            if entry.learned > now:
+                before = entry.published_learned
+                entry.learned = now
+                self._push_age(image, entry)
+                if entry.published_learned != before:
+                    size = _entry_bytes(image, entry.value, entry.published_learned)
+                    self._bytes += size - entry.size
+                    entry.size = size
+                    self._version += 1
+
+    def _add(self, image: str, entry: _Entry) -> None:
+        """Add a new entry at the most recent end (no version change, no bounds)."""
+        self._entries[image] = entry
+        self._bytes += entry.size
+        if not entry.pinned:
+            self._tag_count += 1
+        self._push_age(image, entry)
+
+    def _forget(self, entry: _Entry) -> None:
+        """Account for an entry just taken out of ``_entries`` (its age item goes stale)."""
+        self._bytes -= entry.size
+        if not entry.pinned:
+            self._tag_count -= 1
+
+    def _push_age(self, image: str, entry: _Entry) -> None:
+        if entry.pinned:
+            return
+        heapq.heappush(self._ages, (entry.learned, image))
+        if len(self._ages) > 2 * len(self._entries) + 64:
+            self._ages = [(e.learned, i) for i, e in self._entries.items() if not e.pinned]
+            heapq.heapify(self._ages)
+
+    def _evict(self) -> int:
+        """Drop the least recently used entries until both bounds hold; returns the
+        number dropped (each is a change of the published content)."""
+        evicted = 0
+        while self._entries and (
+            len(self._entries) > self.max_entries or self.json_size > self.max_bytes
+        ):
+            _image, entry = self._entries.popitem(last=False)
+            self._forget(entry)
+            evicted += 1
+        if evicted:
+            self._version += 1
+        return evicted

@@ -1,0 +1,214 @@
+"""The one placement pipeline: pod, image results, config and cluster view → :class:`Decision`.
+
+The reconciler and ``podplacement explain`` decide through :func:`plan` (docs/guide/cli.md "explain:
+a dry run of the whole decision"), so ``explain`` cannot disagree with what the controller
+then does: the supported platforms are computed once per pod, the NUMA candidates come from
+:func:`rules.numa.decide_numa` with the same node eligibility (the supported (os,
+architecture) pairs, less those the platform requirement of
+:func:`rules.affinity.platform_requirement` leaves out of every term) and the same
+in-flight holds, and :func:`rules.decision.decide` builds the one patch. The admission
+paths, which have no cluster view (no NUMA), take the same facts directly
+(:mod:`rules.admission`). Pure: no I/O, no clock (``now`` is an argument).
+
+:func:`inflight_from_pods` rebuilds the in-flight holds from the pods themselves (their
+``podplacement.io/numa=placed`` label and decision annotation), for a process that did not
+place them (``explain``) but must count them as the controller does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from podplacement.rules.affinity import platform_requirement
+from podplacement.rules.config import (
+    DECISION_ANNOTATION,
+    NUMA_LABEL,
+    NUMA_LABEL_PLACED,
+    PlacementConfig,
+)
+from podplacement.rules.decision import Decision, decide, unique_images
+from podplacement.rules.learn import learned_images
+from podplacement.rules.numa import (
+    InFlight,
+    NumaDecision,
+    decide_numa,
+    effective_requests,
+)
+from podplacement.rules.placement import allowed_platforms
+from podplacement.rules.platforms import (
+    ImageLike,
+    PlatformSet,
+    node_inventory,
+    supported_platforms,
+)
+from podplacement.rules.podspec import node_eligible
+from podplacement.rules.policy import PlacementPolicy
+
+#: A NUMA decision that failed (odd quantities, unknown strategy) is reported here; without
+#: a handler the error propagates (``explain`` shows it), with one the pod is placed without
+#: NUMA alignment (the controller never leaves a pod gated for it).
+NumaErrorHandler = Callable[[Exception], None]
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 timestamp (``2026-11-22T05:50:38Z``) → UNIX seconds, or None."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_platforms(pod: Mapping[str, Any],
+                  images: Mapping[str, ImageLike | BaseException]) -> PlatformSet | None:
+    """The supported platforms of ``pod``: the intersection over its distinct images
+    (:func:`rules.platforms.supported_platforms`), or None when any image has no
+    result (not inspected, or failed)."""
+    results = [images.get(img) for img in unique_images(pod)]
+    good = [r for r in results if r is not None and not isinstance(r, BaseException)]
+    if len(good) != len(results):
+        return None
+    return supported_platforms(good)
+
+
+def plan(
+    pod: Mapping[str, Any],
+    images: Mapping[str, ImageLike | BaseException],
+    config: PlacementConfig,
+    *,
+    nodes: Sequence[Mapping[str, Any]] | None,
+    nrts: Mapping[str, Mapping[str, Any]],
+    now: float,
+    inflight: InFlight | None = None,
+    failures: int = 0,
+    config_error: str | None = None,
+    on_numa_error: NumaErrorHandler | None = None,
+    path: str | None = None,
+    give_up: str | None = None,
+    policy: PlacementPolicy | None = None,
+) -> Decision:
+    """Decide the placement of one gated pod.
+
+    Args:
+        pod: the gated Pod dict.
+        images: per distinct image reference, the inspection result (``ImageInfo``-like)
+            or the exception inspecting it raised; a missing image counts as failed.
+        config: the PodPlacementConfig in force.
+        nodes: the cluster's Node dicts, or None when unknown (no NUMA placement and no
+            ``ArchitectureNotInCluster`` warning then).
+        nrts: NodeResourceTopology dicts by node name.
+        now: the current time, UNIX seconds (how long the pod has waited for NUMA
+            candidates is ``now`` minus its ``creationTimestamp``).
+        inflight: the pods already ungated toward NUMA candidates (their requests are held
+            on those nodes; the controller's own accounting, or :func:`inflight_from_pods`).
+        failures: failed inspection rounds of this pod before this one.
+        config_error: the config could not be parsed (defaults in force; annotated).
+        on_numa_error: see :data:`NumaErrorHandler`.
+        path: the admission path placing the pod (``"webhook"``), written as ``"path"``
+            into the decision annotation (:func:`rules.decision.decide`); None for
+            the controller.
+        give_up: no later attempt follows: an image without a result falls back at once
+            (:func:`rules.decision.decide`, whose reason then says these words).
+        policy: the namespace's placement policy matching the pod
+            (:func:`rules.policy.policy_for`), or None; NUMA candidates are then
+            sought only among the pairs it allows.
+
+    Returns:
+        the :class:`rules.decision.Decision`; its ``numa`` carries the typed NUMA
+        decision (candidates, hostnames, scores, verdicts) when NUMA placement applied.
+        The platforms ``config.excluded`` names are left out of the images' results first
+        (:func:`rules.learn.learned_images`), for the NUMA eligibility as well.
+
+    Raises:
+        ValueError, QuantityError: the NUMA decision failed and ``on_numa_error`` is None.
+    """
+    images = learned_images(images, config.excluded)
+    platforms = pod_platforms(pod, images)
+    allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
+    numa: NumaDecision | None = None
+    satisfiable = allowed is not None and not (allowed.empty and allowed.image_count)
+    if config.topology.enabled and nodes is not None and satisfiable:
+        assert allowed is not None
+        # no pairs means no image at all: every node is eligible. A pair the written terms
+        # leave out (one OS group per existing term, KEP-3838) is no candidate either.
+        pairs = set(allowed.pairs) or None
+        if pairs:
+            pairs -= set(platform_requirement(pod, allowed.pairs).excluded)
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        if not isinstance(selector, Mapping):
+            selector = {}
+
+        def eligible(node: Mapping[str, Any]) -> bool:
+            return node_eligible(node, selector, pairs)
+
+        try:
+            numa = decide_numa(pod, nodes, nrts, config.topology, node_eligible=eligible,
+                               inflight=inflight)
+        except Exception as exc:
+            if on_numa_error is None:
+                raise
+            on_numa_error(exc)
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    waited = max(0.0, now - created) if created is not None else 0.0
+    return decide(
+        pod, images, config,
+        nodes=node_inventory(nodes) if nodes is not None else None,
+        numa=numa, failures=failures, numa_waited_seconds=waited,
+        config_error=config_error, platforms=platforms, path=path, give_up=give_up,
+        policy=policy,
+    )
+
+
+def hold(inflight: InFlight, pod: Mapping[str, Any], decision: Decision) -> bool:
+    """Hold ``pod``'s effective requests on the NUMA candidates of ``decision`` (after its
+    patch was written): returns True when a hold was recorded, False when the decision
+    placed no NUMA candidates.
+
+    Raises:
+        QuantityError: the pod has an invalid quantity.
+    """
+    if not decision.numa_placed or decision.numa is None or not decision.numa.candidates:
+        return False
+    meta = pod.get("metadata") or {}
+    inflight.add(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}",
+                 effective_requests(pod), list(decision.numa.candidates))
+    return True
+
+
+def inflight_from_pods(pods: Iterable[Mapping[str, Any]],
+                       nrts: Mapping[str, Mapping[str, Any]] | None = None) -> InFlight:
+    """The in-flight holds as the controller keeps them, rebuilt from the cluster's pods.
+
+    A pod the controller placed toward NUMA candidates carries the label
+    ``podplacement.io/numa=placed`` and its candidates in the ``podplacement.io/decision``
+    annotation (``numa.candidates``). Each such pod that is not terminal is held on its
+    candidates (or, once bound, on its node) until the node's NRT shows it, exactly as
+    :class:`rules.numa.InFlight` does for the pods it added. The NRTs, when given,
+    are observed after the pods (so an NRT that already counts a bound pod releases it).
+    Pods without the label, or with an unreadable annotation, hold nothing.
+    """
+    inflight = InFlight()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if (meta.get("labels") or {}).get(NUMA_LABEL) != NUMA_LABEL_PLACED:
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            record = json.loads((meta.get("annotations") or {}).get(DECISION_ANNOTATION, ""))
+            candidates = [str(c) for c in (record.get("numa") or {}).get("candidates") or []]
+            requests = effective_requests(pod)
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if not candidates:
+            continue
+        inflight.add(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}",
+                     requests, candidates)
+        inflight.observe_pod(pod)
+    for nrt in (nrts or {}).values():
+        inflight.observe_nrt(nrt)
+    return inflight

@@ -1,0 +1,404 @@
+"""The admission predicates, each written once in Python and once in CEL, side by side.
+
+Which pods get our gate, and which ones the admission policy places at once, is decided in
+three places: the webhook (:func:`webhook.gating.should_gate`, in Python), the
+MutatingAdmissionPolicy (:mod:`rules.admissionpolicy`: its ``matchConditions`` and
+``variables``, in CEL) and the MutatingWebhookConfiguration
+(:mod:`rules.webhookconfig`: its ``matchConditions``, in CEL). :data:`PREDICATES`
+holds every predicate they share, with its meaning, its Python function and its CEL text
+next to each other; the three read it from here (the webhook's skip rules are
+:func:`gate_skip_reason`, the policy's ``matchConditions`` :data:`POLICY_MATCH_CONDITIONS`,
+the webhook configuration's ``matchConditions`` :data:`WEBHOOK_MATCH_CONDITIONS`), and
+tests/controller/test_admissionpolicy_cel.py evaluates every entry's CEL against its Python
+on generated pods, offline (docs/how-it-decides.md, "The predicates, side by side").
+
+A predicate's Python takes the pod as the AdmissionReview carries it (a plain dict) and the
+plain :class:`Inputs` of the admission (namespace, config, the params object's tables, the
+policy that applies, the admission mark); fields of an unexpected type count as absent, so
+nothing here raises on odd input. A predicate's CEL reads ``object`` (the pod), ``params``
+(the ImagePlatformCatalog), ``request`` and the ``variables`` of the entries before it.
+
+The namespace rules (the system namespaces, the product's own, the opt-out label and the
+config's selector) are no CEL: the API server applies them as a label selector
+(:func:`rules.webhookconfig.webhook_namespace_selection`), and the webhook as
+:func:`rules.scope.namespace_skip_reason`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from podplacement.rules.config import (
+    ARCH_LABEL,
+    DECISION_ANNOTATION,
+    GATE_LABEL,
+    GATE_LABEL_REMOVED,
+    LINUX,
+    OS_LABEL,
+    SCHEDULING_GATE,
+    PlacementConfig,
+)
+from podplacement.rules.imageparams import value_pairs
+from podplacement.rules.placement import (
+    CONTAINER_LISTS,
+    PULL_ALWAYS,
+    pod_images,
+    unique_images,
+)
+from podplacement.rules.podspec import has_gate
+from podplacement.rules.policy import PlacementPolicy, narrow
+from podplacement.rules.scope import (
+    REASON_DAEMONSET,
+    namespace_skip_reason,
+    owned_by_daemonset,
+)
+
+__all__ = [
+    "CEL_FREE",
+    "CEL_FRESH",
+    "CEL_IMAGES",
+    "CEL_KNOWN",
+    "CEL_PLACED",
+    "CEL_TABLE",
+    "PLACED_OS",
+    "POLICY_MATCH_CONDITIONS",
+    "PREDICATES",
+    "REASON_ALREADY_GATED",
+    "REASON_NODE_NAME_SET",
+    "REASON_NO_CONFIG",
+    "WEBHOOK_MATCH_CONDITIONS",
+    "Inputs",
+    "Predicate",
+    "by_name",
+    "cel_string",
+    "gate_skip_reason",
+]
+
+#: The webhook's skip reasons (metrics label values) that are not
+#: :mod:`rules.scope`'s.
+REASON_NO_CONFIG = "no_config"
+REASON_NODE_NAME_SET = "node_name_set"
+REASON_ALREADY_GATED = "already_gated"
+
+#: The place branch writes only linux pairs (one term ``arch In [archs]`` AND ``os In
+#: [linux]``): several OSes need one term per OS group, so such pods take the gate branch.
+PLACED_OS = LINUX
+
+
+def cel_string(text: str) -> str:
+    """``text`` as a CEL string literal: single-quoted when that needs no escape (JSON
+    pieces stay readable), else JSON's double-quoted form (its escapes are valid CEL)."""
+    if not any(ch in text for ch in "'\\\n") and text.isascii():
+        return f"'{text}'"
+    return json.dumps(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a predicate reads besides the pod.
+
+    Attributes:
+        namespace: the pod's namespace (``request.namespace``).
+        own_namespace: the namespace the product runs in.
+        config: the parsed PodPlacementConfig ``cluster``, None when there is none.
+        table: ``spec.images`` of the params object (image reference → ``"os/arch,..."``).
+        fresh: ``spec.fresh`` of the params object (image reference → digest).
+        policy: the PodPlacementPolicy that applies to the pod
+            (:func:`rules.policy.policy_for`), or None.
+        placed_mark: :func:`rules.config.admission_mark` of the params object in
+            force, or None while no policy with a place branch is.
+    """
+
+    namespace: str = ""
+    own_namespace: str = ""
+    config: PlacementConfig | None = field(default_factory=PlacementConfig)
+    table: Mapping[str, str] = field(default_factory=dict)
+    fresh: Mapping[str, str] = field(default_factory=dict)
+    policy: PlacementPolicy | None = None
+    placed_mark: str | None = None
+
+
+#: The inputs of the predicates that read the pod alone.
+_POD_ONLY = Inputs()
+
+#: A predicate's Python: ``(pod, inputs) -> value`` (a bool for a condition).
+PythonRule = Callable[[Mapping[str, Any], Inputs], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """One predicate in both languages.
+
+    Attributes:
+        name: the ``matchConditions`` entry's or the policy variable's name.
+        meaning: what it says, in one sentence.
+        python: its Python (:data:`PythonRule`).
+        render: its CEL text for the given inputs (only ``placed_mark`` is ever read: the
+            other inputs are the API server's ``object``/``params``/``request``).
+        used_in: where its CEL is written: ``policy.matchConditions``,
+            ``policy.variables``, ``webhook.matchConditions``.
+        skip_reason: the webhook's skip reason when the condition does not hold ("" when
+            the webhook does not check it).
+    """
+
+    name: str
+    meaning: str
+    python: PythonRule
+    render: Callable[[Inputs], str]
+    used_in: str
+    skip_reason: str = ""
+
+    def cel(self, inputs: Inputs | None = None) -> str:
+        """The CEL text (for :data:`WEBHOOK_MATCH_CONDITIONS`, of ``inputs.placed_mark``)."""
+        return self.render(inputs if inputs is not None else Inputs())
+
+
+def _text(cel: str) -> Callable[[Inputs], str]:
+    return lambda _inputs: cel
+
+
+_NO_MAP: Mapping[str, Any] = {}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    # ``type(...) is dict`` first: parsed JSON is always a dict (this runs on every admission).
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return _NO_MAP
+
+
+# --- the pod-level skip rules: the policy's matchConditions, the webhook's reasons ----------
+
+
+def not_bound(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """``spec.nodeName`` is unset or empty (a bound pod bypasses the scheduler: a gate would
+    be pointless)."""
+    return not _map(pod.get("spec")).get("nodeName")
+
+
+def not_daemonset(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """No controlling ownerReference of kind DaemonSet
+    (:func:`rules.scope.owned_by_daemonset`)."""
+    return not owned_by_daemonset(_map(pod.get("metadata")))
+
+
+def not_gated(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """Our gate is not in ``spec.schedulingGates`` yet
+    (:func:`rules.podspec.has_gate`)."""
+    return not has_gate(pod)
+
+
+CEL_NOT_BOUND = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+CEL_NOT_DAEMONSET = ("!has(object.metadata.ownerReferences) || "
+                     "!object.metadata.ownerReferences.exists(r, "
+                     "has(r.controller) && r.controller && r.kind == 'DaemonSet')")
+CEL_NOT_GATED = ("!has(object.spec.schedulingGates) || "
+                 f"!object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')")
+
+#: The pod-level skip rules of :func:`webhook.gating.should_gate`, in its order, and the
+#: policy's ``matchConditions``.
+POLICY_MATCH_CONDITIONS: tuple[Predicate, ...] = (
+    Predicate("not-bound", "spec.nodeName is unset or empty", not_bound,
+              _text(CEL_NOT_BOUND), "policy.matchConditions", REASON_NODE_NAME_SET),
+    Predicate("not-daemonset", "no controlling ownerReference of kind DaemonSet",
+              not_daemonset, _text(CEL_NOT_DAEMONSET), "policy.matchConditions",
+              REASON_DAEMONSET),
+    Predicate("not-gated", "our scheduling gate is not in spec.schedulingGates", not_gated,
+              _text(CEL_NOT_GATED), "policy.matchConditions", REASON_ALREADY_GATED),
+)
+
+_SKIP_CHECKS = tuple((p.python, p.skip_reason) for p in POLICY_MATCH_CONDITIONS)
+
+
+def gate_skip_reason(pod: Mapping[str, Any], *, namespace: str, own_namespace: str,
+                     config: PlacementConfig | None) -> str | None:
+    """Why the webhook does not gate ``pod``, first match wins: no config
+    (:data:`REASON_NO_CONFIG`), its namespace
+    (:func:`rules.scope.namespace_skip_reason`), then the first of
+    :data:`POLICY_MATCH_CONDITIONS` that does not hold (its ``skip_reason``); None: gate it.
+    (Plain arguments, not :class:`Inputs`: this runs on every admission.)"""
+    if config is None:
+        return REASON_NO_CONFIG
+    reason = namespace_skip_reason(namespace, own_namespace)
+    if reason is not None:
+        return reason
+    for holds, skip_reason in _SKIP_CHECKS:
+        if not holds(pod, _POD_ONLY):
+            return skip_reason
+    return None
+
+
+def should_gate(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """The webhook gates the pod (:func:`gate_skip_reason` is None)."""
+    return gate_skip_reason(pod, namespace=inputs.namespace, own_namespace=inputs.own_namespace,
+                            config=inputs.config) is None
+
+
+# --- the policy's place branch: which pods it places at once --------------------------------
+
+
+def images(pod: Mapping[str, Any], inputs: Inputs) -> list[str]:
+    """The image references of initContainers then containers, as written
+    (:func:`rules.placement.pod_images`)."""
+    return [c.image for c in pod_images(pod)]
+
+
+def table(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
+    """The params object's ``spec.images``."""
+    return inputs.table
+
+
+def fresh(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
+    """The params object's ``spec.fresh``."""
+    return inputs.fresh
+
+
+def known(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """The pod has an image, every image is in ``table``, and every image a container
+    pulls with ``imagePullPolicy: Always`` is in ``fresh``
+    (:func:`rules.placement.unique_images`)."""
+    wanted = unique_images(pod)
+    return (bool(wanted) and all(i in inputs.table for i in wanted)
+            and all(i in inputs.fresh for i, always in wanted.items() if always))
+
+
+def free(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """No ``spec.affinity.nodeAffinity`` and no ``nodeSelector`` pin on
+    ``kubernetes.io/arch`` or ``kubernetes.io/os``."""
+    spec = _map(pod.get("spec"))
+    return ("nodeAffinity" not in _map(spec.get("affinity"))
+            and not {ARCH_LABEL, OS_LABEL} & set(_map(spec.get("nodeSelector"))))
+
+
+def placed(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """The policy places the pod at once: :func:`known` and :func:`free`, the platforms
+    common to its images (the ``table`` values) linux only or none, and none of them removed
+    by the policy's ``allowedArchitectures`` (:func:`rules.policy.narrow`)."""
+    if not known(pod, inputs) or not free(pod, inputs):
+        return False
+    common: set[tuple[str, str]] | None = None
+    for image in unique_images(pod):
+        pairs = set(value_pairs(inputs.table[image]) or ())
+        common = pairs if common is None else common & pairs
+    pairs_in_order = sorted(common or ())
+    if any(os_name != PLACED_OS for os_name, _ in pairs_in_order):
+        return False
+    return not narrow(pairs_in_order, inputs.policy)[1]
+
+
+#: ``.?``/``orValue``: a field a pod may lack never raises (an error would admit the pod
+#: unchanged: failurePolicy Ignore).
+CEL_IMAGES = " + ".join(
+    f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS)
+#: The ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
+CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
+CEL_FRESH = "params == null ? {} : params.?spec.?fresh.orValue({})"
+#: An Always tag's digest is checked by the webhook and the controller on every pod; the
+#: policy takes the controller's check of the last few seconds (``fresh``) instead, or gates
+#: the pod.
+CEL_KNOWN = (
+    "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
+    + "".join(f" && !object.spec.?{kind}.orValue([]).exists("
+              f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)}"
+              " && !(c.?image.orValue('') in variables.fresh))"
+              for kind in CONTAINER_LISTS)
+)
+#: Existing terms take the gate branch (the append-to-every-term rule of KEP-3838 is the
+#: controller's); so does an os/arch pin (the controller then adds no requirement on that
+#: key and warns).
+CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
+    f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
+    for key in (ARCH_LABEL, OS_LABEL))
+#: ``pairs`` and ``allowedOk`` are :mod:`rules.admissionpolicy`'s variables (the
+#: intersection and the policy's limit, checked offline against the Python rule too).
+CEL_PLACED = (
+    "variables.known && variables.free"
+    f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
+    " && variables.allowedOk"
+)
+
+#: The policy's variables of this table, by name (:func:`rules.admissionpolicy.
+#: place_variables` puts them in its evaluation order).
+POLICY_VARIABLES: tuple[Predicate, ...] = (
+    Predicate("images", "the image references of initContainers then containers",
+              images, _text(CEL_IMAGES), "policy.variables"),
+    Predicate("table", "the params object's spec.images (image → os/arch pairs)",
+              table, _text(CEL_TABLE), "policy.variables"),
+    Predicate("fresh", "the params object's spec.fresh (Always tags with a fresh digest)",
+              fresh, _text(CEL_FRESH), "policy.variables"),
+    Predicate("known", "every image is in the table and every Always image is fresh",
+              known, _text(CEL_KNOWN), "policy.variables"),
+    Predicate("free", "no nodeAffinity and no kubernetes.io/arch or os nodeSelector pin",
+              free, _text(CEL_FREE), "policy.variables"),
+    Predicate("placed", "known, free, the common platforms linux only or none, and none "
+              "removed by the policy's allowedArchitectures", placed, _text(CEL_PLACED),
+              "policy.variables"),
+)
+
+
+# --- the webhook configuration's matchConditions ------------------------------------------
+
+
+def not_placed_at_admission(pod: Mapping[str, Any], inputs: Inputs) -> bool:
+    """The API server calls the webhook for the pod: always while no place policy is in
+    force (``placed_mark`` None), else unless the pod carries the label
+    ``scheduling-gate=removed``, a decision annotation starting with the current mark, and
+    not our gate (:func:`rules.webhookconfig.match_conditions`)."""
+    if inputs.placed_mark is None:
+        return True
+    metadata = _map(pod.get("metadata"))
+    label = _map(metadata.get("labels")).get(GATE_LABEL)
+    decision = _map(metadata.get("annotations")).get(DECISION_ANNOTATION)
+    return (label != GATE_LABEL_REMOVED or not isinstance(decision, str)
+            or not decision.startswith("{" + inputs.placed_mark) or has_gate(pod))
+
+
+def _cel_not_placed_at_admission(inputs: Inputs) -> str:
+    if inputs.placed_mark is None:
+        return "true"  # the configuration then has no matchConditions at all
+    mark = inputs.placed_mark
+    return (f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != "
+            f"'{GATE_LABEL_REMOVED}'"
+            f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
+            f".startsWith({json.dumps('{' + mark)})"
+            f" || object.spec.?schedulingGates.orValue([])"
+            f".exists(g, g.name == '{SCHEDULING_GATE}')")
+
+
+#: The webhook configuration's ``matchConditions`` while a place policy is in force.
+WEBHOOK_MATCH_CONDITIONS: tuple[Predicate, ...] = (
+    Predicate("not-placed-at-admission", "the pod was not placed by the policy from the "
+              "params object in force", not_placed_at_admission,
+              _cel_not_placed_at_admission, "webhook.matchConditions"),
+)
+
+
+def _cel_should_gate(inputs: Inputs) -> str:
+    return " && ".join(f"({p.cel(inputs)})" for p in POLICY_MATCH_CONDITIONS)
+
+
+#: Every predicate, the policy's first, then the webhook configuration's, then the
+#: webhook's verdict (its CEL is the conjunction of the policy's ``matchConditions``: the
+#: namespace rules are the binding's selector, see the module docstring).
+PREDICATES: tuple[Predicate, ...] = (
+    *POLICY_MATCH_CONDITIONS,
+    *POLICY_VARIABLES,
+    *WEBHOOK_MATCH_CONDITIONS,
+    Predicate("should-gate", "the webhook gates the pod (a config, not a skipped namespace, "
+              "and every policy matchCondition holds)", should_gate, _cel_should_gate,
+              "webhook.should_gate"),
+)
+
+_BY_NAME = {p.name: p for p in PREDICATES}
+
+
+def by_name(name: str) -> Predicate:
+    """The entry of :data:`PREDICATES` called ``name``.
+
+    Raises:
+        KeyError: no such entry.
+    """
+    return _BY_NAME[name]
