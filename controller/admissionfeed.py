@@ -23,9 +23,14 @@ watch says ADDED). For each such pod, in the event loop and without a request:
 - **tell**: the Warning Event of the decision of a pod placed at admission
   (:func:`rules.admitted.admission_warning`: the controller's own Warning for
   that pod, same reason and text), once per pod: the UIDs it was sent for are remembered
-  (bounded), and a pod a (re)list hands on, rather than the watch as it is placed, is told
-  only when created less than :data:`EVENT_WINDOW_SECONDS` ago (a new leader tells about
-  the pods placed while none led, not about every pod that exists).
+  (bounded).
+
+A pod a (re)list hands on, rather than the watch as it is placed, counts for use, learn and
+tell only when created less than :data:`EVENT_WINDOW_SECONDS` ago: a new leader learns and
+tells about the pods placed while none led, not about every pod that exists. A relist is not
+a use in time (it would reorder the catalog's LRU by the list's order) and its old pods name
+the tags the catalog evicted as least used (learning them back would evict the tags in use
+now, and inspect every evicted tag at each leader change).
 """
 
 from __future__ import annotations
@@ -165,11 +170,13 @@ class AdmissionFeed:
         work only; never raises for an odd pod."""
         if etype != "ADDED":
             return
-        for image in unique_images(pod):
-            self.store.touch(image)
         if self.on_always is not None:
             for image in always_images(pod, self.config_source()[0]):
                 self.on_always(image)
+        if self.listing() and not recently_created(pod, self.clock(), EVENT_WINDOW_SECONDS):
+            return  # not a use now, nothing to learn or tell (module docstring: relist)
+        for image in unique_images(pod):
+            self.store.touch(image)
         record = decision_record(pod)
         if admission_path(record) is None:
             return
@@ -196,8 +203,6 @@ class AdmissionFeed:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         if not uid or uid in self.told:
-            return
-        if self.listing() and not recently_created(pod, self.clock(), EVENT_WINDOW_SECONDS):
             return
         namespace = str(meta.get("namespace") or "")
         spec = admission_warning(pod, record, config, catalog=self.store.get,

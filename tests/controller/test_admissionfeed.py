@@ -252,3 +252,30 @@ def test_the_warning_of_a_webhook_decision_is_sent_once_per_pod(inspector: Inspe
                                    created=old), None)
     f.feed.on_pod("ADDED", _placed("u5", "reg/multi:1"), None)  # no warning to tell
     assert [uid for uid, _ in f.events.sent] == ["u1", "u3", "u4"]
+
+
+async def test_a_relist_uses_and_learns_only_from_recent_pods(inspector: Inspector) -> None:
+    """A relist hands on every placed pod; only those created within the window are uses
+    and teach the catalog (an old pod's tag is what the LRU evicted: learning it back at
+    each leader change would evict what is in use now)."""
+    f = Feed(inspector)
+    f.adopted.clear()  # nothing leaves the queue: what is queued stays pending
+    f.feed.start()
+    try:
+        f.store.max_entries = 2
+        f.store.record("r/a:1", [("linux", "amd64")], now=T_NOW)
+        f.store.record("r/b:1", [("linux", "amd64")], now=T_NOW)
+        old = "2025-12-31T23:00:00Z"
+        f.listing = True
+        f.feed.on_pod("ADDED", _placed("u1", "r/a:1", created=old), None)
+        f.feed.on_pod("ADDED", _placed("u2", "r/old:1", created=old), None)
+        f.store.record("r/c:1", [("linux", "amd64")], now=T_NOW)
+        assert set(f.store.images()) == {"r/b:1", "r/c:1"}  # the old pod's a was no use
+        f.feed.on_pod("ADDED", _placed("u3", "r/new:1"), None)  # recent: learned
+        assert f.feed._pending == {"r/new:1"}
+        f.listing = False
+        f.feed.on_pod("ADDED", _placed("u4", "r/b:1", created=old), None)  # the watch: a use
+        f.store.record("r/d:1", [("linux", "amd64")], now=T_NOW)
+        assert set(f.store.images()) == {"r/b:1", "r/d:1"}
+    finally:
+        await f.feed.stop()
