@@ -74,41 +74,11 @@ def create_app(
         certs_ready: tells ``/readyz`` whether the serving certificate is loaded.
         metrics: the metrics holder (a fresh one with its own registry by default); the app
             exposes it as ``app.state.metrics``.
-        max_body_bytes: bodies over this many bytes get HTTP 413
-            (:func:`webhook.limits.read_body`).
-        body_timeout: seconds to receive a body whole, else HTTP 408
-            (:func:`webhook.limits.read_body`).
-        controller_lease: tells whether a controller runs
-            (:class:`webhook.leasewatch.ControllerLease`; started and stopped with the app).
-            While it says no, pods are not held: a pod the admission policy gated, or one
-            the webhook would gate, is placed at admission by the webhook itself or
-            released with the controller's fallback (:mod:`webhook.outage`; outcome
-            ``placed`` or ``released``, reason ``controller_unavailable``). None: always
-            hold (no escape).
-        place_cache: the per-credential inspection cache of the fast path
-            (:class:`webhook.placecache.PlaceCache`; closed with the app). A pod the webhook
-            would gate, or that the admission policy gated, whose images the cache knows for
-            the pod's credentials is placed in the answer (the controller's decision,
-            :func:`rules.admission.admission_placement`: final affinity, labels,
-            annotation with ``"path":"webhook"``, gate removed, ``warnings`` for pins the
-            images cannot run on), counted as ``admissions_total{path="webhook-placed"}``.
-            On a miss, and for images pulled with ``Always``, the images are inspected
-            (revalidated: one ``HEAD``) with ``admission_inspector`` within the config's
-            ``inspectionBudget`` (:mod:`webhook.admitplace`; ``webhook-inspected``,
-            ``webhook-revalidated``); past it the pod stays gated
-            (``gated-over-budget``). Without an inspector or with a budget of 0, a miss
-            schedules a background fill; a ``dryRun`` review only reads the cache. None:
-            no fast path.
-        admission_inspector: inspects a pod's images at admission within a budget
-            (:class:`webhook.admitinspect.AdmissionInspector`, storing into
-            ``place_cache``; closed with the app): the config's ``inspectionBudget`` while
-            a controller runs, the inspector's own ``budget`` while none does; None: pods
-            are placed from the cache only, and released with the fallback while no
-            controller runs.
-        policies: the namespaces' PodPlacementPolicies
-            (:class:`webhook.policysource.WatchingPolicySource`; started and stopped with the
-            app), applied on every path that places at admission; None: the cluster's
-            config alone.
+        max_body_bytes, body_timeout, controller_lease, place_cache, admission_inspector
+            (the pipeline's ``inspector``), policies: the stages' parts, as
+            :class:`webhook.pipeline.AdmissionPipeline` takes them (what each changes is
+            there); the lease, the policies and the config are started and stopped with the
+            app's lifespan, the cache and the inspector closed with it.
 
     Raises:
         ValueError: ``max_body_bytes`` < 1 or ``body_timeout`` <= 0.
