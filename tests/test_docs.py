@@ -262,3 +262,24 @@ def test_how_it_decides_lists_every_predicate_as_the_table_has_it() -> None:
     assert predicatesdoc.main(["--check"]) == 0
     with pytest.raises(predicatesdoc.PageError):
         predicatesdoc.rewritten(page.replace(predicatesdoc.END, ""))
+
+
+_CONFLICT = re.compile(r"^(<{7} |={7}$|>{7} )", re.MULTILINE)
+_TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".json", ".txt"}
+_SKIP_DIRS = {".git", ".venv", "build", "node_modules", "__pycache__", "site", ".demo-cache"}
+
+
+def test_no_merge_conflict_markers_are_left_in_the_source() -> None:
+    """A merge resolved in one file but committed with markers in another renders as text
+    (mkdocs and the linters accept it): look for the markers themselves."""
+    found = []
+    for path in REPO.rglob("*"):
+        if (path.suffix not in _TEXT_SUFFIXES and path.name != ".importlinter") \
+                or any(part in _SKIP_DIRS or part.endswith(".egg-info")
+                       for part in path.relative_to(REPO).parts) \
+                or path.is_symlink() or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+                  for m in _CONFLICT.finditer(text)]
+    assert not found, found
