@@ -24,9 +24,10 @@ duration of deploy/, 15 s). Then:
   ``skewed`` mix of :mod:`bench.cluster` (Zipf s=1.1 over the tags, 10% ``Always``).
 
 At each checkpoint (``--checkpoints``, default 2,000, 10,000 and 20,000 pods: what fits in
-20 minutes on 2 cores with 5,000 nodes, with room for other work on the machine (2,000 /
-10,000 / 30,000 took 1,308 s on a loaded machine); 100,000 pods take about 50 minutes here,
-see docs/benchmarks.md) the pods created since the previous one are all bound, and it prints:
+20 minutes on 2 cores with 5,000 nodes, with room for other work on the machine: 584 s on a
+quiet machine, while 2,000 / 10,000 / 30,000 took 1,308 s on a loaded one; 100,000 pods take
+about 50 minutes here, see docs/benchmarks.md) the pods created since the previous one are
+all bound, and it prints:
 
 - every process's RSS (now and peak) and CPU milliseconds per pod over the pods created since
   the previous checkpoint and in the stretches below: the leading and the standby
