@@ -97,128 +97,68 @@ the data passed between jobs, ``cabundle`` the CA bundle sources (:func:`ca_bund
 :class:`ServingCertSecret`).
 """
 
-# Re-exports: what the controller, the tests, the benchmarks and deploy/'s checks import from
-# controller.lifecycle.
+# Re-exports: the names the controller, the tests, the benchmarks and deploy/'s checks import
+# from controller.lifecycle. The jobs' own classes and constants are imported from their
+# modules.
 from podplacement.controller.lifecycle.admissionobjects import (
     POLICY_ABSENT,
     POLICY_AS_LEFT,
     POLICY_IN_FORCE,
-    AdmissionObjects,
 )
 from podplacement.controller.lifecycle.cabundle import (
     CA_SECRET_NAME,
     TLS_SECRET_NAME,
     WEBHOOK_SERVICE_NAME,
-    CaBundleSource,
     ServingCertSecret,
     ca_bundle_from_dir,
 )
-from podplacement.controller.lifecycle.converge import Convergence
 from podplacement.controller.lifecycle.coordinator import (
     FINAL_ATTEMPTS,
-    FINAL_MARGIN_SECONDS,
     FINISH_KEY,
     KEYS,
     LAST_STOP_KEY,
     LIFECYCLE_KEY,
     Lifecycle,
 )
-from podplacement.controller.lifecycle.guards import UninstallGuards
-from podplacement.controller.lifecycle.passes import Observed, ReconcileResult
+from podplacement.controller.lifecycle.passes import ReconcileResult
 from podplacement.controller.lifecycle.paths import (
-    ADMISSION_DISCOVERY_PATH,
     API_REQUESTS,
-    BINDING_COLLECTION_PATH,
     BINDING_PATH,
     CONFIG_PATH,
-    CRD_COLLECTION_PATH,
-    NAMESPACE_PATH,
-    POLICY_COLLECTION_PATH,
     POLICY_PATH,
-    RETIREMENT_REQUESTS,
-    SELF_SUBJECT_REVIEW_PATH,
-    SERVICE_ACCOUNT_PATH,
-    UNINSTALL_BINDING_COLLECTION_PATH,
-    UNINSTALL_BINDING_PATH,
-    UNINSTALL_ROLE_COLLECTION_PATH,
-    UNINSTALL_ROLE_PATH,
-    WEBHOOK_COLLECTION_PATH,
     WEBHOOK_PATH,
     retired_crd_path,
     retired_object_path,
 )
-from podplacement.controller.lifecycle.retirement import PreviousReleases
 from podplacement.controller.lifecycle.status import (
-    ADMISSION_MECHANISM_POLICY,
-    ADMISSION_MECHANISM_WEBHOOK,
-    COND_AVAILABLE,
-    COND_DEGRADED,
-    COND_DEPROVISIONING,
-    COND_PROGRESSING,
-    CONDITION_TYPES,
     ConditionSpec,
-    ConfigStatus,
     available_conditions,
     merge_conditions,
 )
-from podplacement.controller.lifecycle.withdrawal import (
-    RELEASE_ATTEMPTS,
-    UngateRemaining,
-    Withdrawal,
-)
+from podplacement.controller.lifecycle.withdrawal import UngateRemaining
 
 __all__ = [
-    "ADMISSION_DISCOVERY_PATH",
-    "ADMISSION_MECHANISM_POLICY",
-    "ADMISSION_MECHANISM_WEBHOOK",
     "API_REQUESTS",
-    "BINDING_COLLECTION_PATH",
     "BINDING_PATH",
     "CA_SECRET_NAME",
-    "CONDITION_TYPES",
-    "COND_AVAILABLE",
-    "COND_DEGRADED",
-    "COND_DEPROVISIONING",
-    "COND_PROGRESSING",
     "CONFIG_PATH",
-    "CRD_COLLECTION_PATH",
     "FINAL_ATTEMPTS",
-    "FINAL_MARGIN_SECONDS",
     "FINISH_KEY",
     "KEYS",
     "LAST_STOP_KEY",
     "LIFECYCLE_KEY",
-    "NAMESPACE_PATH",
     "POLICY_ABSENT",
     "POLICY_AS_LEFT",
-    "POLICY_COLLECTION_PATH",
     "POLICY_IN_FORCE",
     "POLICY_PATH",
-    "RELEASE_ATTEMPTS",
-    "RETIREMENT_REQUESTS",
-    "SELF_SUBJECT_REVIEW_PATH",
-    "SERVICE_ACCOUNT_PATH",
     "TLS_SECRET_NAME",
-    "UNINSTALL_BINDING_COLLECTION_PATH",
-    "UNINSTALL_BINDING_PATH",
-    "UNINSTALL_ROLE_COLLECTION_PATH",
-    "UNINSTALL_ROLE_PATH",
-    "WEBHOOK_COLLECTION_PATH",
     "WEBHOOK_PATH",
     "WEBHOOK_SERVICE_NAME",
-    "AdmissionObjects",
-    "CaBundleSource",
     "ConditionSpec",
-    "ConfigStatus",
-    "Convergence",
     "Lifecycle",
-    "Observed",
-    "PreviousReleases",
     "ReconcileResult",
     "ServingCertSecret",
     "UngateRemaining",
-    "UninstallGuards",
-    "Withdrawal",
     "available_conditions",
     "ca_bundle_from_dir",
     "merge_conditions",
