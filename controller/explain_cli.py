@@ -48,7 +48,7 @@ from podplacement.imageinspect.cli import (
     add_registry_arguments,
     registry_settings,
 )
-from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig
+from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig, secret_path
 from podplacement.rules.config import (
     CONFIG_NAME,
     POLICY_KIND,
@@ -293,7 +293,8 @@ async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
     from podplacement.rules.podspec import pull_secret_refs
 
     try:
-        return list(await PullSecretReader(api).credentials(pull_secret_refs(pod, config)))
+        return list(await PullSecretReader(api, secret_path=secret_path).credentials(
+            pull_secret_refs(pod, config)))
     except ApiError as exc:
         log.warning("reading pull secrets failed, inspecting anonymously: %s", exc)
         return []

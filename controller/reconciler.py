@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
 from podplacement.imageinspect import PullSecretReader
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound, secret_path
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import (
     Decision,
@@ -143,7 +143,7 @@ class Reconciler:
         self.inflight = inflight
         self.failures = failures
         self.publish = publish
-        self.secrets = PullSecretReader(api, ttl=secret_ttl)
+        self.secrets = PullSecretReader(api, secret_path=secret_path, ttl=secret_ttl)
         self.is_leader = is_leader
         self.policies = policies
         self._state: dict[str, _PodState] = {}
