@@ -183,7 +183,8 @@ def group_path(group: str, version: str) -> str:
     """
     if not group:
         return "/api/" + check_segment(version, "API version")
-    return f"/apis/{check_segment(group, 'API group')}/{check_segment(version, 'API version')}"
+    return "/".join(("", "apis", check_segment(group, "API group"),
+                     check_segment(version, "API version")))
 
 
 def pod_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
