@@ -214,6 +214,12 @@ class ServingCertSecret:
         self.last_plan: RotationPlan | None = None
 
     def _path(self, name: str | None = None) -> str:
+        """The API path of the Secret ``name`` in :attr:`namespace` (the collection when
+        ``name`` is None). Here a template is filled: this package imports no Kubernetes
+        client, and the names are the operator's (flags and defaults), never a pod's. The
+        controller's subclass (``controller.lifecycle.cabundle.ServingCertSecret``) builds
+        it from checked segments (``kubeclient.resource_path``), and ``kubeclient.KubeAPI``
+        sends no path that fails its check."""
         if name:
             return SECRET_PATH.format(namespace=self.namespace, name=name)
         return SECRETS_PATH.format(namespace=self.namespace)

@@ -103,7 +103,7 @@ from podplacement.controller.registriessource import CONFIGMAP_PATH, LoadedRegis
 from podplacement.controller.registryrules import RegistryRules
 from podplacement.controller.runnables import Loop, Manager, Runnable, Service
 from podplacement.controller.term import Handler, LeadershipTerm, QueueSettings, make_lifecycle
-from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.kubeclient import Informer, KubeAPI, resource_path
 from podplacement.rules.config import (
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -130,9 +130,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NODES_PATH = "/api/v1/nodes"
-CONFIGS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
-NRTS_PATH = f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"
+NODES_PATH = resource_path("", "v1", "nodes")
+CONFIGS_PATH = resource_path(GROUP, VERSION, CONFIG_PLURAL)
+NRTS_PATH = resource_path(NRT_GROUP, NRT_VERSION, NRT_PLURAL)
 #: ``(method, path template)`` of every request the pod controller sends. Each collection
 #: GET is a list then a watch (the informers; for pods also the NUMA binding feed with
 #: :data:`controller.bindingfeed.BINDINGS_SELECTOR` and the watch of placed pods with

@@ -50,7 +50,15 @@ from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import DELETED, GONE, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import (
+    ApiError,
+    Conflict,
+    Informer,
+    KubeAPI,
+    NotFound,
+    namespace_path,
+    pod_path,
+)
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.escape import (
     FIT,
@@ -268,7 +276,7 @@ class EscapeMonitor:
         if not self.enabled():
             return None
         ns, name, uid = split_key(key)
-        pod = await self._get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        pod = await self._get(pod_path(ns, name))
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
             return None
         if skip_reason(pod, own_namespace=self.own_namespace,
@@ -303,7 +311,7 @@ class EscapeMonitor:
                 return None
             not_repaired = f"the delete was refused: {result.message}"
         try:
-            await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
+            await self.api.request("PATCH", pod_path(ns, name),
                                    body=record_patch(pod, verdict, now=self.clock(),
                                                      not_repaired=not_repaired))
         except NotFound:
@@ -336,7 +344,7 @@ class EscapeMonitor:
         cached = self._namespaces.get(namespace)
         if cached is not None and now - cached[1] < NAMESPACE_TTL_SECONDS:
             return cached[0]
-        obj = await self._get(f"/api/v1/namespaces/{namespace}")
+        obj = await self._get(namespace_path(namespace))
         if obj is None:
             self._namespaces.pop(namespace, None)
             return None

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.kubeclient import ApiError, KubeAPI, resource_path
 from podplacement.rules.decision import EventSpec
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,8 @@ class EventSink:
             body = event_body(pod, spec, instance=self.instance)
             try:
                 await self.api.request(
-                    "POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events", body=body
+                    "POST", resource_path("events.k8s.io", "v1", "events", namespace=ns),
+                    body=body,
                 )
                 return
             except ApiError as exc:
@@ -149,7 +150,8 @@ class EventSink:
                     raise
                 self._api_version = "v1"
         body = event_body(pod, spec, instance=self.instance, api="v1")
-        await self.api.request("POST", f"/api/v1/namespaces/{ns}/events", body=body)
+        await self.api.request("POST", resource_path("", "v1", "events", namespace=ns),
+                               body=body)
 
     async def _run(self) -> None:
         while True:

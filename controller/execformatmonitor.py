@@ -53,7 +53,7 @@ from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import GONE, REFUSED, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound, pod_path, resource_path
 from podplacement.rules.config import (
     ARCH_LABEL,
     CONFIG_NAME,
@@ -98,7 +98,8 @@ from podplacement.rules.learn import (
 log = logging.getLogger(__name__)
 
 #: The PodPlacementConfig's status subresource, where the exclusions are published.
-CONFIG_STATUS_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}/status"
+CONFIG_STATUS_PATH = resource_path(GROUP, VERSION, CONFIG_PLURAL, name=CONFIG_NAME,
+                                   subresource="status")
 
 #: ``(method, path template)`` of every request the monitor sends (pods: the list+watch, the
 #: read, the guarded patch and the remedy's delete; the pod's pull secrets for verification;
@@ -346,7 +347,7 @@ class ExecFormatMonitor:
             ApiError: another API failure (the queue backs off).
         """
         ns, name, uid = split_key(key)
-        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        path = pod_path(ns, name)
         try:
             pod = await self.api.request("GET", path)
         except NotFound:

@@ -48,7 +48,14 @@ from podplacement.imageinspect.cli import (
     add_registry_arguments,
     registry_settings,
 )
-from podplacement.kubeclient import ApiError, KubeAPI, default_kubeconfig
+from podplacement.kubeclient import (
+    ApiError,
+    KubeAPI,
+    default_kubeconfig,
+    pod_path,
+    resource_path,
+    secret_path,
+)
 from podplacement.rules.config import (
     CONFIG_NAME,
     POLICY_KIND,
@@ -239,10 +246,11 @@ async def learned_exclusions(api: KubeAPI) -> tuple[ExcludedPlatform, ...]:
     """The exclusions the cluster's controller published (the PodPlacementConfig
     ``cluster``'s ``status.execFormatErrorMonitor.excluded``, as every placement path reads
     them); none when the config is missing, unreadable or turns learning off."""
-    from podplacement.controller.app import CONFIGS_PATH
+    from podplacement.rules.config import CONFIG_PLURAL, GROUP, VERSION
 
     try:
-        obj = await api.request("GET", f"{CONFIGS_PATH}/{CONFIG_NAME}")
+        obj = await api.request("GET", resource_path(GROUP, VERSION, CONFIG_PLURAL,
+                                                     name=CONFIG_NAME))
     except ApiError:
         return ()
     return config_or_defaults(obj)[0].excluded
@@ -258,7 +266,7 @@ async def read_policies(api: KubeAPI, namespace: str) -> list[dict[str, Any]]:
 
     try:
         items, _ = await api.list_all(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POLICY_PLURAL}")
+            resource_path(GROUP, VERSION, POLICY_PLURAL, namespace=namespace))
     except ApiError as exc:
         if exc.status == 404:
             return []  # the PodPlacementPolicy CRD is not installed
@@ -275,7 +283,7 @@ def _load_policies(args: argparse.Namespace) -> list[dict[str, Any]] | None:
 
 async def _read_pod(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
     try:
-        return await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return await api.request("GET", pod_path(namespace, name))
     except ApiError as exc:
         if exc.not_found:
             raise ClusterError(f"pod {namespace}/{name} not found") from None
@@ -293,7 +301,8 @@ async def cluster_credentials(api: KubeAPI, pod: Mapping[str, Any],
     from podplacement.rules.podspec import pull_secret_refs
 
     try:
-        return list(await PullSecretReader(api).credentials(pull_secret_refs(pod, config)))
+        return list(await PullSecretReader(api, secret_path=secret_path).credentials(
+            pull_secret_refs(pod, config)))
     except ApiError as exc:
         log.warning("reading pull secrets failed, inspecting anonymously: %s", exc)
         return []
@@ -515,7 +524,7 @@ async def admission_path_dry_run(api: KubeAPI, pod: Mapping[str, Any]) -> str:
                                or "explain") + "-"
     body = {**pod, "metadata": meta, "status": {}}
     try:
-        created = await api.request("POST", f"/api/v1/namespaces/{namespace}/pods",
+        created = await api.request("POST", pod_path(namespace),
                                     params={"dryRun": "All"}, body=body)
     except ApiError as exc:
         return f"unknown: a dry-run create was refused ({exc.status} {exc.reason})"

@@ -29,7 +29,15 @@ from typing import Any, Protocol
 from podplacement.controller.lifecycle import LIFECYCLE_KEY
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler, pod_key, split_key
-from podplacement.kubeclient import JSON_PATCH, ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import (
+    JSON_PATCH,
+    ApiError,
+    Conflict,
+    Informer,
+    KubeAPI,
+    NotFound,
+    pod_path,
+)
 from podplacement.rules.config import GATE_LABEL_GATED, NUMA_LABEL, NUMA_LABEL_WAITING
 from podplacement.rules.numa import InFlight
 from podplacement.rules.podspec import gate_label_ops, has_gate, lost_gate_label
@@ -121,7 +129,7 @@ class GatedPodEvents:
         changed meanwhile is left as it is. ``key``: ``namespace/name/uid`` (without the
         prefix)."""
         namespace, name, uid = split_key(key)
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        path = pod_path(namespace, name)
         try:
             pod = await self._api.request("GET", path)
         except NotFound:

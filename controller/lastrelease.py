@@ -23,7 +23,7 @@ from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.reconciler import Reconciler, RetryLater, pod_key, split_key
-from podplacement.kubeclient import ApiError, Informer, KubeAPI, object_key
+from podplacement.kubeclient import ApiError, Informer, KubeAPI, object_key, pod_path
 from podplacement.rules.config import GATE_LABEL, GATE_LABEL_GATED, PlacementConfig
 from podplacement.rules.podspec import has_gate
 
@@ -103,7 +103,7 @@ class LastResortRelease:
 
     async def _get_pod(self, ns: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+            return await self._api.request("GET", pod_path(ns, name))
         except ApiError as exc:
             if exc.not_found:
                 return None

@@ -45,14 +45,26 @@ from kubernetes.aio.leaderelection.leaderelection import LeaderElection
 from kubernetes.aio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.aio.leaderelection.resourcelock.baselock import BaseLock
 
-from podplacement.kubeclient import ApiError, KubeRequester
+from podplacement.kubeclient import ApiError, KubeRequester, resource_path
 from podplacement.rules.config import LEASE_NAME
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_NAME = LEASE_NAME
-LEASE_COLLECTION_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+LEASE_COLLECTION_PATH = resource_path("coordination.k8s.io", "v1", "leases",
+                                      namespace="{namespace}")
 LEASE_PATH = LEASE_COLLECTION_PATH + "/{name}"
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    """The Lease ``namespace/name`` (coordination.k8s.io/v1), or the namespace's Lease
+    collection when ``name`` is None; checked (:func:`kubeclient.resource_path`).
+    :data:`LEASE_PATH` and :data:`LEASE_COLLECTION_PATH` are their templates.
+
+    Raises:
+        InvalidPathSegment: a segment is not acceptable.
+    """
+    return resource_path("coordination.k8s.io", "v1", "leases", namespace=namespace, name=name)
 #: Requests the election sends (for the RBAC check in tests/deploy): get, create, update.
 API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", LEASE_PATH),
@@ -91,7 +103,7 @@ class _RawLeaseLock(BaseLock):  # type: ignore[misc,unused-ignore]
     def __init__(self, api: KubeRequester, name: str, namespace: str, identity: str) -> None:
         super().__init__(name, namespace, identity)
         self.api = api
-        self.path = LEASE_PATH.format(namespace=namespace, name=name)
+        self.path = lease_path(namespace, name)
         self.lease: dict[str, Any] | None = None
 
     async def get(self, name: str, namespace: str) -> tuple[bool, Any]:
@@ -141,7 +153,7 @@ class _RawLeaseLock(BaseLock):  # type: ignore[misc,unused-ignore]
         }
         try:
             self.lease = await self.api.request(
-                "POST", LEASE_COLLECTION_PATH.format(namespace=namespace), body=body
+                "POST", lease_path(namespace), body=body
             )
         except ApiError as exc:
             log.info("could not create lease %s/%s: %s", namespace, name, exc)

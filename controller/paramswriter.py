@@ -30,13 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound
+from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound, resource_path
 from podplacement.rules.config import (
     API_VERSION,
     DEFAULT_NAMESPACE,
+    GROUP,
     PARAMS_KIND,
     PARAMS_NAME,
     PARAMS_PLURAL,
+    VERSION,
 )
 from podplacement.rules.imageparams import ParamsStore
 
@@ -48,18 +50,28 @@ DEFAULT_WRITE_BYTES_PER_SECOND = 100_000.0
 #: The collection and the object, templates of the namespace (the product's own: the
 #: namespace controller deletes the object as soon as that namespace is being deleted, which
 #: pauses the admission policy, see :mod:`rules.admissionpolicy`).
-PARAMS_COLLECTION_PATH = f"/apis/{API_VERSION}/namespaces/{{namespace}}/{PARAMS_PLURAL}"
+PARAMS_COLLECTION_PATH = resource_path(GROUP, VERSION, PARAMS_PLURAL, namespace="{namespace}")
 PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
 
 
 def params_collection_path(namespace: str) -> str:
-    """The ImagePlatformCatalog collection of ``namespace`` (the product's namespace)."""
-    return PARAMS_COLLECTION_PATH.format(namespace=namespace)
+    """The ImagePlatformCatalog collection of ``namespace`` (the product's namespace),
+    checked (:func:`kubeclient.resource_path`; :data:`PARAMS_COLLECTION_PATH` is its
+    template).
+
+    Raises:
+        InvalidPathSegment: ``namespace`` is not an acceptable path segment.
+    """
+    return resource_path(GROUP, VERSION, PARAMS_PLURAL, namespace=namespace)
 
 
 def params_path(namespace: str) -> str:
-    """The params object ``ImagePlatformCatalog/cluster`` in ``namespace``."""
-    return PARAMS_PATH.format(namespace=namespace)
+    """The params object ``ImagePlatformCatalog/cluster`` in ``namespace``, checked.
+
+    Raises:
+        InvalidPathSegment: ``namespace`` is not an acceptable path segment.
+    """
+    return resource_path(GROUP, VERSION, PARAMS_PLURAL, namespace=namespace, name=PARAMS_NAME)
 
 
 #: The work-queue key of the params writer (a pod's key is ``namespace/name/uid``).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podplacement.kubeclient import ApiError, Conflict, KubeAPI, NotFound
+from podplacement.kubeclient import ApiError, Conflict, KubeAPI, NotFound, pod_path
 
 #: ``(method, path template)`` of the request sent here (in :data:`controller.app.API_REQUESTS`).
 API_REQUESTS: tuple[tuple[str, str], ...] = (
@@ -50,7 +50,7 @@ async def delete_pod(api: KubeAPI, namespace: str, name: str, uid: str) -> Delet
     """
     try:
         await api.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+            "DELETE", pod_path(namespace, name),
             body={"apiVersion": "v1", "kind": "DeleteOptions",
                   "preconditions": {"uid": uid}})
     except NotFound:

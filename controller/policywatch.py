@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from podplacement.controller.bindingfeed import PODS_PATH
-from podplacement.kubeclient import ApiError, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import ApiError, Informer, KubeAPI, NotFound, resource_path
 from podplacement.rules.config import GROUP, POLICY_LABEL, POLICY_PLURAL, VERSION
 from podplacement.rules.policy import (
     EMPTY_RANKING,
@@ -36,9 +36,22 @@ from podplacement.rules.policy import (
 
 log = logging.getLogger(__name__)
 
-POLICIES_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
-POLICY_STATUS_PATH = (f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{POLICY_PLURAL}"
-                      "/{name}/status")
+POLICIES_PATH = resource_path(GROUP, VERSION, POLICY_PLURAL)
+#: The status path's template, for :data:`API_REQUESTS` (requests are built by
+#: :func:`policy_status_path`).
+POLICY_STATUS_PATH = resource_path(GROUP, VERSION, POLICY_PLURAL, namespace="{namespace}",
+                                   name="{name}", subresource="status")
+
+
+def policy_status_path(namespace: str, name: str) -> str:
+    """The status subresource of the PodPlacementPolicy ``namespace/name``, checked
+    (:func:`kubeclient.resource_path`).
+
+    Raises:
+        InvalidPathSegment: a segment is not acceptable.
+    """
+    return resource_path(GROUP, VERSION, POLICY_PLURAL, namespace=namespace, name=name,
+                         subresource="status")
 
 #: Every request this module sends (method, path), for the RBAC check of
 #: ``tests/deploy/test_manifests.py``: list+watch of the policies and of the pods placed
@@ -153,7 +166,7 @@ class PolicyWatch:
             live = obj.get("status") or {}
             if not _differs(live, want):
                 continue
-            path = POLICY_STATUS_PATH.format(namespace=ns, name=name)
+            path = policy_status_path(ns, name)
             try:
                 await self.api.request("PATCH", path, body={"status": want},
                                        content_type="application/merge-patch+json")

@@ -33,7 +33,15 @@ from typing import Any, Protocol
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
 from podplacement.imageinspect import PullSecretReader
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import (
+    ApiError,
+    Conflict,
+    Informer,
+    KubeAPI,
+    NotFound,
+    pod_path,
+    secret_path,
+)
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import (
     Decision,
@@ -143,7 +151,7 @@ class Reconciler:
         self.inflight = inflight
         self.failures = failures
         self.publish = publish
-        self.secrets = PullSecretReader(api, ttl=secret_ttl)
+        self.secrets = PullSecretReader(api, secret_path=secret_path, ttl=secret_ttl)
         self.is_leader = is_leader
         self.policies = policies
         self._state: dict[str, _PodState] = {}
@@ -336,7 +344,7 @@ class Reconciler:
 
     async def _patch(self, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         pod = await self.api.request(
-            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=ops,
+            "PATCH", pod_path(ns, name), body=ops,
             content_type="application/json-patch+json",
         )
         if isinstance(pod, Mapping) and not has_gate(pod):

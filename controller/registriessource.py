@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from podplacement.kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI, resource_path
 from podplacement.rules.config import REGISTRIES_CONF_KEY, ObjectRef
 
 if TYPE_CHECKING:
@@ -67,7 +67,8 @@ class RegistriesConfigMap:
             return
         try:
             self._load(ref, await api.request(
-                "GET", CONFIGMAP_PATH.format(namespace=ref.namespace, name=ref.name),
+                "GET",
+                resource_path("", "v1", "configmaps", namespace=ref.namespace, name=ref.name),
                 request_timeout=10.0,
             ))
         except asyncio.CancelledError:

@@ -220,9 +220,9 @@ class LeadershipTerm:
     async def successor(self, identity: str, within: float) -> bool:
         """True when a controller other than ``identity`` holds the Lease within ``within``
         seconds (polled every 0.2 s); False when none does, or the Lease cannot be read."""
-        from podplacement.controller.leader import LEASE_PATH
+        from podplacement.controller.leader import lease_path
 
-        path = LEASE_PATH.format(namespace=self._namespace, name=LEASE_NAME)
+        path = lease_path(self._namespace, LEASE_NAME)
         deadline = time.monotonic() + max(0.0, within)
         while True:
             try:

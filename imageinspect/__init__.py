@@ -41,7 +41,7 @@ from podplacement.imageinspect._errors import (
 )
 from podplacement.imageinspect._inspector import Inspector, InspectorStats
 from podplacement.imageinspect._manifest import ImageInfo, Platform
-from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretRequester
+from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretPath, SecretRequester
 from podplacement.imageinspect._reference import Reference, parse_reference
 from podplacement.imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
 from podplacement.imageinspect._rootfs import FileVerdict
@@ -77,6 +77,7 @@ __all__ = [
     "RegistriesConfigError",
     "RegistryEntry",
     "RegistryError",
+    "SecretPath",
     "SecretRequester",
     "ServerError",
     "Timeout",

@@ -1,5 +1,6 @@
-"""A small raw-JSON Kubernetes client: :class:`KubeAPI`, the :class:`ApiError` family and the
-request helpers shared by its users.
+"""A small raw-JSON Kubernetes client: :class:`KubeAPI` and the request helpers shared by its
+users (the :class:`ApiError` family is :mod:`kubeclient.errors`; paths are built and checked
+by :mod:`kubeclient.paths`, and every path is checked again here before it is sent).
 
 The async clients' model deserialisation is the main cost on the hot path, so this module
 talks to the API server with aiohttp and plain dicts (the JSON the API gives). Connection
@@ -29,126 +30,13 @@ from podplacement.kubeclient.credentials import (
     default_kubeconfig,
     load_configuration,
 )
+from podplacement.kubeclient.errors import ApiError, api_error, unavailable
+from podplacement.kubeclient.paths import check_path
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the API server, or a transport failure (``status`` 0).
-
-    The base of a small family, as kopf's ``errors`` module has: :func:`api_error` picks
-    :class:`NotFound`, :class:`Conflict`, :class:`Invalid`, :class:`Gone` or
-    :class:`Unavailable` from the status (and, for 422, the body), so callers may write
-    ``except NotFound:``. Statuses outside those (400, 401, 403, 405, ...) stay a plain
-    ``ApiError``. The :attr:`not_found`, :attr:`conflict` and :attr:`gone` properties keep
-    working on every instance and agree with the subclasses.
-
-    Attributes:
-        status: the HTTP status code (0 when no response arrived).
-        reason: the Status ``reason`` (``NotFound``, ``Conflict``, ``Invalid``, ...) or the
-            HTTP reason phrase when the body is not a Status.
-        message: the Status ``message`` (or the raw text body).
-        body: the decoded JSON body, ``None`` when the body was not JSON.
-    """
-
-    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-
-    @property
-    def not_found(self) -> bool:
-        """True for 404."""
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        """True for a write that lost a race: 409, or the 422 a failed JSON-patch ``test``
-        gets (the real server answers a failed ``test`` with 422 and a generic message,
-        ``reference/optimistic-concurrency.json``)."""
-        if self.status == 409:
-            return True
-        return self.status == 422 and not _causes(self.body)
-
-    @property
-    def gone(self) -> bool:
-        """True for 410 (resourceVersion too old)."""
-        return self.status == 410
-
-
-class NotFound(ApiError):
-    """404: the object (or the resource) does not exist.
-
-    Kubernetes API conventions, Status reason ``NotFound``; RFC 9110 section 15.5.5.
-    """
-
-
-class Conflict(ApiError):
-    """A write that lost a race: 409, or the 422 without ``details.causes`` that a failed
-    JSON-patch ``test`` operation gets (exactly :attr:`ApiError.conflict`).
-
-    Kubernetes API conventions, Status reason ``Conflict`` (an update with a stale
-    ``resourceVersion``); RFC 9110 section 15.5.10 (409); RFC 6902 section 5 (a failed
-    ``test`` is an error; the API server answers it with 422 and no causes).
-    """
-
-
-class Invalid(ApiError):
-    """422 with ``details.causes``: the object failed validation (a field error list).
-
-    Kubernetes API conventions, Status reason ``Invalid``; RFC 9110 section 15.5.21 (422).
-    """
-
-
-class Gone(ApiError):
-    """410: the requested ``resourceVersion`` is too old (a list or watch must relist).
-
-    Kubernetes API conventions, Status reason ``Gone`` (``Expired`` for a continue token);
-    RFC 9110 section 15.5.11.
-    """
-
-
-class Unavailable(ApiError):
-    """The API server is down or overloaded: a transport failure (``status`` 0, no answer),
-    429 Too Many Requests or a 5xx (500, 502, 503, 504) — what :func:`unavailable` tests.
-
-    RFC 9110 section 15.6 (5xx), RFC 6585 section 4 (429); Kubernetes API conventions,
-    Status reasons ``TooManyRequests``, ``InternalError``, ``ServiceUnavailable``,
-    ``Timeout``.
-    """
-
-
-def _causes(body: Mapping[str, Any] | None) -> bool:
-    return bool(((body or {}).get("details") or {}).get("causes"))
-
-
-def api_error(
-    status: int, reason: str, message: str, body: dict[str, Any] | None = None
-) -> ApiError:
-    """The :class:`ApiError` subclass for an HTTP answer (or a transport failure, ``status``
-    0): 404 :class:`NotFound`, 409 :class:`Conflict`, 422 :class:`Invalid` when the Status
-    lists ``details.causes`` else :class:`Conflict` (a failed JSON-patch ``test``), 410
-    :class:`Gone`, 0/429/500/502/503/504 :class:`Unavailable`; any other status the base
-    :class:`ApiError`. Rules: Kubernetes API conventions (Status reasons) and RFC 9110."""
-    cls: type[ApiError]
-    if status == 404:
-        cls = NotFound
-    elif status == 409:
-        cls = Conflict
-    elif status == 422:
-        cls = Invalid if _causes(body) else Conflict
-    elif status == 410:
-        cls = Gone
-    elif status in _UNAVAILABLE:
-        cls = Unavailable
-    else:
-        cls = ApiError
-    return cls(status, reason, message, body)
 
 
 def request_verb(method: str, path: str, params: Mapping[str, str] | None = None) -> str:
@@ -368,12 +256,19 @@ class KubeAPI:
 
         A 401 is retried once when the credentials give a new header (a rotated token).
 
+        ``path`` is checked first (:func:`kubeclient.paths.check_path`): a path with a
+        ``..``, ``.``, empty or escaped segment, a query string or a control character is
+        never sent.
+
         Raises:
+            InvalidPathSegment: ``path`` failed the check; nothing was sent (an
+                :class:`ApiError` with status 400).
             ApiError: any non-2xx answer (``status``/``reason``/``message`` from the Status
                 body) or a transport error/timeout (``status`` 0, reason ``Transport``), as
                 the subclass :func:`api_error` picks (:class:`NotFound`, :class:`Conflict`,
                 :class:`Invalid`, :class:`Gone`, :class:`Unavailable`).
         """
+        check_path(path)
         if content_type is None and body is not None:
             if method.upper() == "PATCH":
                 content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
@@ -437,8 +332,11 @@ class KubeAPI:
         watch refused with 401 is retried once when the credentials give a new header.
 
         Raises:
+            InvalidPathSegment: ``path`` failed :func:`kubeclient.paths.check_path`; nothing
+                was sent.
             ApiError: the watch request itself failed (non-200, transport error).
         """
+        check_path(path)
         query: dict[str, str] = dict(params or {})
         query["watch"] = "true"
         query["timeoutSeconds"] = str(timeout_seconds)
@@ -493,9 +391,12 @@ class KubeAPI:
         so a caller that drops it holds one page at a time.
 
         Raises:
+            InvalidPathSegment: ``path`` failed :func:`kubeclient.paths.check_path`; nothing
+                was sent.
             ApiError: a page failed (a 410 on an expired continue token included); the pages
                 before it were already yielded.
         """
+        check_path(path)
         query: dict[str, str] = dict(params or {})
         query["limit"] = str(page_size)
         rv = ""
@@ -551,13 +452,6 @@ def _error(status: int, reason: str, raw: bytes, decoded: Any) -> ApiError:
 #: Longest wait between retries while the API server is unreachable or answers 429/5xx:
 #: once it is back (``/readyz`` 200), watches resume within this (+ jitter).
 UNAVAILABLE_RETRY_SECONDS = 1.0
-_UNAVAILABLE = frozenset({0, 429, 500, 502, 503, 504})
-
-
-def unavailable(exc: BaseException | None) -> bool:
-    """True when ``exc`` says the API server is down or overloaded: a transport failure
-    (``ApiError`` status 0), 429 or 502/503/504/500."""
-    return isinstance(exc, ApiError) and exc.status in _UNAVAILABLE
 
 
 def next_backoff(backoff: float, exc: BaseException | None, limit: float) -> float:

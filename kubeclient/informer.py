@@ -19,7 +19,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
-from podplacement.kubeclient.client import ApiError, KubeAPI, next_backoff, object_key, retry_delay
+from podplacement.kubeclient.client import KubeAPI, next_backoff, object_key, retry_delay
+from podplacement.kubeclient.errors import ApiError
 
 log = logging.getLogger(__name__)
 

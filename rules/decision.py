@@ -101,10 +101,14 @@ def _rendered(pod: Mapping[str, Any], placement: Placement) -> Decision:
 
 def invalid_pull_secret_event(namespace: str, name: str, error: BaseException) -> EventSpec:
     """The Warning ``InvalidPullSecret`` for a pull Secret whose payload cannot be decoded
-    (``imageinspect.CredentialError``; its text names the entry, never the secret's data):
-    the secret is skipped and the images are inspected with the remaining credentials."""
+    (``imageinspect.CredentialError``; its text names the entry, never the secret's data),
+    or whose name may not be a Secret's (``kubeclient.InvalidPathSegment``: ``..``, ``a/b``;
+    never read): the secret is skipped and the images are inspected with the remaining
+    credentials. A name that is not a plain printable one is shown quoted and cut to 64
+    characters (it is the pod creator's text)."""
+    shown = name if name.isprintable() and len(name) <= 253 else repr(name[:64])
     return EventSpec(WARNING, INVALID_PULL_SECRET, event_message(
-        f"pull secret {namespace}/{name} is unusable and was skipped: {short_error(error)}"
+        f"pull secret {namespace}/{shown} is unusable and was skipped: {short_error(error)}"
     ), "Inspect")
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from podplacement.imageinspect import PullSecretReader
+from podplacement.kubeclient import secret_path
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
 from podplacement.rules.podspec import pull_secret_refs
@@ -199,7 +200,7 @@ class AdmissionInspector:
             raise ValueError("budget and flight_timeout must be > 0, max_flights >= 1")
         # Read fresh for every flight (no TTL): concurrent reviews share one read anyway,
         # and a rotated Secret counts at once.
-        self._secrets = PullSecretReader(client, ttl=0.0)
+        self._secrets = PullSecretReader(client, secret_path=secret_path, ttl=0.0)
         self._inspector = inspector
         self._cache = cache
         self.budget = budget

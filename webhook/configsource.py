@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.kubeclient import Informer, KubeAPI, resource_path
 from podplacement.rules.config import (
     CONFIG_KIND,
     CONFIG_NAME,
@@ -36,7 +36,7 @@ from podplacement.rules.config import (
 
 log = logging.getLogger(__name__)
 
-CONFIG_LIST_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}"
+CONFIG_LIST_PATH = resource_path(GROUP, VERSION, CONFIG_PLURAL)
 
 
 class ConfigSource(Protocol):

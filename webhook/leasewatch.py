@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from podplacement.kubeclient import KubeAPI
+from podplacement.kubeclient import KubeAPI, resource_path
 from podplacement.rules.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
 from podplacement.webhook.configsource import NamedObjectWatch
 
@@ -37,8 +37,12 @@ DEFAULT_UNAVAILABLE_AFTER = 60.0
 
 
 def lease_list_path(namespace: str) -> str:
-    """The Lease collection of ``namespace`` (coordination.k8s.io/v1)."""
-    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    """The Lease collection of ``namespace`` (coordination.k8s.io/v1), checked.
+
+    Raises:
+        InvalidPathSegment: ``namespace`` is not an acceptable path segment.
+    """
+    return resource_path("coordination.k8s.io", "v1", "leases", namespace=namespace)
 
 
 class ControllerLease(NamedObjectWatch):

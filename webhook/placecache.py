@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from podplacement.imageinspect import PullSecretReader
+from podplacement.kubeclient import secret_path
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
 from podplacement.rules.podspec import pull_secret_refs
@@ -150,7 +151,7 @@ class PlaceCache:
             raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
                              "be >= 1")
         # Read fresh for every fill (no TTL): a fill is rare, and a rotated secret counts.
-        self._secrets = PullSecretReader(client, ttl=0.0)
+        self._secrets = PullSecretReader(client, secret_path=secret_path, ttl=0.0)
         self._inspector = inspector
         self._max_entries = max_entries
         self._max_workers = max_concurrent_fills

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from podplacement.kubeclient import Informer, KubeAPI
+from podplacement.kubeclient import Informer, KubeAPI, resource_path
 from podplacement.rules.config import GROUP, POLICY_PLURAL, VERSION
 from podplacement.rules.policy import EMPTY_RANKING, PlacementPolicy, Ranking, rank
 
-POLICIES_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
+POLICIES_PATH = resource_path(GROUP, VERSION, POLICY_PLURAL)
 
 
 class PolicySource(Protocol):

@@ -25,7 +25,7 @@ from podplacement.controller.lifecycle.paths import (
     WEBHOOK_COLLECTION_PATH,
     WEBHOOK_PATH,
 )
-from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, params_path
+from podplacement.controller.paramswriter import params_collection_path, params_path
 from podplacement.kubeclient import ApiError, KubeRequester, NotFound
 from podplacement.rules import admissionpolicy, legacy
 from podplacement.rules.config import (
@@ -91,7 +91,7 @@ class AdmissionObjects:
         self.timeout_seconds = timeout_seconds
         self.before_params_delete = before_params_delete
         self.params_path = params_path(namespace)
-        self.params_collection_path = PARAMS_COLLECTION_PATH.format(namespace=namespace)
+        self.params_collection_path = params_collection_path(namespace)
         self._policy_api = False
         #: whether the policy may exist (None: not known yet): no DELETE per resync
         self._policy_present: bool | None = None

@@ -22,6 +22,7 @@ from podplacement.certs.secretflow import CA_SECRET_NAME as CA_SECRET_NAME
 from podplacement.certs.secretflow import TLS_SECRET_NAME as TLS_SECRET_NAME
 from podplacement.certs.secretflow import WEBHOOK_SERVICE_NAME as WEBHOOK_SERVICE_NAME
 from podplacement.controller.lifecycle.paths import WEBHOOK_PATH
+from podplacement.kubeclient import resource_path
 
 CaBundleSource = Callable[[], bytes | Awaitable[bytes]]
 
@@ -61,3 +62,12 @@ class ServingCertSecret(secretflow.ServingCertSecret):
     MutatingWebhookConfiguration :data:`WEBHOOK_PATH` trusts the signing CA."""
 
     webhook_configuration_path = WEBHOOK_PATH
+
+    def _path(self, name: str | None = None) -> str:
+        """The Secret ``name`` (or the collection) in :attr:`namespace`, from checked
+        segments (:func:`kubeclient.resource_path`).
+
+        Raises:
+            InvalidPathSegment: the namespace or the name is not an acceptable segment.
+        """
+        return resource_path("", "v1", "secrets", namespace=self.namespace, name=name or None)

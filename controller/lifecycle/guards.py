@@ -18,15 +18,14 @@ from podplacement.controller.lifecycle.objects import (
     replacement,
 )
 from podplacement.controller.lifecycle.paths import (
-    NAMESPACE_PATH,
     SELF_SUBJECT_REVIEW_PATH,
-    SERVICE_ACCOUNT_PATH,
     UNINSTALL_BINDING_COLLECTION_PATH,
     UNINSTALL_BINDING_PATH,
     UNINSTALL_ROLE_COLLECTION_PATH,
     UNINSTALL_ROLE_PATH,
+    service_account_path,
 )
-from podplacement.kubeclient import ApiError, KubeRequester
+from podplacement.kubeclient import ApiError, KubeRequester, namespace_path
 from podplacement.rules import ownership
 
 log = logging.getLogger(__name__)
@@ -92,8 +91,7 @@ class UninstallGuards:
         if ref is None:
             return None
         try:
-            return await get_or_none(self.api, SERVICE_ACCOUNT_PATH.format(namespace=ref[0],
-                                                                           name=ref[1]))
+            return await get_or_none(self.api, service_account_path(*ref))
         except ApiError as exc:
             if exc.status == 403:
                 return None
@@ -102,7 +100,7 @@ class UninstallGuards:
     async def get_namespace(self) -> dict[str, Any] | None:
         """The product's Namespace; None when absent or not readable (403)."""
         try:
-            return await get_or_none(self.api, NAMESPACE_PATH.format(namespace=self.namespace))
+            return await get_or_none(self.api, namespace_path(self.namespace))
         except ApiError as exc:
             if exc.status == 403:
                 return None
@@ -130,7 +128,7 @@ class UninstallGuards:
                                ownership.uninstall_binding(ref[0], ref[1], owner),
                                drifted=ownership.rbac_drifted, update_body=replacement)
             await patch_finalizer(
-                self.api, SERVICE_ACCOUNT_PATH.format(namespace=ref[0], name=ref[1]),
+                self.api, service_account_path(*ref),
                 service_account, add=True)
         except ApiError as exc:
             self.problem = f"uninstall guards: {exc}"
@@ -143,7 +141,7 @@ class UninstallGuards:
         ref = self._service_account
         if ref is None:
             return
-        path = SERVICE_ACCOUNT_PATH.format(namespace=ref[0], name=ref[1])
+        path = service_account_path(*ref)
         live = await get_or_none(self.api, path)
         if live is not None and await patch_finalizer(self.api, path, live,
                                                       add=False) is not live:

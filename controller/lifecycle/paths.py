@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from podplacement.certs import secretflow
 from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH
+from podplacement.kubeclient import group_path, resource_path
 from podplacement.rules import admissionpolicy, legacy, ownership
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
@@ -17,16 +18,33 @@ from podplacement.rules.config import (
     WEBHOOK_CONFIGURATION_NAME,
 )
 
-CONFIG_PATH = f"/apis/{GROUP}/{VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"
-WEBHOOK_COLLECTION_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-WEBHOOK_PATH = f"{WEBHOOK_COLLECTION_PATH}/{WEBHOOK_CONFIGURATION_NAME}"
-ADMISSION_DISCOVERY_PATH = f"/apis/{admissionpolicy.GROUP_VERSION}"
-POLICY_COLLECTION_PATH = f"{ADMISSION_DISCOVERY_PATH}/{admissionpolicy.POLICY_RESOURCE}"
-POLICY_PATH = f"{POLICY_COLLECTION_PATH}/{ADMISSION_POLICY_NAME}"
-BINDING_COLLECTION_PATH = f"{ADMISSION_DISCOVERY_PATH}/{admissionpolicy.BINDING_RESOURCE}"
-BINDING_PATH = f"{BINDING_COLLECTION_PATH}/{ADMISSION_POLICY_NAME}"
+#: admissionregistration.k8s.io and its version (the webhook configuration's and the policy's)
+_AR, _AR_VERSION = admissionpolicy.GROUP_VERSION.split("/")
+CONFIG_PATH = resource_path(GROUP, VERSION, CONFIG_PLURAL, name=CONFIG_NAME)
+WEBHOOK_COLLECTION_PATH = resource_path(_AR, _AR_VERSION, "mutatingwebhookconfigurations")
+WEBHOOK_PATH = resource_path(_AR, _AR_VERSION, "mutatingwebhookconfigurations",
+                             name=WEBHOOK_CONFIGURATION_NAME)
+ADMISSION_DISCOVERY_PATH = group_path(_AR, _AR_VERSION)
+POLICY_COLLECTION_PATH = resource_path(_AR, _AR_VERSION, admissionpolicy.POLICY_RESOURCE)
+POLICY_PATH = resource_path(_AR, _AR_VERSION, admissionpolicy.POLICY_RESOURCE,
+                            name=ADMISSION_POLICY_NAME)
+BINDING_COLLECTION_PATH = resource_path(_AR, _AR_VERSION, admissionpolicy.BINDING_RESOURCE)
+BINDING_PATH = resource_path(_AR, _AR_VERSION, admissionpolicy.BINDING_RESOURCE,
+                             name=ADMISSION_POLICY_NAME)
 NAMESPACE_PATH = "/api/v1/namespaces/{namespace}"
 SERVICE_ACCOUNT_PATH = "/api/v1/namespaces/{namespace}/serviceaccounts/{name}"
+
+
+def service_account_path(namespace: str, name: str) -> str:
+    """The ServiceAccount ``namespace/name`` (:data:`SERVICE_ACCOUNT_PATH` is its template),
+    from checked segments (:func:`kubeclient.resource_path`).
+
+    Raises:
+        InvalidPathSegment: a segment is not acceptable.
+    """
+    return resource_path("", "v1", "serviceaccounts", namespace=namespace, name=name)
+
+
 SELF_SUBJECT_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
 UNINSTALL_ROLE_COLLECTION_PATH = f"{_RBAC}/clusterroles"
@@ -40,15 +58,26 @@ CRD_COLLECTION_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # The two paths below are built from the data of rules.legacy; the requests they
 # make are declared concretely in RETIREMENT_REQUESTS (checked against deploy/'s RBAC).
 def retired_crd_path(retired: legacy.RetiredCRD) -> str:
-    """The API path of the CRD ``retired`` (:mod:`rules.legacy`)."""
-    return "/".join((CRD_COLLECTION_PATH, retired.name))
+    """The API path of the CRD ``retired`` (:mod:`rules.legacy`), checked.
+
+    Raises:
+        InvalidPathSegment: the name is not an acceptable segment.
+    """
+    return resource_path("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                         name=retired.name)
 
 
 def retired_object_path(retired: legacy.RetiredCRD, name: str, namespace: str) -> str:
     """The API path of the object ``name`` of ``retired`` (in ``namespace`` when the CRD was
-    namespaced)."""
-    scope = ("namespaces", namespace) if retired.scope == "Namespaced" else ()
-    return "/".join(("", "apis", retired.group, retired.version, *scope, retired.plural, name))
+    namespaced), from checked segments (:func:`kubeclient.resource_path`; ``"{namespace}"``
+    gives the template :data:`RETIREMENT_REQUESTS` declares).
+
+    Raises:
+        InvalidPathSegment: a segment is not acceptable.
+    """
+    scoped = namespace if retired.scope == "Namespaced" else None
+    return resource_path(retired.group, retired.version, retired.plural, namespace=scoped,
+                         name=name)
 
 
 #: What retiring the CRDs of earlier releases sends

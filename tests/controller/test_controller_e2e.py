@@ -543,3 +543,39 @@ async def test_malformed_pull_secret_is_skipped_with_a_warning(
     text = event.get("note") or event.get("message") or ""
     assert f"{ns}/broken" in text and event["type"] == "Warning"
     assert bad_auth not in text
+
+
+async def test_a_pull_secret_name_that_is_no_secret_name_is_never_read(
+    api: KubeAPI,
+    namespace: str,
+    images: Images,
+    basic_registry: Registry,
+    start_controller: StartController,
+) -> None:
+    """A pod's ``imagePullSecrets`` name that cannot be a Secret's (``..`` and ``/``: a path
+    into another namespace) is skipped without a request (``kubeclient.secret_path``), with
+    one ``InvalidPullSecret`` Warning; the pod's valid Secret after it still authenticates."""
+    ns = namespace
+    await api.request("POST", f"/api/v1/namespaces/{ns}/secrets",
+                      body=dockerconfig_secret("regcred", basic_registry))
+    await start_controller()
+
+    def secret_reads() -> int:  # the controller shares ``api``; its counters count them
+        return sum(n for (verb, resource, _), n in api.resource_counters.items()
+                   if verb == "get" and resource == "secrets")
+
+    before = secret_reads()
+    await create_pod(api, ns, gated_pod("traversal", [images.private],
+                                        pull_secrets=["../../other/secrets/regcred",
+                                                      "regcred"]))
+    pod = await wait_ungated(api, ns, "traversal")
+    assert required_terms(pod) == [{"matchExpressions": [_arch("arm64", "ppc64le"), LINUX]}]
+
+    async def warned() -> list[dict[str, Any]]:
+        return [e for e in await events_for(api, ns, "traversal")
+                if e.get("reason") == "InvalidPullSecret"]
+
+    (event,) = await eventually(warned)
+    text = event.get("note") or event.get("message") or ""
+    assert "Secret name" in text and "may not contain '/'" in text
+    assert secret_reads() - before == 1  # regcred only

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -584,12 +584,20 @@ def _source_tree(file: Path) -> ast.Module:
 USER_COMMANDS = frozenset({"controller/explain_cli.py"})
 
 
+def _constants() -> dict[str, str]:
+    """The string constants a path may be built of: :mod:`rules.config`'s and
+    :mod:`rules.admissionpolicy`'s."""
+    from podplacement.rules import admissionpolicy
+    from podplacement.rules import config as cfg
+
+    return {k: str(v) for module in (cfg, admissionpolicy) for k, v in vars(module).items()
+            if k.isupper() and isinstance(v, str)}
+
+
 def _code_paths(package: str) -> Iterator[tuple[str, str, str]]:
     """(file, method or "", path) for every string/f-string literal that is an API path and
     that sits in a call whose first argument is an HTTP method (best effort)."""
-    from podplacement.rules import config as cfg
-
-    consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
+    consts = _constants()
     for file in sorted((ROOT / package).rglob("*.py")):
         if str(file.relative_to(ROOT)) in USER_COMMANDS:
             continue
@@ -608,9 +616,60 @@ def _code_paths(package: str) -> Iterator[tuple[str, str, str]]:
                 yield str(file.relative_to(ROOT)), str(first.value), path
 
 
+def _builders() -> dict[str, Callable[..., str]]:
+    """The product's API path builders by name (:mod:`kubeclient.paths` and the modules'
+    own wrappers of it): :func:`_literal` calls them with the call's constant arguments."""
+    from podplacement import kubeclient
+    from podplacement.controller import leader, paramswriter, policywatch
+    from podplacement.controller.lifecycle import paths as lifecycle_paths
+    from podplacement.webhook import leasewatch
+
+    def secret(namespace: str, name: str) -> str:  # a placeholder is no Secret name
+        return kubeclient.resource_path("", "v1", "secrets", namespace=namespace, name=name)
+
+    return {"resource_path": kubeclient.resource_path, "pod_path": kubeclient.pod_path,
+            "namespace_path": kubeclient.namespace_path, "secret_path": secret,
+            "lease_path": leader.lease_path, "params_path": paramswriter.params_path,
+            "params_collection_path": paramswriter.params_collection_path,
+            "policy_status_path": policywatch.policy_status_path,
+            "service_account_path": lifecycle_paths.service_account_path,
+            "lease_list_path": leasewatch.lease_list_path}
+
+
+def _builder_call(node: ast.Call, consts: dict[str, str]) -> str | None:
+    """The path a call of a path builder makes, an unknown (variable) argument as ``{x}``;
+    None when it is no builder, or the group, version or resource is not a constant."""
+    func = node.func
+    fname = func.id if isinstance(func, ast.Name) else (
+        func.attr if isinstance(func, ast.Attribute) else "")
+    builder = _builders().get(fname)
+    if builder is None:
+        return None
+
+    def arg(expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Constant) and (expr.value is None or isinstance(expr.value, str)):
+            return expr.value
+        key = expr.id if isinstance(expr, ast.Name) else (
+            expr.attr if isinstance(expr, ast.Attribute) else "")
+        return consts.get(key, "{x}")
+
+    if any(isinstance(a, ast.Starred) for a in node.args):
+        return None  # arguments not known here (the declared tables cover those calls)
+    args = [arg(a) for a in node.args]
+    if fname == "resource_path" and "{x}" in args[:3]:
+        return None
+    kwargs = {k.arg: arg(k.value) for k in node.keywords if k.arg}
+    try:
+        return builder(*args, **kwargs)
+    except ValueError:
+        return None
+
+
 def _literal(node: ast.expr, consts: dict[str, str]) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if isinstance(node, ast.Call):
+        return _builder_call(node, consts)
     if isinstance(node, ast.JoinedStr):
         parts = []
         for v in node.values:
@@ -824,16 +883,15 @@ def test_crd_keeps_the_recorded_essentials() -> None:
 
 def _all_path_literals(package: str) -> Iterator[tuple[str, str]]:
     """(file, path) for every string or f-string literal in the package that is an API path
-    (informer paths, module constants, request calls)."""
-    from podplacement.rules import config as cfg
-
-    consts = {k: str(v) for k, v in vars(cfg).items() if k.isupper() and isinstance(v, str)}
+    (informer paths, module constants, request calls), and every path a call of a path
+    builder (:func:`kubeclient.resource_path` and its wrappers) makes."""
+    consts = _constants()
     for file in sorted((ROOT / package).rglob("*.py")):
         if str(file.relative_to(ROOT)) in USER_COMMANDS:
             continue
         tree = _source_tree(file)
         for node in ast.walk(tree):
-            if isinstance(node, ast.JoinedStr | ast.Constant):
+            if isinstance(node, ast.JoinedStr | ast.Constant | ast.Call):
                 text = _literal(node, consts)
                 if text and _PATH_RE.match(text.split("?")[0]):
                     yield str(file.relative_to(ROOT)), text.split("?")[0]

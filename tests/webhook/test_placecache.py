@@ -8,6 +8,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -297,3 +298,24 @@ async def test_aclose_cancels_running_fills() -> None:
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError):
         PlaceCache(_Client({}), _Inspector(), max_queued_fills=0)
+
+
+class _ResolvingClient(_Client):
+    """Resolves ``.`` and ``..`` segments before answering, as the HTTP client does
+    (yarl normalises a URL's path): a name with ``..`` pasted into a path reads elsewhere."""
+
+    async def request(self, method: str, path: str) -> Any:
+        return await super().request(method, posixpath.normpath(path))
+
+
+@pytest.mark.parametrize("name", ["../../b/secrets/pull", "x/../../../b/secrets/pull", ".."])
+async def test_a_pull_secret_name_is_never_a_path_into_another_namespace(name: str) -> None:
+    client = _ResolvingClient({("b", "pull"): _secret("b", "pull", "priv.example", "bob")})
+    inspector = _Inspector({"priv.example/app:1": "bob"})
+    cache = PlaceCache(client, inspector)
+    pod = _pod("priv.example/app:1", secrets=(name,))
+    cache.schedule_fill(pod, "a", CFG)
+    await cache.idle()
+    assert client.reads == []  # the name is refused before any request
+    assert inspector.calls == [("priv.example/app:1", ())]  # anonymous: 401, not stored
+    assert cache.lookup(pod, "a", CFG) is None
