@@ -33,17 +33,6 @@ from tests.webhook.reference import raw_body
 from tests.webhook.test_app import metric
 
 
-class _NotFound(Exception):
-    status = 404
-
-
-class _Client:
-    """Every pull secret is missing (anonymous inspection)."""
-
-    async def request(self, method: str, path: str) -> Any:
-        raise _NotFound(path)
-
-
 class _Inspector:
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -56,7 +45,7 @@ class _Inspector:
 
 @pytest.fixture
 def cache() -> PlaceCache:
-    return PlaceCache(_Client(), _Inspector())
+    return PlaceCache(_Inspector())
 
 
 @pytest.fixture
