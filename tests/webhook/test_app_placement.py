@@ -1,4 +1,4 @@
-"""/mutate with the per-credential cache (issue 14 items 3 and 5), in-process over ASGI:
+"""/mutate with the cache of anonymous results (issue 14 items 3 and 5), in-process over ASGI:
 the first pod of an image is gated and a background fill is scheduled, the next identical
 pod is placed in the answer (the controller's decision, no gate, ``"path":"webhook"``)."""
 
