@@ -66,7 +66,9 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
 - ``controller``: ``spec.admission.fastPaths: Disabled``: every pod gated, then PATCHed by the
   controller (the floor);
 - ``cold`` (the three images new to the product), ``private`` (htpasswd registry, pull
-  secret, warm in the webhook's cache), ``webhook-stopped`` (SIGSTOP for the whole run);
+  secret; one pod of each image placed first: the webhook reads no Secret, so the
+  controller places them, with the images warm in its inspector's cache),
+  ``webhook-stopped`` (SIGSTOP for the whole run);
 - ``warm-small`` (the params object holds the bench images only) and ``warm-nomonitor``
   (``plugins.execFormatErrorMonitor.enabled: false``): ``warm`` less one of its costs;
 - ``floor-product``: the product's own admission policy and params object (as in ``warm``),
@@ -568,6 +570,29 @@ def warm_up(plane: ControlPlane, work: Workload, images: list[str], *, path: str
             time.sleep(0.5)
 
 
+def warm_up_controller(plane: ControlPlane, work: Workload, images: list[str],
+                       limit: float = 120.0) -> None:
+    """Create one pod ``w-N`` of each image in ``bench`` (as the workload writes it: pull
+    secret) and wait until each is ungated (placed by the controller, whose inspector then
+    holds the images: the steady state of a private image, which the webhook never places
+    because it reads no Secret)."""
+    with plane.client() as c:
+        for i, image in enumerate(images):
+            body = orjson.loads(Workload([image], work.always, work.pull_secret).body(0))
+            body["metadata"] = {"name": f"w-{i}", "labels": {"app": "warm-up"}}
+            c.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=body).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            pods = [c.get(f"/api/v1/namespaces/{NAMESPACE}/pods/w-{i}").json()
+                    for i in range(len(images))]
+            if not any(g.get("name") == SCHEDULING_GATE for p in pods
+                       for g in (p.get("spec") or {}).get("schedulingGates") or []):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"warm-up: not placed by the controller within {limit} s")
+            time.sleep(0.2)
+
+
 def wait_policy_gates(plane: ControlPlane, limit: float = 60.0) -> None:
     """With the webhook stopped, wait until a dry-run pod comes back gated: the admission
     policy is in force."""
@@ -947,8 +972,10 @@ def _set_up_product(scenario: str, args: argparse.Namespace, plane: ControlPlane
             warm_up(plane, work, images.base, path="admission", create=True, dry_always=True)
         elif scenario == "always-webhook":
             warm_up(plane, work, images.base, path="admission", create=True)
-        elif scenario in ("webhook-warm", "private"):
+        elif scenario == "webhook-warm":
             warm_up(plane, work, images.base, path="webhook", create=True)
+        elif scenario == "private":
+            warm_up_controller(plane, work, images.base)
         elif scenario == "webhook-stopped":
             os.kill(product.webhook.popen.pid, signal.SIGSTOP)
             wait_policy_gates(plane)

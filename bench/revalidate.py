@@ -57,15 +57,6 @@ from podplacement.webhook.placecache import PlaceCache  # noqa: E402
 NAMESPACE = "bench"
 
 
-class _NoSecrets:
-    """The Kubernetes client of the Secret reads: the bench pods name no pull Secret."""
-
-    async def request(self, method: str, path: str) -> Any:
-        error = LookupError(path)
-        error.status = 404  # type: ignore[attr-defined]
-        raise error
-
-
 def review(image: str, *, always: bool) -> bytes:
     """An AdmissionReview of a pod of ``image`` as the admission policy leaves it: gated."""
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -96,9 +87,8 @@ async def measure(registry: Registry, calls: int, rounds: int) -> list[tuple[str
     image = f"{registry.host}/bench/multi:v1"
     inspector = Inspector(registries=RegistriesConfig().with_insecure(registry.host),
                           retries=0, timeout=10.0)
-    secrets = _NoSecrets()
-    cache = PlaceCache(secrets, inspector)
-    at_admission = AdmissionInspector(secrets, inspector, cache=cache, budget=3.0)
+    cache = PlaceCache(inspector)
+    at_admission = AdmissionInspector(inspector, cache=cache, budget=3.0)
     config = PlacementConfig()
     pod = orjson.loads(review(image, always=True))["request"]["object"]
     out: list[tuple[str, float]] = []
@@ -116,7 +106,7 @@ async def measure(registry: Registry, calls: int, rounds: int) -> list[tuple[str
         out.append(("Inspector.inspect(pull_always)", await cpu_ms(
             lambda: inspector.inspect(image, pull_always=True), calls, rounds)))
         out.append(("AdmissionInspector.pod_images", await cpu_ms(
-            lambda: at_admission.pod_images(pod, NAMESPACE, config, revalidate=True),
+            lambda: at_admission.pod_images(pod, config, revalidate=True),
             calls, rounds)))
         for label, always in (("place_reviewed_pod, cached", False),
                               ("place_reviewed_pod, Always", True)):

@@ -1,6 +1,6 @@
 """The webhook's fast path: the controller's own placement rule, answered at admission.
 
-A pod whose images the webhook already knows (from its per-credential cache,
+A pod whose images the webhook already knows (from its cache of anonymous results,
 :mod:`webhook.placecache`) can be placed in the AdmissionReview answer instead of being gated
 and PATCHed by the controller later: no second write, which is what halves pod throughput
 (docs/how-it-decides.md, "The webhook after the policy"). The rule is not re-implemented

@@ -552,7 +552,8 @@ def pull_secret_refs(pod: Mapping[str, Any], config: PlacementConfig,
     else ``default``; the ServiceAccount admission plugin already merged the service
     account's), duplicates dropped, then the config's global pull secret
     (``imageInspection.globalPullSecretRef``) when not already listed. The kubelet's order;
-    shared by the controller and the webhook's cache (whose keys are these refs)."""
+    the controller reads these; the webhook reads none, it only asks whether there are any
+    (:func:`webhook.admitinspect.needs_credentials`)."""
     ns = namespace or str(_map(pod.get("metadata")).get("namespace") or "default")
     spec = _map(pod.get("spec"))
     names = [str(ref.get("name")) for ref in spec.get("imagePullSecrets") or ()

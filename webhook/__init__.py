@@ -6,9 +6,10 @@ Modules: :mod:`webhook.gating` (pure: should this pod be gated, and why not),
 skip, outage, place, gate), :mod:`webhook.review` (the AdmissionReview decoded, the answer
 encoded), :mod:`webhook.metrics` (``podplacement_webhook_*``), :mod:`webhook.configsource`
 (the cached PodPlacementConfig), :mod:`webhook.leasewatch` (is a controller running?),
-:mod:`webhook.placecache` (per-credential inspection results, filled in the background),
-:mod:`webhook.admitinspect` (inspection at admission within a budget, one per image and
-credentials at a time), :mod:`webhook.admitplace` (placing a gated pod at admission: the
+:mod:`webhook.placecache` (anonymous inspection results per image, filled in the
+background; the webhook reads no Secret),
+:mod:`webhook.admitinspect` (anonymous inspection at admission within a budget, one per
+image at a time), :mod:`webhook.admitplace` (placing a gated pod at admission: the
 cache, else its images inspected or revalidated within the config's budget),
 :mod:`webhook.outage` (the answer while no controller runs),
 :mod:`webhook.tls` and :mod:`webhook.server` (uvicorn over TLS with certificate reload),

@@ -1,5 +1,5 @@
-"""Inspect a pod's images while its AdmissionReview waits: within a time budget, one registry
-inspection per (credentials, image) however many reviews ask at once, results kept in the
+"""Inspect a pod's images while its AdmissionReview waits: within a time budget, anonymously,
+one registry inspection per image however many reviews ask at once, results kept in the
 place cache.
 
 The API server waits for the webhook at most the configuration's ``timeoutSeconds``
@@ -7,18 +7,23 @@ The API server waits for the webhook at most the configuration's ``timeoutSecond
 ``failurePolicy: Ignore``: the pod passes unanswered. So an inspection at admission gets a
 *budget* well inside that (:data:`DEFAULT_BUDGET`), after which the caller answers with what
 it has. An inspection is a *flight*, an asyncio task of its own keyed by
-``(place-cache key, revalidate)``: the place-cache key (:func:`webhook.placecache.cache_keys`)
-names the pod's namespace, the pull Secrets it is inspected with (the controller's rule,
-:func:`rules.podspec.pull_secret_refs`) and the image as written, so N concurrent
-reviews of one image with the same credentials wait for one flight (singleflight), and a
-result learned with one namespace's Secrets never answers another's. The Secrets of a flight
-are read once per set of refs at a time as well. A review whose budget runs out leaves; its
-flight goes on (bounded by ``flight_timeout``) and stores its result, so the next pod of that
-image is answered from the cache. Failures are not stored.
+``(image, revalidate)`` (the place-cache key, :func:`webhook.placecache.cache_keys`, is the
+image reference as written), so N concurrent reviews of one image wait for one flight
+(singleflight), whatever their namespaces. A review whose budget runs out leaves; its
+flight goes on (bounded by ``flight_timeout``) and stores its result, so the next pod of
+that image is answered from the cache. Failures are not stored.
+
+Every flight is **anonymous**: the webhook reads no Secret (docs/security-webhook.md). Its
+endpoint can be called by anyone who reaches its Service, with an AdmissionReview naming
+any namespace; were it to inspect with that namespace's pull Secrets, its answer would tell
+the caller another namespace's private image's platforms and digest. An image the registry
+answers only with credentials fails here (``imageinspect.Unauthorized``, ``Denied``,
+``NotFound``) and its pod stays gated for the controller, which reads the pod's own
+namespace's Secrets.
 
 ``dry_run=True`` (an AdmissionReview with ``request.dryRun``: the webhook declares
-``sideEffects: None``) answers from the cache only, read without touching it: no Secret read,
-no registry request, no cache write.
+``sideEffects: None``) answers from the cache only, read without touching it: no registry
+request, no cache write.
 
 ``revalidate=True`` treats images pulled with ``imagePullPolicy: Always`` as the controller
 does: never answered from the place cache, always asked of the registry
@@ -34,21 +39,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.imageinspect import PullSecretReader
-from podplacement.kubeclient import secret_path
+from podplacement.imageinspect import Denied, NotFound, Unauthorized
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
 from podplacement.rules.podspec import pull_secret_refs
-from podplacement.webhook.placecache import CacheKey, InspectorLike, KubeClientLike, cache_keys
+from podplacement.webhook.placecache import CacheKey, InspectorLike, cache_keys
 
 __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_FLIGHT_TIMEOUT",
     "DEFAULT_MAX_FLIGHTS",
+    "REFUSED_ANONYMOUSLY",
     "AdmissionInspectionError",
     "AdmissionInspector",
     "AdmissionInspectorStats",
@@ -56,6 +61,7 @@ __all__ = [
     "NotInspectedInTime",
     "PodImages",
     "TooManyInspections",
+    "needs_credentials",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,11 +72,16 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET = 2.0
 #: Flights running at once; a review needing another one gets :class:`TooManyInspections`.
 DEFAULT_MAX_FLIGHTS = 256
-#: Seconds a flight may run in all (Secret reads, registry retries and backoff included).
+#: Seconds a flight may run in all (registry retries and backoff included).
 DEFAULT_FLIGHT_TIMEOUT = 30.0
 
 #: (place-cache key, revalidate with the registry)
 FlightKey = tuple[CacheKey, bool]
+
+#: The errors of an anonymous inspection that credentials may cure: the registry refused to
+#: show the image without them (HTTP 401, 403) or hid it (404: several registries answer
+#: so for a private repository).
+REFUSED_ANONYMOUSLY = (Unauthorized, Denied, NotFound)
 
 
 class AdmissionInspectionError(Exception):
@@ -121,8 +132,9 @@ class PodImages:
     Attributes:
         results: every distinct image reference of the pod (as written, pod order) → its
             result (``imageinspect.ImageInfo``) or the exception standing for it: the
-            inspection's own error (``imageinspect.RegistryError``, a Secret read's error),
-            or an :class:`AdmissionInspectionError`.
+            anonymous inspection's own error (``imageinspect.RegistryError``; an image that
+            needs credentials gives ``Unauthorized``, ``Denied`` or ``NotFound``), or an
+            :class:`AdmissionInspectionError`.
         from_cache: the images answered from the place cache.
         inspected: the images whose inspection this call started or joined and saw finish.
     """
@@ -141,6 +153,19 @@ class PodImages:
         return {i: r for i, r in self.results.items() if isinstance(r, BaseException)}
 
 
+def needs_credentials(pod: Mapping[str, Any], config: PlacementConfig,
+                      images: PodImages) -> bool:
+    """True when ``pod`` is one the controller may place and the webhook may not: the pod
+    names pull Secrets (its ``imagePullSecrets`` or the config's
+    ``globalPullSecretRef``; :func:`rules.podspec.pull_secret_refs`, the controller's
+    rule) and the registry refused an image of it to the webhook's anonymous inspection
+    (:data:`REFUSED_ANONYMOUSLY`). The controller reads those Secrets in the pod's own
+    namespace; the webhook reads none (module docstring). No I/O."""
+    if not pull_secret_refs(pod, config):
+        return False
+    return any(isinstance(e, REFUSED_ANONYMOUSLY) for e in images.errors().values())
+
+
 @dataclass(slots=True)
 class AdmissionInspectorStats:
     """Counters (plain ints, read by tests and benchmarks).
@@ -153,7 +178,6 @@ class AdmissionInspectorStats:
         cache_answers: images answered from the place cache.
         budget_exceeded: images a review stopped waiting for (budget spent).
         refused: images not inspected because ``max_flights`` were running.
-        secret_reads: reads of a set of pull Secrets (one per set at a time).
     """
 
     flights_started: int = 0
@@ -163,17 +187,16 @@ class AdmissionInspectorStats:
     cache_answers: int = 0
     budget_exceeded: int = 0
     refused: int = 0
-    secret_reads: int = 0
 
 
 class AdmissionInspector:
-    """Inspects the images of pods under admission within a budget, one flight per key.
+    """Inspects the images of pods under admission within a budget, anonymously, one flight
+    per key.
 
     Args:
-        client: reads the pull Secrets (:class:`webhook.placecache.KubeClientLike`); 403
-            and 404 skip a Secret, any other error fails the images that needed it.
-        inspector: inspects images (:class:`imageinspect.Inspector`, shared with the place
-            cache's fills); not closed here.
+        inspector: inspects images, always without credentials
+            (:class:`imageinspect.Inspector`, shared with the place cache's fills); not
+            closed here.
         cache: where results are looked up and stored (:class:`webhook.placecache.PlaceCache`
             or None: nothing is cached here).
         budget: default seconds :meth:`pod_images` waits (> 0).
@@ -188,7 +211,6 @@ class AdmissionInspector:
 
     def __init__(
         self,
-        client: KubeClientLike,
         inspector: InspectorLike,
         *,
         cache: CacheLike | None = None,
@@ -198,16 +220,12 @@ class AdmissionInspector:
     ) -> None:
         if not budget > 0 or not flight_timeout > 0 or max_flights < 1:
             raise ValueError("budget and flight_timeout must be > 0, max_flights >= 1")
-        # Read fresh for every flight (no TTL): concurrent reviews share one read anyway,
-        # and a rotated Secret counts at once.
-        self._secrets = PullSecretReader(client, secret_path=secret_path, ttl=0.0)
         self._inspector = inspector
         self._cache = cache
         self.budget = budget
         self._max_flights = max_flights
         self._flight_timeout = flight_timeout
         self._flights: dict[FlightKey, asyncio.Task[Any]] = {}
-        self._reads: dict[tuple[tuple[str, str], ...], asyncio.Task[Any]] = {}
         self.stats = AdmissionInspectorStats()
 
     def in_flight(self) -> int:
@@ -217,7 +235,6 @@ class AdmissionInspector:
     async def pod_images(
         self,
         pod: Mapping[str, Any],
-        namespace: str,
         config: PlacementConfig,
         *,
         budget: float | None = None,
@@ -227,14 +244,14 @@ class AdmissionInspector:
         """The results of ``pod``'s images, from the place cache or inspected now.
 
         Args:
-            pod: the AdmissionReview's ``request.object``.
-            namespace: the pod's namespace (its Secrets are read there).
-            config: the PodPlacementConfig in force (cache TTL, global pull secret).
+            pod: the AdmissionReview's ``request.object`` (its pull Secrets are not read:
+                every image is inspected anonymously).
+            config: the PodPlacementConfig in force (cache TTL).
             budget: seconds to wait for the inspections started or joined (default: the
                 instance's ``budget``; <= 0: start them, wait for none). Flights left
                 behind go on and fill the cache.
-            dry_run: answer from the cache only and leave it untouched: no Secret read, no
-                registry request, no cache write (``request.dryRun``).
+            dry_run: answer from the cache only and leave it untouched: no registry
+                request, no cache write (``request.dryRun``).
             revalidate: images pulled with ``imagePullPolicy: Always`` are not answered
                 from the cache but inspected with ``pull_always`` (the controller's rule);
                 with ``dry_run`` they get :class:`NotInspected`.
@@ -243,7 +260,7 @@ class AdmissionInspector:
             :class:`PodImages`: a result or an exception for every distinct image. Never
             raises for an image's failure; cancelling the call leaves the flights running.
         """
-        keys = cache_keys(pod, namespace, config)
+        keys = cache_keys(pod)
         pulls = unique_images(pod)
         found = (self._cache.cached(keys, config, touch=not dry_run)
                  if self._cache is not None else {})
@@ -263,11 +280,10 @@ class AdmissionInspector:
         self.stats.cache_answers += len(from_cache)
         if not wanted:
             return PodImages(results, tuple(from_cache))
-        refs = tuple(pull_secret_refs(pod, config, namespace))
         max_age = config.image_inspection.cache_ttl_seconds
         tasks: dict[str, asyncio.Task[Any]] = {}
         for image, flight_key in wanted.items():
-            task = self._flight(flight_key, refs, image, max_age)
+            task = self._flight(flight_key, image, max_age)
             if task is None:
                 results[image] = TooManyInspections(image, self._max_flights)
             else:
@@ -288,8 +304,7 @@ class AdmissionInspector:
                 inspected.append(image)
         return PodImages({i: results[i] for i in keys}, tuple(from_cache), tuple(inspected))
 
-    def _flight(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
-                image: str, max_age: float) -> asyncio.Task[Any] | None:
+    def _flight(self, key: FlightKey, image: str, max_age: float) -> asyncio.Task[Any] | None:
         """The running flight of ``key``, joined, or a new one; None when ``max_flights``
         are running. ``max_age``: the config's cacheTTL (seconds): a result the inspector
         holds from an older registry answer is fetched again, not placed with."""
@@ -300,7 +315,7 @@ class AdmissionInspector:
         if len(self._flights) >= self._max_flights:
             self.stats.refused += 1
             return None
-        task = asyncio.get_running_loop().create_task(self._fly(key, refs, image, max_age))
+        task = asyncio.get_running_loop().create_task(self._fly(key, image, max_age))
         self._flights[key] = task
         self.stats.flights_started += 1
 
@@ -313,37 +328,16 @@ class AdmissionInspector:
         task.add_done_callback(done)
         return task
 
-    async def _fly(self, key: FlightKey, refs: tuple[tuple[str, str], ...],
-                   image: str, max_age: float) -> Any:
+    async def _fly(self, key: FlightKey, image: str, max_age: float) -> Any:
         cache_key, always = key
         async with asyncio.timeout(self._flight_timeout):
-            credentials = await self._credentials(refs)
-            result = await self._inspector.inspect(image, credentials, pull_always=always,
+            # No credentials, ever: an anonymous answer is public (module docstring).
+            result = await self._inspector.inspect(image, (), pull_always=always,
                                                    max_age=max_age)
         if self._cache is not None:
             self._cache.store(cache_key, result)
             self.stats.stored += 1
         return result
-
-    async def _credentials(self, refs: tuple[tuple[str, str], ...]) -> Sequence[Any]:
-        """The credentials of ``refs``, read once for all flights that need them now."""
-        if not refs:
-            return ()
-        task = self._reads.get(refs)
-        if task is None:
-            self.stats.secret_reads += 1
-            task = asyncio.get_running_loop().create_task(self._secrets.credentials(refs))
-            self._reads[refs] = task
-
-            def done(t: asyncio.Task[Any]) -> None:
-                if self._reads.get(refs) is t:
-                    del self._reads[refs]
-                if not t.cancelled():
-                    t.exception()  # retrieved here: the flights re-raise it
-
-            task.add_done_callback(done)
-        # shield: one flight's timeout or cancellation must not cancel the others' read
-        return await asyncio.shield(task)
 
     async def idle(self) -> None:
         """Wait until no flight runs (tests; each flight ends within ``flight_timeout``)."""
@@ -351,10 +345,9 @@ class AdmissionInspector:
             await asyncio.gather(*list(self._flights.values()), return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Cancel the running flights and Secret reads."""
-        tasks = [*self._flights.values(), *self._reads.values()]
+        """Cancel the running flights."""
+        tasks = list(self._flights.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._flights.clear()
-        self._reads.clear()

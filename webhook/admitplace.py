@@ -4,16 +4,16 @@ the config's budget, with one manifest ``HEAD`` for an image pulled with ``Alway
 A pod the admission policy gated, or one the webhook would gate, is placed in the webhook's
 answer (gate removed, the controller's own decision,
 :func:`rules.admission.admission_placement`) when the webhook knows every image of it
-**for the pod's namespace and pull Secrets**
-(:mod:`webhook.placecache`). What it does not know yet it learns now, as the controller would,
-within ``spec.admission.inspectionBudget`` seconds counted from the start of the review
+**from an anonymous inspection** (:mod:`webhook.placecache`: the webhook reads no Secret, so
+an image that needs the pod's pull Secrets is the controller's; docs/security-webhook.md).
+What it does not know yet it learns now, anonymously, within
+``spec.admission.inspectionBudget`` seconds counted from the start of the review
 (:attr:`rules.config.PlacementConfig.admission_inspection_budget`;
 docs/how-it-decides.md "The webhook after the policy"):
 
 * an image missing from the cache is inspected
   (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: concurrent reviews of one
-  image and credentials share one inspection, the pod's pull Secrets as the controller reads
-  them);
+  image share one inspection, made without credentials);
 * an image pulled with ``imagePullPolicy: Always`` is revalidated even when cached: the
   registry is asked for the tag's current digest with one manifest ``HEAD``
   (:meth:`imageinspect.Inspector.inspect` with ``pull_always``); the same digest places the pod
@@ -23,7 +23,8 @@ docs/how-it-decides.md "The webhook after the policy"):
 * past the budget the pod stays gated for the controller, exactly as without this step,
   and the inspection goes on in the background and stores its result, so the next pod of
   that image is placed from the cache. A failed inspection leaves the pod to the
-  controller too (it retries and reports).
+  controller too (it retries and reports), and so does an image the registry refuses to
+  show without credentials: the controller inspects it with the pod's own pull Secrets.
 
 A review with ``dryRun`` reads the cache only (untouched): nothing is inspected or filled
 (``sideEffects: None``). A budget of 0 inspects nothing at admission: a miss schedules a
@@ -48,12 +49,18 @@ from podplacement.rules.admission import (
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
 from podplacement.rules.policy import PlacementPolicy, policy_for
-from podplacement.webhook.admitinspect import NotInspectedInTime, PodImages, TooManyInspections
+from podplacement.webhook.admitinspect import (
+    NotInspectedInTime,
+    PodImages,
+    TooManyInspections,
+    needs_credentials,
+)
 from podplacement.webhook.policysource import PolicySource
 
 __all__ = [
     "GATED",
     "GATED_INSPECTION_FAILED",
+    "GATED_NEEDS_CREDENTIALS",
     "GATED_OVER_BUDGET",
     "KINDS",
     "PLACED_FROM_CACHE",
@@ -83,25 +90,28 @@ GATED = "gated"
 #: Left gated: an image was not inspected within the budget (or too many inspections were
 #: running to start one); it goes on in the background.
 GATED_OVER_BUDGET = "over_budget"
-#: Left gated: an image's inspection failed (registry or Secret read error).
+#: Left gated: an image's anonymous inspection failed (a registry error).
 GATED_INSPECTION_FAILED = "inspection_failed"
+#: Left gated: the pod names pull Secrets and the registry refused an image of it to the
+#: webhook's anonymous inspection (:func:`webhook.admitinspect.needs_credentials`): the
+#: controller inspects it with the pod's own pull Secrets.
+GATED_NEEDS_CREDENTIALS = "needs_credentials"
 KINDS = (PLACED_FROM_CACHE, PLACED_INSPECTED, PLACED_REVALIDATED, GATED, GATED_OVER_BUDGET,
-         GATED_INSPECTION_FAILED)
+         GATED_INSPECTION_FAILED, GATED_NEEDS_CREDENTIALS)
 
 
 class PlaceCacheLike(Protocol):
     """What this module needs of :class:`webhook.placecache.PlaceCache`."""
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
+    def lookup(self, pod: Mapping[str, Any], config: PlacementConfig, *,
                touch: bool = True) -> Mapping[str, Any] | None: ...
-    def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
-                      config: PlacementConfig) -> Any: ...
+    def schedule_fill(self, pod: Mapping[str, Any], config: PlacementConfig) -> Any: ...
 
 
 class InspectorLike(Protocol):
     """What this module needs of :class:`webhook.admitinspect.AdmissionInspector`."""
 
-    async def pod_images(self, pod: Mapping[str, Any], namespace: str,
+    async def pod_images(self, pod: Mapping[str, Any],
                          config: PlacementConfig, *, budget: float | None = None,
                          dry_run: bool = False, revalidate: bool = False) -> PodImages: ...
 
@@ -128,7 +138,6 @@ def _digest(result: Any) -> Any:
 
 async def place_at_admission(
     pod: Mapping[str, Any],
-    namespace: str,
     config: PlacementConfig | None,
     *,
     cache: PlaceCacheLike,
@@ -144,7 +153,6 @@ async def place_at_admission(
     Args:
         pod: the AdmissionReview's ``request.object``, decoded whole; gated by the policy
             or one the webhook would gate.
-        namespace: the pod's namespace (its pull Secrets are read there).
         config: the PodPlacementConfig in force (None: nothing is placed).
         cache: the place cache (looked up first; with ``dry_run`` read untouched).
         inspector: inspects at admission, sharing flights and storing into ``cache``
@@ -161,7 +169,7 @@ async def place_at_admission(
     if not fast_path_applies(config):
         return _NOT_TRIED
     assert config is not None
-    found = cache.lookup(pod, namespace, config, touch=not dry_run)
+    found = cache.lookup(pod, config, touch=not dry_run)
     pulls = unique_images(pod)
     always = any(pulls.values())
     if found is not None and not always:
@@ -170,14 +178,18 @@ async def place_at_admission(
     if dry_run:
         return _NOT_TRIED
     if inspector is None or config.admission_inspection_budget <= 0:
-        cache.schedule_fill(pod, namespace, config)
+        cache.schedule_fill(pod, config)
         return _NOT_TRIED
-    images = await inspector.pod_images(pod, namespace, config, budget=max(0.0, budget),
+    images = await inspector.pod_images(pod, config, budget=max(0.0, budget),
                                         revalidate=True)
     if not images.complete:
         late = any(isinstance(e, NotInspectedInTime | TooManyInspections)
                    for e in images.errors().values())
-        return AdmissionAnswer(None, GATED_OVER_BUDGET if late else GATED_INSPECTION_FAILED)
+        if late:
+            return AdmissionAnswer(None, GATED_OVER_BUDGET)
+        return AdmissionAnswer(None, GATED_NEEDS_CREDENTIALS
+                               if needs_credentials(pod, config, images)
+                               else GATED_INSPECTION_FAILED)
     placement = admission_placement(pod, images.results, config, revalidated=True,
                                     policy=policy)
     if placement is None:
@@ -207,7 +219,7 @@ async def place_reviewed_pod(
     try:
         pod = orjson.loads(body)["request"]["object"]
         policy = policy_for(pod, policies.of(namespace)) if policies is not None else None
-        return await place_at_admission(pod, namespace, config, cache=cache,
+        return await place_at_admission(pod, config, cache=cache,
                                         inspector=inspector, budget=budget, dry_run=dry_run,
                                         policy=policy)
     except Exception:

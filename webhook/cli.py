@@ -83,9 +83,10 @@ def register(subparsers: Any) -> None:
                    metavar="SECONDS",
                    help="when no renewal of the controller's leader Lease was seen for this "
                         "long, pods are not held at the gate: the webhook places them at "
-                        "admission itself, inspecting their images within "
+                        "admission itself, inspecting their images anonymously within "
                         "--admission-inspection-budget, or releases them with the config's "
-                        "fallback (fallbackArchitecture, fallbackOperatingSystems) "
+                        "fallback (fallbackArchitecture, fallbackOperatingSystems); a pod "
+                        "whose image needs its pull secrets stays gated for the controller "
                         "(default: %(default)s; not with --config-file)")
     p.add_argument("--admission-inspection-budget", type=_budget, default=DEFAULT_BUDGET,
                    metavar="SECONDS",
@@ -97,9 +98,10 @@ def register(subparsers: Any) -> None:
                         f"({DEFAULT_TIMEOUT_SECONDS}) (default: %(default)s)")
     p.add_argument("--no-place-cache", action="store_true",
                    help="never place a gated pod at admission while a controller runs "
-                        "(default: place pods whose images the webhook inspected with the "
-                        "same namespace and pull secrets, before or within the config's "
-                        "spec.admission.inspectionBudget; needs get on secrets; not with "
+                        "(default: place pods whose images the webhook inspected "
+                        "anonymously, before or within the config's "
+                        "spec.admission.inspectionBudget; the webhook reads no Secret: an "
+                        "image that needs a pull secret is left to the controller; not with "
                         "--config-file)")
     add_registry_arguments(p, pull_secret=False)
     p.set_defaults(func=run)
@@ -127,15 +129,15 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.config_file:
         return await _serve_with(args, StaticConfigSource.from_file(args.config_file), None)
     settings = registry_settings(args)
-    # One client for both watches and the cache's Secret reads; its credentials refresh
-    # themselves (kubeclient).
+    # One client for the watches (config, policies, the controller's Lease); its credentials
+    # refresh themselves (kubeclient). It reads no Secret: every inspection is anonymous.
     api = await KubeAPI.from_kubeconfig(args.kubeconfig, user_agent="podplacement-webhook")
     inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles)
     try:
         lease = ControllerLease(api, args.namespace,
                                 threshold=args.controller_unavailable_after)
-        cache = None if args.no_place_cache else PlaceCache(api, inspector)
-        at_admission = AdmissionInspector(api, inspector, cache=cache,
+        cache = None if args.no_place_cache else PlaceCache(inspector)
+        at_admission = AdmissionInspector(inspector, cache=cache,
                                           budget=args.admission_inspection_budget)
         return await _serve_with(args, WatchingConfigSource(api), lease, cache, at_admission,
                                  WatchingPolicySource(api))

@@ -17,6 +17,7 @@ from podplacement.webhook import limits as _limits
 from podplacement.webhook.admitplace import (
     GATED,
     GATED_INSPECTION_FAILED,
+    GATED_NEEDS_CREDENTIALS,
     GATED_OVER_BUDGET,
     PLACED_FROM_CACHE,
     PLACED_INSPECTED,
@@ -34,6 +35,7 @@ PATH_WEBHOOK_REVALIDATED = "webhook-revalidated"
 PATH_GATED = "gated"
 PATH_GATED_OVER_BUDGET = "gated-over-budget"
 PATH_GATED_INSPECTION_FAILED = "gated-inspection-failed"
+PATH_GATED_NEEDS_CREDENTIALS = "gated-needs-credentials"
 PATH_RELEASED = "released"
 PATH_SKIPPED = "skipped"
 
@@ -79,6 +81,8 @@ class WebhookMetrics:
       their digest: one ``HEAD`` each), ``gated`` (by the policy or the webhook; the
       controller places them), ``gated-over-budget`` and ``gated-inspection-failed`` (the
       same, after an inspection at admission that did not finish in time or failed),
+      ``gated-needs-credentials`` (the pod names pull Secrets and the registry refused an
+      image of it to the webhook's anonymous inspection; also while no controller runs),
       ``released`` (released unplaced while no controller runs) and ``skipped``;
     * ``released_unplaced_total{reason}``: pods released at admission without their images'
       platforms while no controller runs (the controller's fallback requirement: the
@@ -137,6 +141,7 @@ class WebhookMetrics:
             GATED: self.path_gated,
             GATED_OVER_BUDGET: admissions.labels(PATH_GATED_OVER_BUDGET),
             GATED_INSPECTION_FAILED: admissions.labels(PATH_GATED_INSPECTION_FAILED),
+            GATED_NEEDS_CREDENTIALS: admissions.labels(PATH_GATED_NEEDS_CREDENTIALS),
         }
         self._path_by_reason = {REASON_GATED: self.path_gated,
                                 REASON_ALREADY_GATED: self.path_gated}

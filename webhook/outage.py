@@ -7,11 +7,17 @@ pod let through unplaced may be bound to a node its images cannot run on and is 
 revisited. So the webhook decides once and for all, at admission (docs/how-it-decides.md "No
 cluster-wide stall when the controller is down"):
 
-1. the pod's images are inspected within the review's budget
+1. the pod's images are inspected within the review's budget, anonymously
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,
-   concurrent reviews of one image and credentials sharing one inspection; images pulled
-   with ``Always`` revalidated with the registry);
-2. the controller's decision is answered (:func:`rules.admission.outage_placement`:
+   concurrent reviews of one image sharing one inspection; images pulled with ``Always``
+   revalidated with the registry; the webhook reads no Secret, docs/security-webhook.md);
+2. a pod that names pull Secrets and whose image the registry refused to the anonymous
+   inspection (:func:`webhook.admitinspect.needs_credentials`) is **not answered here**
+   (None): it stays gated for the controller, which reads those Secrets in the pod's
+   namespace. It is not held forever: a controller that leads again places every pod still
+   gated (bounded retries, then the fallback), and the last controller's stand-down and
+   the ordered uninstall release every gated pod (:mod:`controller.lastrelease`);
+3. the controller's decision is answered (:func:`rules.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
    (:func:`rules.fallback.fallback_requirement`: the fallback architecture when
@@ -42,6 +48,7 @@ from podplacement.webhook.admitinspect import (
     NotInspected,
     NotInspectedInTime,
     TooManyInspections,
+    needs_credentials,
 )
 from podplacement.webhook.patch import release_patch
 
@@ -63,7 +70,8 @@ UNPLACED_DRY_RUN = "dry_run"  # a dry-run review whose images were not all cache
 UNPLACED_TIMEOUT = "timeout"  # an inspection did not finish within the budget
 UNPLACED_BUSY = "busy"  # too many inspections were running to start one more
 UNPLACED_NOT_INSPECTED = "not_inspected"  # the webhook has no inspector
-UNPLACED_FAILED = "failed"  # the registry or a Secret read failed
+UNPLACED_FAILED = "failed"  # the registry failed, or refused an image of a pod without
+# pull Secrets
 UNPLACED_UNFIT = "unfit"  # the pod's shape does not fit the controller's patch
 UNPLACED_REASONS = (UNPLACED_DRY_RUN, UNPLACED_TIMEOUT, UNPLACED_BUSY, UNPLACED_NOT_INSPECTED,
                     UNPLACED_FAILED, UNPLACED_UNFIT)
@@ -100,7 +108,6 @@ def _why_unplaced(errors: Mapping[str, BaseException], dry_run: bool) -> str:
 
 async def answer_during_outage(
     pod: Mapping[str, Any],
-    namespace: str,
     config: PlacementConfig,
     *,
     inspector: AdmissionInspector | None,
@@ -108,13 +115,13 @@ async def answer_during_outage(
     dry_run: bool,
     silent_for: float,
     policy: PlacementPolicy | None = None,
-) -> OutageAnswer:
-    """Place ``pod`` at admission, or release it with the fallback (module docstring).
+) -> OutageAnswer | None:
+    """Place ``pod`` at admission, release it with the fallback, or leave it gated for the
+    controller (module docstring).
 
     Args:
         pod: the AdmissionReview's ``request.object`` (the whole pod), gated by the
             admission policy or one the webhook would gate.
-        namespace: the pod's namespace.
         config: the PodPlacementConfig in force.
         inspector: inspects at admission (None: nothing is inspected, every pod is
             released with the fallback).
@@ -126,14 +133,18 @@ async def answer_during_outage(
         policy: the namespace's PodPlacementPolicy matching the pod, or None.
 
     Returns:
-        the :class:`OutageAnswer`. Raises only on internal errors (the caller allows the
-        pod unchanged and counts them).
+        the :class:`OutageAnswer`, or None: the pod needs its pull Secrets
+        (:func:`webhook.admitinspect.needs_credentials`), the caller leaves it gated for the
+        controller. Raises only on internal errors (the caller allows the pod unchanged and
+        counts them).
     """
     give_up = (f"at admission (no podplacement controller has renewed its Lease for "
                f"{silent_for:.0f} s)")
     if inspector is not None:
-        found = await inspector.pod_images(pod, namespace, config, budget=budget,
+        found = await inspector.pod_images(pod, config, budget=budget,
                                            dry_run=dry_run, revalidate=True)
+        if not found.complete and needs_credentials(pod, config, found):
+            return None
         images: Mapping[str, Any] = found.results
         errors = found.errors()
     else:

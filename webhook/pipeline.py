@@ -10,8 +10,10 @@
    :func:`webhook.gating.should_gate` says not to gate → allowed unchanged; else (to gate, or
    already gated by the admission policy) → a :class:`PodToGate`.
 3. :meth:`~AdmissionPipeline.outage`: no controller holds its Lease → placed or released at
-   admission (:func:`webhook.outage.answer_during_outage`); else None (go on).
-4. :meth:`~AdmissionPipeline.place`: from the per-credential cache, or inspected within the
+   admission (:func:`webhook.outage.answer_during_outage`), or left gated for the controller
+   when the pod needs its pull Secrets (a :data:`webhook.admitplace.KINDS` value, on to
+   stage 5); else None (go on).
+4. :meth:`~AdmissionPipeline.place`: from the cache of anonymous results, or inspected within the
    config's ``inspectionBudget`` (:func:`webhook.admitplace.place_reviewed_pod`) → placed in
    the answer, or why not (a :data:`webhook.admitplace.KINDS` value).
 5. :meth:`~AdmissionPipeline.gate`: the gate and label patch (:func:`webhook.review.patch_tail`),
@@ -37,7 +39,7 @@ from fastapi.responses import Response
 
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.policy import policy_for
-from podplacement.webhook.admitplace import GATED, place_reviewed_pod
+from podplacement.webhook.admitplace import GATED, GATED_NEEDS_CREDENTIALS, place_reviewed_pod
 from podplacement.webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
 from podplacement.webhook.configsource import ConfigSource
 from podplacement.webhook.gating import REASON_ALREADY_GATED, GateDecision, should_gate
@@ -158,10 +160,10 @@ class AdmissionPipeline:
             at admission by the webhook itself or released with the controller's fallback
             (:mod:`webhook.outage`; outcome ``placed`` or ``released``, reason
             ``controller_unavailable``). None: always hold (no outage stage).
-        place_cache: the per-credential inspection cache of the fast path
-            (:class:`webhook.placecache.PlaceCache`). A pod the webhook would gate, or that
-            the admission policy gated, whose images the cache knows for the pod's
-            credentials is placed in the answer (the controller's decision,
+        place_cache: the cache of anonymous inspection results of the fast path
+            (:class:`webhook.placecache.PlaceCache`, keyed by image). A pod the webhook
+            would gate, or that the admission policy gated, whose images the cache knows
+            is placed in the answer (the controller's decision,
             :func:`rules.admission.admission_placement`: final affinity, labels, annotation
             with ``"path":"webhook"``, gate removed, ``warnings`` for pins the images cannot
             run on), counted as ``admissions_total{path="webhook-placed"}``. On a miss, and
@@ -246,6 +248,8 @@ class AdmissionPipeline:
         if isinstance(pod, Response):
             return pod
         answer = await self.outage(review, pod)
+        if isinstance(answer, str):
+            return self.gate(review, pod, answer)
         if answer is not None:
             return answer
         placed = await self.place(review, pod)
@@ -315,15 +319,18 @@ class AdmissionPipeline:
             return allowed(review.api_version, review.uid)
         return PodToGate(pod, namespace, decision, request.get("dryRun") is True)
 
-    async def outage(self, review: Review, pod: PodToGate) -> Response | None:
-        """Stage 3: while no controller runs, hold no pod at the gate.
+    async def outage(self, review: Review, pod: PodToGate) -> Response | str | None:
+        """Stage 3: while no controller runs, hold no pod at the gate that the webhook can
+        place or release.
 
         Returns:
             None when a controller holds its Lease (or there is no Lease watch or no
             config): go on. Else the answer of :func:`webhook.outage.answer_during_outage`
-            (the pod placed at admission, inspected within the inspector's own ``budget``
-            counted from ``review.started``, or released with the controller's fallback),
-            counted ``placed`` / ``released`` with reason ``controller_unavailable``.
+            (the pod placed at admission, inspected anonymously within the inspector's own
+            ``budget`` counted from ``review.started``, or released with the controller's
+            fallback), counted ``placed`` / ``released`` with reason
+            ``controller_unavailable``; or :data:`webhook.admitplace.GATED_NEEDS_CREDENTIALS`
+            for a pod that needs its pull Secrets: gated (stage 5) for the controller.
 
         Raises:
             Exception: from the Lease, the policy source or a whole-body parse (the caller
@@ -336,12 +343,14 @@ class AdmissionPipeline:
         budget = (inspector.budget if inspector else 0.0)
         whole = orjson.loads(review.body)["request"]["object"]
         answer = await answer_during_outage(
-            whole, pod.namespace, config,
+            whole, config,
             inspector=inspector,
             budget=budget - (perf_counter() - review.started), dry_run=pod.dry_run,
             silent_for=lease.seconds_since_renewal(),
             policy=(policy_for(whole, policies.of(pod.namespace))
                     if policies is not None else None))
+        if answer is None:
+            return GATED_NEEDS_CREDENTIALS
         return self._outage_answer(review, answer)
 
     def _outage_answer(self, review: Review, answer: OutageAnswer) -> Response:

@@ -1,4 +1,4 @@
-"""The webhook's per-credential cache of image inspection results, filled in the background.
+"""The webhook's cache of **anonymous** image inspection results, filled in the background.
 
 The webhook places a pod at admission when it knows every image of the pod
 (:func:`rules.admission.admission_placement`; docs/how-it-decides.md "The webhook
@@ -6,17 +6,18 @@ after the policy"):
 from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
 config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
 :mod:`webhook.admitplace`). With a budget of 0, a miss leaves the pod gated for the
-controller and :meth:`PlaceCache.schedule_fill` queues a background fill, which reads the
-pod's pull Secrets through the Kubernetes API, inspects the images with those credentials
-and stores the results. Either way the next pod with the same images and the same
-credentials is placed by the webhook. A review with ``dryRun`` only reads the cache
+controller and :meth:`PlaceCache.schedule_fill` queues a background fill, which inspects the
+images anonymously and stores the results. Either way the next pod with the same images is
+placed by the webhook. A review with ``dryRun`` only reads the cache
 (``lookup(touch=False)``) and schedules no fill.
 
-Results are keyed by *who may see them*: (the pod's namespace and the pull Secrets the
-controller would inspect it with, :func:`rules.podspec.pull_secret_refs`; the image
-reference as written); Secrets are read with :class:`imageinspect.PullSecretReader`. A
-result learned with namespace A's secret therefore never answers a pod of namespace B, nor a
-pod of A naming other secrets (no namespace learns what another's credentials opened).
+The webhook reads no Secret (docs/security-webhook.md): every inspection here is anonymous,
+the rule of the params object (the catalog): what a registry answers without credentials
+is public. So results are keyed by the image reference as written only: nothing in the
+cache is anything a caller could not have asked the registry for itself, and a pod of any
+namespace may be placed from it. An image the registry refuses to name without
+credentials is never stored (failures are not stored); its pods stay gated for the
+controller, which reads the pod's own namespace's pull Secrets.
 Entries expire the config's ``imageInspection.cacheTTL`` after a registry answered for
 them (the result's ``fetched_at``, not the time of the fill: a fill the inspector served
 from its own cache does not make an old result young; fills ask the inspector for results
@@ -36,37 +37,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.imageinspect import PullSecretReader
-from podplacement.kubeclient import secret_path
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
-from podplacement.rules.podspec import pull_secret_refs
 
-__all__ = ["CacheKey", "InspectorLike", "KubeClientLike", "PlaceCache", "PlaceCacheStats",
-           "cache_keys"]
+__all__ = ["CacheKey", "InspectorLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
 
 log = logging.getLogger(__name__)
 
-#: ((("", pod namespace), *pull secret refs), image): who may see a result, and the image.
-CacheKey = tuple[tuple[tuple[str, str], ...], str]
+#: The image reference as written: results are anonymous, so the image alone is the key.
+CacheKey = str
 
 DEFAULT_MAX_ENTRIES = 10_000
 DEFAULT_MAX_CONCURRENT_FILLS = 8
 DEFAULT_MAX_QUEUED_FILLS = 1_000
 
 
-class KubeClientLike(Protocol):
-    """The Kubernetes client the fills read Secrets with: ``request(method, path)`` returns
-    the decoded JSON object and raises an exception with an int ``status`` attribute (the
-    HTTP status; 0 for a transport failure) on failure."""
-
-    async def request(self, method: str, path: str) -> Any: ...
-
-
 class InspectorLike(Protocol):
     """What the fills need of :class:`imageinspect.Inspector`: results may carry
     ``fetched_at`` (unix seconds of the registry's answer, :class:`imageinspect.ImageInfo`);
-    ``max_age`` asks for a result younger than that many seconds."""
+    ``max_age`` asks for a result younger than that many seconds. The webhook passes no
+    credentials: every inspection of the webhook is anonymous."""
 
     async def inspect(self, image: str, credentials: Sequence[Any] = (), *,
                       pull_always: bool = False, max_age: float | None = None) -> Any: ...
@@ -82,7 +72,8 @@ class PlaceCacheStats:
         fills_scheduled: fills queued (each covers the missing images of one pod).
         fills_deduplicated: schedule calls whose images were all cached or being filled.
         fills_dropped: fills not queued because ``max_queued_fills`` were waiting.
-        fills_failed: fills abandoned (a Secret could not be read) or images that failed.
+        fills_failed: images whose anonymous inspection failed (not stored), or fills
+            abandoned on an internal error.
         stored: results stored.
         evicted: entries dropped by the LRU bound.
     """
@@ -99,30 +90,25 @@ class PlaceCacheStats:
 
 @dataclass(frozen=True, slots=True)
 class _Fill:
-    namespace: str
-    refs: tuple[tuple[str, str], ...]  # the pull Secrets, in the kubelet's order
     images: tuple[tuple[str, bool], ...]  # (image, pull_always)
     keys: tuple[CacheKey, ...]
     ttl: float  # the config's cacheTTL when the fill was queued (seconds)
 
 
-def cache_keys(pod: Mapping[str, Any], namespace: str,
-               config: PlacementConfig) -> dict[str, CacheKey]:
+def cache_keys(pod: Mapping[str, Any]) -> dict[str, CacheKey]:
     """The cache key of each distinct image of ``pod`` (image reference as written → key):
-    ``(the pull Secrets it is inspected with, image)``, the Secrets as
-    :func:`rules.podspec.pull_secret_refs` gives them for ``namespace`` (the
-    controller's rule), the namespace itself first (no two namespaces share a key)."""
-    refs = (("", namespace), *pull_secret_refs(pod, config, namespace))
-    return {image: (refs, image) for image in unique_images(pod)}
+    the image reference itself. Neither the pod's namespace nor its pull Secrets are part
+    of it: the webhook inspects anonymously only, and an anonymous answer is the same for
+    every caller (module docstring)."""
+    return {image: image for image in unique_images(pod)}
 
 
 class PlaceCache:
-    """Inspection results per credential identity, for the webhook's fast path.
+    """Anonymous inspection results per image reference, for the webhook's fast path.
 
     Args:
-        client: reads pull Secrets (:class:`KubeClientLike`); 403 and 404 skip the secret,
-            any other error abandons the fill (nothing is stored).
-        inspector: inspects images (:class:`imageinspect.Inspector`); not closed here.
+        inspector: inspects images, always without credentials
+            (:class:`imageinspect.Inspector`); not closed here.
         max_entries: LRU bound on stored results.
         max_concurrent_fills: fills running at once.
         max_queued_fills: fills waiting for a worker; more are dropped (counted in
@@ -139,7 +125,6 @@ class PlaceCache:
 
     def __init__(
         self,
-        client: KubeClientLike,
         inspector: InspectorLike,
         *,
         max_entries: int = DEFAULT_MAX_ENTRIES,
@@ -150,8 +135,6 @@ class PlaceCache:
         if min(max_entries, max_concurrent_fills, max_queued_fills) < 1:
             raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
                              "be >= 1")
-        # Read fresh for every fill (no TTL): a fill is rare, and a rotated secret counts.
-        self._secrets = PullSecretReader(client, secret_path=secret_path, ttl=0.0)
         self._inspector = inspector
         self._max_entries = max_entries
         self._max_workers = max_concurrent_fills
@@ -168,12 +151,12 @@ class PlaceCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, pod: Mapping[str, Any], namespace: str, config: PlacementConfig, *,
+    def lookup(self, pod: Mapping[str, Any], config: PlacementConfig, *,
                touch: bool = True) -> dict[str, Any] | None:
         """Every distinct image of ``pod`` → its stored result, or None when any image is
         missing or expired (learned ``config.image_inspection.cache_ttl_seconds`` or longer
-        ago) for the pod's credentials. No I/O. ``touch``: see :meth:`cached`."""
-        keys = cache_keys(pod, namespace, config)
+        ago). No I/O. ``touch``: see :meth:`cached`."""
+        keys = cache_keys(pod)
         out = self.cached(keys, config, touch=touch)
         if len(out) != len(keys):
             self.stats.misses += 1
@@ -206,13 +189,12 @@ class PlaceCache:
             out[image] = entry[1]
         return out
 
-    def schedule_fill(self, pod: Mapping[str, Any], namespace: str,
-                      config: PlacementConfig) -> bool:
-        """Queue a background fill of the images of ``pod`` that are neither stored nor
-        being filled for its credentials. Returns at once (never awaits; must be called
+    def schedule_fill(self, pod: Mapping[str, Any], config: PlacementConfig) -> bool:
+        """Queue a background (anonymous) fill of the images of ``pod`` that are neither
+        stored nor being filled. Returns at once (never awaits; must be called
         from the event loop); True when a fill was queued, False when there was nothing to
         fill or the queue was full (dropped, counted)."""
-        keys = cache_keys(pod, namespace, config)
+        keys = cache_keys(pod)
         ttl = config.image_inspection.cache_ttl_seconds
         now = self._clock()
         pulls = unique_images(pod)
@@ -227,8 +209,7 @@ class PlaceCache:
         if len(self._queue) >= self._max_queued:
             self.stats.fills_dropped += 1
             return False
-        fill = _Fill(namespace, tuple(pull_secret_refs(pod, config, namespace)),
-                     tuple((image, pulls[image]) for image, _ in missing),
+        fill = _Fill(tuple((image, pulls[image]) for image, _ in missing),
                      tuple(key for _, key in missing), ttl)
         self._filling.update(fill.keys)
         self._queue.append(fill)
@@ -262,18 +243,14 @@ class PlaceCache:
                 raise
             except Exception:
                 self.stats.fills_failed += 1
-                log.exception("background image inspection for namespace %s failed",
-                              fill.namespace)
+                log.exception("background image inspection failed")
             finally:
                 self._filling.difference_update(fill.keys)
 
     async def _fill(self, fill: _Fill) -> None:
-        credentials = await self._secrets.credentials(fill.refs)
-
         async def one(image: str, pull_always: bool) -> Any:
             try:
-                return await self._inspector.inspect(image, credentials,
-                                                     pull_always=pull_always,
+                return await self._inspector.inspect(image, (), pull_always=pull_always,
                                                      max_age=fill.ttl)
             except asyncio.CancelledError:
                 raise
@@ -288,12 +265,13 @@ class PlaceCache:
             self.store(key, result)
 
     def store(self, key: CacheKey, result: Any) -> None:
-        """Store the inspection result of ``key`` (an image for one credential identity,
+        """Store the anonymous inspection result of ``key`` (an image reference,
         :func:`cache_keys`), aged from when a registry answered for it (its
         ``fetched_at``, unix seconds; a result without one, or with one in the future,
         counts as learned now): the background fills and
         :class:`webhook.admitinspect.AdmissionInspector` store here. Only successful
-        results belong here (failures are the controller's to report)."""
+        results of inspections made without credentials belong here (failures are the
+        controller's to report)."""
         now = self._clock()
         fetched_at = getattr(result, "fetched_at", None)
         learned = min(fetched_at, now) if isinstance(fetched_at, int | float) else now

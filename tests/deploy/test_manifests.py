@@ -133,8 +133,7 @@ BASE_PERMISSIONS = (
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
     | _rows(_W, "cluster", "podplacement.io", "podplacementpolicies", "list watch")
     | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
-    # the webhook's cache reads a pod's pull secrets (webhook/placecache.py)
-    | _rows(_W, "cluster", "", "secrets", "get")
+    # and no Secret: the webhook inspects anonymously only (docs/security-webhook.md)
 )
 # cert-manager writes the certificate Secret: the controller keeps no Secret write rights.
 OVERLAY_PERMISSIONS = {r for r in BASE_PERMISSIONS if not (r[1] == NS and r[3] == "secrets")}

@@ -29,7 +29,6 @@ from tests.imageinspect.conftest import insecure
 from tests.webhook.test_app import metric
 from tests.webhook.test_outage import (
     MANIFESTS,
-    _Secrets,
     applied,
     decision,
     required_archs,
@@ -44,7 +43,6 @@ class Webhook:
     client: httpx.AsyncClient
     cache: PlaceCache
     at_admission: AdmissionInspector
-    secrets: _Secrets
     source: StaticConfigSource
     proxy: FaultProxy
 
@@ -62,7 +60,8 @@ class Webhook:
         """``admissions_total`` by path (only the non-zero ones)."""
         out = {}
         for path in ("webhook-placed", "webhook-inspected", "webhook-revalidated", "gated",
-                     "gated-over-budget", "gated-inspection-failed", "skipped"):
+                     "gated-over-budget", "gated-inspection-failed",
+                     "gated-needs-credentials", "skipped"):
             value = await metric(self.client, PATHS, path=path)
             if value:
                 out[path] = value
@@ -83,16 +82,15 @@ async def webhook(proxy: FaultProxy) -> AsyncIterator[Webhook]:
     """The app as ``podplacement webhook`` wires it (place cache + admission inspector on
     one registry inspector); no lease: a controller runs."""
     inspector = Inspector(registries=insecure(proxy.host), retries=0, timeout=10.0)
-    secrets = _Secrets()
-    cache = PlaceCache(secrets, inspector)
+    cache = PlaceCache(inspector)
     # The inspector's own budget is the outage one; the config's budget applies here.
-    at_admission = AdmissionInspector(secrets, inspector, cache=cache, budget=3.0)
+    at_admission = AdmissionInspector(inspector, cache=cache, budget=3.0)
     source = StaticConfigSource(PlacementConfig())
     app = create_app(source, own_namespace="podplacement-system", place_cache=cache,
                      admission_inspector=at_admission)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://webhook") as c:
-        yield Webhook(c, cache, at_admission, secrets, source, proxy)
+        yield Webhook(c, cache, at_admission, source, proxy)
     await at_admission.aclose()
     await cache.aclose()
     await inspector.aclose()
@@ -208,9 +206,46 @@ async def test_an_always_pulled_image_whose_registry_is_slow_stays_gated(
 
 async def test_a_failed_inspection_leaves_the_pod_to_the_controller(
         webhook: Webhook) -> None:
+    # the recorded pod names a pull secret: an image the registry does not show
+    # anonymously (404 here) may need it; the controller reads it, the webhook does not
     pod, response = await webhook.review(f"{webhook.proxy.host}/admit/missing:v1")
     assert "patch" not in response and _gated(pod, response)
-    assert await webhook.paths() == {"gated-inspection-failed": 1}
+    assert await webhook.paths() == {"gated-needs-credentials": 1}
+    # a registry error is a failed inspection, whatever the pod's secrets
+    webhook.proxy.add_rule(path_regex=MANIFESTS, method="GET", status=500, times=0)
+    pod, response = await webhook.review(f"{webhook.proxy.host}/admit/broken:v1")
+    assert "patch" not in response and _gated(pod, response)
+    assert await webhook.paths() == {"gated-needs-credentials": 1,
+                                     "gated-inspection-failed": 1}
+
+
+async def test_a_private_image_is_never_placed_at_admission(
+        basic_registry: Registry, make_pusher: Any) -> None:
+    """The webhook reads no Secret: a private image (htpasswd registry, 401 without
+    credentials) is inspected anonymously, refused, and its pod left gated for the
+    controller with nothing of the image in the answer; nothing is stored."""
+    assert basic_registry.ca_pem is not None
+    make_pusher(basic_registry).image("admit/private", "v1", architecture="s390x")
+    image = f"{basic_registry.host}/admit/private:v1"
+    inspector = Inspector(ca_bundles={basic_registry.host: basic_registry.ca_pem}, retries=0)
+    cache = PlaceCache(inspector)
+    at_admission = AdmissionInspector(inspector, cache=cache, budget=3.0)
+    app = create_app(StaticConfigSource(PlacementConfig()),
+                     own_namespace="podplacement-system", place_cache=cache,
+                     admission_inspector=at_admission)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://webhook") as c:
+            for _ in range(2):
+                body = review_of(image)
+                answer = (await c.post("/mutate", json=body)).json()["response"]
+                assert "patch" not in answer and "s390x" not in str(answer)
+            assert await metric(c, PATHS, path="gated-needs-credentials") == 2
+        assert len(cache) == 0
+    finally:
+        await at_admission.aclose()
+        await cache.aclose()
+        await inspector.aclose()
 
 
 async def test_a_dry_run_makes_no_registry_request(webhook: Webhook, push: Any) -> None:

@@ -1,4 +1,4 @@
-"""/mutate with the per-credential cache (issue 14 items 3 and 5), in-process over ASGI:
+"""/mutate with the cache of anonymous results (issue 14 items 3 and 5), in-process over ASGI:
 the first pod of an image is gated and a background fill is scheduled, the next identical
 pod is placed in the answer (the controller's decision, no gate, ``"path":"webhook"``)."""
 
@@ -33,17 +33,6 @@ from tests.webhook.reference import raw_body
 from tests.webhook.test_app import metric
 
 
-class _NotFound(Exception):
-    status = 404
-
-
-class _Client:
-    """Every pull secret is missing (anonymous inspection)."""
-
-    async def request(self, method: str, path: str) -> Any:
-        raise _NotFound(path)
-
-
 class _Inspector:
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -56,7 +45,7 @@ class _Inspector:
 
 @pytest.fixture
 def cache() -> PlaceCache:
-    return PlaceCache(_Client(), _Inspector())
+    return PlaceCache(_Inspector())
 
 
 @pytest.fixture

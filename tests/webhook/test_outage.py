@@ -2,7 +2,9 @@
 against the real registry behind a counting fault proxy: an image never seen is inspected at
 admission and the pod placed; a registry slower than the budget means the release with the
 config's fallbackArchitecture, counted; concurrent reviews of one new image make one
-manifest fetch; a dry run makes no registry request and fills no cache."""
+manifest fetch; a dry run makes no registry request and fills no cache; a private image
+(htpasswd registry) of a pod naming a pull secret stays gated for the controller (the
+webhook reads no Secret), one of a pod naming none is released with the fallback."""
 
 from __future__ import annotations
 
@@ -43,19 +45,6 @@ from tests.webhook.test_controller_unavailable import FakeClock, _lease, _lease_
 MANIFESTS = r"/v2/.+/manifests/"
 
 
-class _Secrets:
-    """The Kubernetes client of the Secret reads: every pull Secret is missing; counts."""
-
-    def __init__(self) -> None:
-        self.reads: list[str] = []
-
-    async def request(self, method: str, path: str) -> Any:
-        self.reads.append(path)
-        error = LookupError(path)
-        error.status = 404  # type: ignore[attr-defined]
-        raise error
-
-
 @dataclass
 class Webhook:
     client: httpx.AsyncClient
@@ -63,7 +52,6 @@ class Webhook:
     clock: FakeClock
     cache: PlaceCache
     at_admission: AdmissionInspector
-    secrets: _Secrets
     source: StaticConfigSource
     proxy: FaultProxy
 
@@ -94,15 +82,14 @@ async def webhook(proxy: FaultProxy) -> AsyncIterator[Webhook]:
     lease = _lease(clock, threshold=10)
     lease._apply(_lease_obj("t1"))
     inspector = Inspector(registries=insecure(proxy.host), retries=0, timeout=10.0)
-    secrets = _Secrets()
-    cache = PlaceCache(secrets, inspector)
-    at_admission = AdmissionInspector(secrets, inspector, cache=cache, budget=2.0)
+    cache = PlaceCache(inspector)
+    at_admission = AdmissionInspector(inspector, cache=cache, budget=2.0)
     source = StaticConfigSource(PlacementConfig())
     app = create_app(source, own_namespace="podplacement-system", controller_lease=lease,
                      place_cache=cache, admission_inspector=at_admission)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://webhook") as c:
-        yield Webhook(c, lease, clock, cache, at_admission, secrets, source, proxy)
+        yield Webhook(c, lease, clock, cache, at_admission, source, proxy)
     await at_admission.aclose()
     await cache.aclose()
     await inspector.aclose()
@@ -220,8 +207,6 @@ async def test_concurrent_reviews_of_one_new_image_make_one_manifest_fetch(
         assert required_archs(applied(pod, response)) == [["amd64"], ["amd64"]]
     assert webhook.proxy.count("GET", MANIFESTS) == 1
     assert webhook.proxy.count("GET", r"/blobs/") == 1  # the config blob: the platform
-    # one flight: the pod's pull Secret was read once, not once per review
-    assert webhook.secrets.reads == ["/api/v1/namespaces/wh-capture/secrets/regcred"]
     assert webhook.at_admission.stats.flights_started == 1
     assert webhook.at_admission.stats.flights_joined == 39
 
@@ -244,7 +229,6 @@ async def test_a_dry_run_makes_no_registry_request_and_fills_no_cache(
                         reason="dry_run") == 1
     await webhook.flights_done()
     assert webhook.proxy.requests == [] and len(webhook.cache) == 0
-    assert webhook.secrets.reads == []
     # What is cached already still answers a dry run, and the cache stays as it was.
     await webhook.review(image)
     entries = list(webhook.cache._entries.items())
@@ -253,6 +237,56 @@ async def test_a_dry_run_makes_no_registry_request_and_fills_no_cache(
     assert decision(applied(pod, response))["result"] == "set"
     assert list(webhook.cache._entries.items()) == entries
     assert len(webhook.proxy.requests) == seen
+
+
+async def test_a_private_image_stays_gated_for_the_controller_while_none_runs(
+        basic_registry: Registry, make_pusher: Any) -> None:
+    """The webhook reads no Secret: a pod naming a pull secret whose image the registry
+    refuses anonymously (401) is left gated (the controller, back, reads the secret); the
+    same image in a pod naming no pull secret is released with the fallback, as any failed
+    inspection. The answer holds no platform of the private image."""
+    assert basic_registry.ca_pem is not None
+    make_pusher(basic_registry).image("outage/private", "v1", architecture="s390x")
+    image = f"{basic_registry.host}/outage/private:v1"
+    clock = FakeClock()
+    lease = _lease(clock, threshold=10)
+    lease._apply(_lease_obj("t1"))
+    inspector = Inspector(ca_bundles={basic_registry.host: basic_registry.ca_pem}, retries=0)
+    cache = PlaceCache(inspector)
+    at_admission = AdmissionInspector(inspector, cache=cache, budget=2.0)
+    app = create_app(StaticConfigSource(PlacementConfig()), own_namespace="podplacement-system",
+                     controller_lease=lease, place_cache=cache, admission_inspector=at_admission)
+    clock.now += 11
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://webhook") as c:
+            for gated in (True, False):
+                body = review_of(image, gated=gated)
+                assert body["request"]["object"]["spec"]["imagePullSecrets"]
+                answer = (await c.post("/mutate", json=body)).json()["response"]
+                held = applied(body["request"]["object"], answer) if "patch" in answer \
+                    else body["request"]["object"]
+                assert held["spec"]["schedulingGates"] == [{"name": SCHEDULING_GATE}]
+                assert held["metadata"]["labels"][GATE_LABEL] == GATE_LABEL_GATED
+                assert "s390x" not in json.dumps(answer)
+            assert await metric(c, "podplacement_webhook_admissions_total",
+                                path="gated-needs-credentials") == 2
+            assert await metric(c, "podplacement_webhook_requests_total",
+                                outcome="released", reason="controller_unavailable") == 0
+            # no pull secret: nothing better will come; released with the fallback
+            body = review_of(image)
+            body["request"]["object"]["spec"].pop("imagePullSecrets")
+            answer = (await c.post("/mutate", json=body)).json()["response"]
+            released = applied(body["request"]["object"], answer)
+            assert not released["spec"].get("schedulingGates")
+            assert decision(released)["result"] == "fallback"
+            assert await metric(c, "podplacement_webhook_released_unplaced_total",
+                                reason="failed") == 1
+        assert len(cache) == 0
+    finally:
+        await at_admission.aclose()
+        await cache.aclose()
+        await inspector.aclose()
 
 
 async def test_an_internal_error_allows_the_pod_unchanged_and_is_counted(

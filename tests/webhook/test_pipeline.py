@@ -44,7 +44,7 @@ from podplacement.webhook.review import (
     warnings_members,
 )
 from tests.webhook.reference import raw_body
-from tests.webhook.test_app_placement import _Client, _Inspector
+from tests.webhook.test_app_placement import _Inspector
 
 OWN = "podplacement-system"
 
@@ -287,7 +287,7 @@ async def test_place_without_a_cache_leaves_the_pod_gated() -> None:
 
 
 async def test_place_answers_from_the_cache_once_it_knows_the_images() -> None:
-    cache = PlaceCache(_Client(), _Inspector())
+    cache = PlaceCache(_Inspector())
     p = pipeline(place_cache=cache)
     try:
         review, pod = _to_gate(p)
@@ -343,7 +343,7 @@ def test_gate_only_fixes_the_label_of_a_pod_that_came_gated(labelled: bool) -> N
 
 @pytest.fixture
 async def failing() -> AsyncIterator[AdmissionPipeline]:
-    cache = PlaceCache(_Client(), _Inspector())
+    cache = PlaceCache(_Inspector())
     yield pipeline(controller_lease=Lease(available=False), place_cache=cache)
     await cache.aclose()
 

@@ -1,13 +1,14 @@
-"""The webhook places the replicas of a private image, on the real kube-apiserver v1.36.2
-(issue 14 items 3 and 6: "a private image's replicas are placed by the webhook").
+"""The webhook places the replicas of a public image from its cache of anonymous results, and
+never a private image's pods, on the real kube-apiserver v1.36.2 (issue 14 items 3 and 6;
+the webhook's endpoint is no oracle: docs/security-webhook.md).
 
 The webhook runs in-process over TLS (uvicorn, :class:`webhook.server.WebhookServer`) with
-its per-credential cache (:class:`webhook.placecache.PlaceCache`) reading pull Secrets from
-the real API server and inspecting a private (htpasswd) image in a real registry. No
-controller runs: the first pod is stored gated (and the cache fills in the background), the
-second is stored placed by the webhook (no gate, arch affinity, ``"path":"webhook"``), and
-the same pod in a namespace without the pull secret stays gated (a result learned with one
-namespace's secret never answers another).
+its cache (:class:`webhook.placecache.PlaceCache`, anonymous inspections only, keyed by
+image). No controller runs. A public image (plain registry): the first pod is stored gated
+(the cache fills in the background), the second, in another namespace, is stored placed by
+the webhook (no gate, arch affinity, ``"path":"webhook"``). A private (htpasswd) image with
+its pull secret in the namespace: every pod stays gated, nothing is stored (the webhook
+reads no Secret; the controller places those pods).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher
 from tests.harness.realcluster import real_cluster
 from tests.harness.registry import Registry
+from tests.imageinspect.conftest import insecure
 from tests.webhook.test_localkube_admission import MWC_PATH, call, mwc
 from tests.webhook.waiting import wait_until
 
@@ -72,18 +74,23 @@ def _gates(pod: dict[str, Any]) -> list[str]:
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
 
-async def test_second_pod_of_a_private_image_is_placed_by_the_webhook(
-        cluster: KubeEnv, basic_registry: Registry, cert_dir: Path, tmp_path: Path) -> None:
+async def test_public_replicas_are_placed_by_the_webhook_private_ones_never(
+        cluster: KubeEnv, registry: Registry, basic_registry: Registry, cert_dir: Path,
+        tmp_path: Path) -> None:
     assert basic_registry.ca_pem is not None
     with Pusher(basic_registry) as pusher:
         pusher.image("private/app", "v1", architecture="s390x")
-    image = f"{basic_registry.host}/private/app:v1"
+    with Pusher(registry) as pusher:
+        pusher.image("public/app", "v1", architecture="s390x")
+    private = f"{basic_registry.host}/private/app:v1"
+    public = f"{registry.host}/public/app:v1"
 
     certs = Path(shutil.copytree(cert_dir, tmp_path / "certs"))
     api = await KubeAPI.from_kubeconfig(str(cluster.kubeconfig))
     source = WatchingConfigSource(api, backoff_initial=0.05, backoff_max=0.5)
-    inspector = Inspector(ca_bundles={basic_registry.host: basic_registry.ca_pem})
-    cache = PlaceCache(api, inspector)
+    inspector = Inspector(registries=insecure(registry.host),
+                          ca_bundles={basic_registry.host: basic_registry.ca_pem})
+    cache = PlaceCache(inspector)
     app = create_app(source, own_namespace="podplacement-system", place_cache=cache)
     server = WebhookServer(app, cert_file=certs / "tls.crt", key_file=certs / "tls.key",
                            port=0, reload_interval=0.05, graceful_shutdown=0.5)
@@ -101,6 +108,7 @@ async def test_second_pod_of_a_private_image_is_placed_by_the_webhook(
         await call(cluster.create, "/api/v1/namespaces/team-a/secrets",
                    _pull_secret(basic_registry))
         pods_a = "/api/v1/namespaces/team-a/pods"
+        pods_b = "/api/v1/namespaces/team-b/pods"
 
         async def create(path: str, pod: dict[str, Any]) -> dict[str, Any]:
             # The webhook configuration reaches the admission plugin after a moment.
@@ -121,12 +129,13 @@ async def test_second_pod_of_a_private_image_is_placed_by_the_webhook(
                     return created
             raise AssertionError("the webhook never answered")
 
-        first = await create(pods_a, _pod("first", image))
+        # public: the first pod gated, the cache fills; the next pod, of another namespace
+        # and naming a pull secret, is placed from the same anonymous result
+        first = await create(pods_a, _pod("first", public, secret=False))
         assert _gates(first) == [SCHEDULING_GATE]
         await wait_until(lambda: len(cache) == 1, 30)
         await cache.idle()
-
-        second = await call(cluster.create, pods_a, _pod("second", image))
+        second = await call(cluster.create, pods_b, _pod("second", public))
         assert SCHEDULING_GATE not in _gates(second)
         labels = second["metadata"]["labels"]
         assert labels[GATE_LABEL] == "removed"
@@ -138,18 +147,17 @@ async def test_second_pod_of_a_private_image_is_placed_by_the_webhook(
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert {"key": ARCH_LABEL, "operator": "In", "values": ["s390x"]} in terms[0][
             "matchExpressions"]
-        stored = await call(cluster.get, f"{pods_a}/second")
+        stored = await call(cluster.get, f"{pods_b}/second")
         assert SCHEDULING_GATE not in _gates(stored)
 
-        # team-b has no pull secret of that name: another key, the pod stays gated.
-        other = await call(cluster.create, "/api/v1/namespaces/team-b/pods",
-                           _pod("other", image))
-        assert _gates(other) == [SCHEDULING_GATE]
-        await cache.idle()
-        again = await call(cluster.create, "/api/v1/namespaces/team-b/pods",
-                           _pod("again", image))
-        assert _gates(again) == [SCHEDULING_GATE]  # anonymous inspection failed: not stored
-        assert cache.stats.hits == 1  # only "second" was placed
+        # private, with its pull secret in team-a: never placed by the webhook, nothing
+        # stored (its anonymous inspection is refused); the controller's to place
+        for name in ("priv-1", "priv-2"):
+            pod = await call(cluster.create, pods_a, _pod(name, private))
+            assert _gates(pod) == [SCHEDULING_GATE]
+            assert DECISION_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+            await cache.idle()
+        assert len(cache) == 1 and cache.stats.hits == 1  # only "second" was placed
     finally:
         await server.stop()
         await cache.aclose()
