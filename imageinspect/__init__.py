@@ -31,6 +31,7 @@ from podplacement.imageinspect._errors import (
     InvalidReference,
     NotFound,
     RateLimited,
+    RefusedTarget,
     RegistriesConfigError,
     RegistryError,
     ServerError,
@@ -45,6 +46,12 @@ from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretReque
 from podplacement.imageinspect._reference import Reference, parse_reference
 from podplacement.imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
 from podplacement.imageinspect._rootfs import FileVerdict
+from podplacement.imageinspect._transport import (
+    DEFAULT_REFUSED_NETWORKS,
+    MAX_REFUSED_NETWORKS,
+    IPNetwork,
+    parse_networks,
+)
 from podplacement.imageinspect._verify import (
     DEFAULT_MAX_BYTES,
     PlatformReport,
@@ -54,6 +61,8 @@ from podplacement.imageinspect._verify import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_REFUSED_NETWORKS",
+    "MAX_REFUSED_NETWORKS",
     "Blocked",
     "ConnectionFailed",
     "Credential",
@@ -61,6 +70,7 @@ __all__ = [
     "Denied",
     "DigestMismatch",
     "FileVerdict",
+    "IPNetwork",
     "ImageInfo",
     "Inspector",
     "InspectorStats",
@@ -73,6 +83,7 @@ __all__ = [
     "PullSecretReader",
     "RateLimited",
     "Reference",
+    "RefusedTarget",
     "RegistriesConfig",
     "RegistriesConfigError",
     "RegistryEntry",
@@ -87,6 +98,7 @@ __all__ = [
     "credentials_from_docker_config",
     "credentials_from_pull_secrets",
     "match_credentials",
+    "parse_networks",
     "parse_reference",
     "verify_image",
 ]
