@@ -749,11 +749,12 @@ class Inspector:
         """Check a token realm or redirect target that the registry of ``src`` sent, as the
         registry itself is checked (the address guard follows when connecting).
 
-        Refused: longer than :data:`MAX_TARGET_URL`, not an ``http``/``https`` URL with a
-        host, userinfo (``user@host``), for a realm a query string or fragment (the token
-        protocol adds ``service`` and ``scope`` itself: Docker registry token authentication,
-        "Requesting a Token"), a host registries.conf ``blocked`` covers, or plain HTTP
-        unless the registry or the target host is marked ``insecure``.
+        Refused, checked in this order: longer than :data:`MAX_TARGET_URL`, not an
+        ``http``/``https`` URL with a host, userinfo (``user@host``), spaces or control
+        characters, a host registries.conf ``blocked`` covers, plain HTTP unless the
+        registry or the target host is marked ``insecure``, and for a realm a query string or
+        fragment (the token protocol adds ``service`` and ``scope`` itself: Docker registry
+        token authentication, "Requesting a Token").
 
         Returns:
             ``url`` unchanged.
@@ -781,8 +782,6 @@ class Inspector:
             raise refuse("the URL carries userinfo")
         if any(c <= " " or c == "\x7f" for c in url):
             raise refuse("the URL has spaces or control characters")
-        if realm and (parts.query or parts.fragment or "?" in url or "#" in url):
-            raise refuse("the realm has a query string or fragment")
         netloc = parts.netloc.lower()
         if self._registries.blocks_host(netloc):
             raise refuse("its host is blocked by registries.conf")
@@ -791,6 +790,8 @@ class Inspector:
             or self._registries.is_insecure(netloc)
         ):
             raise refuse("plain HTTP, and neither the registry nor that host is marked insecure")
+        if realm and (parts.query or parts.fragment or "?" in url or "#" in url):
+            raise refuse("the realm has a query string or fragment")
         return url
 
     def _token_key(
