@@ -225,3 +225,11 @@ def test_the_registrys_error_text_is_in_no_annotation_or_event(
     _no_remote_text(pod, messages)
     status = "HTTP 404" if repository == "missing" else "HTTP 500"
     assert any(status in m for m in messages), messages
+
+
+def test_the_crd_refuses_a_refused_network_that_is_not_one(cluster: KubeEnv, ns: str) -> None:
+    """The CRD's rule (CEL ``isCIDR``/``isIP``) refuses a malformed item at the API."""
+    r = cluster.request("PATCH", CONFIG, json={"spec": {"imageInspection": {
+        "refusedNetworks": ["169.254.0.0/16", "10.0.0.0/33"]}}}, content_type="merge")
+    assert r.status_code == 422, r.text
+    assert "refusedNetworks" in r.text
