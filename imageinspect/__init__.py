@@ -4,7 +4,9 @@ An OCI distribution client for the controller and ``podplacement inspect``: the 
 reference grammar with the kubelet's normalisation, pull-secret and docker-config credentials
 matched with the kubelet's rules, Basic and Bearer token authentication, registries.conf v2
 (mirrors, blocked, insecure), manifests → platforms without fetching index children, a
-TTL/LRU/single-flight cache keyed by credential identity, and a link-local/metadata address guard.
+TTL/LRU/single-flight cache keyed by credential identity, and an address guard (refused
+networks, by default link-local and the clouds' metadata addresses) that token realms and
+redirects pass too; errors hold no text of the remote side.
 
 Entry point::
 
