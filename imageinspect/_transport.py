@@ -45,9 +45,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: * ``169.254.0.0/16``: IPv4 link-local (RFC 3927); the metadata service of AWS, GCP, Azure,
 #:   Oracle, DigitalOcean, OpenStack is 169.254.169.254, AWS ECS task metadata 169.254.170.2.
 #: * ``fe80::/10``: IPv6 link-local (RFC 4291 §2.5.6).
-#: * ``fd00:ec2::254/128``: AWS instance metadata over IPv6 (EC2 "Instance metadata service",
-#:   Nitro instances); ``fd00:ec2::23/128``: the Amazon DNS server (Route 53 Resolver) over
-#:   IPv6, which answers the VPC's private names.
+#: * ``fd00:ec2::254/128``: AWS instance metadata over IPv6 on Nitro instances, and
+#:   ``fd00:ec2::253/128``: the Amazon DNS server (Route 53 Resolver) over IPv6 (AWS
+#:   whitepaper "IPv6 on AWS", "Supporting Amazon VPC services"); ``fd00:ec2::23/128`` as
+#:   well, named by our security review as an AWS service address (not in that paper).
 #: * ``100.100.100.200/32``: Alibaba Cloud ECS instance metadata.
 #: * ``168.63.129.16/32``: Azure's WireServer (host DNS, VM agent, health probes).
 #:
@@ -58,6 +59,7 @@ DEFAULT_REFUSED_NETWORKS: tuple[str, ...] = (
     "169.254.0.0/16",
     "fe80::/10",
     "fd00:ec2::254/128",
+    "fd00:ec2::253/128",
     "fd00:ec2::23/128",
     "100.100.100.200/32",
     "168.63.129.16/32",

@@ -22,7 +22,8 @@ def _config(refused: object) -> PlacementConfig:
 
 def test_the_default_refuses_link_local_and_the_clouds_metadata_addresses() -> None:
     nets = [str(n) for n in PlacementConfig().image_inspection.refused_networks]
-    assert nets == ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd00:ec2::23/128",
+    assert nets == ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd00:ec2::253/128",
+                    "fd00:ec2::23/128",
                     "100.100.100.200/32", "168.63.129.16/32"]
     assert PlacementConfig.from_object({"spec": {}}).image_inspection.refused_networks == (
         PlacementConfig().image_inspection.refused_networks)
