@@ -359,3 +359,26 @@ async def test_a_services_banner_is_not_in_the_error(
     with pytest.raises(ConnectionFailed) as info:
         await insp.inspect(f"{banner}/team/app:v1")
     assert MARKER not in str(info.value) and "SSH" not in str(info.value)
+
+
+async def test_a_layer_redirect_into_a_refused_network_is_not_followed(
+    registry: Registry, pusher: Any, fault_proxy: ProxyFactory, far_canary: FaultProxy,
+    make_inspector: InspectorFactory,
+) -> None:
+    """The layer stream of ``verify_image`` (the exec-format monitor's check) follows
+    redirects through the same checks."""
+    from podplacement.imageinspect import verify_image
+
+    p = pusher(registry)
+    p.image("net/verify", "v1", architecture="arm64", process={"Entrypoint": ["/bin/app"]})
+    manifest = p.get_manifest("net/verify", "v1").json()
+    layer = manifest["layers"][0]["digest"]
+    proxy = fault_proxy(registry)
+    proxy.add_rule(path_regex=f"/blobs/{layer}", redirect_to=far_canary.url, times=0)
+    insp = await make_inspector(registries=insecure(proxy.host), retries=0,
+                                refused_networks=REFUSING_FAR)
+    report = await verify_image(insp, f"{proxy.host}/net/verify:v1")
+    assert [p.status for p in report.platforms] == ["error"]
+    assert FAR not in report.platforms[0].reason
+    assert proxy.count("GET", f"/blobs/{layer}") == 1
+    assert far_canary.seen == []
