@@ -1,7 +1,8 @@
 """The controller's image inspector, built for the current config.
 
-One job: hand out the ``imageinspect.Inspector`` that matches the config's cache TTL and
-registry timeout and the registry rules in use (the ConfigMap's, else ``--registries-conf``,
+One job: hand out the ``imageinspect.Inspector`` that matches the config's cache TTL,
+registry timeout and refused networks (``spec.imageInspection.refusedNetworks``) and the
+registry rules in use (the ConfigMap's, else ``--registries-conf``,
 with ``--insecure-registry`` on top: :func:`controller.registriessource.registries_from`),
 building a new one when one of them changes. Reads the config and the registry rules
 (callables); writes nothing and queues no key. An inspector replaced while lookups may still
@@ -42,7 +43,7 @@ class InspectorSource:
                  ca_bundles: Mapping[str, bytes]) -> None:
         self._inspector = inspector
         self._own = inspector is None
-        self._key: tuple[float, float, str | None] | None = None
+        self._key: tuple[float, float, str | None, tuple[Any, ...]] | None = None
         self._config_source = config_source
         self._registries = registries
         self._registries_conf = registries_conf
@@ -52,13 +53,14 @@ class InspectorSource:
 
     def current(self) -> Any:
         """The image inspector for the current config (rebuilt when the cache TTL, the
-        registry timeout or the registry rules of the ConfigMap change; the rules follow
-        :func:`registries_from`)."""
+        registry timeout, the refused networks or the registry rules of the ConfigMap
+        change; the rules follow :func:`registries_from`)."""
         config, _ = self._config_source()
         loaded = self._registries()
         key = (config.image_inspection.cache_ttl_seconds,
                config.image_inspection.registry_timeout_seconds,
-               loaded.digest if loaded is not None else None)
+               loaded.digest if loaded is not None else None,
+               config.image_inspection.refused_networks)
         if self._inspector is not None and (not self._own or key == self._key):
             return self._inspector
         from podplacement.imageinspect import Inspector
@@ -69,7 +71,8 @@ class InspectorSource:
         )
         old = self._inspector
         self._inspector = Inspector(registries=registries, cache_ttl=key[0], timeout=key[1],
-                                    retries=self._retries, ca_bundles=dict(self._ca_bundles))
+                                    retries=self._retries, ca_bundles=dict(self._ca_bundles),
+                                    refused_networks=key[3])
         self._key = key
         if old is not None:
             # Lookups in flight keep using the old one; close it a little later.

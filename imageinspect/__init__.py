@@ -4,7 +4,9 @@ An OCI distribution client for the controller and ``podplacement inspect``: the 
 reference grammar with the kubelet's normalisation, pull-secret and docker-config credentials
 matched with the kubelet's rules, Basic and Bearer token authentication, registries.conf v2
 (mirrors, blocked, insecure), manifests → platforms without fetching index children, a
-TTL/LRU/single-flight cache keyed by credential identity, and a link-local/metadata address guard.
+TTL/LRU/single-flight cache keyed by credential identity, and an address guard (refused
+networks, by default link-local and the clouds' metadata addresses) that token realms and
+redirects pass too; errors hold no text of the remote side.
 
 Entry point::
 
@@ -31,6 +33,7 @@ from podplacement.imageinspect._errors import (
     InvalidReference,
     NotFound,
     RateLimited,
+    RefusedTarget,
     RegistriesConfigError,
     RegistryError,
     ServerError,
@@ -45,6 +48,12 @@ from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretPath,
 from podplacement.imageinspect._reference import Reference, parse_reference
 from podplacement.imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
 from podplacement.imageinspect._rootfs import FileVerdict
+from podplacement.imageinspect._transport import (
+    DEFAULT_REFUSED_NETWORKS,
+    MAX_REFUSED_NETWORKS,
+    IPNetwork,
+    parse_networks,
+)
 from podplacement.imageinspect._verify import (
     DEFAULT_MAX_BYTES,
     PlatformReport,
@@ -54,6 +63,8 @@ from podplacement.imageinspect._verify import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_REFUSED_NETWORKS",
+    "MAX_REFUSED_NETWORKS",
     "Blocked",
     "ConnectionFailed",
     "Credential",
@@ -61,6 +72,7 @@ __all__ = [
     "Denied",
     "DigestMismatch",
     "FileVerdict",
+    "IPNetwork",
     "ImageInfo",
     "Inspector",
     "InspectorStats",
@@ -73,6 +85,7 @@ __all__ = [
     "PullSecretReader",
     "RateLimited",
     "Reference",
+    "RefusedTarget",
     "RegistriesConfig",
     "RegistriesConfigError",
     "RegistryEntry",
@@ -88,6 +101,7 @@ __all__ = [
     "credentials_from_docker_config",
     "credentials_from_pull_secrets",
     "match_credentials",
+    "parse_networks",
     "parse_reference",
     "verify_image",
 ]

@@ -19,6 +19,9 @@ from podplacement.imageinspect._credentials import Credential
 
 _PARAM_RE = re.compile(r'\s*([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))\s*,?')
 DEFAULT_TOKEN_TTL = 60.0
+#: Longest bearer token accepted (characters); the big registries' JWTs are 1-4 KiB.
+MAX_TOKEN_LENGTH = 16384
+_TOKEN_RE = re.compile(r"[!-~]+")
 #: Refresh tokens this many seconds before they expire.
 TOKEN_EXPIRY_MARGIN = 5.0
 
@@ -142,7 +145,9 @@ def parse_token_response(body: bytes) -> tuple[str, float]:
     ``token`` is preferred, ``access_token`` accepted; ``expires_in`` defaults to 60 seconds.
 
     Raises:
-        ValueError: not JSON, or neither ``token`` nor ``access_token`` is a non-empty string.
+        ValueError: not JSON, neither ``token`` nor ``access_token`` is a non-empty string,
+            or the token is longer than :data:`MAX_TOKEN_LENGTH` or has characters other
+            than visible ASCII (it is sent as a header value).
     """
     try:
         doc = json.loads(body)
@@ -153,6 +158,10 @@ def parse_token_response(body: bytes) -> tuple[str, float]:
     token = doc.get("token") or doc.get("access_token")
     if not isinstance(token, str) or not token:
         raise ValueError("token response has neither 'token' nor 'access_token'")
+    if len(token) > MAX_TOKEN_LENGTH or not _TOKEN_RE.fullmatch(token):
+        # It becomes an Authorization header: no spaces, control characters or line breaks.
+        raise ValueError(
+            f"the token is not 1..{MAX_TOKEN_LENGTH} visible ASCII characters without spaces")
     expires = doc.get("expires_in")
     lifetime = (
         float(expires)

@@ -2,7 +2,10 @@
 
 Every error carries the facts a user needs to act on it: the registry host that answered (or
 failed to), the image reference being inspected and the HTTP status when there was one. The
-message never contains credentials or tokens.
+message never contains credentials or tokens, nor any text of the remote side (an error
+body, a token server's answer, a realm or redirect URL, a status line): only our own words,
+the HTTP status and the registry host as the image reference (or registries.conf) names it,
+since these messages reach pod annotations and Events that the pod's creator reads.
 """
 
 from __future__ import annotations
@@ -136,4 +139,12 @@ class Blocked(RegistryError):
 
 
 class UnsafeAddress(Blocked):
-    """The registry host resolves to a link-local or cloud metadata address (SSRF guard)."""
+    """The registry host, a token realm or a redirect target is (or resolves to) an address in
+    a refused network: link-local, the clouds' metadata addresses, or what the configuration
+    adds (SSRF guard)."""
+
+
+class RefusedTarget(Blocked):
+    """A token realm or redirect the registry sent points where it may not send us: not an
+    http(s) URL, userinfo in it, a query string in a realm, plain HTTP while neither the
+    registry nor the target host is marked insecure, or a host registries.conf blocks."""

@@ -15,6 +15,18 @@ through a per-registry semaphore. Only connection failures and 429/503 (the regi
 "later", with ``Retry-After`` honoured) are retried here, a few times with exponential
 backoff and jitter; every other answer (502/504 included) is the caller's to retry: the
 controller's work queue owns that backoff.
+
+Where a registry may send us (Docker registry token authentication, "How to authenticate";
+distribution-spec "Pulling blobs", which allows a redirect to another location): a token
+realm and every redirect pass the checks of the registry itself: the address guard on the
+addresses connected to (the refused networks), registries.conf's ``blocked``, and plain HTTP
+only when the registry that sent us there or the target host is marked insecure. A realm may
+name another host than the registry (Docker Hub's realm is ``auth.docker.io`` for
+``registry-1.docker.io``), but it must be an ``http(s)`` URL without userinfo, query string
+or fragment: the token protocol adds the query itself (``service``, ``scope``), so nothing of
+the registry's choosing beyond the host and path reaches the token server. No remote text
+(error bodies, realms, redirect targets) is copied into the errors raised; it is logged at
+debug level, bounded and sanitized.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ from podplacement.imageinspect._errors import (
     InvalidManifest,
     NotFound,
     RateLimited,
+    RefusedTarget,
     RegistryError,
     ServerError,
     Timeout,
@@ -58,6 +71,7 @@ from podplacement.imageinspect._errors import (
     UnsafeAddress,
 )
 from podplacement.imageinspect._manifest import (
+    DIGEST_RE,
     MANIFEST_ACCEPT,
     MAX_CONFIG_BYTES,
     MAX_MANIFEST_BYTES,
@@ -72,10 +86,13 @@ from podplacement.imageinspect._manifest import (
 from podplacement.imageinspect._reference import Reference, parse_reference
 from podplacement.imageinspect._registries import PullSource, RegistriesConfig
 from podplacement.imageinspect._transport import (
+    DEFAULT_NETWORKS,
     AiohttpTransport,
+    IPNetwork,
     Response,
     StreamResponse,
     Transport,
+    sanitize,
 )
 
 log = logging.getLogger("podplacement.imageinspect")
@@ -84,6 +101,8 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 503})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
+#: Longest token realm or redirect URL followed (characters).
+MAX_TARGET_URL = 2048
 #: Backoff: base * 2**attempt seconds, capped, times a jitter factor in [0.5, 1].
 _BACKOFF_BASE = 0.1
 _BACKOFF_CAP = 5.0
@@ -119,7 +138,8 @@ class InspectorStats:
 
 
 def _error_detail(resp: Response) -> str:
-    """The registry's error code/message (distribution-spec error body), if any."""
+    """The registry's error code/message (distribution-spec error body), if any, sanitized
+    and bounded: for the debug log only, never for an error's message (remote text)."""
     try:
         import json
 
@@ -128,10 +148,16 @@ def _error_detail(resp: Response) -> str:
         if isinstance(errors, list) and errors and isinstance(errors[0], dict):
             code = errors[0].get("code", "")
             message = errors[0].get("message", "")
-            return f": {code} {message}".rstrip()
-    except (ValueError, AttributeError):
+            return sanitize(f"{code} {message}".strip())
+    except (ValueError, AttributeError, TypeError):
         pass
     return ""
+
+
+def _log_answer(resp: Response, what: str, registry: str) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: %s answered HTTP %d: %s", what, registry, resp.status,
+                  _error_detail(resp) or "(no error body)")
 
 
 def _retry_after(resp: Response) -> float | None:
@@ -155,25 +181,25 @@ def _raise_for_status(
     status = resp.status
     if 200 <= status < 300:
         return
-    detail = _error_detail(resp)
+    _log_answer(resp, what, registry)
     kw: dict[str, Any] = {"registry": registry, "reference": reference, "status": status}
     if status == 401:
         if cred is None:
             why = "authentication required and no pull secret matched this registry"
         else:
             why = f"credentials for {cred.pattern} (identity {cred.identity}) rejected"
-        raise Unauthorized(f"{what}: {why}{detail}", **kw)
+        raise Unauthorized(f"{what}: {why}", **kw)
     if status == 403:
-        raise Denied(f"{what}: access denied{detail}", **kw)
+        raise Denied(f"{what}: access denied", **kw)
     if status == 404:
-        raise NotFound(f"{what}: not found{detail}", **kw)
+        raise NotFound(f"{what}: not found", **kw)
     if status == 429:
         raise RateLimited(
-            f"{what}: rate limited by the registry{detail}", retry_after=_retry_after(resp), **kw
+            f"{what}: rate limited by the registry", retry_after=_retry_after(resp), **kw
         )
     if status >= 500:
-        raise ServerError(f"{what}: registry server error{detail}", **kw)
-    raise RegistryError(f"{what}: unexpected HTTP status{detail}", **kw)
+        raise ServerError(f"{what}: registry server error", **kw)
+    raise RegistryError(f"{what}: unexpected HTTP status", **kw)
 
 
 def _same_challenge(a: Challenge, b: Challenge) -> bool:
@@ -197,7 +223,11 @@ class Inspector:
         timeout: seconds for connecting, each read, and each whole request.
         per_registry_concurrency: concurrent requests per registry host.
         retries: extra attempts after 429/502/503/504/connection errors.
-        allow_link_local: allow registries resolving to 169.254.0.0/16 / fe80::/10 (tests only).
+        allow_link_local: no address guard at all (tests only).
+        refused_networks: the networks no registry, token realm or redirect may be reached
+            in (``spec.imageInspection.refusedNetworks``), or a callable returning them, read
+            at every connection; default :data:`~imageinspect._transport.DEFAULT_NETWORKS`.
+            Ignored with ``transport``.
         ca_bundles: ``{"host[:port]": PEM bytes}`` extra CAs trusted for that registry.
         transport: an alternative :class:`~imageinspect._transport.Transport` (benchmarks).
         clock: monotonic clock for the cache and token expiry (tests).
@@ -217,6 +247,7 @@ class Inspector:
         per_registry_concurrency: int = 16,
         retries: int = 3,
         allow_link_local: bool = False,
+        refused_networks: Sequence[IPNetwork] | Callable[[], Sequence[IPNetwork]] | None = None,
         ca_bundles: dict[str, bytes] | None = None,
         transport: Transport | None = None,
         clock: Any = time.monotonic,
@@ -226,10 +257,19 @@ class Inspector:
         self._cache_ttl = cache_ttl
         self._retries = max(0, retries)
         self._concurrency = max(1, per_registry_concurrency)
+        networks: Callable[[], Sequence[IPNetwork]]
+        if refused_networks is None:
+            networks = lambda: DEFAULT_NETWORKS  # noqa: E731
+        elif callable(refused_networks):
+            networks = refused_networks
+        else:
+            fixed = tuple(refused_networks)
+            networks = lambda: fixed  # noqa: E731
         self._transport: Transport = transport or AiohttpTransport(
             timeout=timeout,
             limit_per_host=self._concurrency,
             allow_link_local=allow_link_local,
+            refused_networks=networks,
         )
         self._clock = clock
         self._wall_clock = wall_clock
@@ -423,12 +463,13 @@ class Inspector:
             digest = sref.digest
         elif parsed.media_type in SCHEMA1_TYPES:
             # Signed schema 1 digests cover the payload without signatures: trust the header.
-            digest = header_digest or compute_digest(body)
+            # Only a well-formed one: it is shown in the decision annotation.
+            digest = header_digest if DIGEST_RE.fullmatch(header_digest) else compute_digest(body)
         else:
             digest = compute_digest(body)
             if header_digest and header_digest.startswith("sha256:") and header_digest != digest:
                 raise DigestMismatch(
-                    f"manifest hashes to {digest} but the registry says {header_digest}"
+                    f"manifest hashes to {digest}, not the digest the registry's header names"
                 )
         platforms = parsed.platforms
         if parsed.needs_config:
@@ -514,14 +555,14 @@ class Inspector:
                 self._ssl_context(target_host, insecure) if target.startswith("https://")
                 else False)
             self._stats.requests += 1
-            async with self._transport.stream("GET", target, headers=send,
-                                              ssl_context=ssl_ctx) as resp:
+            async with self._stream_in_context(target, send, ssl_ctx, host) as resp:
                 if resp.status in _REDIRECT_STATUSES:
                     location = resp.headers.get("location")
                     if not location:
                         raise InvalidManifest(f"{what}: redirect without a Location",
                                               status=resp.status)
-                    nxt = urljoin(target, location)
+                    nxt = self._check_target(urljoin(target, location), src,
+                                             f"{what}: redirect")
                     send = {"Accept": headers.get("Accept", "*/*")}
                     if _origin(nxt) == _origin(url) and "Authorization" in headers:
                         send["Authorization"] = headers["Authorization"]
@@ -533,6 +574,19 @@ class Inspector:
                 yield resp
                 return
         raise InvalidManifest(f"{what}: too many redirects")
+
+    @contextlib.asynccontextmanager
+    async def _stream_in_context(self, url: str, headers: Mapping[str, str],
+                                 ssl_ctx: ssl.SSLContext | bool, registry: str
+                                 ) -> AsyncIterator[StreamResponse]:
+        """:meth:`Transport.stream` whose errors name ``registry`` (the source's), not the
+        host of a redirect target."""
+        try:
+            async with self._transport.stream("GET", url, headers=headers,
+                                              ssl_context=ssl_ctx) as resp:
+                yield resp
+        except RegistryError as exc:
+            raise exc.with_context(registry=registry) from None
 
     # -- HTTP with auth -----------------------------------------------------------------
 
@@ -559,7 +613,7 @@ class Inspector:
                 src, cred, method, url, accept, scope, max_body, what, reference
             )
             if follow_redirects:
-                resp = await self._follow_redirects(resp, url, headers, max_body, what)
+                resp = await self._follow_redirects(src, resp, url, headers, max_body, what)
             return resp
         except TooLarge as exc:
             raise TooLarge(
@@ -612,7 +666,7 @@ class Inspector:
                 failure: RegistryError | None = None
                 try:
                     auth = await self._authorization(
-                        host, src.insecure, challenge, scope, cred, what, reference
+                        src, challenge, scope, cred, what, reference
                     )
                 except RegistryError as exc:
                     if fresh:
@@ -669,22 +723,76 @@ class Inspector:
             self._challenges.pop(next(iter(self._challenges)))
 
     async def _follow_redirects(
-        self, resp: Response, url: str, headers: dict[str, str], max_body: int, what: str
+        self, src: PullSource, resp: Response, url: str, headers: dict[str, str],
+        max_body: int, what: str
     ) -> Response:
+        """Follow up to :data:`_MAX_REDIRECTS` redirects, each target checked by
+        :meth:`_check_target` first; errors name the source's registry, never the target."""
         hops = 0
         while resp.status in _REDIRECT_STATUSES:
             location = resp.headers.get("location")
             hops += 1
             if not location or hops > _MAX_REDIRECTS:
                 raise InvalidManifest(f"{what}: bad or too many redirects", status=resp.status)
-            target = urljoin(resp.url, location)
+            target = self._check_target(urljoin(resp.url, location), src, f"{what}: redirect")
             rheaders = {"Accept": headers["Accept"]}
             # Registry credentials only ever go to the registry's own origin.
             if _origin(target) == _origin(url) and "Authorization" in headers:
                 rheaders["Authorization"] = headers["Authorization"]
             target_host = urlsplit(target).netloc
-            resp = await self._send(target_host, "GET", target, rheaders, max_body, False)
+            resp = await self._send(target_host, "GET", target, rheaders, max_body, False,
+                                    context=src.reference.api_host)
         return resp
+
+    def _check_target(self, url: str, src: PullSource, what: str, *, realm: bool = False
+                      ) -> str:
+        """Check a token realm or redirect target that the registry of ``src`` sent, as the
+        registry itself is checked (the address guard follows when connecting).
+
+        Refused, checked in this order: longer than :data:`MAX_TARGET_URL`, not an
+        ``http``/``https`` URL with a host, userinfo (``user@host``), spaces or control
+        characters, a host registries.conf ``blocked`` covers, plain HTTP unless the
+        registry or the target host is marked ``insecure``, and for a realm a query string or
+        fragment (the token protocol adds ``service`` and ``scope`` itself: Docker registry
+        token authentication, "Requesting a Token").
+
+        Returns:
+            ``url`` unchanged.
+
+        Raises:
+            RefusedTarget: in our words (the URL is logged at debug level, sanitized);
+            ``registry`` is the source's registry host.
+        """
+        registry = src.reference.api_host
+
+        def refuse(why: str) -> RefusedTarget:
+            log.debug("%s from %s refused (%s): %s", what, registry, why, sanitize(url))
+            return RefusedTarget(f"{what} refused: {why}", registry=registry)
+
+        if len(url) > MAX_TARGET_URL:
+            raise refuse("the URL is too long")
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            raise refuse("not a valid URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise refuse("not an http(s) URL")
+        if "@" in parts.netloc:
+            raise refuse("the URL carries userinfo")
+        if any(c <= " " or c == "\x7f" for c in url):
+            raise refuse("the URL has spaces or control characters")
+        netloc = parts.netloc.lower()
+        if self._registries.blocks_host(netloc):
+            raise refuse("its host is blocked by registries.conf")
+        if parts.scheme == "http" and not (
+            src.insecure or self._registries.is_insecure(registry)
+            or self._registries.is_insecure(netloc)
+        ):
+            raise refuse("plain HTTP, and neither the registry nor that host is marked insecure")
+        if realm and (parts.query or parts.fragment or "?" in url or "#" in url):
+            raise refuse("the realm has a query string or fragment")
+        return url
 
     def _token_key(
         self, host: str, challenge: Challenge, scope: str, cred: Credential | None
@@ -698,8 +806,7 @@ class Inspector:
 
     async def _authorization(
         self,
-        host: str,
-        insecure: bool,
+        src: PullSource,
         challenge: Challenge,
         scope: str,
         cred: Credential | None,
@@ -710,14 +817,18 @@ class Inspector:
 
         Basic: the credential's username/password. Bearer: a token for ``scope`` from the
         challenge's realm, cached per (host, realm, service, scope, credential identity) until
-        ``expires_in`` minus a margin.
+        ``expires_in`` minus a margin. The realm passes :meth:`_check_target` first. No text
+        of the realm or of the token server's answer is in the errors (debug log only).
 
         Raises:
-            Unauthorized: no or malformed realm, the token server answered 401 or a bad body.
+            Unauthorized: no realm, the token server answered 401 or a bad body.
             Denied: the token server answered 403.
-            UnsafeAddress, ConnectionFailed, Timeout: the realm cannot be reached safely (the
-                message names the token server; ``registry`` is the registry that sent it).
+            RefusedTarget: the realm may not be used (:meth:`_check_target`).
+            UnsafeAddress, ConnectionFailed, Timeout: the realm cannot be reached safely
+                (``registry`` is the registry that sent it).
         """
+        host = src.reference.api_host
+        insecure = src.insecure
         if challenge.scheme == "basic":
             return basic_header(cred) if cred is not None else None
         key = self._token_key(host, challenge, scope, cred)
@@ -729,13 +840,8 @@ class Inspector:
             raise Unauthorized(
                 f"{what}: bearer challenge without a realm", registry=host, reference=reference
             )
+        self._check_target(challenge.realm, src, f"{what}: token realm", realm=True)
         realm = urlsplit(challenge.realm)
-        if realm.scheme not in ("http", "https") or not realm.hostname:
-            raise Unauthorized(
-                f"{what}: bearer challenge realm {challenge.realm[:200]!r} is not an http(s) URL",
-                registry=host,
-                reference=reference,
-            )
         treq = token_request(challenge, scope, cred)
         realm_host = realm.netloc
         self._stats.token_requests += 1
@@ -748,33 +854,37 @@ class Inspector:
                 1024 * 1024,
                 insecure and realm_host == host,
                 body=treq.body,
+                context=host,
             )
         except (UnsafeAddress, ConnectionFailed, Timeout) as exc:
             raise type(exc)(
-                f"{what}: token server {realm_host} from the registry's challenge: {exc.message}",
+                f"{what}: token server named by the registry's challenge: {exc.message}",
                 registry=host,
                 reference=reference,
                 status=exc.status,
             ) from None
         if resp.status in (401, 403):
+            _log_answer(resp, f"{what}: token server {sanitize(realm_host, 100)}", host)
             who = "anonymous access" if cred is None else "the credentials"
             err = Unauthorized if resp.status == 401 else Denied
             raise err(
-                f"{what}: token server {realm_host} refused {who}{_error_detail(resp)}",
+                f"{what}: the token server named by the registry's challenge refused {who}",
                 registry=host,
                 reference=reference,
                 status=resp.status,
             )
-        _raise_for_status(resp, f"token from {realm_host}", host, reference)
+        _raise_for_status(resp, f"{what}: token request", host, reference)
         try:
             token, lifetime = parse_token_response(resp.body)
         except ValueError as exc:
+            log.debug("%s: bad token response from %s: %s", what, sanitize(realm_host, 100),
+                      sanitize(str(exc)))
             raise Unauthorized(
-                f"{what}: bad token response from {realm_host}: {exc}",
+                f"{what}: the token server's answer holds no usable token",
                 registry=host,
                 reference=reference,
                 status=resp.status,
-            ) from exc
+            ) from None
         self._tokens[key] = (token, now + max(0.0, lifetime - TOKEN_EXPIRY_MARGIN))
         return f"Bearer {token}"
 
@@ -822,7 +932,11 @@ class Inspector:
         *,
         body: bytes | None = None,
         retries: int | None = None,
+        context: str | None = None,
     ) -> Response:
+        """One request through ``host``'s semaphore, with the retries of 429/503 and
+        connection failures; ``context`` is the registry host errors name (default ``host``:
+        a token server or redirect target is named by the registry that sent us there)."""
         sem = self._semaphores.get(host)
         if sem is None:
             sem = self._semaphores[host] = asyncio.Semaphore(self._concurrency)
@@ -845,7 +959,7 @@ class Inspector:
                         data=body,
                     )
             except ConnectionFailed as exc:
-                exc.with_context(registry=host)
+                exc.with_context(registry=context or host)
                 if attempt >= limit:
                     raise
                 delay = self._backoff(attempt)
@@ -853,7 +967,7 @@ class Inspector:
                     "retrying %s %s after %s in %.2fs", method, url, type(exc).__name__, delay
                 )
             except RegistryError as exc:
-                raise exc.with_context(registry=host) from None
+                raise exc.with_context(registry=context or host) from None
             else:
                 if resp.status not in RETRY_STATUSES or attempt >= limit:
                     return resp

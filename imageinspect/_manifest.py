@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,10 @@ class ParsedManifest:
         return self.media_type in MANIFEST_TYPES
 
 
+#: A digest the inspector fetches by (OCI image-spec descriptor.md, the registered algorithms).
+DIGEST_RE = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
+
+
 def compute_digest(data: bytes, algorithm: str = "sha256") -> str:
     """Return ``algorithm:hex`` of ``data`` (sha256 or sha512); ValueError for others."""
     if algorithm not in ("sha256", "sha512"):
@@ -132,9 +137,10 @@ def verify_digest(data: bytes, expected: str, what: str = "manifest") -> None:
     try:
         actual = compute_digest(data, algorithm)
     except ValueError as exc:
-        raise DigestMismatch(f"cannot verify {what} digest {expected}: {exc}") from exc
+        raise DigestMismatch(f"cannot verify the {what} digest: not sha256 or sha512") from exc
     if actual != expected:
-        raise DigestMismatch(f"{what} content hashes to {actual}, expected {expected}")
+        # ``expected`` may come from the registry (a config digest): not quoted.
+        raise DigestMismatch(f"{what} content hashes to {actual}, not the digest expected")
 
 
 def _load_json(data: bytes, what: str) -> dict[str, Any]:
@@ -167,12 +173,10 @@ def resolve_media_type(doc: Mapping[str, Any], content_type: str | None) -> str:
         raise InvalidManifest("manifest mediaType is not a string")
     if header in KNOWN_TYPES:
         if body_type and body_type != header and header not in SCHEMA1_TYPES:
-            raise InvalidManifest(
-                f"manifest Content-Type {header} contradicts its mediaType {body_type}"
-            )
+            raise InvalidManifest(f"manifest Content-Type {header} contradicts its mediaType")
         return header
     if header not in _GENERIC_CONTENT_TYPES:
-        raise InvalidManifest(f"registry returned Content-Type {header!r}, not an image manifest")
+        raise InvalidManifest("the registry's Content-Type is not an image manifest's")
     if body_type in KNOWN_TYPES:
         return str(body_type)
     if doc.get("schemaVersion") == 1:
@@ -181,10 +185,7 @@ def resolve_media_type(doc: Mapping[str, Any], content_type: str | None) -> str:
         return OCI_INDEX
     if doc.get("schemaVersion") == 2 and "config" in doc and "mediaType" not in doc:
         return OCI_MANIFEST
-    raise InvalidManifest(
-        f"cannot tell the manifest type (Content-Type {header or 'missing'!r}, "
-        f"mediaType {body_type!r})"
-    )
+    raise InvalidManifest("cannot tell the manifest type from its Content-Type and mediaType")
 
 
 def _platform_of(obj: Mapping[str, Any], what: str) -> Platform | None:
@@ -294,6 +295,10 @@ def parse_manifest(data: bytes, content_type: str | None) -> ParsedManifest:
     config = doc.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("digest"), str):
         raise InvalidManifest("image manifest has no config descriptor with a digest")
+    if not DIGEST_RE.fullmatch(config["digest"]):
+        # It becomes a URL path segment (/v2/<name>/blobs/<digest>).
+        raise InvalidManifest("image manifest's config digest is not sha256:<64 hex> or "
+                              "sha512:<128 hex>")
     size = config.get("size")
     return ParsedManifest(
         media_type,

@@ -197,6 +197,20 @@ class RegistriesConfig:
                     return True
         return False
 
+    def blocks_host(self, host: str) -> bool:
+        """True when the entry that would apply to anything on ``host`` (``host[:port]``,
+        a token realm's or redirect target's) is ``blocked``: the longest prefix matching
+        ``host/`` (so ``evil.example``, ``evil.example:5000`` and ``*.example`` count; a
+        prefix naming a repository path, ``evil.example/team``, does not block the host)."""
+        name = f"{host.lower()}/"
+        best: RegistryEntry | None = None
+        best_len = -1
+        for entry in self.registries:
+            n = entry.match_length(name)
+            if n > best_len:
+                best, best_len = entry, n
+        return best is not None and best.blocked
+
     def pull_sources(self, ref: Reference) -> list[PullSource]:
         """Where to fetch ``ref`` from: usable mirrors in order, then the primary location.
 

@@ -7,11 +7,14 @@ one implementation here is aiohttp; swapping libraries means writing another
 :class:`Transport`.
 
 The transport also enforces the address guard: every host is resolved through a resolver that
-refuses link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, and
-IPv6 forms embedding a 169.254.0.0/16 address: see :func:`is_forbidden_address`) unless
-allowed, so a registry name (or a redirect) cannot point the controller at a metadata service.
-The check happens on the addresses actually connected to, so DNS rebinding between check and
-connect is not possible. It never logs request headers (they carry credentials).
+refuses the addresses of the refused networks (by default :data:`DEFAULT_REFUSED_NETWORKS`:
+link-local and the clouds' metadata addresses, and IPv6 forms embedding a refused IPv4
+address: see :func:`is_forbidden_address`) unless allowed, so a registry name, a token realm
+or a redirect cannot point the controller at a metadata service. The check happens on the
+addresses actually connected to, so DNS rebinding between check and connect is not possible.
+Its errors are in our own words: no text of the remote side (a body, a status line, an
+address a name resolved to) is in them, only in debug logs. It never logs request headers
+(they carry credentials).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -31,12 +35,61 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from podplacement.imageinspect._errors import ConnectionFailed, Timeout, TooLarge, UnsafeAddress
 
-_FORBIDDEN_NETWORKS = (
-    ipaddress.ip_network("169.254.0.0/16"),
-    ipaddress.ip_network("fe80::/10"),
-    ipaddress.ip_network("fd00:ec2::254/128"),
+log = logging.getLogger("podplacement.imageinspect")
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The networks refused by default (``spec.imageInspection.refusedNetworks``' default), each
+#: with its source:
+#:
+#: * ``169.254.0.0/16``: IPv4 link-local (RFC 3927); the metadata service of AWS, GCP, Azure,
+#:   Oracle, DigitalOcean, OpenStack is 169.254.169.254, AWS ECS task metadata 169.254.170.2.
+#: * ``fe80::/10``: IPv6 link-local (RFC 4291 §2.5.6).
+#: * ``fd00:ec2::254/128``: AWS instance metadata over IPv6 on Nitro instances, and
+#:   ``fd00:ec2::253/128``: the Amazon DNS server (Route 53 Resolver) over IPv6 (AWS
+#:   whitepaper "IPv6 on AWS", "Supporting Amazon VPC services"); ``fd00:ec2::23/128`` as
+#:   well, named by our security review as an AWS service address (not in that paper).
+#: * ``100.100.100.200/32``: Alibaba Cloud ECS instance metadata.
+#: * ``168.63.129.16/32``: Azure's WireServer (host DNS, VM agent, health probes).
+#:
+#: Loopback is not in it (registries on the node itself are a documented setup, and the
+#: tests' registries listen on 127.0.0.1); add ``127.0.0.0/8`` and ``::1/128`` where no
+#: registry runs there.
+DEFAULT_REFUSED_NETWORKS: tuple[str, ...] = (
+    "169.254.0.0/16",
+    "fe80::/10",
+    "fd00:ec2::254/128",
+    "fd00:ec2::253/128",
+    "fd00:ec2::23/128",
+    "100.100.100.200/32",
+    "168.63.129.16/32",
 )
-_LINK_LOCAL_V4 = ipaddress.IPv4Network("169.254.0.0/16")
+#: At most this many refused networks (the CRD's ``maxItems``).
+MAX_REFUSED_NETWORKS = 64
+
+
+def parse_networks(items: Sequence[str]) -> tuple[IPNetwork, ...]:
+    """Parse CIDR strings (``10.0.0.0/8``, ``fd00::/8``; a bare address is a /32 or /128;
+    host bits set are ignored) into networks, in order, duplicates dropped.
+
+    Raises:
+        ValueError: an item is not an IP network (the message names the item's index), or
+            there are more than :data:`MAX_REFUSED_NETWORKS`.
+    """
+    if len(items) > MAX_REFUSED_NETWORKS:
+        raise ValueError(f"at most {MAX_REFUSED_NETWORKS} networks, got {len(items)}")
+    out: list[IPNetwork] = []
+    for i, item in enumerate(items):
+        try:
+            net = ipaddress.ip_network(str(item).strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"item {i} is not an IP network in CIDR notation") from None
+        if net not in out:
+            out.append(net)
+    return tuple(out)
+
+
+DEFAULT_NETWORKS: tuple[IPNetwork, ...] = parse_networks(DEFAULT_REFUSED_NETWORKS)
 #: RFC 6052 §2.1 well-known NAT64 prefix (only /96 is allowed: IPv4 in bits 96-127).
 _NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 #: RFC 8215 local-use NAT64 prefix; the operator picks a /48../96 inside it (RFC 6052 §2.2).
@@ -85,18 +138,20 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ..
     return tuple(ipaddress.IPv4Address(v) for v in found)
 
 
-def is_forbidden_address(address: str) -> bool:
-    """Whether ``address`` is a link-local or cloud metadata address the guard refuses.
+def is_forbidden_address(address: str, networks: Sequence[IPNetwork] = DEFAULT_NETWORKS) -> bool:
+    """Whether ``address`` is in one of the refused ``networks``.
 
     Args:
         address: an IP literal as resolved or written in a URL host (``169.254.169.254``,
             ``fe80::1%eth0``; an IPv6 zone index is ignored). Anything that is not an IP
             literal (a host name, garbage) is not an address and yields False: host names are
             checked on the addresses they resolve to.
+        networks: the refused networks (default :data:`DEFAULT_NETWORKS`, link-local and the
+            clouds' metadata addresses).
 
     Returns:
-        True when the address is in 169.254.0.0/16, fe80::/10 or is fd00:ec2::254, or when it
-        is an IPv6 form that embeds an IPv4 address in 169.254.0.0/16:
+        True when the address is in one of ``networks``, or when it is an IPv6 form that
+        embeds an IPv4 address in one of the IPv4 ``networks``:
 
         * IPv4-mapped ``::ffff:a.b.c.d`` and IPv4-compatible ``::a.b.c.d`` (``::/96`` except
           ``::`` and ``::1``), RFC 4291 §2.5.5; IPv4-translated ``::ffff:0:a.b.c.d``,
@@ -115,10 +170,11 @@ def is_forbidden_address(address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if any(ip in net for net in _FORBIDDEN_NETWORKS):
+    if any(ip.version == net.version and ip in net for net in networks):
         return True
     if isinstance(ip, ipaddress.IPv6Address):
-        return any(v4 in _LINK_LOCAL_V4 for v4 in _embedded_ipv4(ip))
+        v4_networks = [net for net in networks if net.version == 4]
+        return any(v4 in net for v4 in _embedded_ipv4(ip) for net in v4_networks)
     return False
 
 
@@ -127,18 +183,26 @@ class _UnsafeAddressOSError(OSError):
 
 
 class _GuardedResolver(AbstractResolver):
-    """Resolve with the thread-pool resolver, then refuse forbidden addresses."""
+    """Resolve with the thread-pool resolver, then refuse addresses in the refused networks.
 
-    def __init__(self) -> None:
+    Args:
+        networks: returns the refused networks in force (read at every resolution).
+    """
+
+    def __init__(self, networks: Callable[[], Sequence[IPNetwork]] = lambda: DEFAULT_NETWORKS
+                 ) -> None:
         self._inner = aiohttp.ThreadedResolver()
+        self._networks = networks
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
-        bad = [r["host"] for r in results if is_forbidden_address(r["host"])]
+        networks = self._networks()
+        bad = [r["host"] for r in results if is_forbidden_address(r["host"], networks)]
         if bad:
-            raise _UnsafeAddressOSError(f"{host} resolves to link-local/metadata address {bad[0]}")
+            log.debug("refused %s: it resolves to %s, in a refused network", host[:255], bad[0])
+            raise _UnsafeAddressOSError(f"{host} resolves to refused address {bad[0]}")
         return results
 
     async def close(self) -> None:
@@ -189,6 +253,36 @@ def _merged_headers(raw: Any) -> dict[str, str]:
     return merged
 
 
+#: The :class:`UnsafeAddress` message (our words: no host or address from the remote side).
+REFUSED_ADDRESS_MESSAGE = "refusing to connect: the address is in a refused network"
+
+
+def failure_words(exc: BaseException) -> str:
+    """Our own words for a failed exchange, chosen by the exception's type only: the text of
+    the exception is not used, since it may quote the remote side (an HTTP parser error
+    quotes the status line a non-HTTP service sent; an OS error names the address connected
+    to). Never raises."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+        return "TLS certificate not trusted"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError | ssl.SSLError):
+        return "TLS handshake failed"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(exc.os_error, socket.gaierror):
+            return "host name not resolved"
+        return "cannot connect"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | ConnectionResetError):
+        return "the server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the answer's body was cut short or malformed"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "the answer is not valid HTTP"
+    if isinstance(exc, aiohttp.InvalidURL | ValueError):
+        return "the URL or a header is not valid"
+    return f"connection failed ({type(exc).__name__})"
+
+
 class Transport(Protocol):
     """What the inspector needs from an HTTP library."""
 
@@ -231,6 +325,25 @@ class Transport(Protocol):
         ...
 
 
+def _failure(method: str, netloc: str, exc: BaseException) -> UnsafeAddress | ConnectionFailed:
+    """The error for a failed exchange: :class:`UnsafeAddress` when the resolver refused the
+    address, else :class:`ConnectionFailed` in :func:`failure_words`; the exception's own
+    text goes to the debug log only (bounded)."""
+    os_error = getattr(exc, "os_error", None)
+    if isinstance(os_error, _UnsafeAddressOSError):
+        return UnsafeAddress(REFUSED_ADDRESS_MESSAGE)
+    log.debug("%s to %s failed: %s: %s", method, netloc[:255], type(exc).__name__,
+              sanitize(str(exc)))
+    return ConnectionFailed(f"{method} failed: {failure_words(exc)}")
+
+
+def sanitize(text: str, limit: int = 200) -> str:
+    """``text`` for a debug log line: printable ASCII only (others become ``?``), cut to
+    ``limit`` characters."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text[: limit + 1])
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
+
+
 class AiohttpTransport:
     """:class:`Transport` on one shared :class:`aiohttp.ClientSession` (created lazily inside
     the running loop), with connection reuse and the address guard.
@@ -240,16 +353,21 @@ class AiohttpTransport:
         limit_per_host: pooled connections per host (the inspector's per-registry semaphore
             bounds concurrency; this only caps sockets).
         allow_link_local: disable the address guard (never in production).
+        refused_networks: returns the refused networks in force, read at every connection
+            (default: :data:`DEFAULT_NETWORKS`).
     """
 
     def __init__(
-        self, *, timeout: float = 10.0, limit_per_host: int = 16, allow_link_local: bool = False
+        self, *, timeout: float = 10.0, limit_per_host: int = 16, allow_link_local: bool = False,
+        refused_networks: Callable[[], Sequence[IPNetwork]] | None = None,
     ) -> None:
         self._timeout = aiohttp.ClientTimeout(
             total=timeout, sock_connect=timeout, sock_read=timeout
         )
         self._limit_per_host = limit_per_host
         self._allow_link_local = allow_link_local
+        self._networks: Callable[[], Sequence[IPNetwork]] = (
+            refused_networks or (lambda: DEFAULT_NETWORKS))
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -257,7 +375,7 @@ class AiohttpTransport:
             connector = aiohttp.TCPConnector(
                 limit=0,
                 limit_per_host=self._limit_per_host,
-                resolver=None if self._allow_link_local else _GuardedResolver(),
+                resolver=None if self._allow_link_local else _GuardedResolver(self._networks),
                 ttl_dns_cache=30,
             )
             self._session = aiohttp.ClientSession(
@@ -270,11 +388,9 @@ class AiohttpTransport:
 
     def _check_literal(self, url: str) -> None:
         host = urlsplit(url).hostname or ""
-        if not self._allow_link_local and is_forbidden_address(host):
-            raise UnsafeAddress(
-                f"refusing to connect to link-local/metadata address {host}",
-                registry=urlsplit(url).netloc,
-            )
+        if not self._allow_link_local and is_forbidden_address(host, self._networks()):
+            log.debug("refused %s: a refused network", host[:255])
+            raise UnsafeAddress(REFUSED_ADDRESS_MESSAGE)
 
     async def request(
         self,
@@ -299,20 +415,14 @@ class AiohttpTransport:
                 if method != "HEAD":
                     length = resp.content_length
                     if length is not None and length > max_body:
-                        raise TooLarge(
-                            f"Content-Length {length} bytes",
-                            registry=netloc,
-                            status=resp.status,
-                        )
+                        raise TooLarge("the Content-Length is over the limit",
+                                       status=resp.status)
                     buf = bytearray()
                     async for chunk in resp.content.iter_chunked(65536):
                         buf += chunk
                         if len(buf) > max_body:
-                            raise TooLarge(
-                                f"more than {max_body} bytes read",
-                                registry=netloc,
-                                status=resp.status,
-                            )
+                            raise TooLarge(f"more than {max_body} bytes read",
+                                           status=resp.status)
                     body = bytes(buf)
                 merged = _merged_headers(resp.headers)
                 return Response(
@@ -323,21 +433,9 @@ class AiohttpTransport:
                     url,
                 )
         except TimeoutError as exc:
-            raise Timeout(
-                f"no answer within the timeout for {method} {url}", registry=netloc
-            ) from exc
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, _UnsafeAddressOSError):
-                raise UnsafeAddress(str(exc.os_error), registry=netloc) from None
-            raise ConnectionFailed(
-                f"cannot connect: {exc.os_error or exc}", registry=netloc
-            ) from exc
-        except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise ConnectionFailed(
-                f"connection failed during {method} {urlsplit(url).path}: "
-                f"{type(exc).__name__}: {exc}",
-                registry=netloc,
-            ) from exc
+            raise Timeout(f"no answer to {method} within the timeout") from exc
+        except (aiohttp.ClientError, OSError, ssl.SSLError, ValueError) as exc:
+            raise _failure(method, netloc, exc) from None
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -367,17 +465,9 @@ class AiohttpTransport:
                                      tuple(resp.headers.getall("WWW-Authenticate", ())),
                                      url, chunks(resp))
         except TimeoutError as exc:
-            raise Timeout(f"no data within the timeout for {method} {url}",
-                          registry=netloc) from exc
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, _UnsafeAddressOSError):
-                raise UnsafeAddress(str(exc.os_error), registry=netloc) from None
-            raise ConnectionFailed(f"cannot connect: {exc.os_error or exc}",
-                                   registry=netloc) from exc
-        except (aiohttp.ClientError, ssl.SSLError) as exc:
-            raise ConnectionFailed(
-                f"connection failed during {method} {urlsplit(url).path}: "
-                f"{type(exc).__name__}: {exc}", registry=netloc) from exc
+            raise Timeout(f"no data for {method} within the timeout") from exc
+        except (aiohttp.ClientError, OSError, ssl.SSLError, ValueError) as exc:
+            raise _failure(method, netloc, exc) from None
 
     async def aclose(self) -> None:
         """See :meth:`Transport.aclose`."""

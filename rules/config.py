@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podplacement.imageinspect import DEFAULT_REFUSED_NETWORKS, IPNetwork, parse_networks
+
 # --- API --------------------------------------------------------------------------------
 GROUP = "podplacement.io"
 VERSION = "v1beta1"
@@ -244,13 +246,20 @@ class TopologyConfig:
 
 @dataclass(frozen=True, slots=True)
 class ImageInspectionConfig:
-    """``spec.imageInspection``: registry lookups (TTL in seconds, timeout in seconds)."""
+    """``spec.imageInspection``: registry lookups (TTL in seconds, timeout in seconds).
+
+    ``refused_networks`` is ``refusedNetworks``: the networks no registry, token realm or
+    redirect may be reached in (``imageinspect.parse_networks``); when the field is set it
+    replaces the default ``imageinspect.DEFAULT_REFUSED_NETWORKS`` (link-local and the
+    clouds' metadata addresses; not loopback).
+    """
 
     cache_ttl_seconds: float = 6 * 3600.0
     max_retries: int = 5
     registry_timeout_seconds: float = 10.0
     global_pull_secret: ObjectRef | None = None
     registries_config_map: ObjectRef | None = None
+    refused_networks: tuple[IPNetwork, ...] = parse_networks(DEFAULT_REFUSED_NETWORKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +431,8 @@ class PlacementConfig:
             ),
             global_pull_secret=_ref(ii.get("globalPullSecretRef"), "globalPullSecretRef"),
             registries_config_map=_ref(ii.get("registriesConfigMapRef"), "registriesConfigMapRef"),
+            refused_networks=_networks(ii.get("refusedNetworks", DEFAULT_REFUSED_NETWORKS),
+                                       "spec.imageInspection.refusedNetworks"),
         )
         topo = _mapping(spec, "topology", "spec")
         topology = TopologyConfig(
@@ -527,6 +538,17 @@ def _switches(parent: Mapping[str, Any], path: str, defaults: Mapping[str, bool]
             raise ConfigError(f"{path}.{key}", f"must be a boolean, got {value!r}")
         out[key] = value
     return out
+
+
+def _networks(value: Any, path: str) -> tuple[IPNetwork, ...]:
+    """A list of CIDR strings → networks (``imageinspect.parse_networks``); ConfigError on
+    another shape."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(path, "must be a list of CIDR strings")
+    try:
+        return parse_networks(value)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from None
 
 
 def _int(parent: Mapping[str, Any], key: str, default: int, path: str) -> int:

@@ -118,8 +118,9 @@ def _budget(text: str) -> float:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from podplacement.imageinspect import Inspector
+    from podplacement.imageinspect import Inspector, IPNetwork
     from podplacement.kubeclient import KubeAPI
+    from podplacement.rules.config import PlacementConfig
     from podplacement.webhook.admitinspect import AdmissionInspector
     from podplacement.webhook.configsource import StaticConfigSource, WatchingConfigSource
     from podplacement.webhook.leasewatch import ControllerLease
@@ -132,14 +133,21 @@ async def _serve(args: argparse.Namespace) -> int:
     # One client for the watches (config, policies, the controller's Lease); its credentials
     # refresh themselves (kubeclient). It reads no Secret: every inspection is anonymous.
     api = await KubeAPI.from_kubeconfig(args.kubeconfig, user_agent="podplacement-webhook")
-    inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles)
+    source = WatchingConfigSource(api)
+
+    def refused_networks() -> tuple[IPNetwork, ...]:
+        # The config in force (its default while there is none), read at every connection.
+        return (source.current or PlacementConfig()).image_inspection.refused_networks
+
+    inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
+                          refused_networks=refused_networks)
     try:
         lease = ControllerLease(api, args.namespace,
                                 threshold=args.controller_unavailable_after)
         cache = None if args.no_place_cache else PlaceCache(inspector)
         at_admission = AdmissionInspector(inspector, cache=cache,
                                           budget=args.admission_inspection_budget)
-        return await _serve_with(args, WatchingConfigSource(api), lease, cache, at_admission,
+        return await _serve_with(args, source, lease, cache, at_admission,
                                  WatchingPolicySource(api))
     finally:
         await inspector.aclose()

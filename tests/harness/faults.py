@@ -9,7 +9,11 @@ proxy, not the upstream."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import os
 import re
+import ssl
+import tempfile
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -18,8 +22,23 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from podplacement.certs import KeyPair
 from tests.harness.httpserver import QuietHTTPServer
 from tests.harness.registry import Registry, ssl_context
+
+
+def serving_context(serving: KeyPair) -> ssl.SSLContext:
+    """A server-side TLS context with ``serving``'s certificate and key."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(serving.cert_pem + serving.key_pem)
+        ctx.load_cert_chain(path)
+    finally:
+        os.unlink(path)
+    return ctx
+
 
 _HOP_BY_HOP = frozenset(
     {
@@ -91,6 +110,8 @@ class FaultProxy:
         *,
         ca_pem: bytes | None = None,
         advertise: str = "127.0.0.1",
+        bind: str = "127.0.0.1",
+        serving: KeyPair | None = None,
     ) -> None:
         """Start the proxy.
 
@@ -98,9 +119,17 @@ class FaultProxy:
             upstream: a :class:`Registry` (its URL and CA are used) or a base URL.
             ca_pem: CA to trust for an https upstream given as a URL.
             advertise: host name used in ``url``/``host`` (e.g. ``"localhost"`` to get a
-                second origin on the same loopback address); the socket always binds
-                127.0.0.1.
+                second origin on the same loopback address); with ``bind``, the bound
+                address is advertised.
+            bind: the loopback address the socket binds (default 127.0.0.1; another
+                127.0.0.0/8 address gives a server that no other test double shares, e.g.
+                a canary in a refused network). Anything outside 127.0.0.0/8 is refused.
+            serving: a certificate and key: serve HTTPS (``url`` starts with ``https``).
         """
+        if not ipaddress.ip_address(bind).is_loopback or ":" in bind:
+            raise ValueError(f"the fault proxy binds IPv4 loopback only, not {bind}")
+        if bind != "127.0.0.1":
+            advertise = bind
         if isinstance(upstream, Registry):
             self.upstream = upstream.url
             ca_pem = upstream.ca_pem
@@ -115,11 +144,17 @@ class FaultProxy:
         self.requests: list[tuple[str, str]] = []
         self.seen: list[SeenRequest] = []
         handler = type("_BoundProxyHandler", (_ProxyHandler,), {"proxy": self})
-        self._server = QuietHTTPServer(("127.0.0.1", 0), handler)
+        self._server = QuietHTTPServer((bind, 0), handler)
         self._server.daemon_threads = True
+        scheme = "http"
+        if serving is not None:
+            # handshake lazily in the handler thread, so a silent client cannot block accept()
+            self._server.socket = serving_context(serving).wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False)
+            scheme = "https"
         port = self._server.server_address[1]
         self.host = f"{advertise}:{port}"
-        self.url = f"http://{self.host}"
+        self.url = f"{scheme}://{self.host}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
             name=f"fault-proxy-{port}",

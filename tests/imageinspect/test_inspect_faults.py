@@ -148,7 +148,8 @@ async def test_other_5xx_is_the_callers_to_retry(
     )
     with pytest.raises(ServerError) as info:
         await insp.inspect(f"{proxy.host}/ff/app:v1")
-    assert info.value.status == status and "disk on fire" in str(info.value)
+    # The status is reported; the registry's error text is not (it is remote text).
+    assert info.value.status == status and "disk on fire" not in str(info.value)
     assert proxy.count("GET", MANIFESTS) == 1
 
 
@@ -185,8 +186,9 @@ async def test_wrong_content_type_is_invalid_manifest(
 ) -> None:
     insp, _delays = await _inspector(make_inspector, proxy)
     proxy.add_rule(path_regex=MANIFESTS, content_type="text/html", times=0)
-    with pytest.raises(InvalidManifest, match="text/html"):
+    with pytest.raises(InvalidManifest, match="Content-Type is not") as info:
         await insp.inspect(f"{proxy.host}/ff/app:v1")
+    assert "text/html" not in str(info.value)
 
 
 async def test_body_not_matching_the_digest_header_or_pinned_digest(
@@ -203,9 +205,9 @@ async def test_body_not_matching_the_digest_header_or_pinned_digest(
         }
     ).encode()
     proxy.add_rule(path_regex=MANIFESTS, replace_body=other, times=0)
-    with pytest.raises(DigestMismatch, match="registry says"):
+    with pytest.raises(DigestMismatch, match="registry's header"):
         await insp.inspect(f"{proxy.host}/ff/app:v1")
-    with pytest.raises(DigestMismatch, match=index.digest):  # type: ignore[attr-defined]
+    with pytest.raises(DigestMismatch, match="not the digest expected"):
         await insp.inspect(f"{proxy.host}/ff/app@{index.digest}")  # type: ignore[attr-defined]
 
 

@@ -114,7 +114,7 @@ def test_schema1_reads_top_level_architecture_and_history_os() -> None:
     [
         (b"{not json", OCI_INDEX, "not valid JSON"),
         (b"[1, 2]", OCI_INDEX, "not a JSON object"),
-        (_index([]), "text/html", "text/html"),
+        (_index([]), "text/html", "Content-Type is not"),
         (_index([]), DOCKER_MANIFEST, "contradicts"),
         (b'{"schemaVersion": 2, "mediaType": "' + OCI_INDEX.encode() + b'"}', None, "manifests"),
         (b'{"schemaVersion": 2, "mediaType": "' + OCI_MANIFEST.encode() + b'"}', None, "config"),
