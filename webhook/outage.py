@@ -11,12 +11,13 @@ cluster-wide stall when the controller is down"):
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,
    concurrent reviews of one image sharing one inspection; images pulled with ``Always``
    revalidated with the registry; the webhook reads no Secret, docs/security-webhook.md);
-2. a pod that names pull Secrets and whose image the registry refused to the anonymous
-   inspection (:func:`webhook.admitinspect.needs_credentials`) is **not answered here**
-   (None): it stays gated for the controller, which reads those Secrets in the pod's
-   namespace. It is not held forever: a controller that leads again places every pod still
-   gated (bounded retries, then the fallback), and the last controller's stand-down and
-   the ordered uninstall release every gated pod (:mod:`controller.lastrelease`);
+2. the webhook reads no Secret, so a private image (one the registry refuses to the
+   anonymous inspection) has no result here: like any image without a result, it means the
+   controller's fallback at once (item 3). It is not held gated: with no controller
+   leading, nothing would ever place it ("nothing we leave in the API server gates pods
+   once we are gone"), so a private image's pod gets the fallback's operating systems
+   during an outage where the webhook of 0.2.0 placed it with the pod's pull Secrets
+   (docs/security.md, the trade-off);
 3. the controller's decision is answered (:func:`rules.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
@@ -48,7 +49,6 @@ from podplacement.webhook.admitinspect import (
     NotInspected,
     NotInspectedInTime,
     TooManyInspections,
-    needs_credentials,
 )
 from podplacement.webhook.patch import release_patch
 
@@ -115,7 +115,7 @@ async def answer_during_outage(
     dry_run: bool,
     silent_for: float,
     policy: PlacementPolicy | None = None,
-) -> OutageAnswer | None:
+) -> OutageAnswer:
     """Place ``pod`` at admission, release it with the fallback, or leave it gated for the
     controller (module docstring).
 
@@ -133,18 +133,14 @@ async def answer_during_outage(
         policy: the namespace's PodPlacementPolicy matching the pod, or None.
 
     Returns:
-        the :class:`OutageAnswer`, or None: the pod needs its pull Secrets
-        (:func:`webhook.admitinspect.needs_credentials`), the caller leaves it gated for the
-        controller. Raises only on internal errors (the caller allows the pod unchanged and
-        counts them).
+        the :class:`OutageAnswer` (placed, or released with the fallback). Raises only on
+        internal errors (the caller allows the pod unchanged and counts them).
     """
     give_up = (f"at admission (no podplacement controller has renewed its Lease for "
                f"{silent_for:.0f} s)")
     if inspector is not None:
         found = await inspector.pod_images(pod, config, budget=budget,
                                            dry_run=dry_run, revalidate=True)
-        if not found.complete and needs_credentials(pod, config, found):
-            return None
         images: Mapping[str, Any] = found.results
         errors = found.errors()
     else:

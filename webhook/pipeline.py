@@ -10,9 +10,8 @@
    :func:`webhook.gating.should_gate` says not to gate → allowed unchanged; else (to gate, or
    already gated by the admission policy) → a :class:`PodToGate`.
 3. :meth:`~AdmissionPipeline.outage`: no controller holds its Lease → placed or released at
-   admission (:func:`webhook.outage.answer_during_outage`), or left gated for the controller
-   when the pod needs its pull Secrets (a :data:`webhook.admitplace.KINDS` value, on to
-   stage 5); else None (go on).
+   admission (:func:`webhook.outage.answer_during_outage`: a private image, which the
+   webhook cannot inspect, means the fallback); else None (go on).
 4. :meth:`~AdmissionPipeline.place`: from the cache of anonymous results, or inspected within the
    config's ``inspectionBudget`` (:func:`webhook.admitplace.place_reviewed_pod`) → placed in
    the answer, or why not (a :data:`webhook.admitplace.KINDS` value).
@@ -39,7 +38,7 @@ from fastapi.responses import Response
 
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.policy import policy_for
-from podplacement.webhook.admitplace import GATED, GATED_NEEDS_CREDENTIALS, place_reviewed_pod
+from podplacement.webhook.admitplace import GATED, place_reviewed_pod
 from podplacement.webhook.admitplace import PlaceCacheLike as _PlaceCacheBase
 from podplacement.webhook.configsource import ConfigSource
 from podplacement.webhook.gating import REASON_ALREADY_GATED, GateDecision, should_gate
@@ -248,8 +247,6 @@ class AdmissionPipeline:
         if isinstance(pod, Response):
             return pod
         answer = await self.outage(review, pod)
-        if isinstance(answer, str):
-            return self.gate(review, pod, answer)
         if answer is not None:
             return answer
         placed = await self.place(review, pod)
@@ -319,7 +316,7 @@ class AdmissionPipeline:
             return allowed(review.api_version, review.uid)
         return PodToGate(pod, namespace, decision, request.get("dryRun") is True)
 
-    async def outage(self, review: Review, pod: PodToGate) -> Response | str | None:
+    async def outage(self, review: Review, pod: PodToGate) -> Response | None:
         """Stage 3: while no controller runs, hold no pod at the gate that the webhook can
         place or release.
 
@@ -329,8 +326,7 @@ class AdmissionPipeline:
             (the pod placed at admission, inspected anonymously within the inspector's own
             ``budget`` counted from ``review.started``, or released with the controller's
             fallback), counted ``placed`` / ``released`` with reason
-            ``controller_unavailable``; or :data:`webhook.admitplace.GATED_NEEDS_CREDENTIALS`
-            for a pod that needs its pull Secrets: gated (stage 5) for the controller.
+            ``controller_unavailable``.
 
         Raises:
             Exception: from the Lease, the policy source or a whole-body parse (the caller
@@ -349,8 +345,6 @@ class AdmissionPipeline:
             silent_for=lease.seconds_since_renewal(),
             policy=(policy_for(whole, policies.of(pod.namespace))
                     if policies is not None else None))
-        if answer is None:
-            return GATED_NEEDS_CREDENTIALS
         return self._outage_answer(review, answer)
 
     def _outage_answer(self, review: Review, answer: OutageAnswer) -> Response:
