@@ -102,6 +102,21 @@ def test_the_catalog_crd_takes_every_policy_the_limits_allow() -> None:
     assert P.POLICY_MAX_BYTES < P.NAMESPACE_MAX_BYTES - 70 < P.POLICIES_MAX_BYTES
 
 
+def test_the_guide_states_the_limits_the_code_keeps() -> None:
+    guide = (CRDS.parents[1] / "docs" / "guide" / "policies.md").read_text()
+    for number in (P.POLICY_MAX_BYTES, P.POLICIES_MAX_BYTES, P.NAMESPACE_MAX_BYTES,
+                   P.MAX_NAMESPACES, PARAMS_MAX_BYTES):
+        assert f"{number:,}" in guide, number
+    for phrase in (f"at most {P.MAX_REQUIREMENTS} requirements",
+                   f"`matchLabels` entries (at most {P.MAX_MATCH_LABELS})",
+                   f"`matchExpressions` (at most {P.MAX_MATCH_EXPRESSIONS})",
+                   f"at most {P.MAX_VALUES} `values`",
+                   f"prefix of at most {P.MAX_KEY_PREFIX_LENGTH} characters",
+                   f"name of at most {P.MAX_KEY_NAME_LENGTH} characters",
+                   f"`{P.REASON_NOT_PUBLISHED}`", f"`{P.REASON_CATALOG_FULL}`"):
+        assert phrase in guide, phrase
+
+
 def test_the_key_and_value_patterns_are_kubernetes_label_syntax() -> None:
     key, value = re.compile(P.LABEL_KEY_PATTERN), re.compile(P.LABEL_VALUE_PATTERN)
     for good in ("app", "app.kubernetes.io/name", "a", "A_b-c.d", "x" * 63,
