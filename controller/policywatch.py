@@ -5,10 +5,13 @@
 ``podplacement.io/policy`` (the pods placed under a policy, by any path: the admission
 policy, the webhook or the controller). On every policy event it ranks them again
 (:func:`rules.policy.rank`) and hands the ranking to ``on_change`` (the controller
-publishes it in the admission policy's params). The leader runs :meth:`PolicyWatch.run`:
-about once a second it patches the ``status`` of each policy whose desired status
-(:func:`rules.policy.desired_status`: observedGeneration, selector text, placed
-pods, condition ``Accepted``) differs from the live one, and sets the gauge
+publishes it in the admission policy's params: the ranking accepts only policies the params
+object can carry, so no policy can make its writes fail). The leader runs
+:meth:`PolicyWatch.run`: about once a second it patches the ``status`` of each policy whose
+desired status (:func:`rules.policy.desired_status`: observedGeneration, selector text,
+placed pods, condition ``Accepted``, with the reason a policy is not applied:
+``PriorityConflict``, ``NotPublished``, ``CatalogFull``, ``Invalid``) differs from the live
+one, and sets the gauge
 ``podplacement_policy_placed_pods{namespace,policy}``. Errors are logged and retried on the
 next round; the loop never raises.
 """

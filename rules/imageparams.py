@@ -341,8 +341,9 @@ class ParamsStore:
         return True
 
     def set_policies(self, policies: Mapping[str, list[dict[str, Any]]]) -> bool:
-        """Replace ``spec.policies``; returns True (and makes the store dirty) when it
-        changed."""
+        """Replace ``spec.policies`` (:func:`rules.policy.params_policies` of a ranking,
+        which keeps to the catalog CRD's bounds and ``rules.policy.POLICIES_MAX_BYTES``);
+        returns True (and makes the store dirty) when it changed."""
         value = {ns: list(group) for ns, group in sorted(policies.items())}
         if value == self._policies:
             return False

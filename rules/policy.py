@@ -16,6 +16,15 @@ webhook and, rendered in CEL, the admission policy):
   not applied and says so in its status (condition ``Accepted=False``, reason
   ``PriorityConflict``), as Gateway API resolves conflicting routes (:func:`rank`). A
   policy that does not parse is not applied (reason ``Invalid``).
+- **Published, or not applied at all**: an accepted policy is one the params object can
+  carry, so that the admission policy's CEL applies exactly what the webhook and the
+  controller apply. A policy over one of the limits below (stored before the CRD enforced
+  it, or over :data:`POLICY_MAX_BYTES`, which no schema can say) is not applied (reason
+  ``NotPublished``); the policies' share of the params object is bounded like the images'
+  (:data:`NAMESPACE_MAX_BYTES` per namespace, :data:`POLICIES_MAX_BYTES` in all,
+  :data:`MAX_NAMESPACES`): what does not fit is not applied (reason ``CatalogFull``),
+  lowest priority first within a namespace and the namespaces whose oldest policy is the
+  youngest first across them, so a new policy never takes another namespace's place.
 - **Narrow, never widen**: the policy only applies to pods of its own namespace; its
   weights replace the cluster's (``nodeAffinityScoring`` absent: the cluster's apply; present
   with ``enabled: false`` or no platforms: no weights); ``allowedArchitectures`` is ANDed
@@ -31,25 +40,50 @@ policy's CEL reads (:mod:`rules.admissionpolicy`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.rules.config import ConfigError, PlacementConfig, PlatformWeight
+import orjson
+
+from podplacement.rules.config import ARCHITECTURES, ConfigError, PlacementConfig, PlatformWeight
 
 __all__ = [
     "CONDITION_ACCEPTED",
+    "LABEL_KEY_PATTERN",
+    "LABEL_VALUE_PATTERN",
+    "MAX_ARCHITECTURES",
+    "MAX_KEY_LENGTH",
+    "MAX_KEY_NAME_LENGTH",
+    "MAX_KEY_PREFIX_LENGTH",
+    "MAX_MATCH_EXPRESSIONS",
+    "MAX_MATCH_LABELS",
+    "MAX_NAMESPACES",
+    "MAX_NAME_LENGTH",
+    "MAX_POLICIES_PER_NAMESPACE",
+    "MAX_REQUIREMENTS",
+    "MAX_VALUES",
+    "MAX_VALUE_LENGTH",
+    "NAMESPACE_MAX_BYTES",
     "OPERATORS",
+    "POLICIES_MAX_BYTES",
+    "POLICY_MAX_BYTES",
     "REASON_ACCEPTED",
+    "REASON_CATALOG_FULL",
     "REASON_INVALID",
+    "REASON_NOT_PUBLISHED",
     "REASON_PRIORITY_CONFLICT",
     "PlacementPolicy",
     "PolicyError",
+    "PolicyLimitError",
     "Ranking",
     "Requirement",
     "desired_status",
+    "entry_size",
     "fallback_architectures",
     "narrow",
+    "params_entry",
     "params_policies",
     "parse_policy",
     "policy_for",
@@ -66,12 +100,90 @@ CONDITION_ACCEPTED = "Accepted"
 REASON_ACCEPTED = "Accepted"
 REASON_PRIORITY_CONFLICT = "PriorityConflict"
 REASON_INVALID = "Invalid"
+#: Over a limit of this module (:class:`PolicyLimitError`): the params object cannot carry it.
+REASON_NOT_PUBLISHED = "NotPublished"
+#: Within every limit, but the policies' share of the params object is taken (:func:`rank`).
+REASON_CATALOG_FULL = "CatalogFull"
 #: ``priority`` bounds (also in the CRD's schema).
 MIN_PRIORITY, MAX_PRIORITY = 0, 255
+
+# --- limits on a policy's content --------------------------------------------------------
+# The one place of every bound a policy keeps. The PodPlacementPolicy CRD refuses a policy
+# over one when it is written (deploy/crds/podplacementpolicy.yaml: maxItems,
+# maxProperties, maxLength, patterns, CEL); the ImagePlatformCatalog CRD refuses a params
+# object whose spec.policies breaks one (deploy/crds/imageplatformcatalog.yaml), which is
+# why a policy that breaks one (stored before its CRD enforced it) is never published
+# (:func:`parse_policy` raises :class:`PolicyLimitError`). tests/deploy/test_policy_limits.py
+# checks both CRDs against these numbers. Label syntax: Kubernetes' "Labels and Selectors"
+# (apimachinery validation IsQualifiedName, IsValidLabelValue).
+
+#: ``metadata.name``: a label value on the pods the policy places (``podplacement.io/policy``).
+MAX_NAME_LENGTH = 63
+#: ``podSelector``: ``matchLabels`` entries and ``matchExpressions`` together (the catalog's
+#: ``selector`` ``maxItems``), each of them alone, and the values of one expression.
+MAX_REQUIREMENTS = 64
+MAX_MATCH_LABELS = 64
+MAX_MATCH_EXPRESSIONS = 16
+MAX_VALUES = 64
+#: A label key: an optional DNS subdomain prefix (at most 253 characters) and ``/``, then a
+#: name of at most 63 (alphanumerics, ``-``, ``_``, ``.``; alphanumeric at both ends).
+MAX_KEY_PREFIX_LENGTH = 253
+MAX_KEY_NAME_LENGTH = 63
+MAX_KEY_LENGTH = MAX_KEY_PREFIX_LENGTH + 1 + MAX_KEY_NAME_LENGTH
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: A label value: at most 63 characters, empty or alphanumeric at both ends.
+MAX_VALUE_LENGTH = 63
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: ``allowedArchitectures`` and ``nodeAffinityScoring.platforms``: each architecture once.
+MAX_ARCHITECTURES = len(ARCHITECTURES)
+#: Policies of one namespace the params object can carry (one per priority).
+MAX_POLICIES_PER_NAMESPACE = MAX_PRIORITY - MIN_PRIORITY + 1
+#: Namespaces the params object's ``spec.policies`` can carry (its ``maxProperties``).
+MAX_NAMESPACES = 1000
+#: Bytes of compact JSON: one policy's published entry (:func:`params_entry`: no schema can
+#: bound it, a policy within every count above can take 85 KB); one namespace's share of
+#: ``spec.policies``; and all of ``spec.policies``, which shares the params object with
+#: ``spec.images`` and ``spec.learned`` (``rules.config.PARAMS_MAX_BYTES``, 1,000,000) and
+#: ``spec.fresh`` under the API server's 1.5 MiB object limit (etcd's request size).
+POLICY_MAX_BYTES = 16_384
+NAMESPACE_MAX_BYTES = 32_768
+POLICIES_MAX_BYTES = 262_144
+
+_LABEL_KEY_RE = re.compile(LABEL_KEY_PATTERN)
+_LABEL_VALUE_RE = re.compile(LABEL_VALUE_PATTERN)
 
 
 class PolicyError(ConfigError):
     """A PodPlacementPolicy field has a value the rules cannot use (``path``: the field)."""
+
+
+class PolicyLimitError(PolicyError):
+    """A PodPlacementPolicy is over one of this module's limits (a count, a length, label
+    syntax, an architecture outside the enum, :data:`POLICY_MAX_BYTES`): the params object
+    could not carry it (``path``: the field)."""
+
+
+def _check_key(key: str, path: str) -> None:
+    if len(key) > MAX_KEY_LENGTH or not _LABEL_KEY_RE.match(key) \
+            or key.find("/") > MAX_KEY_PREFIX_LENGTH:
+        raise PolicyLimitError(path, (
+            f"{_shown(key)} is not a label key: an optional DNS subdomain prefix of at most "
+            f"{MAX_KEY_PREFIX_LENGTH} characters and '/', then a name of at most "
+            f"{MAX_KEY_NAME_LENGTH} (letters, digits, '-', '_', '.'; a letter or digit at "
+            "both ends)"))
+
+
+def _check_value(value: str, path: str) -> None:
+    if len(value) > MAX_VALUE_LENGTH or not _LABEL_VALUE_RE.match(value):
+        raise PolicyLimitError(path, (
+            f"{_shown(value)} is not a label value: at most {MAX_VALUE_LENGTH} characters "
+            "(letters, digits, '-', '_', '.'; a letter or digit at both ends), or empty"))
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut to 40 characters (it is the policy author's)."""
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +254,12 @@ def _requirement(item: Any, path: str) -> Requirement:
         raise PolicyError(f"{path}.values", f"must be non-empty for {operator}")
     if operator in ("Exists", "DoesNotExist") and values:
         raise PolicyError(f"{path}.values", f"must be empty for {operator}")
+    _check_key(key, f"{path}.key")
+    if len(values) > MAX_VALUES:
+        raise PolicyLimitError(f"{path}.values",
+                               f"has {len(values)} values, at most {MAX_VALUES}")
+    for i, value in enumerate(values):
+        _check_value(value, f"{path}.values[{i}]")
     return Requirement(key, str(operator), tuple(values))
 
 
@@ -151,6 +269,9 @@ def selector_requirements(selector: Any, path: str = "spec.podSelector"
     order, each ``In [value]``), then ``matchExpressions`` in order.
 
     Raises:
+        PolicyLimitError: over a limit of this module (:data:`MAX_MATCH_LABELS`,
+            :data:`MAX_MATCH_EXPRESSIONS`, :data:`MAX_REQUIREMENTS`, :data:`MAX_VALUES`, a
+            key or value that is not label syntax), checked before anything else is read.
         PolicyError: the selector is not a LabelSelector (unknown operator, values given for
             ``Exists``/``DoesNotExist`` or missing for ``In``/``NotIn``).
     """
@@ -162,7 +283,23 @@ def selector_requirements(selector: Any, path: str = "spec.podSelector"
     exprs = selector.get("matchExpressions") or []
     if not isinstance(labels, Mapping) or not isinstance(exprs, list):
         raise PolicyError(path, "matchLabels must be a map, matchExpressions a list")
-    out = [Requirement(str(k), "In", (str(v),)) for k, v in labels.items()]
+    if len(labels) > MAX_MATCH_LABELS:
+        raise PolicyLimitError(f"{path}.matchLabels",
+                               f"has {len(labels)} entries, at most {MAX_MATCH_LABELS}")
+    if len(exprs) > MAX_MATCH_EXPRESSIONS:
+        raise PolicyLimitError(f"{path}.matchExpressions",
+                               f"has {len(exprs)} items, at most {MAX_MATCH_EXPRESSIONS}")
+    if len(labels) + len(exprs) > MAX_REQUIREMENTS:
+        raise PolicyLimitError(path, (
+            f"has {len(labels) + len(exprs)} requirements (matchLabels entries and "
+            f"matchExpressions together), at most {MAX_REQUIREMENTS}"))
+    out = []
+    for k, v in labels.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise PolicyError(f"{path}.matchLabels", "keys and values must be strings")
+        _check_key(k, f"{path}.matchLabels")
+        _check_value(v, f"{path}.matchLabels[{k[:80]}]")
+        out.append(Requirement(k, "In", (v,)))
     out += [_requirement(e, f"{path}.matchExpressions[{i}]") for i, e in enumerate(exprs)]
     return tuple(out)
 
@@ -185,10 +322,19 @@ def selector_matches(selector: Sequence[Requirement], labels: Mapping[str, Any])
     return True
 
 
+def _architecture(value: Any, path: str) -> str:
+    if value not in ARCHITECTURES:
+        shown = _shown(value) if isinstance(value, str) else type(value).__name__
+        raise PolicyLimitError(path, f"{shown} is not one of {', '.join(ARCHITECTURES)}")
+    return str(value)
+
+
 def _architectures(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
         raise PolicyError(path, "must be a list of architecture names")
-    return tuple(sorted(set(value)))
+    if len(value) > MAX_ARCHITECTURES:
+        raise PolicyLimitError(path, f"has {len(value)} items, at most {MAX_ARCHITECTURES}")
+    return tuple(sorted({_architecture(a, f"{path}[{i}]") for i, a in enumerate(value)}))
 
 
 def _weights(scoring: Any) -> tuple[PlatformWeight, ...]:
@@ -198,7 +344,13 @@ def _weights(scoring: Any) -> tuple[PlatformWeight, ...]:
     if scoring.get("enabled", True) is False:
         return ()
     out: list[PlatformWeight] = []
-    for i, item in enumerate(scoring.get("platforms") or []):
+    platforms = scoring.get("platforms") or []
+    if not isinstance(platforms, list):
+        raise PolicyError(f"{path}.platforms", "must be a list")
+    if len(platforms) > MAX_ARCHITECTURES:
+        raise PolicyLimitError(f"{path}.platforms",
+                               f"has {len(platforms)} items, at most {MAX_ARCHITECTURES}")
+    for i, item in enumerate(platforms):
         where = f"{path}.platforms[{i}]"
         arch = item.get("architecture") if isinstance(item, Mapping) else None
         weight = item.get("weight") if isinstance(item, Mapping) else None
@@ -206,7 +358,7 @@ def _weights(scoring: Any) -> tuple[PlatformWeight, ...]:
             raise PolicyError(where, f"invalid or duplicate architecture {arch!r}")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise PolicyError(where, f"weight must be an integer 1..100, got {weight!r}")
-        out.append(PlatformWeight(arch, weight))
+        out.append(PlatformWeight(_architecture(arch, f"{where}.architecture"), weight))
     return tuple(out)
 
 
@@ -214,14 +366,21 @@ def parse_policy(obj: Mapping[str, Any]) -> PlacementPolicy:
     """A PodPlacementPolicy dict (as the API gives it) as a :class:`PlacementPolicy`.
 
     Raises:
+        PolicyLimitError: the policy is over a limit of this module: the params object
+            could not carry it (the CRD's schema refuses all but :data:`POLICY_MAX_BYTES`
+            at write time; a policy stored before the schema did, or read from a file by
+            ``explain --policy-file``, is checked here).
         PolicyError: a field has a value the rules cannot use (the CRD's schema refuses
-            most of these at write time; this is the same check for objects from
-            elsewhere, e.g. ``explain --policy-file``).
+            these at write time; this is the same check for objects from elsewhere).
     """
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
         raise PolicyError("spec", "must be an object")
+    name = str(meta.get("name") or "")
+    if len(name) > MAX_NAME_LENGTH:
+        raise PolicyLimitError("metadata.name", f"has {len(name)} characters, at most "
+                               f"{MAX_NAME_LENGTH} (a label value on the pods it places)")
     priority = spec.get("priority", 0)
     if (not isinstance(priority, int) or isinstance(priority, bool)
             or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
@@ -229,19 +388,25 @@ def parse_policy(obj: Mapping[str, Any]) -> PlacementPolicy:
     scoring = spec.get("nodeAffinityScoring")
     allowed = spec.get("allowedArchitectures")
     fallback = spec.get("fallbackArchitecture") or None
-    if fallback is not None and not isinstance(fallback, str):
-        raise PolicyError("spec.fallbackArchitecture", "must be a string")
+    if fallback is not None:
+        fallback = _architecture(fallback, "spec.fallbackArchitecture")
     allowed_archs = (None if allowed is None
                      else _architectures(allowed, "spec.allowedArchitectures"))
     if allowed_archs is not None and fallback is not None and fallback not in allowed_archs:
         raise PolicyError("spec.fallbackArchitecture", "must be one of allowedArchitectures")
-    return PlacementPolicy(
-        namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+    policy = PlacementPolicy(
+        namespace=str(meta.get("namespace") or ""), name=name,
         priority=priority, selector=selector_requirements(spec.get("podSelector")),
         weights=None if scoring is None else _weights(scoring),
         allowed_architectures=allowed_archs, fallback_architecture=fallback,
         generation=int(meta.get("generation") or 0),
         created=str(meta.get("creationTimestamp") or ""), uid=str(meta.get("uid") or ""))
+    size = entry_size(policy)
+    if size > POLICY_MAX_BYTES:
+        raise PolicyLimitError("spec", (
+            f"published, it takes {size} bytes of the admission policy's params object; a "
+            f"policy may take at most {POLICY_MAX_BYTES} (fewer or shorter selector values)"))
+    return policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,9 +437,17 @@ EMPTY_RANKING = Ranking({}, {})
 
 def rank(objects: Iterable[Mapping[str, Any]]) -> Ranking:
     """Parse and rank PodPlacementPolicy dicts: per namespace, the accepted policies by
-    priority, highest first; of two with the same priority the older (creationTimestamp,
-    then name) is accepted and the other rejected (``PriorityConflict``); one that does not
-    parse is rejected (``Invalid``)."""
+    priority, highest first.
+
+    Rejected, with the reason of their status (:func:`desired_status`): one that does not
+    parse (``Invalid``), or is over a limit (``NotPublished``: :class:`PolicyLimitError`);
+    of two with the same priority, the younger (creationTimestamp, then name:
+    ``PriorityConflict``); and those the params object has no room for (``CatalogFull``):
+    within a namespace, lowest priority first, once its policies would take more than
+    :data:`NAMESPACE_MAX_BYTES`; across namespaces, those whose oldest policy is the
+    youngest, once ``spec.policies`` would take more than :data:`POLICIES_MAX_BYTES` or hold
+    more than :data:`MAX_NAMESPACES` namespaces. So what :func:`params_policies` publishes
+    always fits the params object, and every path applies exactly what it publishes."""
     by_ns: dict[str, dict[int, PlacementPolicy]] = {}
     rejected: dict[str, tuple[str, str]] = {}
     parsed: list[PlacementPolicy] = []
@@ -283,6 +456,10 @@ def rank(objects: Iterable[Mapping[str, Any]]) -> Ranking:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         try:
             parsed.append(parse_policy(obj))
+        except PolicyLimitError as exc:
+            rejected[key] = (REASON_NOT_PUBLISHED, (
+                f"not applied: {exc}; the admission policy's params object could not carry "
+                "it (a policy stored before its CRD enforced this limit); edit it to fit"))
         except PolicyError as exc:
             rejected[key] = (REASON_INVALID, str(exc))
     for policy in sorted(parsed, key=lambda p: (p.created, p.name)):
@@ -295,9 +472,52 @@ def rank(objects: Iterable[Mapping[str, Any]]) -> Ranking:
                 "this namespace; priorities must be unique within a namespace")
             continue
         slot[policy.priority] = policy
-    accepted = {ns: tuple(slot[p] for p in sorted(slot, reverse=True))
-                for ns, slot in sorted(by_ns.items())}
+    accepted = _within_budget(
+        {ns: [slot[p] for p in sorted(slot, reverse=True)] for ns, slot in by_ns.items()},
+        rejected)
     return Ranking(accepted, rejected)
+
+
+def entry_size(policy: PlacementPolicy) -> int:
+    """Bytes of ``policy``'s published entry (:func:`params_entry`) as compact JSON."""
+    return len(orjson.dumps(params_entry(policy)))
+
+
+def _within_budget(groups: Mapping[str, list[PlacementPolicy]],
+                   rejected: dict[str, tuple[str, str]]
+                   ) -> dict[str, tuple[PlacementPolicy, ...]]:
+    """The policies of ``groups`` (namespace -> accepted, highest priority first) that
+    the params object has room for (:func:`rank`); the others go to ``rejected``."""
+    def age(ns: str) -> tuple[str, str, str]:
+        oldest = min(groups[ns], key=lambda p: (p.created, p.name))
+        return oldest.created, ns, oldest.name
+
+    full = (f"the policies' share of the admission policy's params object "
+            f"({POLICIES_MAX_BYTES} bytes, {MAX_NAMESPACES} namespaces) is taken by the "
+            "policies of namespaces with older policies")
+    total = 2  # the braces of spec.policies
+    out: dict[str, tuple[PlacementPolicy, ...]] = {}
+    for ns in sorted((ns for ns in groups if groups[ns]), key=age):
+        # "ns":[e1,e2], : the key, its colon, the brackets, a comma after each item
+        used = len(orjson.dumps(ns)) + 4
+        kept: list[PlacementPolicy] = []
+        for policy in groups[ns]:
+            size = entry_size(policy) + 1
+            if used + size > NAMESPACE_MAX_BYTES:
+                rejected[policy.key] = (REASON_CATALOG_FULL, (
+                    f"not applied: this namespace's share of the admission policy's params "
+                    f"object ({NAMESPACE_MAX_BYTES} bytes) is taken by its policies of "
+                    f"higher priority; this one takes {size - 1}"))
+            elif total + used + size > POLICIES_MAX_BYTES or (
+                    not kept and len(out) >= MAX_NAMESPACES):
+                rejected[policy.key] = (REASON_CATALOG_FULL, f"not applied: {full}")
+            else:
+                kept.append(policy)
+                used += size
+        if kept:
+            out[ns] = tuple(kept)
+            total += used
+    return dict(sorted(out.items()))
 
 
 def policy_for(pod: Mapping[str, Any],

@@ -5,7 +5,9 @@ request.
 PodPlacementPolicy (tolerated while the CRD is absent) and ranks them again on every event
 (:func:`rules.policy.rank`: per namespace, the accepted ones by priority), so that the
 cache path places a pod with the policy the controller and the admission policy would apply
-(:func:`rules.policy.policy_for`). :class:`StaticPolicySource` serves a fixed list
+(:func:`rules.policy.policy_for`). A policy the params object cannot carry (over a limit,
+or no room left: ``NotPublished``, ``CatalogFull``) is not accepted, so the webhook does not
+apply it either. :class:`StaticPolicySource` serves a fixed list
 (tests, benchmarks, ``--config-file``).
 """
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,12 +42,22 @@ from podplacement.rules.placement import (
 )
 from podplacement.rules.plan import plan
 from podplacement.rules.policy import (
+    MAX_MATCH_LABELS,
+    MAX_NAMESPACES,
+    MAX_REQUIREMENTS,
+    NAMESPACE_MAX_BYTES,
+    POLICIES_MAX_BYTES,
+    POLICY_MAX_BYTES,
+    REASON_CATALOG_FULL,
     REASON_INVALID,
+    REASON_NOT_PUBLISHED,
     REASON_PRIORITY_CONFLICT,
     PolicyError,
+    PolicyLimitError,
     Requirement,
     desired_status,
     fallback_architectures,
+    params_policies,
     parse_policy,
     policy_for,
     rank,
@@ -320,3 +332,118 @@ def test_a_policy_never_reaches_another_namespace() -> None:
     table = {"reg/app:1": "linux/amd64"}
     cel = evaluate(ap.place_variables(CLUSTER), created, table, ranking)
     assert cel["placed"] and not cel["hasPolicy"]
+
+
+# --- limits: a policy the params object cannot carry is applied nowhere ------------------
+
+
+def _labels(n: int) -> dict[str, str]:
+    return {f"k{i}": "v" for i in range(n)}
+
+
+@pytest.mark.parametrize(("selector", "spec", "says"), [
+    ({"matchLabels": _labels(MAX_MATCH_LABELS + 1)}, {}, "65 entries, at most 64"),
+    ({"matchLabels": {"x" * 400: "v"}}, {}, "is not a label key"),
+    ({"matchLabels": {"p" * 254 + "/n": "v"}}, {}, "at most 253 characters"),
+    ({"matchLabels": {"app": "bad value!"}}, {}, "is not a label value"),
+    ({"matchExpressions": [{"key": "bad key", "operator": "Exists"}]}, {}, "not a label key"),
+    ({"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"] * 65}]}, {},
+     "65 values, at most 64"),
+    ({"matchExpressions": [{"key": f"k{i}", "operator": "Exists"} for i in range(17)]}, {},
+     "17 items, at most 16"),
+    ({"matchLabels": _labels(49), "matchExpressions": [
+        {"key": f"e{i}", "operator": "Exists"} for i in range(16)]}, {},
+     "65 requirements"),
+    (None, {"allowedArchitectures": ["amd64", "arm64", "ppc64le", "s390x", "riscv64"]},
+     "5 items, at most 4"),
+    (None, {"allowedArchitectures": ["riscv64"]}, "'riscv64' is not one of"),
+    (None, {"fallbackArchitecture": "riscv64"}, "is not one of"),
+    ({"matchExpressions": [{"key": f"k{i}", "operator": "NotIn",
+                            "values": [f"v{j}-" + "x" * 40 for j in range(64)]}
+                           for i in range(16)]}, {}, f"at most {POLICY_MAX_BYTES}"),
+])
+def test_a_policy_over_a_limit_is_not_published_nor_applied(
+        selector: dict[str, Any] | None, spec: dict[str, Any], says: str) -> None:
+    """A policy over a limit (one stored before its CRD enforced it, or over the bytes no
+    schema can bound) is not applied by any path, and its status says why; the other
+    policies of its namespace still are."""
+    bad = obj("bad", 9, selector, **spec)
+    with pytest.raises(PolicyLimitError, match=re.escape(says)):
+        parse_policy(bad)
+    ranking = rank([bad, obj("good", 1, {"matchLabels": {"app": "web"}})])
+    assert [p.name for p in ranking.of("ns")] == ["good"]
+    assert [p["name"] for p in params_policies(ranking)["ns"]] == ["good"]
+    reason, message = ranking.rejected["ns/bad"]
+    assert reason == REASON_NOT_PUBLISHED and says in message
+    (cond,) = desired_status(bad, ranking, 0, "2026-03-01T00:00:00Z")["conditions"]
+    assert (cond["status"], cond["reason"]) == ("False", REASON_NOT_PUBLISHED)
+    assert says in cond["message"] and len(cond["message"]) <= 1000
+
+
+def test_a_stored_policy_over_a_limit_does_not_take_a_priority() -> None:
+    """Not applied, so not in the way: a valid policy of the same priority is accepted."""
+    stored = obj("stored", 5, {"matchLabels": _labels(65)}, created="2025-01-01T00:00:00Z")
+    ranking = rank([stored, obj("new", 5)])
+    assert [p.name for p in ranking.of("ns")] == ["new"]
+    assert ranking.rejected["ns/stored"][0] == REASON_NOT_PUBLISHED
+
+
+def test_the_policies_at_the_limits_are_published() -> None:
+    p = parse_policy(obj("at", 1, {
+        "matchLabels": {**_labels(47), "p" * 253 + "/" + "n" * 63: "v" * 63},
+        "matchExpressions": [{"key": f"e{i}", "operator": "In", "values": ["", "a.b-c_D"]}
+                             for i in range(16)]},
+        allowedArchitectures=["amd64", "arm64", "ppc64le", "s390x"]))
+    assert len(p.selector) == MAX_REQUIREMENTS
+
+
+def _big(name: str, priority: int, *, ns: str = "ns", created: str = "2026-01-01T00:00:00Z",
+         size: int = 10_000) -> dict[str, Any]:
+    """A policy whose published entry takes about ``size`` bytes (within every limit)."""
+    values = [f"v{j}-" + "x" * 50 for j in range(size // 60)]
+    exprs = [{"key": f"k{i}", "operator": "NotIn", "values": values[i * 64:(i + 1) * 64]}
+             for i in range((len(values) + 63) // 64)]
+    return obj(name, priority, {"matchExpressions": exprs}, ns=ns, created=created)
+
+
+def test_a_namespace_share_keeps_its_highest_priorities() -> None:
+    """Within a namespace's share (NAMESPACE_MAX_BYTES), the lowest priorities are left
+    out, and say so; a small one that still fits is kept."""
+    ranking = rank([_big("top", 9, size=12_000), _big("mid", 5, size=12_000),
+                    _big("low", 2, size=12_000), _big("lower", 1, size=10_000),
+                    obj("tiny", 0)])
+    assert [p.name for p in ranking.of("ns")] == ["top", "mid", "tiny"]
+    assert ranking.rejected["ns/low"][0] == REASON_CATALOG_FULL
+    assert ranking.rejected["ns/lower"][0] == REASON_CATALOG_FULL
+    assert str(NAMESPACE_MAX_BYTES) in ranking.rejected["ns/low"][1]
+    size = len(orjson.dumps(params_policies(ranking)["ns"])) + len('"ns":')
+    assert size <= NAMESPACE_MAX_BYTES
+
+
+def test_a_new_namespace_never_takes_an_older_ones_place() -> None:
+    """When ``spec.policies`` is full (POLICIES_MAX_BYTES), the namespaces whose oldest
+    policy is the youngest are left out: a tenant's new policies cannot push another
+    namespace's out of the params object, however high their priority."""
+    older = [_big(f"p{i}", i, ns=f"old-{n:02d}", created=f"2026-01-01T00:{n:02d}:0{i}Z")
+             for n in range(14) for i in range(2)]
+    base = rank(older)
+    published = params_policies(base)
+    assert sum(len(g) for g in published.values()) == len(older) - len(base.rejected) > 20
+    assert len(orjson.dumps(published)) <= POLICIES_MAX_BYTES
+    newcomer = [_big("mine", 255, ns="aaa-new", created="2026-06-01T00:00:00Z", size=2000),
+                obj("tiny", 254, ns="aaa-new", created="2026-06-01T00:00:00Z")]
+    after = rank([*older, *newcomer])
+    assert {k: [p.name for p in v] for k, v in after.accepted.items()
+            if k != "aaa-new"} == {k: [p.name for p in v] for k, v in base.accepted.items()}
+    assert after.rejected["aaa-new/mine"][0] == REASON_CATALOG_FULL
+    assert len(orjson.dumps(params_policies(after))) <= POLICIES_MAX_BYTES
+
+
+def test_no_more_namespaces_than_the_catalog_holds() -> None:
+    objects = [obj("p", 1, ns=f"ns-{n:04d}", created=f"2026-01-01T{n // 3600:02d}:"
+                   f"{n // 60 % 60:02d}:{n % 60:02d}Z") for n in range(MAX_NAMESPACES + 2)]
+    ranking = rank(objects)
+    assert len(params_policies(ranking)) == MAX_NAMESPACES
+    assert set(ranking.rejected) == {f"ns-{MAX_NAMESPACES:04d}/p",
+                                     f"ns-{MAX_NAMESPACES + 1:04d}/p"}
+    assert {r for r, _ in ranking.rejected.values()} == {REASON_CATALOG_FULL}
