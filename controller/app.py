@@ -618,6 +618,8 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         credentials=c.reconciler.credentials, inspect_images=c.reconciler.inspect_images,
         own_namespace=o.namespace, watch_timeout=o.watch_timeout,
         active=lambda: c.lifecycle is not None and not c.lifecycle.uninstalling)
+    # the labelled pods: a label the pod's creator wrote hides nothing (rules.escape)
+    placed.subscribe("escape monitor", escapes.on_pod, enabled=escapes.watching)
     return findings, execformat, placed, feed, escapes
 
 

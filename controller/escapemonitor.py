@@ -51,7 +51,7 @@ from podplacement.controller.poddelete import DELETED, GONE, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
 from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
-from podplacement.rules.config import PlacementConfig
+from podplacement.rules.config import AFFINITY_LABEL, PlacementConfig
 from podplacement.rules.escape import (
     FIT,
     REPAIRED,
@@ -59,6 +59,7 @@ from podplacement.rules.escape import (
     classify,
     created_at,
     event_spec,
+    placement_doubt,
     record_patch,
     repair_owner,
     skip_reason,
@@ -232,9 +233,22 @@ class EscapeMonitor:
                 await informer.stop()
 
     # --- watch ---------------------------------------------------------------------------
+    def watching(self) -> bool:
+        """Whether the monitor runs (started by the leader) and :meth:`enabled`: the switch
+        of its subscription to the watch of placed pods."""
+        return self._runner is not None and self.enabled()
+
+    def _node(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        name = (pod.get("spec") or {}).get("nodeName")
+        return self.nodes.get(name) if isinstance(name, str) and name else None
+
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        """Watch handler: queue the pod's key when it is an escape to check (pure checks;
-        a key already queued or waiting is left as it is)."""
+        """Watch handler of both watches (its own of the pods without the placement label,
+        and :class:`controller.placedwatch.PlacedPods` of those with it): queue the pod's
+        key when it is an escape to check (pure checks, no request: a labelled pod whose
+        record reproduces from its spec and whose node its spec admits is left here,
+        :func:`rules.escape.placement_doubt`; a key already queued or waiting is left as
+        it is)."""
         key = pod_key(pod)
         if etype == "DELETED":
             self.queue.discard(key)
@@ -242,7 +256,8 @@ class EscapeMonitor:
         if self.queue.is_pending(key):
             return
         if skip_reason(pod, own_namespace=self.own_namespace,
-                       config_created=self._config_created()) is not None:
+                       config_created=self._config_created(),
+                       node=self._node(pod)) is not None:
             return
         if len(self.queue) >= MAX_QUEUED:
             if not self._full_logged:
@@ -271,9 +286,12 @@ class EscapeMonitor:
         pod = await self._get(f"/api/v1/namespaces/{ns}/pods/{name}")
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
             return None
+        node = self._node(pod)
         if skip_reason(pod, own_namespace=self.own_namespace,
-                       config_created=self._config_created()) is not None:
+                       config_created=self._config_created(), node=node) is not None:
             return None
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        doubt = (placement_doubt(pod, node) or "") if AFFINITY_LABEL in labels else ""
         config = self.config_source()[0]
         labels = await self._namespace_labels(ns)
         if labels is None or namespace_opted_out(labels, config.namespace_selector):
@@ -287,8 +305,7 @@ class EscapeMonitor:
         failed = [i for i, r in images.items() if isinstance(r, BaseException)]
         if failed and self.queue.failures(key) < config.image_inspection.max_retries:
             raise InspectLater(f"inspecting {failed[0]} failed")
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        verdict = classify(pod, self.nodes.get(node_name), images, config.excluded)
+        verdict = classify(pod, node, images, config.excluded)
         owner, not_repaired = repair_owner(pod, verdict,
                                            delete_unfit_pods=config.delete_unfit_pods)
         if owner is not None:
@@ -299,16 +316,18 @@ class EscapeMonitor:
             if result.status == GONE:
                 return None
             if result.status == DELETED:
-                self._report(pod, REPAIRED, event_spec(verdict, deleted_for=owner))
+                self._report(pod, REPAIRED, event_spec(verdict, deleted_for=owner,
+                                                       doubt=doubt))
                 return None
             not_repaired = f"the delete was refused: {result.message}"
         try:
             await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
                                    body=record_patch(pod, verdict, now=self.clock(),
-                                                     not_repaired=not_repaired))
+                                                     not_repaired=not_repaired, doubt=doubt))
         except NotFound:
             return None
-        self._report(pod, verdict.outcome, event_spec(verdict, not_repaired=not_repaired))
+        self._report(pod, verdict.outcome,
+                     event_spec(verdict, not_repaired=not_repaired, doubt=doubt))
         return None
 
     def _report(self, pod: Mapping[str, Any], outcome: str, spec: Any) -> None:

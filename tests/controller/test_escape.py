@@ -14,6 +14,7 @@ import pytest
 from podplacement.imageinspect import ImageInfo, Platform, RegistryError
 from podplacement.rules.config import (
     AFFINITY_LABEL,
+    DECISION_ANNOTATION,
     ESCAPE_ANNOTATION,
     ESCAPE_LABEL,
     ESCAPE_REASON,
@@ -48,6 +49,16 @@ IMAGE = "reg.example/app:1"
 DIGEST = "sha256:" + "a" * 64
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f", "uid": "rs-1",
       "controller": True, "blockOwnerDeletion": True}
+
+
+#: A decision for a ppc64le-only image and the node affinity it wrote.
+PPC64LE_RECORD = ('{"images":[{"image":"reg.example/app:1","platforms":["linux/ppc64le"]}],'
+                  '"platforms":["linux/ppc64le"],"oses":["linux"],"archs":["ppc64le"],'
+                  '"result":"set","reason":"required architectures ppc64le"}')
+PPC64LE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["ppc64le"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}}
 
 
 def escaped(**changes: Any) -> dict[str, Any]:
@@ -110,7 +121,9 @@ def test_a_bound_pod_without_a_placement_record_is_an_escape() -> None:
 @pytest.mark.parametrize(("changes", "reason"), [
     ({"metadata__deletionTimestamp": "2027-01-15T08:01:00Z"}, "deleting"),
     ({"spec__nodeName": None}, "not_bound"),
-    ({"metadata__labels": {AFFINITY_LABEL: "not-set"}}, "placed"),
+    ({"metadata__labels": {AFFINITY_LABEL: "set"},
+      "metadata__annotations": {DECISION_ANNOTATION: PPC64LE_RECORD},
+      "spec__affinity": PPC64LE_AFFINITY}, "placed"),
     ({"metadata__labels": {ESCAPE_LABEL: "fit"}}, "recorded"),
     ({"spec__schedulingGates": [{"name": SCHEDULING_GATE}],
       "metadata__labels": {GATE_LABEL: "gated"}}, "gated"),
@@ -129,6 +142,15 @@ def test_a_bound_pod_without_a_placement_record_is_an_escape() -> None:
 def test_pods_the_product_does_not_place_or_already_recorded_are_left_alone(
         changes: dict[str, Any], reason: str) -> None:
     assert skip(escaped(**changes)) == reason
+
+
+@pytest.mark.parametrize("value", ["set", "not-set"])
+def test_the_placement_label_alone_hides_nothing(value: str) -> None:
+    """A label the pod's creator wrote, without the node affinity a placement writes: checked
+    like a pod without it (tests/controller/test_escape_records.py has the rule)."""
+    assert skip(escaped(metadata__labels={AFFINITY_LABEL: value})) is None
+    assert skip(escaped(metadata__labels={AFFINITY_LABEL: value},
+                        metadata__annotations={DECISION_ANNOTATION: PPC64LE_RECORD})) is None
 
 
 def test_nothing_is_an_escape_without_a_config() -> None:
