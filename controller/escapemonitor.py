@@ -6,13 +6,19 @@ cache-less list+watch (:class:`kubeclient.Informer` with ``keep_cache=False``: n
 per pod) of the pods the API server selects by
 :func:`rules.escape.watch_params`: bound, not ended, outside the system namespaces
 and the product's own, without the placement label ``podplacement.io/node-affinity`` and
-without the escape record. The watch handler applies
-:func:`rules.escape.skip_reason` (pure) and queues a pod's key on the monitor's own
-small :class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
+without the escape record; and the pods with that label, from the leader's one watch of
+placed pods (:class:`controller.placedwatch.PlacedPods`, which lists them anyway for the
+admission feed: no second list of every placed pod), because the label is what a pod's
+creator can write too. The watch handler applies
+:func:`rules.escape.skip_reason` (pure; a labelled pod is left alone only when its record
+reproduces from its spec and its node is one its spec admits,
+:func:`rules.escape.placement_doubt`, so an honest placed pod costs a JSON parse and no
+request) and queues a pod's key on the monitor's own small
+:class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
 reads the pod again, reads its Namespace's labels (opted-out namespaces are left alone;
-:func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images
-with the reconciler's pull-secret rule and the controller's inspector (a failed inspection is
-retried with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict is
+:func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images with the
+reconciler's pull-secret rule and the controller's inspector (a failed inspection is retried
+with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict is
 ``unknown``), classifies it against its node's labels from the Node informer, and then:
 
 - ``unfit`` with an owner to recreate it and ``deleteUnfitPods`` on

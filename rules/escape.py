@@ -15,6 +15,12 @@ cannot tell them apart; they are reported like the others and never deleted, see
   what the monitor still leaves alone (the pods the product deliberately does not place,
   :mod:`rules.scope`, and the pods created before the PodPlacementConfig existed:
   nothing was placed then).
+- :func:`record_doubt` and :func:`placement_doubt`: the label and the decision annotation
+  are what a pod's creator can write too, so a labelled pod (which the monitor sees through
+  the watch of placed pods) is left alone only when its record reproduces from its spec (the
+  node affinity its decision says was written is there) and its node is one that spec
+  admits; any other is checked like a pod without the label (DESIGN: "no label ... hides a
+  pod from a monitor").
 - :func:`classify`: the node's ``(kubernetes.io/os, kubernetes.io/arch)`` pair against the
   pairs every image supports (:func:`rules.plan.pod_platforms`, with the exec
   format exclusions in force: :func:`rules.learn.learned_images`): ``fit``,
