@@ -158,8 +158,10 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     # (controller.execformatmonitor.API_REQUESTS)
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", CONFIG_STATUS_PATH),
-    # the escape monitor: a Namespace's opt-out labels (controller.escapemonitor.API_REQUESTS)
+    # the escape monitor: a Namespace's opt-out labels, and the escape condition of the
+    # record, which a pod's creator cannot write (controller.escapemonitor.API_REQUESTS)
     ("GET", "/api/v1/namespaces/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status"),
     *paramswriter.API_REQUESTS,
     *policywatch.API_REQUESTS,
     # the params object's creations and deletions (controller.gatedpods): list + watch

@@ -28,9 +28,13 @@ with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict
   (:class:`rules.escape.RepairRounds`; a pod that must wait is queued again
   when the next round may start); the Warning Event says so;
 - otherwise the verdict is written on the pod (label and annotation
-  ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``),
-  which takes it out of the watch, and only then the ``PlacementEscaped`` Event is sent:
-  a second run, a relist or a new leader finds the record and stays silent.
+  ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``), then
+  the condition of the same type through ``pods/status`` (:func:`rules.escape.condition_patch`:
+  the part of the record a pod's creator cannot write, so a label they preset hides nothing,
+  :func:`rules.escape.recorded`), and only then the ``PlacementEscaped`` Event is sent: a
+  second run, a relist or a new leader finds the record and stays silent. The watch's
+  selector does not leave the recorded pods out (their label proves nothing): a relist hands
+  on the escapes recorded so far, a pure check each.
 
 ``podplacement_escaped_pods_total{outcome}`` counts each pod once (``repaired``, ``unfit``,
 ``fit``, ``unknown``). Runs in the leader only, while the PodPlacementConfig exists and is not
@@ -56,13 +60,21 @@ from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import DELETED, GONE, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI, NotFound
+from podplacement.kubeclient import (
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    Conflict,
+    Informer,
+    KubeAPI,
+    NotFound,
+)
 from podplacement.rules.config import AFFINITY_LABEL, PlacementConfig
 from podplacement.rules.escape import (
     FIT,
     REPAIRED,
     RepairRounds,
     classify,
+    condition_patch,
     created_at,
     event_spec,
     placement_doubt,
@@ -84,6 +96,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", PODS_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status"),
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("GET", "/api/v1/namespaces/{name}"),
     ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
@@ -330,6 +343,12 @@ class EscapeMonitor:
             await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
                                    body=record_patch(pod, verdict, now=self.clock(),
                                                      not_repaired=not_repaired, doubt=doubt))
+            # the part of the record a pod's creator cannot write (rules.escape.recorded);
+            # if it fails, the queue retries the pod, which is then not recorded yet
+            await self.api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                                   body=condition_patch(verdict, now=self.clock(),
+                                                        doubt=doubt),
+                                   content_type=STRATEGIC_MERGE_PATCH)
         except NotFound:
             return None
         self._report(pod, verdict.outcome,

@@ -32,15 +32,18 @@ cannot tell them apart; they are reported like the others and never deleted, see
   it was not created with ``spec.nodeName`` (:func:`created_with_node_name`: its owner would
   put the new pod on the same node). :class:`RepairRounds`: one round of deletions per owner
   per minute.
-- :func:`event_spec` and :func:`record_patch`: the ``PlacementEscaped`` Event and the record
-  on the pod (label and annotation ``podplacement.io/placement-escaped``) that takes it out
-  of the watch, so a relist, a restart or a new leader reports it once.
+- :func:`event_spec`, :func:`record_patch` and :func:`condition_patch`: the
+  ``PlacementEscaped`` Event and the record on the pod (label and annotation
+  ``podplacement.io/placement-escaped``, and the pod condition of that type written through
+  ``pods/status``, which a pod's creator cannot write: :func:`recorded`) that spares it
+  further checks, so a relist, a restart or a new leader reports it once.
 
 Fields with an unexpected type are treated as absent: nothing here raises on odd input.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +61,7 @@ from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     ESCAPE_ANNOTATION,
+    ESCAPE_CONDITION,
     ESCAPE_LABEL,
     ESCAPE_REASON,
     LINUX,
@@ -94,12 +98,14 @@ __all__ = [
     "RepairRounds",
     "Verdict",
     "classify",
+    "condition_patch",
     "created_at",
     "created_with_node_name",
     "event_spec",
     "placement_doubt",
     "record_doubt",
     "record_patch",
+    "recorded",
     "repair_owner",
     "skip_reason",
     "watch_params",
@@ -160,14 +166,30 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def watch_params(own_namespace: str) -> dict[str, str]:
     """The list+watch parameters of the escape monitor: label selector
-    ``!podplacement.io/node-affinity,!podplacement.io/placement-escaped`` and field selector
-    ``spec.nodeName!=`` (bound), ``status.phase`` neither ``Succeeded`` nor ``Failed``, and
-    ``metadata.namespace`` none of the system namespaces nor ``own_namespace``; the API
-    server supports both selectors on pods (checked against kube-apiserver v1.36)."""
+    ``!podplacement.io/node-affinity`` and field selector ``spec.nodeName!=`` (bound),
+    ``status.phase`` neither ``Succeeded`` nor ``Failed``, and ``metadata.namespace`` none of
+    the system namespaces nor ``own_namespace``; the API server supports both selectors on
+    pods (checked against kube-apiserver v1.36). The recorded escapes are not left out by
+    the selector: their label ``podplacement.io/placement-escaped`` is a pod's creator's to
+    write too, so :func:`recorded` judges them (a few pods: the escapes found so far)."""
     fields = ["spec.nodeName!="] + [f"status.phase!={p}" for p in _ENDED_PHASES] + [
         f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES | {own_namespace})]
-    return {"labelSelector": f"!{AFFINITY_LABEL},!{ESCAPE_LABEL}",
-            "fieldSelector": ",".join(fields)}
+    return {"labelSelector": f"!{AFFINITY_LABEL}", "fieldSelector": ",".join(fields)}
+
+
+def recorded(pod: Mapping[str, Any]) -> bool:
+    """True when the escape monitor recorded ``pod``: the label
+    ``podplacement.io/placement-escaped`` and the pod condition of the same type
+    (:data:`rules.config.ESCAPE_CONDITION`, :func:`condition_patch`), status ``True``. The
+    label and the annotation alone are what a pod's creator can write; the condition is
+    written through ``pods/status``, which they cannot (the API server resets a pod's status
+    on create and ignores it on update). Removing the label asks for a new check
+    (docs/escaped-pods.md, runbook)."""
+    if ESCAPE_LABEL not in _map(_map(pod.get("metadata")).get("labels")):
+        return False
+    conditions = _map(pod.get("status")).get("conditions")
+    return any(_map(c).get("type") == ESCAPE_CONDITION and _map(c).get("status") == "True"
+               for c in (conditions if isinstance(conditions, list) else ()))
 
 
 def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
@@ -201,7 +223,7 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
     if not spec.get("nodeName"):
         return SKIP_NOT_BOUND
     labels = _map(metadata.get("labels"))
-    if ESCAPE_LABEL in labels:
+    if recorded(pod):
         return SKIP_RECORDED
     if has_gate(pod):
         return SKIP_GATED
@@ -561,3 +583,20 @@ def record_patch(pod: Mapping[str, Any], verdict: Verdict, *, now: float,
     if isinstance(rv, str) and rv:
         metadata["resourceVersion"] = rv
     return {"metadata": metadata}
+
+
+#: The reason of the escape condition per verdict (CamelCase, as condition reasons are).
+_CONDITION_REASONS = {FIT: "Fit", UNFIT: "Unfit", UNKNOWN: "Unknown"}
+
+
+def condition_patch(verdict: Verdict, *, now: float, doubt: str = "") -> dict[str, Any]:
+    """The strategic merge patch of ``pods/status`` that writes the escape condition
+    (:data:`rules.config.ESCAPE_CONDITION`, status ``True``, reason ``Fit`` / ``Unfit`` /
+    ``Unknown``, the Event's text as message, ``lastTransitionTime`` = ``now``, unix seconds):
+    what makes the record one the product wrote (:func:`recorded`). Pod conditions merge by
+    ``type``; the kubelet keeps the condition types it does not own."""
+    stamp = _dt.datetime.fromtimestamp(int(now), _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"status": {"conditions": [{
+        "type": ESCAPE_CONDITION, "status": "True",
+        "reason": _CONDITION_REASONS.get(verdict.outcome, "Unknown"),
+        "message": _summary(verdict, doubt)[:1000], "lastTransitionTime": stamp}]}}

@@ -10,9 +10,12 @@ in unplaced), mallory creates pods bound with ``spec.nodeName`` to ``node-window
 (windows/amd64: the image can't run there) that carry the label
 ``podplacement.io/node-affinity=set``: alone, with the decision annotation copied from the
 placed pod, and with its node affinity copied too; one with the label alone on an amd64 node;
-and one without any label (the escape the monitor always found). Each gets the
-``PlacementEscaped`` Event, the record ``podplacement.io/placement-escaped`` and a count in
-``podplacement_escaped_pods_total``; the honest pod gets neither.
+and one without any label (the escape the monitor always found); and pods that carry the
+escape record's own label and annotation ``podplacement.io/placement-escaped`` (``fit``) as
+the monitor writes them, which mallory may write but not its condition (``pods/status``: 403).
+Each gets one ``PlacementEscaped`` Event, the record ``podplacement.io/placement-escaped``
+(with its condition) and a count in ``podplacement_escaped_pods_total``; the honest pod gets
+neither.
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ import copy
 import json
 import signal
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from podplacement.rules.config import AFFINITY_LABEL, DECISION_ANNOTATION, ESCAPE_LABEL
+from podplacement.rules.config import (
+    AFFINITY_LABEL,
+    DECISION_ANNOTATION,
+    ESCAPE_CONDITION,
+    ESCAPE_LABEL,
+)
 from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.product import Product, start_product
 from tests.harness.kube import KubeEnv
@@ -40,6 +49,10 @@ POLICY = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/podpla
 MALLORY = {"Impersonate-User": "mallory"}
 NS = "mallory"
 ESCAPED_METRIC = "podplacement_escaped_pods_total"
+#: An escape record as the monitor writes it on a pod that can run where it is.
+FORGED_ESCAPE = ('{"node":"node-windows","nodePlatform":"windows/amd64",'
+                 '"platforms":["windows/amd64"],"result":"fit","reason":"it can run there",'
+                 '"at":1800000000}')
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +167,15 @@ def test_a_placement_label_a_tenant_writes_hides_no_escape(
                                     annotations={DECISION_ANNOTATION: annotation},
                                     affinity=affinity),
             "unlabelled": _pod("unlabelled", image, node="node-windows"),
+            # the escape record itself, as the monitor writes its label and annotation
+            "escape-record": _pod("escape-record", image, node="node-windows",
+                                  labels={ESCAPE_LABEL: "fit"},
+                                  annotations={ESCAPE_LABEL: FORGED_ESCAPE}),
+            "both-labels": _pod("both-labels", image, node="node-windows",
+                                labels={**label, ESCAPE_LABEL: "fit"},
+                                annotations={DECISION_ANNOTATION: annotation,
+                                             ESCAPE_LABEL: FORGED_ESCAPE},
+                                affinity=affinity),
         }
         fit = _pod("label-fit", image, node="node-amd64-a", labels=label)
         uids = {name: _create(cluster, pod)["metadata"]["uid"] for name, pod in forged.items()}
@@ -161,6 +183,11 @@ def test_a_placement_label_a_tenant_writes_hides_no_escape(
         for name in forged:  # admitted unplaced: the webhook is down
             pod = cluster.get(f"{path}/{name}")
             assert not pod["spec"].get("schedulingGates"), name
+        # the part of the record mallory cannot write: the condition (pods/status)
+        r = cluster.request("PATCH", f"{path}/escape-record/status", json={
+            "status": {"conditions": [{"type": ESCAPE_CONDITION, "status": "True"}]}},
+            content_type="merge", headers=MALLORY)
+        assert r.status_code == 403, r.text
 
         def all_reported() -> dict[str, dict[str, Any]]:
             events = _escape_events(cluster)
@@ -179,17 +206,26 @@ def test_a_placement_label_a_tenant_writes_hides_no_escape(
             assert labels[ESCAPE_LABEL] == "unfit", (name, labels)
             record = json.loads(pod["metadata"]["annotations"][ESCAPE_LABEL])
             assert record["nodePlatform"] == "windows/amd64", record
-            assert ("labelDoubted" in record) == (name != "unlabelled"), record
+            assert ("labelDoubted" in record) == (AFFINITY_LABEL in forged[name]["metadata"][
+                "labels"]), record
+            assert [(c["type"], c["reason"]) for c in pod["status"]["conditions"]
+                    if c["type"] == ESCAPE_CONDITION] == [(ESCAPE_CONDITION, "Unfit")], name
         assert events[fit_uid]["type"] == "Normal"
         assert cluster.get(f"{path}/label-fit")["metadata"]["labels"][ESCAPE_LABEL] == "fit"
         assert _metric(port, ESCAPED_METRIC, 'outcome="unfit"') == len(uids)
         assert _metric(port, ESCAPED_METRIC, 'outcome="fit"') == 1
-        # the honest pod, seen by the same watch before them all: no check, no record
+        # each reported once; the honest pod, seen by the same watch before them all: no
+        # check, no record
+        items = cluster.get(f"/apis/events.k8s.io/v1/namespaces/{NS}/events")["items"]
+        per_pod = Counter(e["regarding"]["uid"] for e in items
+                          if e.get("reason") == "PlacementEscaped")
+        assert set(per_pod.values()) == {1}, per_pod
         assert honest["metadata"]["uid"] not in _escape_events(cluster)
         assert ESCAPE_LABEL not in cluster.get(f"{path}/honest")["metadata"]["labels"]
         print("tenant escapes: label alone, copied decision, copied affinity with "
-              "spec.nodeName and the unlabelled pod each reported unfit on windows/amd64; "
-              "the label alone on an amd64 node reported fit; the honest pod left alone")
+              "spec.nodeName, a preset escape record and the unlabelled pod each reported "
+              "once, unfit on windows/amd64; the label alone on an amd64 node reported fit; "
+              "the honest pod left alone")
     finally:
         prod.restart_webhook()
         cluster.patch(CONFIG, {"spec": {"admission": {"mechanism": None}}})

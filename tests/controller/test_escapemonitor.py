@@ -44,7 +44,7 @@ class Api:
         self.calls: list[tuple[str, str, Any]] = []
         self.forbid_delete = False
 
-    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, **opts: Any) -> Any:
         self.calls.append((method, path, copy.deepcopy(body)))
         parts = path.split("/")
         if len(parts) == 5:  # /api/v1/namespaces/NAME
@@ -56,6 +56,13 @@ class Api:
             raise NotFound(404, "NotFound", path)
         pod = self.pods[key]
         if method == "GET":
+            return copy.deepcopy(pod)
+        if method == "PATCH" and path.endswith("/status"):
+            assert opts["content_type"] == "application/strategic-merge-patch+json"
+            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+            for c in body["status"]["conditions"]:
+                conditions[:] = [o for o in conditions if o["type"] != c["type"]] + [c]
+            pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
             return copy.deepcopy(pod)
         if method == "PATCH":
             meta = pod["metadata"]
@@ -315,3 +322,28 @@ async def test_a_labelled_unfit_pod_of_an_owner_is_repaired_like_any_escape(
     assert [p for p, _ in setup.api.requests("DELETE")] == ["/api/v1/namespaces/team/pods/forged"]
     [(_, spec)] = setup.events.sent
     assert (spec.type, spec.action) == ("Warning", "Delete") and setup.count("repaired") == 1
+
+
+async def test_an_escape_record_written_by_the_pods_creator_is_checked_again(
+        setup: Setup) -> None:
+    """The label and annotation ``podplacement.io/placement-escaped`` preset by the pod's
+    creator (``fit``, on a node its image can't run): not recorded without the condition
+    only ``pods/status`` writes, so the pod is checked, recorded ``unfit`` with the
+    condition, and reported once."""
+    forged = _pod("forged", "ppc-1", owner=None)
+    forged["metadata"]["labels"][ESCAPE_LABEL] = "fit"
+    forged["metadata"]["annotations"] = {ESCAPE_ANNOTATION: '{"result":"fit"}'}
+    key = setup.add(forged)
+    setup.monitor.on_pod("ADDED", forged, None)
+    assert setup.monitor.queue.is_pending(key)
+    assert await setup.monitor.reconcile(key) is None
+    pod = setup.api.pods[("team", "forged")]
+    assert pod["metadata"]["labels"][ESCAPE_LABEL] == "unfit"
+    assert [c["reason"] for c in pod["status"]["conditions"]] == ["Unfit"]
+    assert [p for p, _ in setup.api.requests("PATCH")] == [
+        "/api/v1/namespaces/team/pods/forged", "/api/v1/namespaces/team/pods/forged/status"]
+    assert len(setup.events.sent) == 1 and setup.count("unfit") == 1
+    setup.monitor.queue.discard(key)
+    setup.monitor.on_pod("MODIFIED", pod, None)
+    assert not setup.monitor.queue.is_pending(key)
+    assert await setup.monitor.reconcile(key) is None and len(setup.events.sent) == 1
