@@ -12,7 +12,8 @@ in unplaced), mallory creates pods bound with ``spec.nodeName`` to ``node-window
 placed pod, and with its node affinity copied too; one with the label alone on an amd64 node;
 and one without any label (the escape the monitor always found); and pods that carry the
 escape record's own label and annotation ``podplacement.io/placement-escaped`` (``fit``) as
-the monitor writes them, which mallory may write but not its condition (``pods/status``: 403).
+the monitor writes them, which mallory may write but not its condition (``pods/status``: 403;
+in the pod as created, the API server drops it).
 Each gets one ``PlacementEscaped`` Event, the record ``podplacement.io/placement-escaped``
 (with its condition) and a count in ``podplacement_escaped_pods_total``; the honest pod gets
 neither.
@@ -177,6 +178,9 @@ def test_a_placement_label_a_tenant_writes_hides_no_escape(
                                              ESCAPE_LABEL: FORGED_ESCAPE},
                                 affinity=affinity),
         }
+        # and its condition in the pod as created: the API server drops a new pod's status
+        forged["escape-record"]["status"] = {"conditions": [
+            {"type": ESCAPE_CONDITION, "status": "True", "reason": "Fit"}]}
         fit = _pod("label-fit", image, node="node-amd64-a", labels=label)
         uids = {name: _create(cluster, pod)["metadata"]["uid"] for name, pod in forged.items()}
         fit_uid = _create(cluster, fit)["metadata"]["uid"]
