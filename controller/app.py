@@ -45,7 +45,8 @@ graceful stop, the stand-down (:data:`controller.lifecycle.LAST_STOP_KEY`)
 
 The leader also runs one cache-less watch of the pods labelled
 ``podplacement.io/node-affinity`` (every pod placed, by any path:
-:class:`controller.placedwatch.PlacedPods`), which feeds two readers. The admission feed
+:class:`controller.placedwatch.PlacedPods`), which feeds three readers: the escape monitor
+(below) and these two. The admission feed
 (:mod:`controller.admissionfeed`, always): a placed pod's images are marked used in the
 admission policy's catalog, the images of an anonymous pod placed at admission that the
 catalog lacks are inspected by the controller and published (so the policy places their next
@@ -66,7 +67,9 @@ that order, stops them in reverse, and ``/healthz`` names any whose task died.
 
 A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
-label, its own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
+label, and the labelled ones of the watch of placed pods whose record their spec does not bear
+out (:func:`rules.escape.placement_doubt`: a label a pod's creator wrote hides nothing), its
+own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
 repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
 its images (docs/escaped-pods.md).
 """
@@ -155,8 +158,10 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     # (controller.execformatmonitor.API_REQUESTS)
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", CONFIG_STATUS_PATH),
-    # the escape monitor: a Namespace's opt-out labels (controller.escapemonitor.API_REQUESTS)
+    # the escape monitor: a Namespace's opt-out labels, and the escape condition of the
+    # record, which a pod's creator cannot write (controller.escapemonitor.API_REQUESTS)
     ("GET", "/api/v1/namespaces/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status"),
     *paramswriter.API_REQUESTS,
     *policywatch.API_REQUESTS,
     # the params object's creations and deletions (controller.gatedpods): list + watch
@@ -618,6 +623,8 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         credentials=c.reconciler.credentials, inspect_images=c.reconciler.inspect_images,
         own_namespace=o.namespace, watch_timeout=o.watch_timeout,
         active=lambda: c.lifecycle is not None and not c.lifecycle.uninstalling)
+    # the labelled pods: a label the pod's creator wrote hides nothing (rules.escape)
+    placed.subscribe("escape monitor", escapes.on_pod, enabled=escapes.watching)
     return findings, execformat, placed, feed, escapes
 
 

@@ -6,13 +6,19 @@ cache-less list+watch (:class:`kubeclient.Informer` with ``keep_cache=False``: n
 per pod) of the pods the API server selects by
 :func:`rules.escape.watch_params`: bound, not ended, outside the system namespaces
 and the product's own, without the placement label ``podplacement.io/node-affinity`` and
-without the escape record. The watch handler applies
-:func:`rules.escape.skip_reason` (pure) and queues a pod's key on the monitor's own
-small :class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
+without the escape record; and the pods with that label, from the leader's one watch of
+placed pods (:class:`controller.placedwatch.PlacedPods`, which lists them anyway for the
+admission feed: no second list of every placed pod), because the label is what a pod's
+creator can write too. The watch handler applies
+:func:`rules.escape.skip_reason` (pure; a labelled pod is left alone only when its record
+reproduces from its spec and its node is one its spec admits,
+:func:`rules.escape.placement_doubt`, so an honest placed pod costs a JSON parse and no
+request) and queues a pod's key on the monitor's own small
+:class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
 reads the pod again, reads its Namespace's labels (opted-out namespaces are left alone;
-:func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images
-with the reconciler's pull-secret rule and the controller's inspector (a failed inspection is
-retried with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict is
+:func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images with the
+reconciler's pull-secret rule and the controller's inspector (a failed inspection is retried
+with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict is
 ``unknown``), classifies it against its node's labels from the Node informer, and then:
 
 - ``unfit`` with an owner to recreate it and ``deleteUnfitPods`` on
@@ -22,9 +28,13 @@ retried with the queue's backoff, ``imageInspection.maxRetries`` times, then the
   (:class:`rules.escape.RepairRounds`; a pod that must wait is queued again
   when the next round may start); the Warning Event says so;
 - otherwise the verdict is written on the pod (label and annotation
-  ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``),
-  which takes it out of the watch, and only then the ``PlacementEscaped`` Event is sent:
-  a second run, a relist or a new leader finds the record and stays silent.
+  ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``), then
+  the condition of the same type through ``pods/status`` (:func:`rules.escape.condition_patch`:
+  the part of the record a pod's creator cannot write, so a label they preset hides nothing,
+  :func:`rules.escape.recorded`), and only then the ``PlacementEscaped`` Event is sent: a
+  second run, a relist or a new leader finds the record and stays silent. The watch's
+  selector does not leave the recorded pods out (their label proves nothing): a relist hands
+  on the escapes recorded so far, a pure check each.
 
 ``podplacement_escaped_pods_total{outcome}`` counts each pod once (``repaired``, ``unfit``,
 ``fit``, ``unknown``). Runs in the leader only, while the PodPlacementConfig exists and is not
@@ -51,6 +61,7 @@ from podplacement.controller.poddelete import DELETED, GONE, delete_pod
 from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
 from podplacement.kubeclient import (
+    STRATEGIC_MERGE_PATCH,
     ApiError,
     Conflict,
     Informer,
@@ -59,14 +70,16 @@ from podplacement.kubeclient import (
     namespace_path,
     pod_path,
 )
-from podplacement.rules.config import PlacementConfig
+from podplacement.rules.config import AFFINITY_LABEL, PlacementConfig
 from podplacement.rules.escape import (
     FIT,
     REPAIRED,
     RepairRounds,
     classify,
+    condition_patch,
     created_at,
     event_spec,
+    placement_doubt,
     record_patch,
     repair_owner,
     skip_reason,
@@ -85,6 +98,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("GET", PODS_PATH),
     ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status"),
     ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
     ("GET", "/api/v1/namespaces/{name}"),
     ("GET", "/api/v1/namespaces/{namespace}/secrets/{name}"),
@@ -240,9 +254,22 @@ class EscapeMonitor:
                 await informer.stop()
 
     # --- watch ---------------------------------------------------------------------------
+    def watching(self) -> bool:
+        """Whether the monitor runs (started by the leader) and :meth:`enabled`: the switch
+        of its subscription to the watch of placed pods."""
+        return self._runner is not None and self.enabled()
+
+    def _node(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        name = (pod.get("spec") or {}).get("nodeName")
+        return self.nodes.get(name) if isinstance(name, str) and name else None
+
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
-        """Watch handler: queue the pod's key when it is an escape to check (pure checks;
-        a key already queued or waiting is left as it is)."""
+        """Watch handler of both watches (its own of the pods without the placement label,
+        and :class:`controller.placedwatch.PlacedPods` of those with it): queue the pod's
+        key when it is an escape to check (pure checks, no request: a labelled pod whose
+        record reproduces from its spec and whose node its spec admits is left here,
+        :func:`rules.escape.placement_doubt`; a key already queued or waiting is left as
+        it is)."""
         key = pod_key(pod)
         if etype == "DELETED":
             self.queue.discard(key)
@@ -250,7 +277,8 @@ class EscapeMonitor:
         if self.queue.is_pending(key):
             return
         if skip_reason(pod, own_namespace=self.own_namespace,
-                       config_created=self._config_created()) is not None:
+                       config_created=self._config_created(),
+                       node=self._node(pod)) is not None:
             return
         if len(self.queue) >= MAX_QUEUED:
             if not self._full_logged:
@@ -279,9 +307,12 @@ class EscapeMonitor:
         pod = await self._get(pod_path(ns, name))
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
             return None
+        node = self._node(pod)
         if skip_reason(pod, own_namespace=self.own_namespace,
-                       config_created=self._config_created()) is not None:
+                       config_created=self._config_created(), node=node) is not None:
             return None
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        doubt = (placement_doubt(pod, node) or "") if AFFINITY_LABEL in labels else ""
         config = self.config_source()[0]
         labels = await self._namespace_labels(ns)
         if labels is None or namespace_opted_out(labels, config.namespace_selector):
@@ -295,8 +326,7 @@ class EscapeMonitor:
         failed = [i for i, r in images.items() if isinstance(r, BaseException)]
         if failed and self.queue.failures(key) < config.image_inspection.max_retries:
             raise InspectLater(f"inspecting {failed[0]} failed")
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        verdict = classify(pod, self.nodes.get(node_name), images, config.excluded)
+        verdict = classify(pod, node, images, config.excluded)
         owner, not_repaired = repair_owner(pod, verdict,
                                            delete_unfit_pods=config.delete_unfit_pods)
         if owner is not None:
@@ -307,16 +337,24 @@ class EscapeMonitor:
             if result.status == GONE:
                 return None
             if result.status == DELETED:
-                self._report(pod, REPAIRED, event_spec(verdict, deleted_for=owner))
+                self._report(pod, REPAIRED, event_spec(verdict, deleted_for=owner,
+                                                       doubt=doubt))
                 return None
             not_repaired = f"the delete was refused: {result.message}"
         try:
             await self.api.request("PATCH", pod_path(ns, name),
                                    body=record_patch(pod, verdict, now=self.clock(),
-                                                     not_repaired=not_repaired))
+                                                     not_repaired=not_repaired, doubt=doubt))
+            # the part of the record a pod's creator cannot write (rules.escape.recorded);
+            # if it fails, the queue retries the pod, which is then not recorded yet
+            await self.api.request("PATCH", pod_path(ns, name, "status"),
+                                   body=condition_patch(verdict, now=self.clock(),
+                                                        doubt=doubt),
+                                   content_type=STRATEGIC_MERGE_PATCH)
         except NotFound:
             return None
-        self._report(pod, verdict.outcome, event_spec(verdict, not_repaired=not_repaired))
+        self._report(pod, verdict.outcome,
+                     event_spec(verdict, not_repaired=not_repaired, doubt=doubt))
         return None
 
     def _report(self, pod: Mapping[str, Any], outcome: str, spec: Any) -> None:

@@ -6,10 +6,13 @@ the label ``podplacement.io/node-affinity`` (``set`` or ``not-set``,
 :func:`rules.placement.placed_labels`), so a label selector on it makes the API
 server send those pods only, never all pods. Readers subscribe with a handler and an
 ``enabled`` switch: the exec-format-error monitor (while
-``spec.plugins.execFormatErrorMonitor.enabled``) and the admission feed
-(:mod:`controller.admissionfeed`, always). One list and one watch serve them all, instead
-of one per reader: a second watch of the same selector would double the API server's work
-for every placed pod (its initial list is the largest request the controller makes).
+``spec.plugins.execFormatErrorMonitor.enabled``), the admission feed
+(:mod:`controller.admissionfeed`, always) and the escape monitor (while it runs: the label
+is what a pod's creator can write too, so it checks, with no request, that each bound
+labelled pod's record reproduces from its spec, :mod:`controller.escapemonitor`). One list
+and one watch serve them all, instead of one per reader: a second watch of the same selector
+would double the API server's work for every placed pod (its initial list is the largest
+request the controller makes).
 
 The watch runs while a subscriber is enabled. When a subscriber is switched on while it
 runs, the watch starts over with a fresh list, so the newcomer sees every placed pod once;

@@ -144,6 +144,40 @@ def _expression_admits(expr: Mapping[str, Any], value: str) -> bool:
     return False  # DoesNotExist, or an operator the API server would have refused
 
 
+def _expression_admits_labels(expr: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """True when one NodeSelectorRequirement admits a node with ``labels`` (scheduler
+    semantics: a label the node lacks fails ``In``, ``Exists``, ``Gt`` and ``Lt`` and passes
+    ``NotIn`` and ``DoesNotExist``)."""
+    value = labels.get(str(expr.get("key")))
+    if value is None:
+        return expr.get("operator") in ("NotIn", "DoesNotExist")
+    return _expression_admits(expr, str(value))
+
+
+def admits_node(pod: Mapping[str, Any], node_labels: Mapping[str, Any],
+                keys: Iterable[str]) -> bool:
+    """True when ``pod``'s required node affinity and ``nodeSelector``, judged on the label
+    ``keys`` only, admit a node whose labels are ``node_labels``: the scheduler's rule
+    (k8s.io/component-helpers nodeaffinity ``GetRequiredNodeAffinity``: the
+    ``nodeSelector`` ANDed with the required terms, terms ORed, expressions of a term ANDed;
+    no terms: any node) restricted to ``keys``, so a node is not judged by labels the
+    placement does not write (a zone a user pins may change without making anything
+    escape). Expressions on other keys and ``matchFields`` are not judged. Pure; never
+    raises for odd specs."""
+    wanted = frozenset(keys)
+    raw = _spec(pod).get("nodeSelector")
+    selector: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    for key in wanted & set(selector):
+        if key not in node_labels or str(node_labels[key]) != str(selector[key]):
+            return False
+    terms = required_terms(pod)
+    return not terms or any(
+        all(_expression_admits_labels(e, node_labels)
+            for e in t.get("matchExpressions") or []
+            if isinstance(e, Mapping) and e.get("key") in wanted)
+        for t in terms)
+
+
 def _admits(term: Mapping[str, Any], selector: Mapping[str, Any], pair: Pair) -> bool:
     """True when ``term``'s expressions on ``kubernetes.io/os`` and ``kubernetes.io/arch``
     and the pod's ``nodeSelector`` on those keys admit a node of ``pair`` (its other

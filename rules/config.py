@@ -60,6 +60,11 @@ REMEDIABLE_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
 #: (``fit``, ``unfit``, ``unknown``), the annotation's compact JSON says why.
 ESCAPE_LABEL = f"{GROUP}/placement-escaped"
 ESCAPE_ANNOTATION = f"{GROUP}/placement-escaped"
+#: The pod condition type (same key) the escape monitor writes through ``pods/status``, which
+#: a pod's creator cannot write (the API server resets ``status`` on create and keeps it on an
+#: update of the pod; the ``edit`` role has no ``pods/status`` rights): the record counts only
+#: with it, since the label and annotation are theirs to write too.
+ESCAPE_CONDITION = f"{GROUP}/placement-escaped"
 #: The Event reason of an escaped pod.
 ESCAPE_REASON = "PlacementEscaped"
 #: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.

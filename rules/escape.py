@@ -15,6 +15,12 @@ cannot tell them apart; they are reported like the others and never deleted, see
   what the monitor still leaves alone (the pods the product deliberately does not place,
   :mod:`rules.scope`, and the pods created before the PodPlacementConfig existed:
   nothing was placed then).
+- :func:`record_doubt` and :func:`placement_doubt`: the label and the decision annotation
+  are what a pod's creator can write too, so a labelled pod (which the monitor sees through
+  the watch of placed pods) is left alone only when its record reproduces from its spec (the
+  node affinity its decision says was written is there) and its node is one that spec
+  admits; any other is checked like a pod without the label (DESIGN: "no label ... hides a
+  pod from a monitor").
 - :func:`classify`: the node's ``(kubernetes.io/os, kubernetes.io/arch)`` pair against the
   pairs every image supports (:func:`rules.plan.pod_platforms`, with the exec
   format exclusions in force: :func:`rules.learn.learned_images`): ``fit``,
@@ -26,33 +32,52 @@ cannot tell them apart; they are reported like the others and never deleted, see
   it was not created with ``spec.nodeName`` (:func:`created_with_node_name`: its owner would
   put the new pod on the same node). :class:`RepairRounds`: one round of deletions per owner
   per minute.
-- :func:`event_spec` and :func:`record_patch`: the ``PlacementEscaped`` Event and the record
-  on the pod (label and annotation ``podplacement.io/placement-escaped``) that takes it out
-  of the watch, so a relist, a restart or a new leader reports it once.
+- :func:`event_spec`, :func:`record_patch` and :func:`condition_patch`: the
+  ``PlacementEscaped`` Event and the record on the pod (label and annotation
+  ``podplacement.io/placement-escaped``, and the pod condition of that type written through
+  ``pods/status``, which a pod's creator cannot write: :func:`recorded`) that spares it
+  further checks, so a relist, a restart or a new leader reports it once.
 
 Fields with an unexpected type are treated as absent: nothing here raises on odd input.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from podplacement.rules.admitted import decision_record
+from podplacement.rules.affinity import (
+    admits_node,
+    platform_requirement,
+    required_terms,
+    term_has_key,
+)
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
+    DECISION_ANNOTATION,
     ESCAPE_ANNOTATION,
+    ESCAPE_CONDITION,
     ESCAPE_LABEL,
     ESCAPE_REASON,
     LINUX,
+    NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
     SYSTEM_NAMESPACES,
     ExcludedPlatform,
 )
 from podplacement.rules.decision import NORMAL, WARNING, EventSpec
+from podplacement.rules.fallback import decided_by_pod
 from podplacement.rules.learn import learned_images, remedy_owner
 from podplacement.rules.placement import (
+    RECORD_ARCHS,
+    RECORD_PLATFORMS,
+    RECORD_RESULT,
+    Outcome,
     compact_json,
     event_message,
     short_error,
@@ -73,10 +98,14 @@ __all__ = [
     "RepairRounds",
     "Verdict",
     "classify",
+    "condition_patch",
     "created_at",
     "created_with_node_name",
     "event_spec",
+    "placement_doubt",
+    "record_doubt",
     "record_patch",
+    "recorded",
     "repair_owner",
     "skip_reason",
     "watch_params",
@@ -105,6 +134,28 @@ SKIP_GATED = "gated"
 SKIP_DELETING = "deleting"
 SKIP_ENDED = "ended"
 
+#: The node labels a placement writes requirements on: what :func:`placement_doubt`
+#: judges the pod's node by.
+PLACEMENT_KEYS = (OS_LABEL, ARCH_LABEL, NO_SUPPORTED_PLATFORM_KEY)
+#: Platforms a decision annotation may list for :func:`record_doubt` to check it (a real
+#: image index lists well under 100; more is no record of ours, and checking it would cost
+#: the event loop time in proportion to its square).
+MAX_RECORDED_PLATFORMS = 128
+#: One part of a recorded ``os/arch`` (the catalog CRD's pattern, at most 63 characters).
+_PART = re.compile(r"[a-z0-9_.-]{1,63}")
+
+#: What :func:`record_doubt` says (the Event and the record name it).
+DOUBT_NO_RECORD = f"it has no readable {DECISION_ANNOTATION} annotation"
+DOUBT_NOTHING_WRITTEN = ("its decision records no requirement written into its node "
+                         "affinity")
+DOUBT_PLATFORMS = "its decision's platforms are not a list of os/arch pairs we write"
+DOUBT_AFFINITY = ("its node affinity lacks the requirement its decision records (the "
+                  "placement would write more)")
+DOUBT_MARKER = (f"not every required term carries the {NO_SUPPORTED_PLATFORM_KEY} marker its "
+                "decision records")
+DOUBT_FALLBACK = ("its node affinity does not decide the operating system (and the "
+                  "architecture it records) as the fallback writes it")
+
 _ENDED_PHASES = ("Succeeded", "Failed")
 _NO_MAP: Mapping[str, Any] = {}
 
@@ -115,18 +166,35 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def watch_params(own_namespace: str) -> dict[str, str]:
     """The list+watch parameters of the escape monitor: label selector
-    ``!podplacement.io/node-affinity,!podplacement.io/placement-escaped`` and field selector
-    ``spec.nodeName!=`` (bound), ``status.phase`` neither ``Succeeded`` nor ``Failed``, and
-    ``metadata.namespace`` none of the system namespaces nor ``own_namespace``; the API
-    server supports both selectors on pods (checked against kube-apiserver v1.36)."""
+    ``!podplacement.io/node-affinity`` and field selector ``spec.nodeName!=`` (bound),
+    ``status.phase`` neither ``Succeeded`` nor ``Failed``, and ``metadata.namespace`` none of
+    the system namespaces nor ``own_namespace``; the API server supports both selectors on
+    pods (checked against kube-apiserver v1.36). The recorded escapes are not left out by
+    the selector: their label ``podplacement.io/placement-escaped`` is a pod's creator's to
+    write too, so :func:`recorded` judges them (a few pods: the escapes found so far)."""
     fields = ["spec.nodeName!="] + [f"status.phase!={p}" for p in _ENDED_PHASES] + [
         f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES | {own_namespace})]
-    return {"labelSelector": f"!{AFFINITY_LABEL},!{ESCAPE_LABEL}",
-            "fieldSelector": ",".join(fields)}
+    return {"labelSelector": f"!{AFFINITY_LABEL}", "fieldSelector": ",".join(fields)}
+
+
+def recorded(pod: Mapping[str, Any]) -> bool:
+    """True when the escape monitor recorded ``pod``: the label
+    ``podplacement.io/placement-escaped`` and the pod condition of the same type
+    (:data:`rules.config.ESCAPE_CONDITION`, :func:`condition_patch`), status ``True``. The
+    label and the annotation alone are what a pod's creator can write; the condition is
+    written through ``pods/status``, which they cannot (the API server resets a pod's status
+    on create and ignores it on update). Removing the label asks for a new check
+    (docs/escaped-pods.md, runbook)."""
+    if ESCAPE_LABEL not in _map(_map(pod.get("metadata")).get("labels")):
+        return False
+    conditions = _map(pod.get("status")).get("conditions")
+    return any(_map(c).get("type") == ESCAPE_CONDITION and _map(c).get("status") == "True"
+               for c in (conditions if isinstance(conditions, list) else ()))
 
 
 def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
-                config_created: float | None) -> str | None:
+                config_created: float | None,
+                node: Mapping[str, Any] | None = None) -> str | None:
     """Why the escape monitor leaves ``pod`` alone, or None when it is an escape to check
     (its namespace's opt-out is checked apart: :func:`rules.scope.namespace_opted_out`
     needs the Namespace's labels).
@@ -136,11 +204,15 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
         own_namespace: the product's namespace.
         config_created: unix seconds of the PodPlacementConfig's ``creationTimestamp``, or
             None when there is no config (nothing is placed then: ``no_config``).
+        node: the pod's Node dict (None: not known), for :func:`placement_doubt`.
 
     Returns:
         One of the ``SKIP_*`` reasons or :mod:`rules.scope`'s, or None. A pod
         created before the config (whole seconds: created in the same second counts as
-        after), or whose creation time does not parse, predates it.
+        after), or whose creation time does not parse, predates it. A pod with the label
+        ``podplacement.io/node-affinity`` is ``placed`` only when :func:`placement_doubt`
+        has no doubt (checked last: it parses the decision); otherwise it is checked like a
+        pod without the label.
     """
     if config_created is None:
         return SKIP_NO_CONFIG
@@ -151,9 +223,7 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
     if not spec.get("nodeName"):
         return SKIP_NOT_BOUND
     labels = _map(metadata.get("labels"))
-    if AFFINITY_LABEL in labels:
-        return SKIP_PLACED
-    if ESCAPE_LABEL in labels:
+    if recorded(pod):
         return SKIP_RECORDED
     if has_gate(pod):
         return SKIP_GATED
@@ -165,6 +235,110 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
     created = created_at(pod)
     if created is None or created < config_created:
         return SKIP_PREDATES_CONFIG
+    if AFFINITY_LABEL in labels and placement_doubt(pod, node) is None:
+        return SKIP_PLACED
+    return None
+
+
+def _recorded_pairs(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """The (os, arch) pairs of the decision's ``platforms`` (``["linux/amd64", ...]``, as
+    :meth:`rules.platforms.PlatformSet.strings` writes them), or None when it is not
+    such a list of at most :data:`MAX_RECORDED_PLATFORMS` entries."""
+    listed = record.get(RECORD_PLATFORMS)
+    if not isinstance(listed, list) or len(listed) > MAX_RECORDED_PLATFORMS:
+        return None
+    pairs: list[tuple[str, str]] = []
+    for item in listed:
+        parts = item.split("/") if isinstance(item, str) else []
+        if len(parts) != 2 or not all(_PART.fullmatch(p) for p in parts):
+            return None
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def record_doubt(pod: Mapping[str, Any]) -> str | None:
+    """Why ``pod``'s placement record does not reproduce from its spec, or None when it
+    does: its ``podplacement.io/decision`` annotation records a requirement and the pod's
+    node affinity already carries it, so that applying that decision again would write
+    nothing (the renderers only append: :mod:`rules.render`, KEP-3838).
+
+    The label ``podplacement.io/node-affinity`` and the annotation are what a pod's
+    creator can write too (DESIGN: "no label or annotation they can write hides a pod
+    from a monitor"); the spec's node affinity is what the scheduler enforces. So a record
+    counts only when what it says was written is there, by the decision's result:
+
+    - ``set`` / ``not-set``: its ``platforms`` (the pairs every image supports, as the
+      decision took them) are non-empty and :func:`rules.affinity.platform_requirement`
+      of the pod as stored, for those pairs, appends no expression: every required term
+      (or the ``nodeSelector``) already admits only such pairs, as the placement left it
+      (new terms ``arch In`` AND ``os In``, or those ANDed into the user's terms, or the
+      user's own pins, kept as written).
+    - ``no-supported-platform``: every required term carries the unsatisfiable marker
+      (:func:`rules.affinity.unsatisfiable_marker`), and there are terms.
+    - ``fallback``: the pod decides the OS, and the architecture when the decision
+      records ``archs``, itself (:func:`rules.fallback.decided_by_pod`): what the
+      fallback writes (:func:`rules.fallback.fallback_requirement`) or the user's pins
+      it keeps.
+    - anything else (no annotation, not JSON, a release without affinity such as the
+      webhook's ``controller-unavailable`` or :func:`rules.placement.ungate_only`): no
+      requirement was written, so the label proves nothing.
+
+    What the record claims about the images is not checked (that would take a registry
+    request per pod): a record and an affinity that agree restrict the pod as a user's own
+    pins would, which the placement keeps too. Whether the pod's node is one its affinity
+    admits is :func:`placement_doubt`'s. Pure; never raises for odd input.
+    """
+    record = decision_record(pod)
+    if record is None:
+        return DOUBT_NO_RECORD
+    result = record.get(RECORD_RESULT)
+    if result in (Outcome.SET, Outcome.NOT_SET):
+        pairs = _recorded_pairs(record)
+        if not pairs:
+            return DOUBT_PLATFORMS
+        return DOUBT_AFFINITY if platform_requirement(pod, pairs).appended else None
+    if result == Outcome.NO_SUPPORTED_PLATFORM:
+        terms = required_terms(pod)
+        if terms and all(term_has_key(t, NO_SUPPORTED_PLATFORM_KEY) for t in terms):
+            return None
+        return DOUBT_MARKER
+    if result == Outcome.FALLBACK:
+        archs = record.get(RECORD_ARCHS)
+        if decided_by_pod(pod, OS_LABEL) and (not archs or decided_by_pod(pod, ARCH_LABEL)):
+            return None
+        return DOUBT_FALLBACK
+    return DOUBT_NOTHING_WRITTEN
+
+
+def _node_platform(node: Mapping[str, Any]) -> str:
+    labels = _map(_map(node.get("metadata")).get("labels"))
+    return f"{labels.get(OS_LABEL) or '?'}/{labels.get(ARCH_LABEL) or '?'}"
+
+
+def placement_doubt(pod: Mapping[str, Any], node: Mapping[str, Any] | None) -> str | None:
+    """Why the label ``podplacement.io/node-affinity`` on the bound ``pod`` does not spare
+    it the escape check, or None when it does.
+
+    A bound pod whose node can't run its images is an escape whatever labels it carries;
+    the label may only skip the check (and its registry requests) for a pod whose record
+    reproduces from its spec (:func:`record_doubt`) and whose node, ``node`` (the Node
+    dict; None: not known, not judged), is one that spec admits on the labels a placement
+    writes (:data:`PLACEMENT_KEYS`, :func:`rules.affinity.admits_node`): the scheduler
+    binds only there, so a node outside it was named by the pod's creator
+    (``spec.nodeName``).
+
+    Returns:
+        None, or one clause for the Event and the record (e.g. "its node affinity lacks the
+        requirement its decision records ...").
+    """
+    doubt = record_doubt(pod)
+    if doubt is not None:
+        return doubt
+    if node is not None:
+        labels = _map(_map(node.get("metadata")).get("labels"))
+        if not admits_node(pod, labels, PLACEMENT_KEYS):
+            return (f"its node's {_node_platform(node)} is not one its required node "
+                    "affinity admits (the scheduler did not bind it there)")
     return None
 
 
@@ -355,20 +529,26 @@ class RepairRounds:
             self.rounds.pop(owner, None)
 
 
-def _summary(verdict: Verdict) -> str:
+def _summary(verdict: Verdict, doubt: str = "") -> str:
     where = f"{verdict.node} ({verdict.node_platform})" if verdict.node_platform else (
         verdict.node)
+    if doubt:
+        return (f"bound to node {where} with a {AFFINITY_LABEL} label that its spec does not "
+                f"bear out ({doubt[:300]}): checked as a pod without a placement; "
+                f"{verdict.reason}")
     return (f"bound to node {where} without a placement by podplacement (no {AFFINITY_LABEL} "
             f"label: admitted while the webhook was unreachable, created before the "
             f"admission objects existed, or created with spec.nodeName); {verdict.reason}")
 
 
 def event_spec(verdict: Verdict, *, deleted_for: tuple[str, str, str] | None = None,
-               not_repaired: str = "") -> EventSpec:
+               not_repaired: str = "", doubt: str = "") -> EventSpec:
     """The ``PlacementEscaped`` Event: Normal for a ``fit`` pod, Warning otherwise (it can't
     run there, or that is unknown); action ``Delete`` when the repair deleted it
-    (``deleted_for``: the owner), else ``Detect``, with why an ``unfit`` pod stays."""
-    text = _summary(verdict)
+    (``deleted_for``: the owner), else ``Detect``, with why an ``unfit`` pod stays.
+    ``doubt``: why the pod's ``podplacement.io/node-affinity`` label did not spare it the
+    check (:func:`placement_doubt`; empty: it has no such label)."""
+    text = _summary(verdict, doubt)
     if deleted_for is not None:
         text += (f"; deleted (spec.plugins.placementEscapes.deleteUnfitPods) so that its "
                  f"{deleted_for[0]} {deleted_for[1]} creates a new pod, which is placed")
@@ -380,17 +560,20 @@ def event_spec(verdict: Verdict, *, deleted_for: tuple[str, str, str] | None = N
 
 
 def record_patch(pod: Mapping[str, Any], verdict: Verdict, *, now: float,
-                 not_repaired: str = "") -> dict[str, Any]:
+                 not_repaired: str = "", doubt: str = "") -> dict[str, Any]:
     """The JSON merge patch that records the verdict on the pod, guarded by its
     ``resourceVersion`` (a stale copy gets 409): label ``podplacement.io/placement-escaped``
     = the outcome, and the annotation of the same key, compact JSON ``{"node",
     "nodePlatform", "platforms", "result", "reason", "notDeleted" (unfit pods that stay),
-    "at"}`` (unix seconds)."""
+    "labelDoubted" (a pod whose ``podplacement.io/node-affinity`` label did not spare it
+    the check: :func:`placement_doubt`), "at"}`` (unix seconds)."""
     record: dict[str, Any] = {"node": verdict.node, "nodePlatform": verdict.node_platform,
                               "platforms": list(verdict.platforms),
                               "result": verdict.outcome, "reason": verdict.reason[:500]}
     if not_repaired:
         record["notDeleted"] = not_repaired[:300]
+    if doubt:
+        record["labelDoubted"] = doubt[:300]
     record["at"] = int(now)
     metadata: dict[str, Any] = {
         "labels": {ESCAPE_LABEL: verdict.outcome},
@@ -400,3 +583,20 @@ def record_patch(pod: Mapping[str, Any], verdict: Verdict, *, now: float,
     if isinstance(rv, str) and rv:
         metadata["resourceVersion"] = rv
     return {"metadata": metadata}
+
+
+#: The reason of the escape condition per verdict (CamelCase, as condition reasons are).
+_CONDITION_REASONS = {FIT: "Fit", UNFIT: "Unfit", UNKNOWN: "Unknown"}
+
+
+def condition_patch(verdict: Verdict, *, now: float, doubt: str = "") -> dict[str, Any]:
+    """The strategic merge patch of ``pods/status`` that writes the escape condition
+    (:data:`rules.config.ESCAPE_CONDITION`, status ``True``, reason ``Fit`` / ``Unfit`` /
+    ``Unknown``, the Event's text as message, ``lastTransitionTime`` = ``now``, unix seconds):
+    what makes the record one the product wrote (:func:`recorded`). Pod conditions merge by
+    ``type``; the kubelet keeps the condition types it does not own."""
+    stamp = _dt.datetime.fromtimestamp(int(now), _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"status": {"conditions": [{
+        "type": ESCAPE_CONDITION, "status": "True",
+        "reason": _CONDITION_REASONS.get(verdict.outcome, "Unknown"),
+        "message": _summary(verdict, doubt)[:1000], "lastTransitionTime": stamp}]}}

@@ -30,7 +30,7 @@ from podplacement.rules.affinity import allowed_values, expression, required_ter
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
 from podplacement.rules.policy import PlacementPolicy, fallback_architectures
 
-__all__ = ["FallbackRequirement", "fallback_requirement"]
+__all__ = ["FallbackRequirement", "decided_by_pod", "fallback_requirement"]
 
 #: The config field the operating systems come from (named in reasons).
 OS_SOURCE = "fallbackOperatingSystems"
@@ -75,6 +75,17 @@ def _pinned(pod: Mapping[str, Any], node_selector: Mapping[str, Any], key: str) 
         return True
     terms = required_terms(pod)
     return bool(terms) and all(allowed_values(t, key) is not None for t in terms)
+
+
+def decided_by_pod(pod: Mapping[str, Any], key: str) -> bool:
+    """True when the pod itself decides the label ``key`` (``kubernetes.io/arch`` or
+    ``os``) everywhere: its ``nodeSelector`` pins it, or every one of its required terms
+    restricts it with ``In``. :func:`fallback_requirement` then writes nothing for ``key``,
+    so a pod the fallback released decides both keys it wrote (the escape monitor's check
+    that a fallback record reproduces, :func:`rules.escape.record_doubt`)."""
+    spec = pod.get("spec")
+    raw = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    return _pinned(pod, raw if isinstance(raw, Mapping) else {}, key)
 
 
 def _listed(values: Sequence[str]) -> str:

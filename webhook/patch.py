@@ -77,8 +77,9 @@ def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     remove our entry of ``spec.schedulingGates`` (other gates stay), set the labels of a pod
     released without affinity (:func:`rules.placement.placed_labels`:
     ``podplacement.io/scheduling-gate=removed``, ``podplacement.io/node-affinity=not-set``,
-    the placement record every path writes, so the escape monitor knows the pod was decided
-    about) and the decision annotation ``{"result": "controller-unavailable", "reason":
+    the placement record every path writes; it records no requirement, so the escape monitor
+    still checks the bound pod against its node: :func:`rules.escape.record_doubt`) and the
+    decision annotation ``{"result": "controller-unavailable", "reason":
     reason}``; ``[]`` when the pod does not carry our gate. Missing label or annotation maps
     are created whole."""
     index = gate_index(pod)

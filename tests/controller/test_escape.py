@@ -14,7 +14,9 @@ import pytest
 from podplacement.imageinspect import ImageInfo, Platform, RegistryError
 from podplacement.rules.config import (
     AFFINITY_LABEL,
+    DECISION_ANNOTATION,
     ESCAPE_ANNOTATION,
+    ESCAPE_CONDITION,
     ESCAPE_LABEL,
     ESCAPE_REASON,
     EXCLUDE_NAMESPACE_LABEL,
@@ -29,6 +31,7 @@ from podplacement.rules.escape import (
     RepairRounds,
     Verdict,
     classify,
+    condition_patch,
     created_with_node_name,
     event_spec,
     record_patch,
@@ -48,6 +51,20 @@ IMAGE = "reg.example/app:1"
 DIGEST = "sha256:" + "a" * 64
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f", "uid": "rs-1",
       "controller": True, "blockOwnerDeletion": True}
+
+
+#: A decision for a ppc64le-only image and the node affinity it wrote.
+PPC64LE_RECORD = ('{"images":[{"image":"reg.example/app:1","platforms":["linux/ppc64le"]}],'
+                  '"platforms":["linux/ppc64le"],"oses":["linux"],"archs":["ppc64le"],'
+                  '"result":"set","reason":"required architectures ppc64le"}')
+PPC64LE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["ppc64le"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}}
+
+
+#: The escape condition of a recorded pod.
+RECORDED = {"type": ESCAPE_CONDITION, "status": "True", "reason": "Fit"}
 
 
 def escaped(**changes: Any) -> dict[str, Any]:
@@ -95,7 +112,8 @@ def skip(pod: dict[str, Any], config_created: float | None = CONFIG_CREATED) -> 
 
 def test_the_watch_selects_bound_unrecorded_pods_outside_the_system_namespaces() -> None:
     params = watch_params(NS)
-    assert params["labelSelector"] == f"!{AFFINITY_LABEL},!{ESCAPE_LABEL}"
+    # the recorded escapes are judged by rules.escape.recorded, not by their label
+    assert params["labelSelector"] == f"!{AFFINITY_LABEL}"
     fields = params["fieldSelector"].split(",")
     assert fields[0] == "spec.nodeName!="
     assert {"status.phase!=Succeeded", "status.phase!=Failed",
@@ -110,8 +128,11 @@ def test_a_bound_pod_without_a_placement_record_is_an_escape() -> None:
 @pytest.mark.parametrize(("changes", "reason"), [
     ({"metadata__deletionTimestamp": "2027-01-15T08:01:00Z"}, "deleting"),
     ({"spec__nodeName": None}, "not_bound"),
-    ({"metadata__labels": {AFFINITY_LABEL: "not-set"}}, "placed"),
-    ({"metadata__labels": {ESCAPE_LABEL: "fit"}}, "recorded"),
+    ({"metadata__labels": {AFFINITY_LABEL: "set"},
+      "metadata__annotations": {DECISION_ANNOTATION: PPC64LE_RECORD},
+      "spec__affinity": PPC64LE_AFFINITY}, "placed"),
+    ({"metadata__labels": {ESCAPE_LABEL: "fit"}, "status__conditions": [RECORDED]},
+     "recorded"),
     ({"spec__schedulingGates": [{"name": SCHEDULING_GATE}],
       "metadata__labels": {GATE_LABEL: "gated"}}, "gated"),
     ({"status__phase": "Succeeded"}, "ended"),
@@ -129,6 +150,15 @@ def test_a_bound_pod_without_a_placement_record_is_an_escape() -> None:
 def test_pods_the_product_does_not_place_or_already_recorded_are_left_alone(
         changes: dict[str, Any], reason: str) -> None:
     assert skip(escaped(**changes)) == reason
+
+
+@pytest.mark.parametrize("value", ["set", "not-set"])
+def test_the_placement_label_alone_hides_nothing(value: str) -> None:
+    """A label the pod's creator wrote, without the node affinity a placement writes: checked
+    like a pod without it (tests/controller/test_escape_records.py has the rule)."""
+    assert skip(escaped(metadata__labels={AFFINITY_LABEL: value})) is None
+    assert skip(escaped(metadata__labels={AFFINITY_LABEL: value},
+                        metadata__annotations={DECISION_ANNOTATION: PPC64LE_RECORD})) is None
 
 
 def test_nothing_is_an_escape_without_a_config() -> None:
@@ -345,10 +375,32 @@ def test_the_record_is_a_guarded_label_and_annotation() -> None:
     assert record == {"node": "node-ppc64le", "nodePlatform": "linux/ppc64le",
                       "platforms": ["linux/amd64"], "result": "unfit", "reason": "r",
                       "notDeleted": "why", "at": 1_800_000_123}
-    # the record takes the pod out of the watch
+    # the record takes the pod out of the check once its condition is written too
     recorded = copy.deepcopy(pod)
     recorded["metadata"]["labels"].update(meta["labels"])
+    assert skip(recorded) is None
+    status = condition_patch(UNFIT_VERDICT, now=1_800_000_123.7)["status"]
+    assert status == {"conditions": [{
+        "type": ESCAPE_CONDITION, "status": "True", "reason": "Unfit",
+        "message": event_spec(UNFIT_VERDICT).message, "lastTransitionTime":
+            "2027-01-15T08:02:03Z"}]}
+    recorded["status"].update(status)
     assert skip(recorded) == "recorded"
+
+
+@pytest.mark.parametrize("labels", [{ESCAPE_LABEL: "fit"}, {ESCAPE_LABEL: "fit",
+                                                            AFFINITY_LABEL: "set"}])
+def test_an_escape_record_its_creator_wrote_hides_nothing(labels: dict[str, str]) -> None:
+    """The label and annotation ``podplacement.io/placement-escaped`` without the condition
+    only the ``pods/status`` subresource can write: checked like any escape."""
+    record = json.dumps({"node": "node-ppc64le", "result": "fit", "at": 1})
+    pod = escaped(metadata__labels=labels,
+                  metadata__annotations={ESCAPE_ANNOTATION: record})
+    assert skip(pod) is None
+    for condition in ({**RECORDED, "status": "False"}, {**RECORDED, "type": "Ready"}, "x"):
+        assert skip(escaped(metadata__labels=labels, status__conditions=[condition])) is None
+    # the label removed (the runbook's way to ask for a new check): checked again
+    assert skip(escaped(status__conditions=[RECORDED])) is None
 
 
 # --- the switches and the requests ---------------------------------------------------------

@@ -20,6 +20,7 @@ from podplacement.imageinspect import ImageInfo, Platform, RegistryError
 from podplacement.kubeclient import ApiError, NotFound
 from podplacement.rules.config import (
     AFFINITY_LABEL,
+    DECISION_ANNOTATION,
     ESCAPE_ANNOTATION,
     ESCAPE_LABEL,
     EXCLUDE_NAMESPACE_LABEL,
@@ -43,7 +44,7 @@ class Api:
         self.calls: list[tuple[str, str, Any]] = []
         self.forbid_delete = False
 
-    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, **opts: Any) -> Any:
         self.calls.append((method, path, copy.deepcopy(body)))
         parts = path.split("/")
         if len(parts) == 5:  # /api/v1/namespaces/NAME
@@ -55,6 +56,13 @@ class Api:
             raise NotFound(404, "NotFound", path)
         pod = self.pods[key]
         if method == "GET":
+            return copy.deepcopy(pod)
+        if method == "PATCH" and path.endswith("/status"):
+            assert opts["content_type"] == "application/strategic-merge-patch+json"
+            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+            for c in body["status"]["conditions"]:
+                conditions[:] = [o for o in conditions if o["type"] != c["type"]] + [c]
+            pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
             return copy.deepcopy(pod)
         if method == "PATCH":
             meta = pod["metadata"]
@@ -109,6 +117,29 @@ def _pod(name: str, node: str, *, owner: str | None = "rs-1", created: int = 50,
                          "ownerReferences": refs, "labels": {"app": "web"}},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": IMAGE}]},
             "status": {"phase": "Pending"}}
+
+
+#: The decision annotation and node affinity the controller writes for an amd64-only image.
+AMD64_RECORD = ('{"images":[{"image":"reg.example/app:1","platforms":["linux/amd64"]}],'
+                '"platforms":["linux/amd64"],"oses":["linux"],"archs":["amd64"],'
+                '"result":"set","reason":"required architectures amd64"}')
+AMD64_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}}
+
+
+def _placed(name: str, node: str, *, record: bool = True, affinity: bool = True,
+            owner: str | None = "rs-1") -> dict[str, Any]:
+    """A pod with the placement label, and (``record``, ``affinity``) the decision and the
+    node affinity of an amd64 placement: the product's, or copied by the pod's creator."""
+    pod = _pod(name, node, owner=owner)
+    pod["metadata"]["labels"][AFFINITY_LABEL] = "set"
+    if record:
+        pod["metadata"]["annotations"] = {DECISION_ANNOTATION: AMD64_RECORD}
+    if affinity:
+        pod["spec"]["affinity"] = copy.deepcopy(AMD64_AFFINITY)
+    return pod
 
 
 class Setup:
@@ -228,8 +259,7 @@ async def test_an_image_not_inspected_is_retried_then_unknown(setup: Setup) -> N
 
 async def test_the_watch_queues_only_escapes_and_the_switch_stops_everything(
         setup: Setup) -> None:
-    placed = _pod("placed", "amd-1")
-    placed["metadata"]["labels"][AFFINITY_LABEL] = "set"
+    placed = _placed("placed", "amd-1")
     old = _pod("old", "ppc-1")
     old["metadata"]["creationTimestamp"] = "2027-01-15T07:59:55Z"
     escaped = _pod("escaped", "ppc-1")
@@ -245,3 +275,75 @@ async def test_the_watch_queues_only_escapes_and_the_switch_stops_everything(
     key = setup.add(escaped)
     assert await setup.monitor.reconcile(key) is None
     assert setup.api.calls == []
+
+
+@pytest.mark.parametrize(("record", "affinity", "node"), [
+    (False, False, "win-1"),  # the label alone
+    (True, False, "win-1"),  # and a decision copied from a placed pod
+    (True, True, "win-1"),  # and its node affinity: the node named with spec.nodeName
+    (False, False, "amd-1"),  # the label alone, on a node the image can run on
+])
+async def test_a_labelled_pod_whose_record_does_not_hold_is_an_escape(
+        setup: Setup, record: bool, affinity: bool, node: str) -> None:
+    """The placed pods' watch hands every labelled pod to :meth:`EscapeMonitor.on_pod`: one
+    whose label its spec does not bear out is queued, checked, recorded and reported as an
+    escape (same Event, record and metric), the doubt named; an honest one is left alone
+    with no request."""
+    honest = _placed("honest", "amd-1")
+    forged = _placed("forged", node, record=record, affinity=affinity, owner=None)
+    for pod in (honest, forged):
+        setup.add(pod)
+        setup.monitor.on_pod("ADDED", pod, None)
+    assert not setup.monitor.queue.is_pending(pod_key(honest))
+    assert setup.monitor.queue.is_pending(pod_key(forged))
+    assert setup.api.calls == []
+    assert await setup.monitor.reconcile(pod_key(forged)) is None
+    outcome = "fit" if node == "amd-1" else "unfit"
+    meta = setup.api.pods[("team", "forged")]["metadata"]
+    assert meta["labels"][ESCAPE_LABEL] == outcome
+    assert json.loads(meta["annotations"][ESCAPE_ANNOTATION])["labelDoubted"]
+    [(name, spec)] = setup.events.sent
+    assert (name, spec.reason) == ("forged", "PlacementEscaped")
+    assert "does not bear out" in spec.message
+    assert setup.count(outcome) == 1
+    # recorded: no longer queued by its next watch event
+    setup.monitor.queue.discard(pod_key(forged))
+    setup.monitor.on_pod("MODIFIED", setup.api.pods[("team", "forged")], None)
+    assert not setup.monitor.queue.is_pending(pod_key(forged))
+    assert await setup.monitor.reconcile(pod_key(honest)) is None
+    assert len(setup.events.sent) == 1
+
+
+async def test_a_labelled_unfit_pod_of_an_owner_is_repaired_like_any_escape(
+        setup: Setup) -> None:
+    forged = _placed("forged", "ppc-1", record=False, affinity=False)
+    key = setup.add(forged)
+    assert await setup.monitor.reconcile(key) is None
+    assert [p for p, _ in setup.api.requests("DELETE")] == ["/api/v1/namespaces/team/pods/forged"]
+    [(_, spec)] = setup.events.sent
+    assert (spec.type, spec.action) == ("Warning", "Delete") and setup.count("repaired") == 1
+
+
+async def test_an_escape_record_written_by_the_pods_creator_is_checked_again(
+        setup: Setup) -> None:
+    """The label and annotation ``podplacement.io/placement-escaped`` preset by the pod's
+    creator (``fit``, on a node its image can't run): not recorded without the condition
+    only ``pods/status`` writes, so the pod is checked, recorded ``unfit`` with the
+    condition, and reported once."""
+    forged = _pod("forged", "ppc-1", owner=None)
+    forged["metadata"]["labels"][ESCAPE_LABEL] = "fit"
+    forged["metadata"]["annotations"] = {ESCAPE_ANNOTATION: '{"result":"fit"}'}
+    key = setup.add(forged)
+    setup.monitor.on_pod("ADDED", forged, None)
+    assert setup.monitor.queue.is_pending(key)
+    assert await setup.monitor.reconcile(key) is None
+    pod = setup.api.pods[("team", "forged")]
+    assert pod["metadata"]["labels"][ESCAPE_LABEL] == "unfit"
+    assert [c["reason"] for c in pod["status"]["conditions"]] == ["Unfit"]
+    assert [p for p, _ in setup.api.requests("PATCH")] == [
+        "/api/v1/namespaces/team/pods/forged", "/api/v1/namespaces/team/pods/forged/status"]
+    assert len(setup.events.sent) == 1 and setup.count("unfit") == 1
+    setup.monitor.queue.discard(key)
+    setup.monitor.on_pod("MODIFIED", pod, None)
+    assert not setup.monitor.queue.is_pending(key)
+    assert await setup.monitor.reconcile(key) is None and len(setup.events.sent) == 1

@@ -86,6 +86,7 @@ def _rows(sa: str, scope: str, group: str, resource: str, verbs: str, name: str 
 
 BASE_PERMISSIONS = (
     _rows(_C, "cluster", "", "pods", "get list watch patch delete")
+    | _rows(_C, "cluster", "", "pods/status", "patch")
     | _rows(_C, "cluster", "", "nodes", "list watch")
     | _rows(_C, "cluster", "", "secrets", "get")
     | _rows(_C, "cluster", "", "configmaps", "get")
