@@ -9,9 +9,10 @@ required term ``kubernetes.io/arch In [arm64]`` and a decision annotation naming
 
 - controller (``inspectionBudget: 0s``: nothing inspected at admission): gated by the
   policy, placed by the controller (no ``path``); the API server defaulted the volume's
-  ``pullPolicy`` like an ``imagePullPolicy``; the catalog feed publishes both images;
-- admission (both images in the catalog, warmed by the controller's pod): placed by the
-  MutatingAdmissionPolicy in CEL (``"path":"admission"``);
+  ``pullPolicy`` like an ``imagePullPolicy``; the catalog feed publishes both images of the
+  placed pod;
+- admission (both images in the catalog, warmed first by a pod running both as
+  containers): placed by the MutatingAdmissionPolicy in CEL (``"path":"admission"``);
 - webhook (images never seen, budget 4 s): gated by the policy, placed by the webhook in the
   same admission (``"path":"webhook"``).
 
@@ -57,16 +58,21 @@ def product(cluster: KubeEnv, registry: Registry,
 def images(registry: Registry, make_pusher: Any) -> dict[str, tuple[str, str]]:
     """Per path, (multi-arch container image, arm64-only volume image): a tag of each per
     path, so no path finds another's results. The arm64-only image is an index of one
-    entry for two paths and a single manifest for the third."""
+    entry, or (webhook) a single manifest."""
     pusher = make_pusher(registry)
     out = {}
-    for path in ("controller", "webhook"):
+    for path in PATHS:
         pusher.multiarch("imagevol/multi", path, ["linux/amd64", "linux/arm64"])
+        if path == "webhook":
+            pusher.image("imagevol/armonly", path, architecture="arm64", fmt="oci")
+        else:
+            pusher.multiarch("imagevol/armonly", path, ["linux/arm64"])
         out[path] = (f"{registry.host}/imagevol/multi:{path}",
                      f"{registry.host}/imagevol/armonly:{path}")
-    pusher.multiarch("imagevol/armonly", "controller", ["linux/arm64"])
-    pusher.image("imagevol/armonly", "webhook", architecture="arm64", fmt="oci")
     return out
+
+
+PATHS = ("controller", "admission", "webhook")
 
 
 def _budget(cluster: KubeEnv, budget: str) -> None:
@@ -144,13 +150,29 @@ def test_the_controller_places_by_the_image_volume_too(
         (image, ["linux/amd64", "linux/arm64"]), (volume_image, ["linux/arm64"])]
 
 
-def test_the_catalog_learns_the_volume_image_and_the_policy_places_by_it(
+def test_the_catalog_feed_publishes_the_volume_image(
         cluster: KubeEnv, by_controller: dict[str, Any],
         images: dict[str, tuple[str, str]]) -> None:
     image, volume_image = images["controller"]
-    # the catalog feed publishes every image of the placed pod, the volume's too
     wait_for(lambda: {image, volume_image} <= set(_catalog(cluster)), 30)
     assert _catalog(cluster)[volume_image] == "linux/arm64"
+
+
+def test_the_policy_places_by_the_image_volume_too(
+        cluster: KubeEnv, by_controller: dict[str, Any],
+        images: dict[str, tuple[str, str]]) -> None:
+    image, volume_image = images["admission"]
+    # warm the catalog: a pod running both images as containers, placed by the controller
+    _budget(cluster, "0s")
+    try:
+        warm = _pod("warm", image, volume_image)
+        warm["spec"]["containers"].append({"name": "w", "image": volume_image})
+        del warm["spec"]["volumes"][1], warm["spec"]["containers"][0]["volumeMounts"]
+        cluster.create(f"/api/v1/namespaces/{NS}/pods", warm)
+        _settled(cluster, "warm")
+        wait_for(lambda: {image, volume_image} <= set(_catalog(cluster)), 30)
+    finally:
+        _budget(cluster, "300ms")
     created = cluster.create(f"/api/v1/namespaces/{NS}/pods",
                              _pod("by-admission", image, volume_image))
     gates = created["spec"].get("schedulingGates") or []
@@ -177,3 +199,23 @@ def test_the_webhook_places_by_the_image_volume_too(
     assert _required(created) == ARM64_ONLY, record
     assert [(i["image"], i["platforms"]) for i in record["images"]] == [
         (image, ["linux/amd64", "linux/arm64"]), (volume_image, ["linux/arm64"])]
+
+
+def test_the_scheduler_binds_each_pod_to_an_arm64_node(cluster: KubeEnv) -> None:
+    """kube-scheduler binds the three pods of an image volume only to arm64 nodes (the
+    harness's fake nodes are of several architectures)."""
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"]["kubernetes.io/arch"]
+             for n in cluster.get("/api/v1/nodes")["items"]}
+    assert {"amd64", "arm64"} <= set(nodes.values()), nodes
+
+    def bound() -> dict[str, str] | None:
+        out = {}
+        for name in ("by-controller", "by-admission", "by-webhook"):
+            node = cluster.get(f"/api/v1/namespaces/{NS}/pods/{name}")["spec"].get("nodeName")
+            if not node:
+                return None
+            out[name] = nodes[node]
+        return out
+
+    assert wait_for(bound, 30) == dict.fromkeys(("by-controller", "by-admission",
+                                                 "by-webhook"), "arm64")
