@@ -150,6 +150,28 @@ def test_the_controller_places_by_the_image_volume_too(
         (image, ["linux/amd64", "linux/arm64"]), (volume_image, ["linux/arm64"])]
 
 
+def test_server_fact_an_image_volumes_pull_policy_is_defaulted_like_a_containers(
+        cluster: KubeEnv, by_controller: dict[str, Any]) -> None:
+    """The API server defaults ``volumes[].image.pullPolicy`` as ``imagePullPolicy``
+    (``Always`` for ``:latest`` or no tag), before admission: the policy's CEL, the webhook
+    and the controller read it as written; localkube defaults it the same way."""
+    from localkube.podrules import default_pod
+
+    refs = ["reg.example/a:1", "reg.example/a:latest", "reg.example/a",
+            "reg.example/a@sha256:" + "0" * 64]
+    pod = _pod("defaults", "reg.example/c:1", refs[0])
+    pod["spec"]["volumes"] = [{"name": f"v{n}", "image": {"reference": r}}
+                              for n, r in enumerate(refs)]
+    del pod["spec"]["containers"][0]["volumeMounts"]
+    r = cluster.request("POST", f"/api/v1/namespaces/{NS}/pods?dryRun=All", json=pod)
+    assert r.status_code == 201, r.text[:300]
+    # (the ServiceAccount admission appends its token volume)
+    got = [v["image"]["pullPolicy"] for v in r.json()["spec"]["volumes"] if "image" in v]
+    assert got == ["IfNotPresent", "Always", "Always", "IfNotPresent"]
+    default_pod(pod)
+    assert [v["image"]["pullPolicy"] for v in pod["spec"]["volumes"]] == got
+
+
 def test_the_catalog_feed_publishes_the_volume_image(
         cluster: KubeEnv, by_controller: dict[str, Any],
         images: dict[str, tuple[str, str]]) -> None:
