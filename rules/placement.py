@@ -182,9 +182,10 @@ RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR
 
 #: The pod's container lists whose images are placed, in the order they are read (the
 #: admission policy's ``images`` reads the same). ``ephemeralContainers`` are not among
-#: them: they cannot be set at create (the API server refuses them in a pod create; only
-#: the ``ephemeralcontainers`` subresource adds them, to a pod already bound to a node),
-#: so there is nothing to place for them.
+#: them: the API server refuses them in a pod create (checked on v1.36.2:
+#: tests/test_tenant_imagevol_realcluster.py); only the ``ephemeralcontainers``
+#: subresource adds them afterwards, and a debug container its node cannot run fails
+#: alone, the pod's own containers keep running.
 CONTAINER_LISTS = ("initContainers", "containers")
 #: The pod's list of volumes; an entry with ``image`` is an image volume (KEP-4639, GA in
 #: Kubernetes 1.36): the kubelet pulls ``image.reference`` for the node's platform with the

@@ -172,6 +172,16 @@ def test_server_fact_an_image_volumes_pull_policy_is_defaulted_like_a_containers
     assert [v["image"]["pullPolicy"] for v in pod["spec"]["volumes"]] == got
 
 
+def test_server_fact_a_pod_create_cannot_carry_ephemeral_containers(
+        cluster: KubeEnv, by_controller: dict[str, Any]) -> None:
+    """Why ``ephemeralContainers`` are not among a pod's images (rules.placement
+    ``CONTAINER_LISTS``): the API server refuses them in a create."""
+    pod = _pod("ephemeral", "reg.example/c:1", "reg.example/v:1")
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "reg.example/d:1"}]
+    r = cluster.request("POST", f"/api/v1/namespaces/{NS}/pods?dryRun=All", json=pod)
+    assert r.status_code == 422 and "ephemeralContainers" in r.text, r.text[:300]
+
+
 def test_the_catalog_feed_publishes_the_volume_image(
         cluster: KubeEnv, by_controller: dict[str, Any],
         images: dict[str, tuple[str, str]]) -> None:
