@@ -68,7 +68,7 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import WARNING, EventSpec
+from podplacement.rules.decision import WARNING, EventSpec, pod_images
 from podplacement.rules.execformat import (
     PROOF_MESSAGE,
     ExecFormatFinding,
@@ -312,9 +312,8 @@ class ExecFormatMonitor:
         ttl = self.config_source()[0].image_inspection.cache_ttl_seconds
         now = self.clock()
         aliases = placement_digests(pod)
-        spec = pod.get("spec") or {}
-        images = {c.get("name"): c.get("image") for kind in ("initContainers", "containers")
-                  for c in spec.get(kind) or () if isinstance(c, Mapping)}
+        # the containers' images (an image volume runs nothing: no exec format error)
+        images = {c.container: c.image for c in pod_images(pod) if not c.volume}
         for name, item in record["containers"].items():
             if not isinstance(item, dict):
                 continue

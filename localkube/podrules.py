@@ -174,7 +174,8 @@ def default_pod(pod: dict[str, Any]) -> None:
     Scheme defaults (``SetDefaults_PodSpec``/``_Container``: restartPolicy Always, dnsPolicy
     ClusterFirst, terminationGracePeriodSeconds 30, schedulerName default-scheduler,
     securityContext {}, enableServiceLinks true, termination message path/policy,
-    imagePullPolicy, port protocol TCP, requests from limits), the ServiceAccount admission
+    imagePullPolicy, an image volume's pullPolicy alike, port protocol TCP, requests from
+    limits), the ServiceAccount admission
     (serviceAccountName/serviceAccount ``default``; no token volume), Priority admission
     (priority 0, preemptionPolicy PreemptLowerPriority) and DefaultTolerationSeconds. Fields
     already set are kept, so calling it twice changes nothing.
@@ -184,6 +185,13 @@ def default_pod(pod: dict[str, Any]) -> None:
         for container in spec.get(key) or []:
             if isinstance(container, dict):
                 _default_container(container)
+    for volume in spec.get("volumes") or []:
+        source = volume.get("image") if isinstance(volume, dict) else None
+        # an image volume's pullPolicy is defaulted as a container's imagePullPolicy
+        # (KEP-4639; checked on v1.36.2: tests/test_tenant_imagevol_realcluster.py)
+        if (isinstance(source, dict) and "pullPolicy" not in source
+                and isinstance(source.get("reference"), str)):
+            source["pullPolicy"] = image_pull_policy(source["reference"])
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")

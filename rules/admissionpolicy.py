@@ -24,9 +24,10 @@ carrying our gate.
 For each other pod the policy does one of two things (docs/how-it-decides.md, "Placement
 inside the API server"):
 
-- **place**: every image (init and app) is a key of the params object (the ImagePlatformCatalog
-  ``cluster``: image reference → sorted "os/arch" pairs), each one pulled with
-  ``imagePullPolicy: Always`` is in its ``spec.fresh`` (its digest confirmed by the
+- **place**: every image (init, app and image volume: :func:`rules.placement.pod_images`) is
+  a key of the params object (the ImagePlatformCatalog ``cluster``: image reference → sorted
+  "os/arch" pairs), each one pulled with ``imagePullPolicy: Always`` (an image volume's
+  ``pullPolicy: Always``) is in its ``spec.fresh`` (its digest confirmed by the
   controller within ``spec.admission.pullAlwaysFreshness``), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
   nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.

@@ -82,7 +82,7 @@ from podplacement.rules.config import (
     EXEC_FORMAT_REASON,
     LINUX,
 )
-from podplacement.rules.decision import WARNING, EventSpec
+from podplacement.rules.decision import WARNING, EventSpec, pod_images
 
 #: The text every runtime's message carries (Go: "exec format error"; glibc strerror:
 #: "Exec format error").
@@ -339,7 +339,8 @@ def pending_suspicions(pod: Mapping[str, Any],
 def placement_digests(pod: Mapping[str, Any]) -> dict[str, str]:
     """Container name → the digest placement saw for its image reference (the
     ``images[].digest`` of the pod's ``podplacement.io/decision`` annotation); containers
-    of images without one are left out."""
+    of images without one are left out, and so are image volumes (nothing runs from them:
+    no exec format error names one)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         record = json.loads(annotations.get(DECISION_ANNOTATION) or "{}")
@@ -349,13 +350,8 @@ def placement_digests(pod: Mapping[str, Any]) -> dict[str, str]:
     for entry in (record.get("images") if isinstance(record, dict) else None) or ():
         if isinstance(entry, dict) and isinstance(entry.get("digest"), str):
             by_image[str(entry.get("image"))] = entry["digest"]
-    spec = pod.get("spec") or {}
-    out: dict[str, str] = {}
-    for kind in ("initContainers", "containers"):
-        for c in spec.get(kind) or ():
-            if isinstance(c, Mapping) and c.get("image") in by_image:
-                out[str(c.get("name"))] = by_image[str(c["image"])]
-    return out
+    return {c.container: by_image[c.image] for c in pod_images(pod)
+            if not c.volume and c.image in by_image}
 
 
 def spec_image(pod: Mapping[str, Any], f: ExecFormatFinding) -> str:

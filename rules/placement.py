@@ -181,8 +181,21 @@ RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR
 
 
 #: The pod's container lists whose images are placed, in the order they are read (the
-#: admission policy's ``images`` reads the same).
+#: admission policy's ``images`` reads the same). ``ephemeralContainers`` are not among
+#: them: the API server refuses them in a pod create (checked on v1.36.2:
+#: tests/test_tenant_imagevol_realcluster.py); only the ``ephemeralcontainers``
+#: subresource adds them afterwards, and a debug container its node cannot run fails
+#: alone, the pod's own containers keep running.
 CONTAINER_LISTS = ("initContainers", "containers")
+#: The pod's list of volumes; an entry with ``image`` is an image volume (KEP-4639, GA in
+#: Kubernetes 1.36): the kubelet pulls ``image.reference`` for the node's platform with the
+#: pod's pull secrets, so it is one of the pod's images, read after the containers'.
+VOLUMES = "volumes"
+#: The ``volumes[].image`` fields: the reference (as a container's ``image``) and the pull
+#: policy (as a container's ``imagePullPolicy``; the API server defaults it like one).
+IMAGE_VOLUME = "image"
+IMAGE_VOLUME_REFERENCE = "reference"
+IMAGE_VOLUME_PULL_POLICY = "pullPolicy"
 #: The ``imagePullPolicy`` that makes the controller revalidate a tag on every pod.
 PULL_ALWAYS = "Always"
 
@@ -233,13 +246,17 @@ class EventSpec:
 
 @dataclass(frozen=True, slots=True)
 class ContainerImage:
-    """One container's image: ``container`` name, ``image`` reference as written,
-    ``pull_policy`` (``Always`` means revalidate with the registry), ``init`` flag."""
+    """One image the pod pulls: ``container`` name (for an image volume, the volume's
+    name), ``image`` reference as written, ``pull_policy`` (``Always`` means revalidate
+    with the registry; a container's ``imagePullPolicy``, an image volume's
+    ``pullPolicy``), ``init`` flag (an init container's), ``volume`` flag (an image
+    volume's: nothing runs from it, so no exec format error can come of it)."""
 
     container: str
     image: str
     pull_policy: str = "IfNotPresent"
     init: bool = False
+    volume: bool = False
 
 
 class NumaLike(Protocol):
@@ -324,13 +341,30 @@ class Placement:
         return self.labels.get(NUMA_LABEL) == NUMA_LABEL_PLACED
 
 
+def _entries(spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The mappings of list ``spec[key]`` (another type counts as absent)."""
+    items = spec.get(key)
+    if not isinstance(items, list | tuple):
+        return []
+    return [item for item in items if isinstance(item, Mapping)]
+
+
 def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
-    """The images of ``initContainers`` then ``containers`` (as written, duplicates kept)."""
-    spec = pod.get("spec") or {}
+    """Every image the pod pulls, as written, duplicates kept, in this order: those of
+    ``initContainers``, of ``containers``, then the image volumes' ``image.reference``
+    (KEP-4639; ``pullPolicy`` in the role of ``imagePullPolicy``). The one enumeration of
+    a pod's images: the controller, the webhook, the admission policy's ``images``
+    (:data:`rules.predicates.CEL_IMAGES`), ``explain``, the catalog feed and the monitors
+    read it (through :func:`unique_images`). ``ephemeralContainers`` do not count (see
+    :data:`CONTAINER_LISTS`). Entries of an unexpected type, and an empty image or
+    reference, are skipped (never raises)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
     out: list[ContainerImage] = []
     for kind in CONTAINER_LISTS:
-        for c in spec.get(kind) or []:
-            if isinstance(c, Mapping) and c.get("image"):
+        for c in _entries(spec, kind):
+            if c.get("image"):
                 out.append(
                     ContainerImage(
                         str(c.get("name") or ""),
@@ -339,12 +373,24 @@ def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
                         kind == "initContainers",
                     )
                 )
+    for v in _entries(spec, VOLUMES):
+        source = v.get(IMAGE_VOLUME)
+        if isinstance(source, Mapping) and source.get(IMAGE_VOLUME_REFERENCE):
+            out.append(
+                ContainerImage(
+                    str(v.get("name") or ""),
+                    str(source[IMAGE_VOLUME_REFERENCE]),
+                    str(source.get(IMAGE_VOLUME_PULL_POLICY) or "IfNotPresent"),
+                    volume=True,
+                )
+            )
     return out
 
 
 def unique_images(pod: Mapping[str, Any]) -> dict[str, bool]:
-    """Distinct image references in pod order → ``pull_always`` (any container using it
-    has ``imagePullPolicy: Always``)."""
+    """Distinct image references in :func:`pod_images` order (containers' and image
+    volumes') → ``pull_always`` (any container using it has ``imagePullPolicy: Always``,
+    or any image volume ``pullPolicy: Always``)."""
     out: dict[str, bool] = {}
     for ci in pod_images(pod):
         out[ci.image] = out.get(ci.image, False) or ci.pull_policy == PULL_ALWAYS

@@ -44,7 +44,11 @@ from podplacement.rules.config import (
 from podplacement.rules.imageparams import value_pairs
 from podplacement.rules.placement import (
     CONTAINER_LISTS,
+    IMAGE_VOLUME,
+    IMAGE_VOLUME_PULL_POLICY,
+    IMAGE_VOLUME_REFERENCE,
     PULL_ALWAYS,
+    VOLUMES,
     pod_images,
     unique_images,
 )
@@ -241,8 +245,8 @@ def should_gate(pod: Mapping[str, Any], inputs: Inputs) -> bool:
 
 
 def images(pod: Mapping[str, Any], inputs: Inputs) -> list[str]:
-    """The image references of initContainers then containers, as written
-    (:func:`rules.placement.pod_images`)."""
+    """The image references of initContainers, containers, then image volumes, as
+    written (:func:`rules.placement.pod_images`)."""
     return [c.image for c in pod_images(pod)]
 
 
@@ -257,9 +261,9 @@ def fresh(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
 
 
 def known(pod: Mapping[str, Any], inputs: Inputs) -> bool:
-    """The pod has an image, every image is in ``table``, and every image a container
-    pulls with ``imagePullPolicy: Always`` is in ``fresh``
-    (:func:`rules.placement.unique_images`)."""
+    """The pod has an image, every image (its image volumes' too) is in ``table``, and
+    every image a container pulls with ``imagePullPolicy: Always`` (an image volume with
+    ``pullPolicy: Always``) is in ``fresh`` (:func:`rules.placement.unique_images`)."""
     wanted = unique_images(pod)
     return (bool(wanted) and all(i in inputs.table for i in wanted)
             and all(i in inputs.fresh for i, always in wanted.items() if always))
@@ -291,8 +295,12 @@ def placed(pod: Mapping[str, Any], inputs: Inputs) -> bool:
 
 #: ``.?``/``orValue``: a field a pod may lack never raises (an error would admit the pod
 #: unchanged: failurePolicy Ignore).
+#: Image volumes (KEP-4639) come after the containers, as in
+#: :func:`rules.placement.pod_images`: a volume without ``image`` is no image volume.
+_CEL_VOLUMES = f"object.spec.?{VOLUMES}.orValue([]).filter(v, v.?{IMAGE_VOLUME}.hasValue())"
 CEL_IMAGES = " + ".join(
-    f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS)
+    [f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS]
+    + [f"{_CEL_VOLUMES}.map(v, v.{IMAGE_VOLUME}.?{IMAGE_VOLUME_REFERENCE}.orValue(''))"])
 #: The ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
 CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
 CEL_FRESH = "params == null ? {} : params.?spec.?fresh.orValue({})"
@@ -305,6 +313,9 @@ CEL_KNOWN = (
               f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)}"
               " && !(c.?image.orValue('') in variables.fresh))"
               for kind in CONTAINER_LISTS)
+    + f" && !{_CEL_VOLUMES}.exists("
+    f"v, v.{IMAGE_VOLUME}.?{IMAGE_VOLUME_PULL_POLICY}.orValue('') == {cel_string(PULL_ALWAYS)}"
+    f" && !(v.{IMAGE_VOLUME}.?{IMAGE_VOLUME_REFERENCE}.orValue('') in variables.fresh))"
 )
 #: Existing terms take the gate branch (the append-to-every-term rule of KEP-3838 is the
 #: controller's); so does an os/arch pin (the controller then adds no requirement on that
@@ -323,7 +334,8 @@ CEL_PLACED = (
 #: The policy's variables of this table, by name (:func:`rules.admissionpolicy.
 #: place_variables` puts them in its evaluation order).
 POLICY_VARIABLES: tuple[Predicate, ...] = (
-    Predicate("images", "the image references of initContainers then containers",
+    Predicate("images", "the image references of initContainers, containers, then image "
+              "volumes",
               images, _text(CEL_IMAGES), "policy.variables"),
     Predicate("table", "the params object's spec.images (image → os/arch pairs)",
               table, _text(CEL_TABLE), "policy.variables"),

@@ -7,8 +7,10 @@ pods it places (docs/how-it-decides.md, "Placement inside the API server"). Here
 library's ``.?``/``orValue``, the strings library's ``split``/``join``) on generated pods and
 params tables, with no cluster, and each one is compared with what the Python rule says:
 
-- ``images``: :func:`rules.placement.pod_images`, initContainers then containers;
-- ``known``: every distinct image is in the table and none is pulled ``Always``;
+- ``images``: :func:`rules.placement.pod_images`, initContainers, containers, then image
+  volumes (KEP-4639);
+- ``known``: every distinct image (image volumes' too) is in the table and every one
+  pulled ``Always`` is fresh;
 - ``free``: no ``nodeAffinity`` and no ``kubernetes.io/os``/``arch`` nodeSelector pin;
 - ``lists``/``pairs``: the table's entries and their intersection
   (:func:`rules.platforms.supported_platforms`);
@@ -292,19 +294,35 @@ def policy_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
     """A pod as the API server admits it: 1-4 containers and 0-2 init containers of the
-    images above (in the table or not), pull policies, pins, affinities, labels, gates."""
+    images above (in the table or not), sometimes volumes (image volumes of those images,
+    KEP-4639, and an emptyDir), pull policies, pins, affinities, labels, gates."""
+    def pull_policy() -> str | None:
+        return draw(st.sampled_from([None, None, None, "IfNotPresent", "Never", "Always"]))
+
     def container(prefix: str, i: int) -> dict[str, Any]:
         c = {"name": f"{prefix}{i}", "image": draw(st.sampled_from(REFS))}
-        policy = draw(st.sampled_from([None, None, None, "IfNotPresent", "Never", "Always"]))
+        policy = pull_policy()
         if policy is not None:
             c["imagePullPolicy"] = policy
         return c
+
+    def volume(i: int) -> dict[str, Any]:
+        if draw(st.integers(0, 3)) == 0:
+            return {"name": f"v{i}", "emptyDir": {}}
+        source = {"reference": draw(st.sampled_from(REFS))}
+        policy = pull_policy()
+        if policy is not None:
+            source["pullPolicy"] = policy
+        return {"name": f"v{i}", "image": source}
 
     spec: dict[str, Any] = {"containers": [container("c", i)
                                            for i in range(draw(st.integers(1, 4)))]}
     inits = draw(st.integers(0, 2))
     if inits:
         spec["initContainers"] = [container("i", i) for i in range(inits)]
+    volumes = draw(st.sampled_from([0, 0, 1, 2]))
+    if volumes:
+        spec["volumes"] = [volume(i) for i in range(volumes)]
     for key, choices in (("nodeSelector", SELECTORS), ("affinity", AFFINITIES)):
         value = draw(st.one_of(st.none(), st.none(), st.sampled_from(choices)))
         if value is not None:
@@ -368,6 +386,22 @@ EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
                             "nodeSelector": {OS_LABEL: LINUX}}},
      {REFS[0]: "linux/amd64"}),
+    # an image volume (KEP-4639): its image narrows the platforms; one not in the table,
+    # or pulled Always without being fresh, gates the pod
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "volumes": [{"name": "v", "image": {"reference": REFS[2]}}]}},
+     {REFS[0]: "linux/amd64,linux/arm64", REFS[2]: "linux/arm64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "volumes": [{"name": "v", "image": {"reference": REFS[2]}}]}},
+     {REFS[0]: "linux/amd64,linux/arm64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "volumes": [{"name": "v", "image": {"reference": REFS[3],
+                                                                "pullPolicy": "Always"}}]}},
+     {REFS[0]: "linux/amd64,linux/arm64", REFS[3]: "linux/arm64"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                            "volumes": [{"name": "v", "image": {"reference": REFS[2],
+                                                                "pullPolicy": "Always"}}]}},
+     {REFS[0]: "linux/amd64,linux/arm64", REFS[2]: "linux/arm64"}),
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
                             "affinity": {"nodeAffinity": {}}}},
      {REFS[0]: "linux/amd64"}),
@@ -380,6 +414,10 @@ MUTATIONS = (
     ("known", "".join(CEL_KNOWN.partition(" && !object.spec.")[1:]), ""),
     ("known", "!object.spec.?containers.orValue([]).exists(",
      "!object.spec.?ephemeralContainers.orValue([]).exists("),
+    # the image volumes left out of ``images``, or their Always clause out of ``known``
+    ("images", " + object.spec.?volumes.orValue([])", " + [] + object.spec.?nothing.orValue([])"),
+    ("known", "v.image.?pullPolicy.orValue('') == 'Always' && ", "false && "),
+    ("known", "!(v.image.?reference.orValue('') in variables.fresh)", "true"),
     # an Always tag placed without being fresh, or never placed when fresh
     ("known", "containers.orValue([]).exists(c, c.?imagePullPolicy.orValue('') == 'Always' "
      "&& !(c.?image.orValue('') in variables.fresh))",
@@ -450,6 +488,26 @@ def test_a_changed_variable_is_caught(name: str, old: str, new: str) -> None:
             var = {**var, "expression": var["expression"].replace(old, new, 1)}
         mutated.append(var)
     assert any(mismatches(mutated, pod, table, config, r) for pod, table, r in cases)
+
+
+def test_an_image_volume_counts_in_the_policy() -> None:
+    """KEP-4639 image volumes in CEL: a multi-arch container image and an arm64-only image
+    volume are placed arm64 only; a volume image not in the table, or pulled Always and not
+    fresh, gates the pod."""
+    pod = {**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}],
+                                 "volumes": [{"name": "e", "emptyDir": {}},
+                                             {"name": "v", "image": {"reference": REFS[2]}}]}}
+    both = {REFS[0]: "linux/amd64,linux/arm64", REFS[2]: "linux/arm64"}
+    variables = ap.place_variables(CONFIGS[0])
+    values = evaluate(variables, pod, both)
+    assert values["images"] == [REFS[0], REFS[2]]
+    assert values["placed"] is True and values["archs"] == ["arm64"]
+    assert evaluate(variables, pod, {REFS[0]: both[REFS[0]]})["placed"] is False
+    always = copy.deepcopy(pod)
+    always["spec"]["volumes"][1]["image"]["pullPolicy"] = "Always"
+    assert evaluate(variables, always, both)["known"] is True  # REFS[2] is fresh
+    always["spec"]["volumes"][1]["image"]["reference"] = REFS[3]
+    assert evaluate(variables, always, {**both, REFS[3]: "linux/arm64"})["known"] is False
 
 
 def test_the_policys_texts_are_the_python_rules() -> None:
@@ -677,6 +735,14 @@ ODD_VALUES: tuple[tuple[str, tuple[str | int, ...], Any], ...] = (
     ("containers not a list", ("spec", "containers"), {"c": {"image": REFS[0]}}),
     ("a container not a map", ("spec", "containers"), [REFS[0]]),
     ("initContainers not a list", ("spec", "initContainers"), "x"),
+    ("volumes not a list", ("spec", "volumes"), {"v": {"image": {"reference": REFS[0]}}}),
+    ("a volume not a map", ("spec", "volumes"), [REFS[0]]),
+    ("an image volume not a map", ("spec", "volumes"), [{"name": "v", "image": REFS[0]}]),
+    ("an image volume without a reference", ("spec", "volumes"), [{"name": "v", "image": {}}]),
+    ("an empty reference", ("spec", "volumes"), [{"name": "v", "image": {"reference": ""}}]),
+    ("a reference not a string", ("spec", "volumes"), [{"name": "v", "image": {"reference": 5}}]),
+    ("pullPolicy not a string", ("spec", "volumes"),
+     [{"name": "v", "image": {"reference": REFS[0], "pullPolicy": 5}}]),
     ("nodeSelector a list", ("spec", "nodeSelector"), [ARCH_LABEL]),
     ("nodeSelector a string", ("spec", "nodeSelector"), "x"),
     ("affinity a string", ("spec", "affinity"), "x"),
@@ -691,6 +757,11 @@ DIFFERENT_VALUES: dict[str, frozenset[str]] = {
     # Python skips it. The API server rejects such a pod at validation, after admission.
     "a container without an image": frozenset({"images", "known", "placed"}),
     "an empty image": frozenset({"images", "known", "placed"}),
+    # The same for an image volume without a reference (validation rejects it too).
+    "an image volume without a reference": frozenset({"images", "known", "placed"}),
+    "an empty reference": frozenset({"images", "known", "placed"}),
+    # CEL lists the number, Python its text; a number does not decode.
+    "a reference not a string": frozenset({"images"}),
     # CEL lists the number, Python its text; a number does not decode.
     "an image not a string": frozenset({"images"}),
     # CEL reads list membership (a pin: gated); Python reads no nodeSelector. A list does

@@ -199,11 +199,10 @@ def _expect_placed(pod: Mapping[str, Any], pool: Mapping[str, str],
                    config: PlacementConfig) -> bool:
     """The place branch's conditions (docs/how-it-decides.md "Placement inside the API server")."""
     spec = pod["spec"]
-    images = [c["image"] for k in ("initContainers", "containers") for c in spec.get(k) or []]
+    images = [i for i, _ in _pulls(pod)]
     if not ap.places(config) or not all(i in pool for i in images):
         return False
-    if any(c.get("imagePullPolicy") == "Always"
-           for k in ("initContainers", "containers") for c in spec.get(k) or []):
+    if any(policy == "Always" for _, policy in _pulls(pod)):
         return False
     if "nodeAffinity" in (spec.get("affinity") or {}):
         return False
@@ -211,6 +210,15 @@ def _expect_placed(pod: Mapping[str, Any], pool: Mapping[str, str],
         return False
     common = set.intersection(*(set(pool[i].split(",")) for i in images))
     return all(p.startswith("linux/") for p in common)
+
+
+def _pulls(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """(image, pull policy) of every container and image volume (KEP-4639) of ``pod``."""
+    spec = pod["spec"]
+    out = [(c["image"], c.get("imagePullPolicy"))
+           for k in ("initContainers", "containers") for c in spec.get(k) or []]
+    return out + [(v["image"]["reference"], v["image"].get("pullPolicy"))
+                  for v in spec.get("volumes") or [] if "image" in v]
 
 
 def _as_gated(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,8 +236,7 @@ def _controller_result(pod: Mapping[str, Any], pool: Mapping[str, str],
                        config: PlacementConfig) -> dict[str, Any]:
     """``decide()`` on the gated copy, its patch applied."""
     gated = _as_gated(pod)
-    images = {c["image"]: img(c["image"], *pool[c["image"]].split(","))
-              for k in ("initContainers", "containers") for c in gated["spec"].get(k) or []}
+    images = {i: img(i, *pool[i].split(",")) for i, _ in _pulls(gated)}
     decision = decide(gated, images, config, nodes=None)
     out: dict[str, Any] = apply_patch(gated, list(decision.patch))
     if out["spec"].get("schedulingGates") == []:
@@ -296,7 +303,8 @@ ANNOTATIONS: tuple[dict[str, str] | None, ...] = (None, {"team.example/owner": "
 
 @st.composite
 def pods(draw: st.DrawFn, pool: tuple[str, ...]) -> dict[str, Any]:
-    """A pod of 1-4 containers and 0-2 init containers; mostly known images."""
+    """A pod of 1-4 containers, 0-2 init containers and 0-2 image volumes; mostly known
+    images."""
     image = st.one_of(st.sampled_from(pool), st.sampled_from(UNKNOWN)) if draw(
         st.integers(0, 9)) == 0 else st.sampled_from(pool)
     containers = [{"name": f"c{i}", "image": draw(image)}
@@ -307,6 +315,12 @@ def pods(draw: st.DrawFn, pool: tuple[str, ...]) -> dict[str, Any]:
     inits = draw(st.integers(0, 2))
     if inits:
         spec["initContainers"] = [{"name": f"i{i}", "image": draw(image)} for i in range(inits)]
+    volumes = draw(st.sampled_from([0, 0, 0, 1, 2]))  # image volumes (KEP-4639)
+    if volumes:
+        spec["volumes"] = [{"name": f"v{i}", "image": {"reference": draw(image)}}
+                           for i in range(volumes)]
+        if draw(st.integers(0, 9)) == 0:
+            spec["volumes"][-1]["image"]["pullPolicy"] = "Always"
     gates = draw(st.sampled_from([None, None, None, [], [{"name": "example.com/other"}]]))
     if gates is not None:  # another controller's gate is kept, before ours
         spec["schedulingGates"] = gates
@@ -354,12 +368,14 @@ def test_every_placed_pod_equals_the_controllers_decision_and_the_rest_are_gated
 
 
 def test_full_size_params_and_a_ten_image_pod_stay_within_cel_cost(world: World) -> None:
-    """5,000 entries of ~100-character references, 10 images (2 init): placed, not an
-    evaluation error admitted unchanged."""
-    refs = [_long_ref(i) for i in range(1000, 1010)]
+    """5,000 entries of ~100-character references, 13 images (2 init, 3 image volumes beside
+    an emptyDir): placed, not an evaluation error admitted unchanged."""
+    refs = [_long_ref(i) for i in range(1000, 1013)]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big"}, "spec": {
         "initContainers": [{"name": f"i{n}", "image": r} for n, r in enumerate(refs[:2])],
-        "containers": [{"name": f"c{n}", "image": r} for n, r in enumerate(refs[2:])]}}
+        "containers": [{"name": f"c{n}", "image": r} for n, r in enumerate(refs[2:10])],
+        "volumes": [{"name": "e", "emptyDir": {}}] + [
+            {"name": f"v{n}", "image": {"reference": r}} for n, r in enumerate(refs[10:])]}}
     entries = world.env.get(f"{PARAMS}/{PARAMS_NAME}")["spec"]["images"]
     assert len(entries) == PARAMS_MAX_ENTRIES and len(refs[0]) >= 100
     got = _dry_create(world.env, world.namespaces["weighted"], pod)

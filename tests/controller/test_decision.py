@@ -68,6 +68,52 @@ def test_containers_and_init_containers_intersect() -> None:
     assert [i["image"] for i in json.loads(dec.annotation)["images"]] == ["i", "a", "b"]
 
 
+def _with_image_volume(pod: dict[str, Any], reference: str, **source: str) -> dict[str, Any]:
+    pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}},
+                              {"name": "models", "image": {"reference": reference, **source}}]
+    return pod
+
+
+def test_an_image_volume_is_one_of_the_pods_images() -> None:
+    """KEP-4639: the kubelet pulls ``volumes[].image.reference`` for the node's platform,
+    with ``pullPolicy`` as the volume's imagePullPolicy; it comes after the containers."""
+    pod = _with_image_volume(gated_pod(images=("a",), init_images=("i",)), "vol:1",
+                             pullPolicy="Always")
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "e:1"}]
+    assert [(c.container, c.image, c.pull_policy, c.init, c.volume)
+            for c in d.pod_images(pod)] == [
+        ("i0", "i", "IfNotPresent", True, False), ("c0", "a", "IfNotPresent", False, False),
+        ("models", "vol:1", "Always", False, True)]
+    assert d.unique_images(pod) == {"i": False, "a": False, "vol:1": True}
+
+
+def test_odd_volumes_are_no_images() -> None:
+    for volumes in ("x", ["x"], [{"name": "v", "image": "r:1"}], [{"name": "v", "image": {}}],
+                    [{"name": "v", "image": {"reference": ""}}], [{"name": "v", "emptyDir": {}}]):
+        pod = gated_pod(images=("a",))
+        pod["spec"]["volumes"] = volumes
+        assert d.unique_images(pod) == {"a": False}, volumes
+
+
+def test_an_image_volume_narrows_the_architectures_and_is_named_in_the_annotation() -> None:
+    """A multi-arch container image and an arm64-only image volume: arm64 only, and the
+    annotation names the volume's image like a container's."""
+    pod = _with_image_volume(gated_pod(images=("multi:1",)), "armonly:1")
+    images = {"multi:1": img("multi:1", "linux/amd64", "linux/arm64"),
+              "armonly:1": img("armonly:1", "linux/arm64")}
+    dec = d.decide(pod, images, CFG)
+    assert dec.outcome == d.Outcome.SET and dec.architectures == ("arm64",)
+    new = _apply(pod, dec)
+    assert terms_of(new) == [{"matchExpressions": [
+        expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
+    ann = _annotation(new)
+    assert [(i["image"], i["platforms"]) for i in ann["images"]] == [
+        ("multi:1", ["linux/amd64", "linux/arm64"]), ("armonly:1", ["linux/arm64"])]
+    # the volume's image not inspected: the pod is not placed from the container's alone
+    missing = d.decide(pod, {"multi:1": images["multi:1"]}, CFG)
+    assert missing.outcome == d.Outcome.RETRY and not missing.ungate
+
+
 def test_empty_intersection_requires_the_marker_and_warns() -> None:
     pod = gated_pod(images=("a", "b"), affinity=required([ZONE]))
     dec = d.decide(pod, {"a": img("a", "linux/amd64"), "b": img("b", "linux/arm64")}, CFG)

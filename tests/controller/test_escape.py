@@ -427,3 +427,16 @@ def test_the_monitor_and_the_deleter_need_no_request_beyond_the_controllers_tabl
     from podplacement.controller.poddelete import API_REQUESTS as DELETER
 
     assert set(MONITOR) | set(DELETER) <= set(API_REQUESTS)
+
+
+def test_an_image_volume_the_node_cannot_pull_makes_the_pod_unfit() -> None:
+    """KEP-4639: an escaped pod on amd64 whose container image runs there but whose image
+    volume is arm64-only is unfit (the kubelet pulls the volume for the node's platform)."""
+    pod = escaped(spec__nodeName="node-amd64")
+    pod["spec"]["volumes"] = [{"name": "models", "image": {"reference": "reg.example/m:1"}}]
+    images = {IMAGE: image("linux/amd64", "linux/arm64"),
+              "reg.example/m:1": image("linux/arm64", digest="sha256:" + "b" * 64)}
+    verdict = classify(pod, node("node-amd64", "amd64"), images)
+    assert verdict.outcome == UNFIT and verdict.platforms == ("linux/arm64",), verdict
+    # the volume's image not inspected: no verdict from the container's alone
+    assert classify(pod, node("node-amd64", "amd64"), {IMAGE: images[IMAGE]}).outcome == UNKNOWN

@@ -19,6 +19,7 @@ from podplacement.rules.execformat import (
     event_spec,
     finding_of,
     needs_work,
+    placement_digests,
     record_patch,
     recorded,
     unreported,
@@ -228,3 +229,15 @@ def test_the_monitor_needs_no_request_beyond_the_controllers_table() -> None:
     from podplacement.controller.execformatmonitor import API_REQUESTS as MONITOR
 
     assert set(MONITOR) <= set(API_REQUESTS)
+
+
+def test_placement_digests_name_containers_never_image_volumes() -> None:
+    """An image volume (KEP-4639) runs nothing: the digests the monitor reads are the
+    containers', even when a volume has a container's name."""
+    record = {"images": [{"image": "a:1", "digest": "sha256:" + "a" * 64},
+                         {"image": "b:1", "digest": "sha256:" + "b" * 64}]}
+    pod = {"metadata": {"annotations": {"podplacement.io/decision": json.dumps(record)}},
+           "spec": {"containers": [{"name": "c", "image": "a:1"}],
+                    "volumes": [{"name": "c", "image": {"reference": "b:1"}},
+                                {"name": "d", "image": {"reference": "a:1"}}]}}
+    assert placement_digests(pod) == {"c": "sha256:" + "a" * 64}

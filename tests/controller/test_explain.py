@@ -351,3 +351,17 @@ def test_the_exec_format_error_record_is_shown() -> None:
     text = render(report, "table")
     assert f"container app: restart 2, digest {digest}, node pi (arm64)" in text
     assert "platforms flagged: linux/arm64" in text and "EM_X86_64" in text
+
+
+def test_an_image_volume_is_explained_like_a_container_image() -> None:
+    """KEP-4639: the image volume's image is listed and narrows the architectures."""
+    nodes, nrts = _cluster()
+    pod = _pod()
+    pod["spec"]["volumes"] = [{"name": "models", "image": {"reference": "example.test/m:1"}}]
+    arm = ImageInfo("example.test/m:1", "sha256:" + "b" * 64,
+                    "application/vnd.oci.image.manifest.v1+json", (Platform("linux", "arm64"),))
+    report = explain(pod, nodes, nrts, {IMAGE: AMD_ARM, "example.test/m:1": arm}, NUMA)
+    assert [i["image"] for i in report["images"]] == [IMAGE, "example.test/m:1"]
+    assert report["architectures"] == ["arm64"]
+    rows = {r["name"]: r for r in report["nodes"]}
+    assert rows["big"]["feasible"] is False and rows["pi"]["feasible"] is True
