@@ -847,7 +847,8 @@ def placement_facts(
     """
     if policy is not None:
         config = policy.applied_to(config)
-    inspection = _inspection(pod, learned_images(images, config.excluded))
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    inspection = _inspection(pod, learned_images(images, config.excluded, namespace=namespace))
     max_retries = config.image_inspection.max_retries
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
