@@ -81,7 +81,7 @@ def test_one_error_is_no_proof_two_distinct_errors_are() -> None:
     store = FindingsStore()
     store.record_error(INDEX, "arm64", ("u1", "app", 1), T0, namespace=NS)
     assert exclusions(store, now=T0, ttl=TTL) == ()
-    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0 + 1, namespace=NS)  # the same restart again
+    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0 + 1, namespace=NS)  # the same again
     assert exclusions(store, now=T0 + 1, ttl=TTL) == ()
     store.record_error(INDEX, "arm64", ("u2", "app", 0), T0 + 5, namespace=NS)
     (x,) = exclusions(store, now=T0 + 5, ttl=TTL)
@@ -172,6 +172,7 @@ def test_the_controller_leaves_the_excluded_platform_out_and_says_why() -> None:
     (entry,) = record["images"]
     assert entry["platforms"] == ["linux/amd64"]
     assert entry["excluded"] == [{"platform": "linux/arm64", "proof": "verification",
+                                  "since": "2027-01-15T08:00:00Z",
                                   "until": "2027-01-15T14:00:00Z"}]
     assert "linux/arm64 of reg/app:1 excluded: exec format error proven by verification" \
         in record["reason"]
