@@ -273,8 +273,19 @@ class FindingsStore:
         return e is not None and proof_of(e, min_errors=min_errors) is not None
 
     def expire(self, now: float, ttl: float) -> int:
-        """Forget every pair whose latest evidence (:attr:`Evidence.latest`) is ``ttl``
-        seconds or more before ``now``. Returns how many were forgotten."""
+        """Forget every entry whose latest evidence (:attr:`Evidence.latest`) is ``ttl``
+        seconds or more before ``now``, after cutting any time later than ``now`` to
+        ``now`` (evidence is never younger than the moment it is looked at, so an entry
+        ends at most ``ttl`` after the first call that saw it). Returns how many were
+        forgotten."""
+        for key, e in list(self._items.items()):
+            v = e.verification
+            if e.first_seen > now or e.last_seen > now or (v is not None
+                                                           and v.checked_at > now):
+                self._items[key] = replace(
+                    e, first_seen=min(e.first_seen, now), last_seen=min(e.last_seen, now),
+                    verification=None if v is None else replace(
+                        v, checked_at=min(v.checked_at, now)))
         old = [k for k, e in self._items.items() if e.latest <= now - ttl]
         for key in old:
             self._items.pop(key, None)
