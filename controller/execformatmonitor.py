@@ -27,8 +27,12 @@ latest part, computes the exclusions in force (:func:`rules.learn.exclusions`) a
 publishes them, with the pods deleted by the remedy, in the PodPlacementConfig's
 ``status.execFormatErrorMonitor`` (a merge patch of the status subresource, written only
 when it differs): that is where the webhook reads them (it watches the object already), and
-where a new leader or a restarted controller takes them back (:meth:`ExecFormatMonitor.adopt`),
-with the evidence below the threshold rebuilt from the pods' records as the watch lists them.
+where a new leader or a restarted controller takes them back (:meth:`ExecFormatMonitor.adopt`,
+times cut to now), with the evidence below the threshold re-derived from the pods' statuses
+as the watch lists them (the records say only what was reported: a pod's creator can write
+them, so they are never evidence; docs/exec-format-errors.md, "What is evidence"). Errors
+are evidence for their pod's namespace only; the verification, of the image's own program,
+for every namespace.
 Then ``on_excluded`` lets the controller take the excluded digests out of the admission
 policy's catalog. The remedy (``deleteFailedPods``): a failing pod whose pair is excluded and
 whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted

@@ -28,8 +28,9 @@ Pure (no I/O, no clock: every call takes ``now``). The rule that makes evidence 
 Digests: the status ``imageID`` is what the node pulled, usually the index a tag pointed to
 when it pulled; placement sees the digest of the reference as written (the index, or a
 single manifest). An exclusion therefore names every digest of the same content: the
-``imageID`` digest, the digest the pod's decision annotation recorded for its image, and the
-index and platform manifest digests the verification read.
+``imageID`` digest and the index and platform manifest digests the verification read; one
+of a single namespace also the digest the pod's decision annotation recorded for its image
+(a pod's creator can write that annotation, so it never names content for every namespace).
 
 The remedy (``deleteFailedPods``, :func:`remedy_owner`): a failing pod whose pair is
 excluded and whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted, so that

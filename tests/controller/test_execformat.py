@@ -136,7 +136,12 @@ def test_one_event_per_container_and_restart() -> None:
     p["metadata"]["annotations"] = record_patch(p, record)["metadata"]["annotations"]
     p["metadata"]["labels"][EXEC_FORMAT_LABEL] = "true"
     assert unreported(p) == ()
-    assert not needs_work(p, lambda d: None)
+    # reported, but its digest not verified yet by this controller: still work to do
+    assert needs_work(p, lambda d: None)
+    ok = verification_entry("ok", "fine", ())
+    record = updated_record(p, (), arch="arm64", node="arm-1", verification=lambda d: ok)
+    p["metadata"]["annotations"] = record_patch(p, record)["metadata"]["annotations"]
+    assert not needs_work(p, lambda d: ok)
     p["status"]["containerStatuses"][0]["restartCount"] = 3
     assert [f.restart_count for f in unreported(p)] == [3]
 

@@ -285,3 +285,25 @@ def test_a_pod_the_webhook_placed_is_told_by_the_controller_too() -> None:
     stored = _json_patch(pod, list(answer.patch))
     specs = admission_events(stored, decision_record(stored), config, catalog={}.get)
     assert [s.reason for s in specs] == [EXEC_FORMAT_EXCLUSION]
+
+
+async def test_a_preset_label_and_record_do_not_keep_the_image_from_being_verified(
+        verified: list[str]) -> None:
+    """The creator presets the label and a record saying every restart was reported and the
+    digest verified: the controller still verifies the digest itself."""
+    api, clock = Api(), Clock()
+    pod = _pod("a", code=1, message="exec /bin/sh: exec format error")
+    pod["metadata"]["labels"]["podplacement.io/exec-format-error"] = "true"
+    pod["metadata"]["annotations"][EXEC_FORMAT_ANNOTATION] = json.dumps({
+        "containers": {"app": {"restartCount": 999}},
+        "verified": {INDEX: {"status": "ok", "reason": "forged", "mismatched": []}}})
+    api.pods[("team", "a")] = pod
+    monitor, _, _ = _monitor(api, CONFIG, clock)
+    monitor.on_pod("ADDED", copy.deepcopy(pod), None)
+    assert monitor.queue.is_pending("team/a/uid-a")
+    await monitor.reconcile("team/a/uid-a")
+    await _settle(monitor)
+    assert verified == [f"reg.example/team/app@{INDEX} all"]
+    await monitor.learn()
+    (x,) = monitor.current
+    assert (x.platform, x.proof, x.namespace) == ("linux/arm64", PROOF_VERIFICATION, "")
