@@ -221,9 +221,15 @@ class FindingsStore:
                             aliases: Iterable[str] = (), image: str = "") -> Evidence:
         """Keep the verification of ``digest``'s ``architecture`` platform (and the other
         digests of that platform's content, ``aliases``; ``image``: a reference that names
-        it, kept when none is yet), for every namespace."""
+        it, kept when none is yet), for every namespace. A verification that finds what the
+        kept one found (a new leader verifying again what it took back) keeps the kept
+        one's time: it confirms, it is not younger evidence."""
         key = (digest, architecture, EVERY_NAMESPACE)
         current = self._items.get(key) or Evidence(digest, architecture, os=os)
+        kept = current.verification
+        if kept is not None and kept.status == verification.status:
+            verification = replace(verification,
+                                   checked_at=min(kept.checked_at, verification.checked_at))
         return self._put(key, replace(
             current, verification=verification, image=current.image or image,
             aliases=current.aliases | (set(aliases) - {digest})))

@@ -161,6 +161,7 @@ async def place_at_admission(
     if not fast_path_applies(config):
         return _NOT_TRIED
     assert config is not None
+    pod = _in_namespace(pod, namespace)
     found = cache.lookup(pod, namespace, config, touch=not dry_run)
     pulls = unique_images(pod)
     always = any(pulls.values())
@@ -185,6 +186,17 @@ async def place_at_admission(
     unchanged = found is not None and all(
         _digest(images.results[image]) == _digest(found[image]) for image in pulls)
     return AdmissionAnswer(placement, PLACED_REVALIDATED if unchanged else PLACED_INSPECTED)
+
+
+def _in_namespace(pod: Mapping[str, Any], namespace: str) -> Mapping[str, Any]:
+    """``pod`` with ``metadata.namespace`` = ``namespace`` (the review's) when its object
+    has none: exclusions learned from one namespace's exec format errors apply by the
+    pod's namespace (:meth:`rules.config.ExcludedPlatform.applies_to`)."""
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping) and meta.get("namespace") == namespace:
+        return pod
+    return {**pod, "metadata": {**(meta if isinstance(meta, Mapping) else {}),
+                                "namespace": namespace}}
 
 
 async def place_reviewed_pod(

@@ -307,3 +307,15 @@ async def test_a_preset_label_and_record_do_not_keep_the_image_from_being_verifi
     await monitor.learn()
     (x,) = monitor.current
     assert (x.platform, x.proof, x.namespace) == ("linux/arm64", PROOF_VERIFICATION, "")
+
+
+def test_verifying_again_what_was_taken_back_does_not_make_it_younger() -> None:
+    store = FindingsStore()
+    store.adopt([INDEX], "arm64", os="linux", proof=PROOF_VERIFICATION, errors=0,
+                last_seen=T0 - 100, reason="x", since=T0 - 200)
+    store.record_verification(INDEX, "arm64", Verification("mismatch", "x", T0))
+    (x,) = exclusions(store, now=T0, ttl=TTL)
+    assert (x.last_seen, x.expires, x.since) == (T0 - 100, T0 - 100 + TTL, T0 - 200)
+    # a different finding is new evidence
+    store.record_verification(INDEX, "arm64", Verification("ok", "fine", T0 + 1))
+    assert exclusions(store, now=T0 + 1, ttl=TTL) == ()
