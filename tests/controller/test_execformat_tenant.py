@@ -319,3 +319,21 @@ def test_verifying_again_what_was_taken_back_does_not_make_it_younger() -> None:
     # a different finding is new evidence
     store.record_verification(INDEX, "arm64", Verification("ok", "fine", T0 + 1))
     assert exclusions(store, now=T0 + 1, ttl=TTL) == ()
+
+
+async def test_a_forged_decision_digest_is_no_alias_of_a_verified_exclusion(
+        verified: list[str]) -> None:
+    """The decision annotation's image digest is the creator's to write: it never names
+    content for every namespace."""
+    api, clock = Api(), Clock()
+    pod = _pod("a", code=1, message="exec /bin/sh: exec format error")
+    pod["metadata"]["annotations"]["podplacement.io/decision"] = json.dumps(
+        {"images": [{"image": pod["spec"]["containers"][0]["image"], "digest": OTHER}]})
+    api.pods[("team", "a")] = pod
+    monitor, _, _ = _monitor(api, CONFIG, clock)
+    await monitor.reconcile("team/a/uid-a")
+    await _settle(monitor)
+    await monitor.learn()
+    (x,) = monitor.current
+    assert x.namespace == "" and OTHER not in x.digests
+    assert set(x.digests) == {INDEX, ARM_MANIFEST}
