@@ -20,9 +20,10 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   writer has taken over the live object, so a new leader inspects only what that object
   lacks. The pods placed by the webhook, not only by the controller, thus fill the catalog
   from which the policy places the next pods of those images.
-- **tell**: the Warning Event of the decision of a pod placed at admission
-  (:func:`rules.admitted.admission_warning`: the controller's own Warning for
-  that pod, same reason and text), once per pod: the UIDs it was sent for are remembered
+- **tell**: the Warning Event of the decision of a pod placed at admission, and its
+  ``ExecFormatExclusion`` when an exclusion narrowed it
+  (:func:`rules.admitted.admission_events`: the controller's own Events for
+  that pod, same reasons and text), once per pod: the UIDs it was sent for are remembered
   (bounded).
 
 A pod a (re)list hands on, rather than the watch as it is placed, counts for use, learn and
@@ -47,8 +48,8 @@ from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
 from podplacement.kubeclient import Informer
 from podplacement.rules.admitted import (
+    admission_events,
     admission_path,
-    admission_warning,
     always_images,
     decision_record,
     images_to_learn,
@@ -197,7 +198,8 @@ class AdmissionFeed:
 
     def _tell(self, pod: Mapping[str, Any], record: Mapping[str, Any] | None,
               config: PlacementConfig) -> None:
-        """Send the Warning of the pod's decision, once per pod."""
+        """Send the Warning of the pod's decision and its ``ExecFormatExclusion``, once per
+        pod."""
         if not self.events.enabled:
             return
         meta = pod.get("metadata") or {}
@@ -205,16 +207,17 @@ class AdmissionFeed:
         if not uid or uid in self.told:
             return
         namespace = str(meta.get("namespace") or "")
-        spec = admission_warning(pod, record, config, catalog=self.store.get,
+        specs = admission_events(pod, record, config, catalog=self.store.get,
                                  nodes=self._nodes(),
                                  policy=policy_for(pod, self.policies(namespace)))
-        if spec is None:
+        if not specs:
             return
         self.told[uid] = None
         while len(self.told) > MAX_TOLD:
             self.told.popitem(last=False)
-        self.metrics.events.labels(spec.type).inc()
-        self.events.emit(pod, spec)
+        for spec in specs:
+            self.metrics.events.labels(spec.type).inc()
+            self.events.emit(pod, spec)
 
     def _nodes(self) -> NodeInventory | None:
         """The node inventory, rebuilt after a Node changed (None without an informer)."""

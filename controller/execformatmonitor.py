@@ -27,8 +27,12 @@ latest part, computes the exclusions in force (:func:`rules.learn.exclusions`) a
 publishes them, with the pods deleted by the remedy, in the PodPlacementConfig's
 ``status.execFormatErrorMonitor`` (a merge patch of the status subresource, written only
 when it differs): that is where the webhook reads them (it watches the object already), and
-where a new leader or a restarted controller takes them back (:meth:`ExecFormatMonitor.adopt`),
-with the evidence below the threshold rebuilt from the pods' records as the watch lists them.
+where a new leader or a restarted controller takes them back (:meth:`ExecFormatMonitor.adopt`,
+times cut to now), with the evidence below the threshold re-derived from the pods' statuses
+as the watch lists them (the records say only what was reported: a pod's creator can write
+them, so they are never evidence; docs/exec-format-errors.md, "What is evidence"). Errors
+are evidence for their pod's namespace only; the verification, of the image's own program,
+for every namespace.
 Then ``on_excluded`` lets the controller take the excluded digests out of the admission
 policy's catalog. The remedy (``deleteFailedPods``): a failing pod whose pair is excluded and
 whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted
@@ -68,10 +72,11 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import WARNING, EventSpec, pod_images
+from podplacement.rules.decision import WARNING, EventSpec
 from podplacement.rules.execformat import (
     PROOF_MESSAGE,
     ExecFormatFinding,
+    detect,
     event_spec,
     findings_of,
     needs_work,
@@ -84,7 +89,7 @@ from podplacement.rules.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.rules.findings import FindingsStore, Verification
+from podplacement.rules.findings import FindingsStore, Verification, seen_at
 from podplacement.rules.learn import (
     DeletedPod,
     deleted_from_status,
@@ -302,39 +307,40 @@ class ExecFormatMonitor:
             self.queue.add(key)
 
     def _seed(self, pod: Mapping[str, Any]) -> None:
-        """Count the errors the pod's record holds (a restart, a new leader: each is
-        counted once, by its pod UID, container and restart), when seen within the TTL."""
+        """Count again, after a restart or a leader change, the errors the pod reported
+        before (each once: pod UID, container, restart), when seen within the TTL.
+
+        The pod's record annotation is not evidence: its creator can write it at creation
+        (docs/exec-format-errors.md, "What is evidence"). Only what the controller re-derives
+        counts: a container whose *status* shows the runtime's words now
+        (:func:`rules.execformat.detect`), its digest from the status ``imageID``, the
+        architecture from its node's label, in the pod's namespace. The record only says
+        that the finding was reported (its ``restartCount``) and when; that time is cut to
+        now (:func:`rules.findings.seen_at`). Its ``verified`` part is never read: the
+        exclusions the controller's verifications proved come back from the config's
+        status (:meth:`adopt`)."""
         record = recorded(pod)
         if not record["containers"]:
             return
         meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
+        uid, namespace = str(meta.get("uid") or ""), str(meta.get("namespace") or "")
+        if not uid or not namespace:
+            return
+        os, arch = self._node_platform(str((pod.get("spec") or {}).get("nodeName") or ""))
         ttl = self.config_source()[0].image_inspection.cache_ttl_seconds
         now = self.clock()
         aliases = placement_digests(pod)
-        # the containers' images (an image volume runs nothing: no exec format error)
-        images = {c.container: c.image for c in pod_images(pod) if not c.volume}
-        for name, item in record["containers"].items():
-            if not isinstance(item, dict):
+        for f in detect(pod):
+            item = record["containers"].get(f.container)
+            if not isinstance(item, dict) or item.get("restartCount") != f.restart_count:
+                continue  # not reported yet: the reconcile counts it
+            at = seen_at(item.get("at"), now)
+            if f.digest is None or arch == "unknown" or at is None or at <= now - ttl:
                 continue
-            digest, arch, at = item.get("digest"), item.get("arch"), item.get("at")
-            count = item.get("restartCount")
-            if (not isinstance(digest, str) or not isinstance(arch, str)
-                    or not isinstance(at, int | float) or not isinstance(count, int)
-                    or at <= now - ttl):
-                continue
-            self.store.record_error(digest, arch, (uid, name, count), float(at),
-                                    aliases=[aliases[name]] if name in aliases else (),
-                                    image=str(images.get(name) or ""))
-        for digest, v in record["verified"].items():
-            at = v.get("at") if isinstance(v, dict) else None
-            if not isinstance(at, int | float) or at <= now - ttl:
-                continue
-            for platform in v.get("mismatched") or ():
-                parts = str(platform).split("/")
-                if len(parts) >= 2 and self.store.get(digest, parts[1]) is None:
-                    self.store.record_verification(digest, parts[1], Verification(
-                        "mismatch", str(v.get("reason") or ""), float(at)), os=parts[0])
+            self.store.record_error(f.digest, arch, (uid, f.container, f.restart_count), at,
+                                    namespace=namespace, os=os,
+                                    aliases=[aliases[f.container]] if f.container in aliases
+                                    else (), image=spec_image(pod, f))
 
     # --- the reconcile -------------------------------------------------------------------
     async def reconcile(self, key: str) -> float | None:
@@ -383,7 +389,8 @@ class ExecFormatMonitor:
                 self.metrics.exec_format_errors.labels(arch).inc()
                 if f.digest:
                     self.store.record_error(
-                        f.digest, arch, (uid, f.container, f.restart_count), now, os=os,
+                        f.digest, arch, (uid, f.container, f.restart_count), now,
+                        namespace=ns, os=os,
                         aliases=[aliases[f.container]] if f.container in aliases else (),
                         image=spec_image(pod, f))
                 log.warning("pod %s/%s: %s", ns, name, spec.message)
@@ -427,7 +434,6 @@ class ExecFormatMonitor:
 
     async def _verify(self, f: ExecFormatFinding, pod: dict[str, Any], scope: str) -> None:
         digest = f.digest or ""
-        placed = placement_digests(pod).get(f.container)
         base = (spec_image(pod, f) or f.image).split("@")[0]
         reference = f.reference or (f"{base}@{digest}" if base else "")
         try:
@@ -436,9 +442,12 @@ class ExecFormatMonitor:
             async with self._slots:
                 config = self.config_source()[0]
                 creds = await self.credentials(pod, config)
-                command, args = _command_of(pod, f)
+                # the image's own Entrypoint and Cmd, never the pod's command or args: a
+                # verification excludes a platform in every namespace, and a pod's creator
+                # could name any file of the image (docs/exec-format-errors.md, "What is
+                # evidence")
                 report = await verify_image(
-                    self.inspector(), reference, creds, command=command, args=args,
+                    self.inspector(), reference, creds, command=None, args=None,
                     max_bytes=self.verify_max_bytes or DEFAULT_MAX_BYTES,
                     platforms=[scope] if scope else None)
             now = self.clock()
@@ -449,7 +458,8 @@ class ExecFormatMonitor:
                 os_name = p.platform.split("/")[0]
                 self.store.record_verification(
                     digest, p.architecture, Verification(p.status, p.reason, now, reference),
-                    os=os_name, aliases=[a for a in (report.digest, p.manifest, placed) if a])
+                    os=os_name, aliases=[a for a in (report.digest, p.manifest) if a],
+                    image=spec_image(pod, f) or f.image)
             log.info("verified %s: %s", reference,
                      ", ".join(f"{p}: {r.status}" for p, r in done.platforms.items()))
         except asyncio.CancelledError:
@@ -481,17 +491,21 @@ class ExecFormatMonitor:
     def adopt(self, obj: Mapping[str, Any], now: float) -> int:
         """Take back what a PodPlacementConfig's status published (a restart, a new
         leader): each exclusion still in force becomes evidence again (its error count as a
-        floor, its proof, its last evidence time; the expiry follows from those), and each
-        pod deleted within the TTL keeps its owner from a second deletion. Returns the
-        exclusions adopted."""
+        floor, its proof, its namespace, its last evidence time cut to ``now``; the expiry
+        follows from those, so it is at most one TTL after ``now``), and each pod deleted
+        within the TTL keeps its owner from a second deletion. Items the status parser
+        refuses (:meth:`rules.config.ExcludedPlatform.from_status`: an earlier release's,
+        errors without a namespace) are not taken back. Returns the exclusions adopted."""
         ttl = self._ttl()
         count = 0
-        for x in excluded_from_status(obj):
-            if x.last_seen + ttl <= now or x.expires <= now:
+        for x in excluded_from_status(obj, max_age=ttl):
+            last_seen = seen_at(x.last_seen, now)
+            if last_seen is None or last_seen + ttl <= now or x.expires <= now:
                 continue
             self.store.adopt(x.digests, x.architecture, os=x.os, proof=x.proof,
-                             errors=x.errors, last_seen=x.last_seen, image=x.image,
-                             reason=x.reason)
+                             errors=x.errors, last_seen=last_seen, image=x.image,
+                             reason=x.reason, namespace=x.namespace,
+                             since=seen_at(x.since, last_seen) or last_seen)
             count += 1
         for d in deleted_from_status(obj):
             if d.at > now - ttl:
@@ -547,7 +561,9 @@ class ExecFormatMonitor:
         if owner is None or owner[2] in self.deleted or owner[2] in self._refused:
             return False
         findings = findings_of(pod, self._verification(arch, os), architecture=arch, os=os)
-        return any(hit(f.digest, os, arch, self.current) for f in findings)
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        return any(hit(f.digest, os, arch, self.current, namespace=namespace)
+                   for f in findings)
 
     async def _remedy(self, pod: Mapping[str, Any], findings: Sequence[ExecFormatFinding],
                       arch: str, os: str) -> float | None:
@@ -565,7 +581,8 @@ class ExecFormatMonitor:
         assert owner is not None
         meta = pod.get("metadata") or {}
         ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
-        excluded = next(x for f in findings if (x := hit(f.digest, os, arch, self.current)))
+        excluded = next(x for f in findings
+                        if (x := hit(f.digest, os, arch, self.current, namespace=ns)))
         if (not set(excluded.digests) <= self._published_digests
                 or self.clock() - self._published_at < REMEDY_GRACE_SECONDS):
             self._learned.set()
@@ -591,12 +608,3 @@ class ExecFormatMonitor:
         self._learned.set()
         return None
 
-
-def _command_of(pod: Mapping[str, Any], f: ExecFormatFinding) -> tuple[
-        Sequence[str] | None, Sequence[str] | None]:
-    """The failing container's ``command`` and ``args`` from the pod spec."""
-    spec = pod.get("spec") or {}
-    for c in spec.get("initContainers" if f.init else "containers") or ():
-        if isinstance(c, Mapping) and c.get("name") == f.container:
-            return c.get("command") or None, c.get("args") or None
-    return None, None

@@ -57,6 +57,7 @@ from podplacement.rules.config import (
 from podplacement.rules.explain import apply_patch
 from podplacement.rules.imageparams import value_pairs
 from podplacement.rules.placement import (
+    EXEC_FORMAT_EXCLUSION,
     RECORD_IMAGES,
     RECORD_PATH,
     WARNING,
@@ -301,7 +302,7 @@ def _renders(candidate: Mapping[str, Any], placement: Placement, pod: Mapping[st
     return bool(node_affinity(placed) == node_affinity(pod))
 
 
-def admission_warning(
+def _admission_placement(
     pod: Mapping[str, Any],
     record: Mapping[str, Any] | None,
     config: PlacementConfig,
@@ -309,25 +310,9 @@ def admission_warning(
     catalog: Callable[[str], str | None],
     nodes: NodeInventory | None = None,
     policy: PlacementPolicy | None = None,
-) -> EventSpec | None:
-    """The Warning Event of the decision that placed ``pod`` at admission, as the
-    controller sends it for its own (one per decision, the most serious first;
-    docs/reference/labels-events-metrics.md "Events"), or None: no Warning, or a decision
-    that cannot be reproduced (module docstring).
-
-    Args:
-        pod: the placed Pod as stored (its node affinity includes what the placement wrote).
-        record: its decision annotation, parsed (:func:`decision_record`).
-        config: the PodPlacementConfig in force, with the exclusions the controller places
-            with.
-        catalog: image → its catalog value (``"linux/amd64,linux/arm64"``) or None: the
-            platforms a decision of the policy was taken with.
-        nodes: the cluster's node inventory (``ArchitectureNotInCluster``, as the
-            controller warns), or None: unknown.
-        policy: the namespace's placement policy matching the pod, or None.
-
-    Never raises for odd pods or annotations (they tell nothing).
-    """
+) -> Placement | None:
+    """The decision that placed ``pod`` at admission, reproduced, or None (module
+    docstring). Never raises for odd pods or annotations."""
     path = admission_path(record)
     annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
     if path is None or record is None or not isinstance(annotation, str):
@@ -344,5 +329,60 @@ def admission_warning(
         except Exception:  # an odd spec: it tells nothing
             return None
         if _renders(candidate, placement, pod, path, annotation):
-            return next((e for e in placement.events if e.type == WARNING), None)
+            return placement
     return None
+
+
+def admission_warning(
+    pod: Mapping[str, Any],
+    record: Mapping[str, Any] | None,
+    config: PlacementConfig,
+    *,
+    catalog: Callable[[str], str | None],
+    nodes: NodeInventory | None = None,
+    policy: PlacementPolicy | None = None,
+) -> EventSpec | None:
+    """The Warning Event of the decision that placed ``pod`` at admission, as the
+    controller sends it for its own (one per decision, the most serious first;
+    docs/reference/labels-events-metrics.md "Events"), or None: no Warning, or a decision
+    that cannot be reproduced (module docstring). Arguments: :func:`admission_events`."""
+    placement = _admission_placement(pod, record, config, catalog=catalog, nodes=nodes,
+                                     policy=policy)
+    if placement is None:
+        return None
+    return next((e for e in placement.events if e.type == WARNING), None)
+
+
+def admission_events(
+    pod: Mapping[str, Any],
+    record: Mapping[str, Any] | None,
+    config: PlacementConfig,
+    *,
+    catalog: Callable[[str], str | None],
+    nodes: NodeInventory | None = None,
+    policy: PlacementPolicy | None = None,
+) -> tuple[EventSpec, ...]:
+    """The Events the controller tells about a pod placed at admission: the decision's
+    Warning (:func:`admission_warning`) and the Normal ``ExecFormatExclusion`` when an
+    exclusion took a platform out of its images (no ``PlacementDecided``).
+
+    Args:
+        pod: the placed Pod as stored (its node affinity includes what the placement wrote).
+        record: its decision annotation, parsed (:func:`decision_record`).
+        config: the PodPlacementConfig in force, with the exclusions the controller places
+            with.
+        catalog: image → its catalog value (``"linux/amd64,linux/arm64"``) or None: the
+            platforms a decision of the policy was taken with.
+        nodes: the cluster's node inventory (``ArchitectureNotInCluster``, as the
+            controller warns), or None: unknown.
+        policy: the namespace's placement policy matching the pod, or None.
+    Returns:
+        the Events, none when the decision cannot be reproduced. Never raises for odd
+        pods or annotations.
+    """
+    placement = _admission_placement(pod, record, config, catalog=catalog, nodes=nodes,
+                                     policy=policy)
+    if placement is None:
+        return ()
+    return tuple(e for e in placement.events
+                 if e.type == WARNING or e.reason == EXEC_FORMAT_EXCLUSION)

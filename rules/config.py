@@ -70,6 +70,9 @@ ESCAPE_REASON = "PlacementEscaped"
 #: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.
 MAX_EXCLUSIONS = 256
 MAX_DELETED_PODS = 256
+#: The proof of an exclusion that applies in every namespace: the controller's own
+#: verification of the image's binaries (:data:`rules.findings.PROOF_VERIFICATION`).
+EXCLUSION_PROOF_VERIFICATION = "verification"
 #: Digests one exclusion names at most (the CRD's ``maxItems``).
 MAX_EXCLUSION_DIGESTS = 8
 WEBHOOK_CONFIGURATION_NAME = "podplacement-webhook"
@@ -273,20 +276,30 @@ class ExcludedPlatform:
     the platform from every image result whose digest is one of :attr:`digests`
     (docs/exec-format-errors.md, "Learn"; the rule: :func:`rules.learn.exclusions`).
 
+    Scope (docs/exec-format-errors.md, "Who it applies to"): an exclusion proven by the
+    controller's own verification of the image's binaries (``proof`` ``verification``)
+    applies in every namespace (:attr:`namespace` ``""``); one resting on exec format errors
+    alone (``exec-format-errors``: words a container can print itself) applies only to the
+    pods of the :attr:`namespace` they were seen in (:meth:`applies_to`).
+
     Attributes:
         digests: the digests of that content (sorted): the digest the node ran (the status
-            ``imageID``), the digest placement saw for the pod's image reference (the
-            decision annotation) and, when verification ran, the index digest and the
-            platform's own manifest digest.
+            ``imageID``) and, when verification ran, the index digest and the platform's
+            own manifest digest (for an exclusion of one namespace, also the digest
+            placement recorded for the pod's image reference).
         os, architecture: the platform excluded (``linux``, ``arm64``).
         proof: ``verification`` (its binary is for another machine) or
             ``exec-format-errors`` (at least two on nodes of that architecture).
         errors: exec format errors counted.
-        last_seen: unix seconds of the latest evidence (an error, or the verification).
+        last_seen: unix seconds of the latest evidence (an error, or the verification), as
+            the controller's clock saw it (never later than when it was seen).
         expires: unix seconds when the exclusion ends unless new evidence comes
-            (``last_seen`` + ``imageInspection.cacheTTL``).
+            (``last_seen`` + ``imageInspection.cacheTTL``, never more).
         image: an image reference, as written in a pod, that ran the digest.
         reason: one sentence on the proof (the verification's reason, or the error count).
+        namespace: the one namespace whose pods it applies to; ``""``: every namespace
+            (only with ``proof`` ``verification``).
+        since: unix seconds of its first evidence (the verification, or the first error).
     """
 
     digests: tuple[str, ...]
@@ -298,6 +311,13 @@ class ExcludedPlatform:
     expires: float = 0.0
     image: str = ""
     reason: str = ""
+    namespace: str = ""
+    since: float = 0.0
+
+    def applies_to(self, namespace: str | None) -> bool:
+        """Whether the exclusion applies to a pod of ``namespace`` (None: a reader that
+        places no pod of any one namespace, e.g. the catalog: every exclusion counts)."""
+        return namespace is None or not self.namespace or self.namespace == namespace
 
     @property
     def platform(self) -> str:
@@ -311,16 +331,26 @@ class ExcludedPlatform:
         publishes the same values (never a younger one)."""
         last_seen = math.floor(self.last_seen)
         expires = math.ceil(last_seen + (self.expires - self.last_seen))
-        return {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]),
-                "platform": self.platform, "proof": self.proof,
-                "errors": self.errors, "lastSeen": last_seen,
-                "expires": expires, "image": self.image[:512],
-                "reason": self.reason[:300]}
+        out: dict[str, Any] = {"digests": list(self.digests[:MAX_EXCLUSION_DIGESTS]),
+                               "platform": self.platform, "proof": self.proof,
+                               "errors": self.errors, "lastSeen": last_seen,
+                               "expires": expires, "image": self.image[:512],
+                               "reason": self.reason[:300],
+                               "since": min(math.floor(self.since), last_seen)}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        return out
 
     @classmethod
-    def from_status(cls, item: Any) -> ExcludedPlatform | None:
+    def from_status(cls, item: Any, *, max_age: float | None = None
+                    ) -> ExcludedPlatform | None:
         """Parse one ``excluded[]`` item; None when it is malformed (no digest, a platform
-        that is not ``os/arch``, times that are not numbers)."""
+        that is not ``os/arch``, times that are not numbers), when it has no ``since`` (an
+        item an earlier release wrote: its evidence may have come from a pod's annotation,
+        so it is not taken back), or when it rests on errors alone (``proof`` other than
+        ``verification``) without a ``namespace``: such evidence never applies cluster-wide.
+        With ``max_age`` (seconds, ``imageInspection.cacheTTL``), ``expires`` is cut to
+        ``lastSeen`` + ``max_age``."""
         if not isinstance(item, Mapping):
             return None
         digests = item.get("digests")
@@ -332,26 +362,37 @@ class ExcludedPlatform:
         os_name, sep, arch = platform.partition("/")
         if not sep or not os_name or not arch or "/" in arch:
             return None
-        numbers = [item.get(k, 0) for k in ("errors", "lastSeen", "expires")]
-        if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+        numbers = [item.get(k, 0) for k in ("errors", "lastSeen", "expires", "since")]
+        if (any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers)
+                or "since" not in item):
             return None
-        return cls(tuple(sorted(set(digests))), os_name, arch, str(item.get("proof") or ""),
-                   int(numbers[0]), float(numbers[1]), float(numbers[2]),
-                   str(item.get("image") or ""), str(item.get("reason") or ""))
+        proof, namespace = str(item.get("proof") or ""), item.get("namespace") or ""
+        if not isinstance(namespace, str) or (proof != EXCLUSION_PROOF_VERIFICATION
+                                              and not namespace):
+            return None
+        last_seen, expires = float(numbers[1]), float(numbers[2])
+        if max_age is not None:
+            expires = min(expires, last_seen + max_age)
+        return cls(tuple(sorted(set(digests))), os_name, arch, proof,
+                   int(numbers[0]), last_seen, expires,
+                   str(item.get("image") or ""), str(item.get("reason") or ""),
+                   namespace, min(float(numbers[3]), last_seen))
 
 
-def excluded_from_status(obj: Mapping[str, Any]) -> tuple[ExcludedPlatform, ...]:
+def excluded_from_status(obj: Mapping[str, Any], *, max_age: float | None = None
+                         ) -> tuple[ExcludedPlatform, ...]:
     """The exclusions a PodPlacementConfig object carries in
-    ``status.execFormatErrorMonitor.excluded`` (malformed items skipped, at most
-    :data:`MAX_EXCLUSIONS`). The leading controller keeps that list to the exclusions in
-    force: it removes one when it expires, so readers (the webhook) take the list as it is."""
+    ``status.execFormatErrorMonitor.excluded`` (items :meth:`ExcludedPlatform.from_status`
+    refuses skipped, at most :data:`MAX_EXCLUSIONS`; ``max_age``: see there). The leading
+    controller keeps that list to the exclusions in force: it removes one when it expires,
+    so readers (the webhook) take the list as it is."""
     status = obj.get("status")
     monitor = status.get("execFormatErrorMonitor") if isinstance(status, Mapping) else None
     items = monitor.get("excluded") if isinstance(monitor, Mapping) else None
     if not isinstance(items, list):
         return ()
-    out = [x for x in (ExcludedPlatform.from_status(i) for i in items[:MAX_EXCLUSIONS])
-           if x is not None]
+    out = [x for x in (ExcludedPlatform.from_status(i, max_age=max_age)
+                       for i in items[:MAX_EXCLUSIONS]) if x is not None]
     return tuple(out)
 
 
@@ -485,7 +526,8 @@ class PlacementConfig:
             delete_failed_pods=switches["deleteFailedPods"],
             escape_monitor=escapes["enabled"],
             delete_unfit_pods=escapes["deleteUnfitPods"],
-            excluded=excluded_from_status(obj) if learn else (),
+            excluded=(excluded_from_status(obj, max_age=inspection.cache_ttl_seconds)
+                      if learn else ()),
             admission_inspection_budget=inspection_budget,
             admission_pull_always_freshness=freshness,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),

@@ -433,7 +433,9 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
     if not unique_images(pod):
         return Verdict(UNKNOWN, node_name, platform, (), "the pod has no container images")
     raw = pod_platforms(pod, images)
-    learned = pod_platforms(pod, learned_images(images, excluded)) if raw is not None else None
+    namespace = str(_map(pod.get("metadata")).get("namespace") or "")
+    learned = (pod_platforms(pod, learned_images(images, excluded, namespace=namespace))
+               if raw is not None else None)
     if raw is None or learned is None:
         return Verdict(UNKNOWN, node_name, platform, (), _first_error(pod, images))
     supported = tuple(learned.strings())

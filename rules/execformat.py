@@ -406,7 +406,9 @@ def needs_work(pod: Mapping[str, Any],
     """Whether the monitor has something to do for ``pod``: an unreported finding (a
     suspicion counts once its verification flags the node's ``os``/``architecture``), the
     label missing, a verification result for one of its digests not in its record, or a
-    suspicion whose digest has no verification yet.
+    finding or suspicion whose digest has no verification yet (whatever the record says: a
+    pod's creator can preset the label and the record, which must not keep the controller
+    from verifying the image).
 
     Args:
         verification: digest → the record entry :func:`verification_entry` makes, or None.
@@ -417,6 +419,8 @@ def needs_work(pod: Mapping[str, Any],
     findings = findings_of(pod, verification, architecture=architecture, os=os)
     if not findings:
         return False
+    if any(f.digest and verification(f.digest) is None for f in findings):
+        return True
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if unreported(pod, findings) or EXEC_FORMAT_LABEL not in labels:
         return True

@@ -204,7 +204,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     meta = pod.get("metadata") or {}
     images = list(unique_images(pod))
     known = learned_images({img: r for img in images
-                            if (r := platforms_by_image.get(img)) is not None}, config.excluded)
+                            if (r := platforms_by_image.get(img)) is not None},
+                           config.excluded, namespace=str(meta.get("namespace") or ""))
     results = {img: known.get(img) for img in images}
     platforms = pod_platforms(pod, {k: v for k, v in results.items() if v is not None})
     node_selector = (pod.get("spec") or {}).get("nodeSelector") or {}

@@ -7,7 +7,12 @@ Pure (no I/O, no clock: every call takes ``now``). The rule that makes evidence 
 - :func:`exclusions`: each (digest, architecture) pair of the
   :class:`~rules.findings.FindingsStore` proven wrong becomes an
   :class:`~rules.config.ExcludedPlatform`, in force until its latest evidence is one
-  ``imageInspection.cacheTTL`` old (then :meth:`FindingsStore.expire` forgets it).
+  ``imageInspection.cacheTTL`` old (then :meth:`FindingsStore.expire` forgets it). Its
+  scope follows its proof (docs/exec-format-errors.md, "Who it applies to"): the
+  controller's own verification excludes the platform in every namespace; exec format
+  errors alone (words a container can print) only for the pods of the namespace they were
+  seen in (:meth:`ExcludedPlatform.applies_to`, applied by :func:`learned_images` and
+  :func:`hit` with the pod's namespace).
 - :func:`learned_images`: an image result whose digest is one the exclusion names loses
   that (os, architecture) pair before the platforms are intersected, on every path that
   decides: the controller's PATCH (:func:`rules.plan.plan`), the webhook's cache and
@@ -23,8 +28,9 @@ Pure (no I/O, no clock: every call takes ``now``). The rule that makes evidence 
 Digests: the status ``imageID`` is what the node pulled, usually the index a tag pointed to
 when it pulled; placement sees the digest of the reference as written (the index, or a
 single manifest). An exclusion therefore names every digest of the same content: the
-``imageID`` digest, the digest the pod's decision annotation recorded for its image, and the
-index and platform manifest digests the verification read.
+``imageID`` digest and the index and platform manifest digests the verification read; one
+of a single namespace also the digest the pod's decision annotation recorded for its image
+(a pod's creator can write that annotation, so it never names content for every namespace).
 
 The remedy (``deleteFailedPods``, :func:`remedy_owner`): a failing pod whose pair is
 excluded and whose controlling owner is a ReplicaSet, StatefulSet or Job is deleted, so that
@@ -45,7 +51,7 @@ from podplacement.rules.config import (
     REMEDIABLE_OWNER_KINDS,
     ExcludedPlatform,
 )
-from podplacement.rules.findings import PROOF_VERIFICATION, Evidence, proof_of
+from podplacement.rules.findings import PROOF_ERRORS, PROOF_VERIFICATION, Evidence, proof_of
 from podplacement.rules.platforms import ImageLike, PlatformLike
 
 __all__ = [
@@ -54,6 +60,7 @@ __all__ = [
     "deleted_from_status",
     "describe",
     "excluded_pairs",
+    "exclusion_note",
     "exclusions",
     "hit",
     "iso",
@@ -82,18 +89,27 @@ def exclusions(evidence: Iterable[Evidence], *, now: float, ttl: float,
             ``imageInspection.cacheTTL``).
         min_errors: errors that prove a pair without verification.
     Returns:
-        one :class:`ExcludedPlatform` per pair proven wrong (:func:`proof_of`) whose latest
+        one :class:`ExcludedPlatform` per entry proven wrong (:func:`proof_of`) whose latest
         evidence is younger than ``ttl``, the most recent first, at most
-        :data:`rules.config.MAX_EXCLUSIONS`.
+        :data:`rules.config.MAX_EXCLUSIONS`: proof ``verification`` for every namespace,
+        proof ``exec-format-errors`` for the entry's namespace only (left out when one of
+        every namespace covers the same platform of the same content). An evidence time
+        later than ``now`` counts as ``now``, so no exclusion lasts past ``now`` + ``ttl``.
     """
     out: list[ExcludedPlatform] = []
     for e in evidence:
         proof = proof_of(e, min_errors=min_errors)
-        if proof is None or e.latest + ttl <= now:
+        latest = min(e.latest, now)
+        if proof is None or latest + ttl <= now:
             continue
+        namespace = e.namespace if proof == PROOF_ERRORS else ""
         out.append(ExcludedPlatform(e.digests, e.os, e.architecture, proof, e.errors,
-                                    e.latest, e.latest + ttl, e.image, _reason(e, proof)))
-    out.sort(key=lambda x: (-x.last_seen, x.digests, x.platform))
+                                    latest, latest + ttl, e.image, _reason(e, proof),
+                                    namespace, min(e.since or latest, latest)))
+    every = [x for x in out if not x.namespace]
+    out = [x for x in out if not x.namespace or not any(
+        y.platform == x.platform and set(y.digests) & set(x.digests) for y in every)]
+    out.sort(key=lambda x: (-x.last_seen, x.digests, x.platform, x.namespace))
     return tuple(out[:MAX_EXCLUSIONS])
 
 
@@ -106,29 +122,38 @@ def merge(primary: Sequence[ExcludedPlatform], published: Sequence[ExcludedPlatf
     for x in published:
         if x.expires <= now:
             continue
-        if any(p.platform == x.platform and set(p.digests) & set(x.digests) for p in primary):
+        if any(p.platform == x.platform and p.namespace == x.namespace
+               and set(p.digests) & set(x.digests) for p in primary):
             continue
         out.append(x)
     return tuple(out)
 
 
 def hit(digest: str | None, os: str, architecture: str,
-        excluded: Iterable[ExcludedPlatform]) -> ExcludedPlatform | None:
-    """The exclusion of (``digest``, ``os/architecture``), or None."""
+        excluded: Iterable[ExcludedPlatform], *, namespace: str | None
+        ) -> ExcludedPlatform | None:
+    """The exclusion of (``digest``, ``os/architecture``) that applies to a pod of
+    ``namespace`` (None: any), or None."""
     if not digest:
         return None
     for x in excluded:
-        if x.architecture == architecture and x.os == os and digest in x.digests:
+        if (x.architecture == architecture and x.os == os and digest in x.digests
+                and x.applies_to(namespace)):
             return x
     return None
 
 
-def excluded_pairs(digest: str | None, excluded: Iterable[ExcludedPlatform]
-                   ) -> dict[tuple[str, str], ExcludedPlatform]:
-    """(os, architecture) → the exclusion, for every exclusion naming ``digest``."""
+def excluded_pairs(digest: str | None, excluded: Iterable[ExcludedPlatform], *,
+                   namespace: str | None) -> dict[tuple[str, str], ExcludedPlatform]:
+    """(os, architecture) → the exclusion, for every exclusion naming ``digest`` that
+    applies to a pod of ``namespace`` (None: any); one of every namespace first."""
     if not digest:
         return {}
-    return {(x.os, x.architecture): x for x in excluded if digest in x.digests}
+    out: dict[tuple[str, str], ExcludedPlatform] = {}
+    for x in sorted(excluded, key=lambda x: bool(x.namespace)):
+        if digest in x.digests and x.applies_to(namespace):
+            out.setdefault((x.os, x.architecture), x)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +175,11 @@ class LearnedImage:
     fetched_at: float | None = None
 
 
-def _learned(result: ImageLike, excluded: Sequence[ExcludedPlatform]) -> ImageLike:
+def _learned(result: ImageLike, excluded: Sequence[ExcludedPlatform],
+             namespace: str | None) -> ImageLike:
     if isinstance(result, LearnedImage):
         return result
-    pairs = excluded_pairs(getattr(result, "digest", None), excluded)
+    pairs = excluded_pairs(getattr(result, "digest", None), excluded, namespace=namespace)
     if not pairs:
         return result
     kept: list[PlatformLike] = []
@@ -173,21 +199,28 @@ def _learned(result: ImageLike, excluded: Sequence[ExcludedPlatform]) -> ImageLi
 
 
 def learned_images(images: Mapping[str, ImageLike | BaseException],
-                   excluded: Sequence[ExcludedPlatform]
+                   excluded: Sequence[ExcludedPlatform], *, namespace: str | None
                    ) -> dict[str, ImageLike | BaseException]:
     """``images`` (image reference → result or exception) with every result whose digest an
     exclusion names replaced by a :class:`LearnedImage` without the excluded pairs.
+
+    Args:
+        namespace: the namespace of the pod placed with these results: only exclusions
+            that apply to it count (:meth:`ExcludedPlatform.applies_to`); None: every
+            exclusion (a reader about no one pod).
     Idempotent; with no exclusion, the same results."""
     if not excluded:
         return dict(images)
-    return {image: r if isinstance(r, BaseException) else _learned(r, excluded)
+    return {image: r if isinstance(r, BaseException) else _learned(r, excluded, namespace)
             for image, r in images.items()}
 
 
 def touches(result: ImageLike, excluded: Sequence[ExcludedPlatform]) -> bool:
-    """Whether an exclusion leaves a platform of ``result`` out (the controller then keeps
-    the image out of the admission policy's catalog)."""
-    return isinstance(_learned(result, excluded), LearnedImage)
+    """Whether an exclusion, of any namespace, leaves a platform of ``result`` out (the
+    controller then keeps the image out of the admission policy's catalog, whose CEL
+    cannot tell namespaces apart: those pods are placed by the webhook or the
+    controller)."""
+    return isinstance(_learned(result, excluded, None), LearnedImage)
 
 
 def iso(seconds: float) -> str:
@@ -199,8 +232,23 @@ def describe(x: ExcludedPlatform) -> str:
     """One phrase on an exclusion, for reasons and Events: ``linux/arm64 excluded: exec
     format error proven by verification (...) until 2026-01-01T06:00:00Z``."""
     why = (f"proven by verification ({x.reason})" if x.proof == PROOF_VERIFICATION
-           else f"{x.errors} exec format errors on {x.architecture} nodes")
+           else f"{x.errors} exec format errors on {x.architecture} nodes"
+           f" in namespace {x.namespace}")
     return f"{x.platform} excluded: exec format error {why} until {iso(x.expires)}"
+
+
+def exclusion_note(image: str, digest: str, x: ExcludedPlatform) -> str:
+    """The text of the ``ExecFormatExclusion`` Event of a pod placed without ``x``'s
+    platform for ``image`` (docs/reference/labels-events-metrics.md, "Events"), in our own
+    words only (no registry text): which digest, which platform, since and until when, and
+    on what proof."""
+    why = ("the controller's verification of the image's binaries found that platform's "
+           "program built for another machine" if x.proof == PROOF_VERIFICATION
+           else f"{x.errors} exec format errors of pods of namespace {x.namespace} on "
+           f"{x.architecture} nodes")
+    return (f"image {image} digest {digest}: platform {x.platform} excluded since "
+            f"{iso(x.since or x.last_seen)} until {iso(x.expires)} ({why}); the pod was "
+            f"placed without it")
 
 
 # --- the remedy ----------------------------------------------------------------------------

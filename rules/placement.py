@@ -96,7 +96,13 @@ from podplacement.rules.config import (
     PlacementConfig,
 )
 from podplacement.rules.fallback import fallback_requirement
-from podplacement.rules.learn import LearnedImage, describe, iso, learned_images
+from podplacement.rules.learn import (
+    LearnedImage,
+    describe,
+    exclusion_note,
+    iso,
+    learned_images,
+)
 from podplacement.rules.platforms import (
     ImageLike,
     NodeInventory,
@@ -140,6 +146,10 @@ WAITING_FOR_NUMA = "WaitingForNUMAResources"
 PLACEMENT_FALLBACK = "PlacementFallback"
 INVALID_PULL_SECRET = "InvalidPullSecret"
 ARCHITECTURES_NOT_ALLOWED = "ArchitecturesNotAllowed"
+#: Normal Event: a platform of one of the pod's images was left out because it is excluded
+#: for that image's digest (docs/exec-format-errors.md, "Learn"; sent with the decision's
+#: own Event, on every path).
+EXEC_FORMAT_EXCLUSION = "ExecFormatExclusion"
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -304,7 +314,8 @@ class Placement:
         record: the facts of the ``podplacement.io/decision`` annotation, in
             :data:`RECORD_FIELDS` order (empty: no annotation written).
         warnings: every Warning, the most serious first (the pod cannot run at all).
-        events: the Events to emit (at most one: the first warning, else ``PlacementDecided``).
+        events: the Events to emit: the first warning, else ``PlacementDecided``; then
+            ``ExecFormatExclusion`` when an exclusion narrowed the images' platforms.
         numa: the NUMA decision the placement was made with, or None when NUMA placement
             was off.
     """
@@ -435,8 +446,22 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
                           for p in getattr(result, "platforms", ())]
     if isinstance(result, LearnedImage):
         entry["excluded"] = [{"platform": x.platform, "proof": x.proof,
-                              "until": iso(x.expires)} for x in result.excluded]
+                              "since": iso(x.since or x.last_seen), "until": iso(x.expires)}
+                             for x in result.excluded]
     return entry
+
+
+def _exclusion_event(inspection: _Inspection) -> EventSpec | None:
+    """The Normal ``ExecFormatExclusion`` Event of a pod whose images lost a platform to an
+    exclusion (which image digest, which platform, since and until when, in our own words:
+    :func:`rules.learn.exclusion_note`), or None."""
+    notes = [exclusion_note(image, result.digest, x)
+             for image in inspection.wanted
+             if isinstance(result := inspection.results[image], LearnedImage)
+             for x in result.excluded]
+    if not notes:
+        return None
+    return EventSpec(NORMAL, EXEC_FORMAT_EXCLUSION, event_message("; ".join(notes)), "Place")
 
 
 def _learned_note(inspection: _Inspection) -> str:
@@ -893,7 +918,8 @@ def placement_facts(
     """
     if policy is not None:
         config = policy.applied_to(config)
-    inspection = _inspection(pod, learned_images(images, config.excluded))
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    inspection = _inspection(pod, learned_images(images, config.excluded, namespace=namespace))
     max_retries = config.image_inspection.max_retries
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
@@ -914,7 +940,9 @@ def placement_facts(
         head[RECORD_CONFIG_ERROR] = config_error[:200]
     if policy is not None:
         head[RECORD_POLICY] = policy.name
-    return _settled(pod, head, part, numa_part, numa, policy)
+    settled = _settled(pod, head, part, numa_part, numa, policy)
+    told = _exclusion_event(inspection)
+    return settled if told is None else replace(settled, events=(*settled.events, told))
 
 
 def fallback_release(pod: Mapping[str, Any], reason: str, config: PlacementConfig,

@@ -126,7 +126,8 @@ def plan(
     Raises:
         ValueError, QuantityError: the NUMA decision failed and ``on_numa_error`` is None.
     """
-    images = learned_images(images, config.excluded)
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    images = learned_images(images, config.excluded, namespace=namespace)
     platforms = pod_platforms(pod, images)
     allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
     numa: NumaDecision | None = None

@@ -138,6 +138,7 @@ def _digest(result: Any) -> Any:
 
 async def place_at_admission(
     pod: Mapping[str, Any],
+    namespace: str,
     config: PlacementConfig | None,
     *,
     cache: PlaceCacheLike,
@@ -153,6 +154,8 @@ async def place_at_admission(
     Args:
         pod: the AdmissionReview's ``request.object``, decoded whole; gated by the policy
             or one the webhook would gate.
+        namespace: the review's namespace (the exclusions learned from one namespace's
+            exec format errors apply by it).
         config: the PodPlacementConfig in force (None: nothing is placed).
         cache: the place cache (looked up first; with ``dry_run`` read untouched).
         inspector: inspects at admission, sharing flights and storing into ``cache``
@@ -169,6 +172,7 @@ async def place_at_admission(
     if not fast_path_applies(config):
         return _NOT_TRIED
     assert config is not None
+    pod = _in_namespace(pod, namespace)
     found = cache.lookup(pod, config, touch=not dry_run)
     pulls = unique_images(pod)
     always = any(pulls.values())
@@ -199,6 +203,17 @@ async def place_at_admission(
     return AdmissionAnswer(placement, PLACED_REVALIDATED if unchanged else PLACED_INSPECTED)
 
 
+def _in_namespace(pod: Mapping[str, Any], namespace: str) -> Mapping[str, Any]:
+    """``pod`` with ``metadata.namespace`` = ``namespace`` (the review's) when its object
+    has none: exclusions learned from one namespace's exec format errors apply by the
+    pod's namespace (:meth:`rules.config.ExcludedPlatform.applies_to`)."""
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping) and meta.get("namespace") == namespace:
+        return pod
+    return {**pod, "metadata": {**(meta if isinstance(meta, Mapping) else {}),
+                                "namespace": namespace}}
+
+
 async def place_reviewed_pod(
     body: bytes,
     namespace: str,
@@ -219,7 +234,7 @@ async def place_reviewed_pod(
     try:
         pod = orjson.loads(body)["request"]["object"]
         policy = policy_for(pod, policies.of(namespace)) if policies is not None else None
-        return await place_at_admission(pod, config, cache=cache,
+        return await place_at_admission(pod, namespace, config, cache=cache,
                                         inspector=inspector, budget=budget, dry_run=dry_run,
                                         policy=policy)
     except Exception:

@@ -137,7 +137,12 @@ def test_one_event_per_container_and_restart() -> None:
     p["metadata"]["annotations"] = record_patch(p, record)["metadata"]["annotations"]
     p["metadata"]["labels"][EXEC_FORMAT_LABEL] = "true"
     assert unreported(p) == ()
-    assert not needs_work(p, lambda d: None)
+    # reported, but its digest not verified yet by this controller: still work to do
+    assert needs_work(p, lambda d: None)
+    ok = verification_entry("ok", "fine", ())
+    record = updated_record(p, (), arch="arm64", node="arm-1", verification=lambda d: ok)
+    p["metadata"]["annotations"] = record_patch(p, record)["metadata"]["annotations"]
+    assert not needs_work(p, lambda d: ok)
     p["status"]["containerStatuses"][0]["restartCount"] = 3
     assert [f.restart_count for f in unreported(p)] == [3]
 
@@ -190,14 +195,16 @@ def test_unreadable_record_counts_as_none() -> None:
 
 def test_store_counts_each_observation_once_and_proves_wrong() -> None:
     store = FindingsStore()
-    store.record_error(DIGEST, "arm64", ("u1", "app", 1), 100.0)
-    store.record_error(DIGEST, "arm64", ("u1", "app", 1), 101.0)
-    e = store.get(DIGEST, "arm64")
+    store.record_error(DIGEST, "arm64", ("u1", "app", 1), 100.0, namespace="team")
+    store.record_error(DIGEST, "arm64", ("u1", "app", 1), 101.0, namespace="team")
+    e = store.get(DIGEST, "arm64", "team")
     assert e is not None and (e.errors, e.first_seen, e.last_seen) == (1, 100.0, 100.0)
+    assert not store.proven_wrong(DIGEST, "arm64", namespace="team")
+    store.record_error(DIGEST, "arm64", ("u2", "app", 0), 105.0, namespace="team")
+    assert store.proven_wrong(DIGEST, "arm64", namespace="team")
+    # errors prove the pair for their namespace only, never for every namespace
     assert not store.proven_wrong(DIGEST, "arm64")
-    store.record_error(DIGEST, "arm64", ("u2", "app", 0), 105.0)
-    assert store.proven_wrong(DIGEST, "arm64")
-    assert not store.proven_wrong(DIGEST, "amd64")
+    assert not store.proven_wrong(DIGEST, "amd64", namespace="team")
     store.record_verification(DIGEST, "amd64", Verification("ok", "fine", 110.0))
     store.record_verification(DIGEST, "s390x", Verification("mismatch", "x86", 110.0))
     assert store.proven_wrong(DIGEST, "s390x") and not store.proven_wrong(DIGEST, "amd64")
@@ -209,7 +216,7 @@ def test_store_counts_each_observation_once_and_proves_wrong() -> None:
 def test_store_is_bounded() -> None:
     store = FindingsStore(max_entries=2)
     for i in range(3):
-        store.record_error(f"sha256:{i}", "arm64", ("u", "c", 0), float(i))
+        store.record_error(f"sha256:{i}", "arm64", ("u", "c", 0), float(i), namespace="t")
     assert [e.digest for e in store] == ["sha256:1", "sha256:2"]
 
 

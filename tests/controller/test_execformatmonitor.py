@@ -290,13 +290,13 @@ async def test_restart_rebuilds_evidence_below_the_threshold_from_the_records(
     restarted, _, _ = _monitor(api, CONFIG, clock)
     restarted.reports[(INDEX, "")] = _skip_verification(clock.now)
     restarted.on_pod("ADDED", copy.deepcopy(api.pods[("team", "a")]), None)
-    assert restarted.store.get(INDEX, "arm64").errors == 1  # type: ignore[union-attr]
+    assert restarted.store.get(INDEX, "arm64", "team").errors == 1  # type: ignore[union-attr]
     second = _pod("b", code=1, message="exec /bin/sh: exec format error")
     api.pods[("team", "b")] = second
     await restarted.reconcile("team/b/uid-b")
     await restarted.learn()
     (x,) = restarted.current
-    assert (x.proof, x.errors) == ("exec-format-errors", 2)
+    assert (x.proof, x.errors, x.namespace) == ("exec-format-errors", 2, "team")
 
 
 def _skip_verification(at: float) -> Any:

@@ -59,6 +59,7 @@ INDEX = "sha256:" + "1" * 64       # the index the tag points to (imageID, place
 ARM_MANIFEST = "sha256:" + "2" * 64  # its arm64 entry
 NEW_INDEX = "sha256:" + "3" * 64   # the tag moved: a rebuilt image
 TTL = 6 * 3600.0
+NS = "team"
 T0 = 1_800_000_000.0
 
 
@@ -78,16 +79,16 @@ def excluded(*digests: str, arch: str = "arm64", proof: str = PROOF_VERIFICATION
 
 def test_one_error_is_no_proof_two_distinct_errors_are() -> None:
     store = FindingsStore()
-    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0)
+    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0, namespace=NS)
     assert exclusions(store, now=T0, ttl=TTL) == ()
-    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0 + 1)  # the same restart again
+    store.record_error(INDEX, "arm64", ("u1", "app", 1), T0 + 1, namespace=NS)  # the same again
     assert exclusions(store, now=T0 + 1, ttl=TTL) == ()
-    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0 + 5)
+    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0 + 5, namespace=NS)
     (x,) = exclusions(store, now=T0 + 5, ttl=TTL)
     assert (x.platform, x.proof, x.errors) == ("linux/arm64", PROOF_ERRORS, 2)
     assert x.expires == T0 + 5 + TTL and x.digests == (INDEX,)
     # errors on amd64 nodes prove nothing about arm64 and vice versa
-    store.record_error(INDEX, "amd64", ("u3", "app", 0), T0 + 6)
+    store.record_error(INDEX, "amd64", ("u3", "app", 0), T0 + 6, namespace=NS)
     assert [e.architecture for e in exclusions(store, now=T0 + 6, ttl=TTL)] == ["arm64"]
 
 
@@ -107,17 +108,17 @@ def test_a_verification_mismatch_is_proof_alone_an_ok_is_not() -> None:
 
 def test_an_exclusion_ends_one_ttl_after_the_last_error_and_a_new_error_extends_it() -> None:
     store = FindingsStore()
-    store.record_error(INDEX, "arm64", ("u1", "app", 0), T0)
-    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0 + 100)
+    store.record_error(INDEX, "arm64", ("u1", "app", 0), T0, namespace=NS)
+    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0 + 100, namespace=NS)
     assert exclusions(store, now=T0 + 100 + TTL - 1, ttl=TTL)
     assert exclusions(store, now=T0 + 100 + TTL, ttl=TTL) == ()
     # a new error before the end moves it
-    store.record_error(INDEX, "arm64", ("u3", "app", 0), T0 + 100 + TTL - 10)
+    store.record_error(INDEX, "arm64", ("u3", "app", 0), T0 + 100 + TTL - 10, namespace=NS)
     (x,) = exclusions(store, now=T0 + 100 + TTL, ttl=TTL)
     assert x.expires == T0 + 100 + 2 * TTL - 10 and x.errors == 3
     # the TTL passes without one: forgotten, and a single error afterwards is no proof
     assert store.expire(T0 + 100 + 2 * TTL - 10, TTL) == 1
-    store.record_error(INDEX, "arm64", ("u4", "app", 0), T0 + 3 * TTL)
+    store.record_error(INDEX, "arm64", ("u4", "app", 0), T0 + 3 * TTL, namespace=NS)
     assert exclusions(store, now=T0 + 3 * TTL, ttl=TTL) == ()
 
 
@@ -131,27 +132,27 @@ def test_a_verified_exclusion_expires_too() -> None:
 
 def test_a_new_digest_is_placed_by_what_its_index_says() -> None:
     x = excluded(INDEX, ARM_MANIFEST)
-    out = learned_images({"reg/app:1": lying(NEW_INDEX)}, (x,))
+    out = learned_images({"reg/app:1": lying(NEW_INDEX)}, (x,), namespace=NS)
     assert not isinstance(out["reg/app:1"], LearnedImage)
     assert not touches(lying(NEW_INDEX), (x,))
-    assert hit(NEW_INDEX, "linux", "arm64", (x,)) is None
-    assert hit(ARM_MANIFEST, "linux", "arm64", (x,)) is x
-    assert hit(INDEX, "linux", "amd64", (x,)) is None
+    assert hit(NEW_INDEX, "linux", "arm64", (x,), namespace=NS) is None
+    assert hit(ARM_MANIFEST, "linux", "arm64", (x,), namespace=NS) is x
+    assert hit(INDEX, "linux", "amd64", (x,), namespace=NS) is None
 
 
 def test_adopted_exclusions_keep_their_count_without_double_counting() -> None:
     store = FindingsStore()
     store.adopt([INDEX, ARM_MANIFEST], "arm64", os="linux", proof=PROOF_ERRORS, errors=2,
-                last_seen=T0, image="reg/app:1")
+                last_seen=T0, image="reg/app:1", namespace=NS)
     (x,) = exclusions(store, now=T0, ttl=TTL)
     assert (x.errors, x.proof, x.expires, x.digests) == (2, PROOF_ERRORS, T0 + TTL,
                                                          (INDEX, ARM_MANIFEST))
     # the pods' records then give the same two errors again: still two
-    store.record_error(INDEX, "arm64", ("u1", "app", 0), T0 - 5)
-    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0)
-    assert store.get(INDEX, "arm64").errors == 2  # type: ignore[union-attr]
-    store.record_error(INDEX, "arm64", ("u3", "app", 0), T0 + 1)
-    assert store.get(INDEX, "arm64").errors == 3  # type: ignore[union-attr]
+    store.record_error(INDEX, "arm64", ("u1", "app", 0), T0 - 5, namespace=NS)
+    store.record_error(INDEX, "arm64", ("u2", "app", 0), T0, namespace=NS)
+    assert store.get(INDEX, "arm64", NS).errors == 2  # type: ignore[union-attr]
+    store.record_error(INDEX, "arm64", ("u3", "app", 0), T0 + 1, namespace=NS)
+    assert store.get(INDEX, "arm64", NS).errors == 3  # type: ignore[union-attr]
     verified = FindingsStore()
     verified.adopt([INDEX], "arm64", os="linux", proof=PROOF_VERIFICATION, errors=1,
                    last_seen=T0, reason="x86-64")
@@ -171,6 +172,7 @@ def test_the_controller_leaves_the_excluded_platform_out_and_says_why() -> None:
     (entry,) = record["images"]
     assert entry["platforms"] == ["linux/amd64"]
     assert entry["excluded"] == [{"platform": "linux/arm64", "proof": "verification",
+                                  "since": "2027-01-15T08:00:00Z",
                                   "until": "2027-01-15T14:00:00Z"}]
     assert "linux/arm64 of reg/app:1 excluded: exec format error proven by verification" \
         in record["reason"]
@@ -202,8 +204,8 @@ def test_every_platform_excluded_means_no_supported_platform() -> None:
 def test_learned_images_is_idempotent_and_keeps_other_images() -> None:
     x = excluded(INDEX)
     first = learned_images({"reg/app:1": lying(), "reg/other:1": lying(NEW_INDEX, "reg/other:1"),
-                            "reg/bad:1": LookupError("x")}, (x,))
-    again = learned_images(first, (x,))
+                            "reg/bad:1": LookupError("x")}, (x,), namespace=NS)
+    again = learned_images(first, (x,), namespace=NS)
     assert first == again
     learned = first["reg/app:1"]
     assert isinstance(learned, LearnedImage)
