@@ -35,9 +35,14 @@ MANIFEST_ACCEPT = ", ".join(
     + [f"{t};q=0.5" for t in (DOCKER_SCHEMA1_SIGNED, DOCKER_SCHEMA1)]
 )
 
-#: Largest manifest body read into memory, in bytes: 4 MiB, the limit CNCF distribution puts
-#: on a manifest it accepts (``maxManifestBodySize``), so no image a registry serves is lost.
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+#: Largest manifest body read into memory, in bytes: 1 MiB (was 4 MiB, the most CNCF
+#: distribution accepts in a PUT). Enough for every real manifest: an image manifest of
+#: 127 layers (the most a Docker build makes) is about 30 kB, an index of
+#: :data:`MAX_INDEX_ENTRIES` entries about 300 kB; and a 4 MiB body, read by up to 16
+#: requests per registry at once, held 64 MiB (twice that while its chunks were joined)
+#: before a byte was checked. The transport refuses a larger ``Content-Length`` before
+#: reading, and stops reading a body without one at the limit.
+MAX_MANIFEST_BYTES = 1024 * 1024
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
 
 # --- bounds on what one image index may make us hold (docs/security.md, "Bounded by design") --
@@ -48,11 +53,12 @@ MAX_CONFIG_BYTES = 8 * 1024 * 1024
 #: over the limit is an inspection error (:class:`~imageinspect._errors.TooLarge`): the image
 #: is uninspectable and the pod takes the fallback.
 MAX_INDEX_ENTRIES = 512
-#: Largest index body parsed, in bytes: 1 MiB, 2 kB per entry at :data:`MAX_INDEX_ENTRIES`
-#: (a real entry, descriptor + platform + a few annotations, is 200-500 bytes). Checked
-#: before the JSON is decoded when the response's Content-Type says it is an index, so a
-#: 4 MiB index of 20,000 entries is never turned into 20,000 objects.
-MAX_INDEX_BYTES = 1024 * 1024
+#: Largest index body parsed, in bytes: the manifest limit, 2 kB per entry at
+#: :data:`MAX_INDEX_ENTRIES` (a real entry, descriptor + platform + a few annotations, is
+#: 200-500 bytes). Checked again before the JSON is decoded when the response's Content-Type
+#: says it is an index (:func:`check_index_size`, :func:`index_children`), for callers that
+#: read with a larger limit.
+MAX_INDEX_BYTES = MAX_MANIFEST_BYTES
 #: Longest ``os``, ``architecture`` or ``variant`` we read: 63 characters, the limit of a
 #: Kubernetes label value, which the os and architecture become in the node affinity (Go's
 #: GOOS/GOARCH names are under 12).

@@ -78,6 +78,7 @@ __all__ = [
     "plain_ungate",
     "pod_images",
     "unique_images",
+    "unrecorded",
 ]
 
 
@@ -162,6 +163,15 @@ def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig
     if not has_gate(pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
     return _rendered(pod, fallback_release(pod, reason, config, policy))
+
+
+def unrecorded(decision: Decision, pod: Mapping[str, Any]) -> Decision:
+    """``decision`` re-rendered for ``pod`` without the ``podplacement.io/decision``
+    annotation (same affinity, labels, gate removal and Events): the controller's try after
+    the API server refused a release because of its size (HTTP 413/422; the pod's own
+    annotations may leave no room)."""
+    facts = {f.name: getattr(decision, f.name) for f in fields(Placement)}
+    return _rendered(pod, Placement(**{**facts, "record": {}}))
 
 
 def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:
