@@ -169,3 +169,98 @@ def test_a_pod_of_60_tags_of_a_20000_entry_index_is_released_with_the_fallback(
     peaks = peak_rss(product)
     for name, mib in peaks.items():
         assert mib < 0.8 * memory_limit_mib(name), (name, mib)
+
+
+def _settled(cluster: KubeEnv, name: str, within: float = 60) -> dict[str, Any]:
+    """The pod ``name`` of :data:`NS` once our gate is gone."""
+    path = f"/api/v1/namespaces/{NS}/pods/{name}"
+
+    def released() -> dict[str, Any] | None:
+        current = cluster.get(path)
+        gates = current["spec"].get("schedulingGates") or []
+        return None if any(g.get("name") == SCHEDULING_GATE for g in gates) else current
+
+    try:
+        return dict(wait_for(released, within, every=0.5))
+    except AssertionError:
+        meta = cluster.get(path)["metadata"]
+        raise AssertionError(f"{name} still gated after {within} s: {meta.get('labels')}"
+                             ) from None
+
+
+def _fallback_event(cluster: KubeEnv, name: str) -> dict[str, Any]:
+    def warned() -> list[dict[str, Any]]:
+        events = cluster.get(f"/apis/events.k8s.io/v1/namespaces/{NS}/events")["items"]
+        return [e for e in events if e.get("regarding", {}).get("name") == name
+                and e.get("reason") == "PlacementFallback"]
+
+    event: dict[str, Any] = wait_for(warned, 20, every=0.5)[0]
+    assert event["type"] == "Warning"
+    return event
+
+
+def _os_required(pod: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return [[e for e in t["matchExpressions"] if e["key"] == "kubernetes.io/os"]
+            for t in terms]
+
+
+@pytest.fixture
+def controller_path(cluster: KubeEnv, product: Product) -> Iterator[None]:
+    """No inspection at admission (``inspectionBudget: 0s``): the controller places."""
+    cluster.ensure_namespace(NS)
+    cluster.patch(CONFIG, {"spec": {"admission": {"inspectionBudget": "0s"}}})
+    yield
+    cluster.patch(CONFIG, {"spec": {"admission": {"inspectionBudget": "300ms"}}})
+
+
+def test_a_placement_patch_answered_413_releases_the_pod_with_the_fallback(
+        cluster: KubeEnv, registry: Registry, make_pusher: Any,
+        controller_path: None) -> None:
+    """An index of 500 platforms with 60-character architecture names (within the bounds)
+    and a pod of 150 required nodeSelectorTerms: the placement ANDs ``arch In [500
+    names]`` into each term, a PATCH of 4.7 MB, over the API server's 3 MiB body limit,
+    answered 413. The pod is released with the fallback, ``os In [linux]`` in every term,
+    and the Warning says why in our words."""
+    pusher = make_pusher(registry)
+    child = pusher.image("bounds/wide", "child", fmt="oci")
+    platforms = [{"os": "linux", "architecture": f"{n:03d}" + "a" * 57} for n in range(500)]
+    pusher.index("bounds/wide", "v1", [(child, p) for p in platforms])
+    terms = [{"matchExpressions": [{"key": "example.com/rack", "operator": "In",
+                                    "values": [f"r{n}"]}]} for n in range(150)]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wide"},
+           "spec": {"containers": [{"name": "c", "image": f"{registry.host}/bounds/wide:v1"}],
+                    "affinity": {"nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": terms}}},
+                    "terminationGracePeriodSeconds": 0}}
+    cluster.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    placed = _settled(cluster, "wide")
+    record = json.loads(placed["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert record["result"] == "fallback", record
+    assert _os_required(placed) == [[{"key": "kubernetes.io/os", "operator": "In",
+                                      "values": ["linux"]}]] * 150
+    note = _fallback_event(cluster, "wide")["note"]
+    assert "refused the placement patch as too large (HTTP 413)" in note, note
+
+
+def test_a_pod_whose_annotations_leave_no_room_is_released_with_the_fallback(
+        cluster: KubeEnv, registry: Registry, make_pusher: Any,
+        controller_path: None) -> None:
+    """A pod created with its own annotations just under the API server's 256 KiB total:
+    the decision annotation cannot be added (422 Invalid, for the placement and for the
+    fallback's short one); the pod is released with the fallback's affinity without it."""
+    make_pusher(registry).multiarch("bounds/small", "v1", ["linux/amd64", "linux/arm64"])
+    filler = "x" * (256 * 1024 - 200)
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "full", "annotations": {"example.com/filler": filler}},
+           "spec": {"containers": [{"name": "c", "image": f"{registry.host}/bounds/small:v1"}],
+                    "terminationGracePeriodSeconds": 0}}
+    cluster.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    placed = _settled(cluster, "full")
+    assert DECISION_ANNOTATION not in placed["metadata"]["annotations"]
+    assert _os_required(placed) == [[{"key": "kubernetes.io/os", "operator": "In",
+                                      "values": ["linux"]}]]
+    note = _fallback_event(cluster, "full")["note"]
+    assert "refused the placement patch as invalid (HTTP 422)" in note, note
