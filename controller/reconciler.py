@@ -41,6 +41,7 @@ from podplacement.rules.decision import (
     fallback_ungate,
     invalid_pull_secret_event,
     plain_ungate,
+    too_many_images,
     unique_images,
     unrecorded,
 )
@@ -188,8 +189,13 @@ class Reconciler:
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]
     ) -> dict[str, Any]:
-        """Inspect every distinct image of ``pod`` concurrently → result or exception."""
+        """Inspect every distinct image of ``pod`` concurrently → result or exception; none
+        when the pod names more than :data:`rules.decision.MAX_POD_IMAGES` (each gets
+        :func:`rules.decision.too_many_images`' error: the pod takes the fallback)."""
         images = unique_images(pod)
+        over = too_many_images(pod)
+        if over is not None:
+            return dict.fromkeys(images, over)
 
         async def one(image: str, pull_always: bool) -> Any:
             started = time.monotonic()

@@ -26,6 +26,7 @@ from podplacement.rules.placement import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     INVALID_PULL_SECRET,
+    MAX_POD_IMAGES,
     NO_SUPPORTED_PLATFORM_EVENT,
     NORMAL,
     PARTIALLY_COMPATIBLE_AFFINITY,
@@ -45,6 +46,7 @@ from podplacement.rules.placement import (
     placement_facts,
     pod_images,
     short_error,
+    too_many_images,
     ungate_only,
     unique_images,
 )
@@ -59,6 +61,7 @@ __all__ = [
     "INCOMPATIBLE_NODE_AFFINITY",
     "INCOMPATIBLE_NODE_SELECTOR",
     "INVALID_PULL_SECRET",
+    "MAX_POD_IMAGES",
     "NORMAL",
     "NO_SUPPORTED_PLATFORM_EVENT",
     "PARTIALLY_COMPATIBLE_AFFINITY",
@@ -77,6 +80,7 @@ __all__ = [
     "invalid_pull_secret_event",
     "plain_ungate",
     "pod_images",
+    "too_many_images",
     "unique_images",
     "unrecorded",
 ]

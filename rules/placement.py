@@ -205,6 +205,25 @@ _COMPACT_REASON = 1000
 CONTAINER_LISTS = ("initContainers", "containers")
 #: The ``imagePullPolicy`` that makes the controller revalidate a tag on every pod.
 PULL_ALWAYS = "Always"
+#: Most distinct images of one pod that are inspected: 64. Kubernetes sets no limit on a
+#: pod's containers; real pods name a few images (an app and its sidecars), and 64 keeps
+#: what one pod can make the controller or the webhook fetch (64 manifests of at most
+#: 1 MiB, ``imageinspect`` bounds) and write (64 entries in the decision) small. A pod over
+#: the bound is not inspected at all: each image counts as failed
+#: (:func:`too_many_images`), so the controller releases it with the fallback and the
+#: webhook leaves it to the controller.
+MAX_POD_IMAGES = 64
+
+
+def too_many_images(pod: Mapping[str, Any]) -> LookupError | None:
+    """The error each image of ``pod`` gets when the pod names more than
+    :data:`MAX_POD_IMAGES` distinct images (message: "the pod names N distinct images,
+    more than the 64 inspected"), else None. Pure."""
+    count = len(unique_images(pod))
+    if count <= MAX_POD_IMAGES:
+        return None
+    return LookupError(f"the pod names {count} distinct images, more than the "
+                       f"{MAX_POD_IMAGES} inspected")
 
 
 def reason_text(template: str, values: Sequence[str]) -> str:
