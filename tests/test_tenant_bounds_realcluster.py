@@ -248,19 +248,20 @@ def test_a_placement_patch_answered_413_releases_the_pod_with_the_fallback(
 def test_a_pod_whose_annotations_leave_no_room_is_released_with_the_fallback(
         cluster: KubeEnv, registry: Registry, make_pusher: Any,
         controller_path: None) -> None:
-    """A pod created with its own annotations just under the API server's 256 KiB total:
-    the decision annotation cannot be added (422 Invalid, for the placement and for the
-    fallback's short one); the pod is released with the fallback's affinity without it."""
+    """A pod created with its own annotations 22 bytes under the API server's 256 KiB
+    total: no decision annotation can be added (422 Invalid, for the placement, the
+    fallback's short one and the plain ungate's); the pod is released with the fallback's
+    affinity, without it."""
     make_pusher(registry).multiarch("bounds/small", "v1", ["linux/amd64", "linux/arm64"])
-    filler = "x" * (256 * 1024 - 200)
+    filler = "x" * (256 * 1024 - 40)  # with its key, 22 bytes short of the limit
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "full", "annotations": {"example.com/filler": filler}},
            "spec": {"containers": [{"name": "c", "image": f"{registry.host}/bounds/small:v1"}],
                     "terminationGracePeriodSeconds": 0}}
     cluster.create(f"/api/v1/namespaces/{NS}/pods", pod)
     placed = _settled(cluster, "full")
-    assert DECISION_ANNOTATION not in placed["metadata"]["annotations"]
     assert _os_required(placed) == [[{"key": "kubernetes.io/os", "operator": "In",
                                       "values": ["linux"]}]]
+    assert DECISION_ANNOTATION not in placed["metadata"]["annotations"]
     note = _fallback_event(cluster, "full")["note"]
     assert "refused the placement patch as invalid (HTTP 422)" in note, note
