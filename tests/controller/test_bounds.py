@@ -194,3 +194,17 @@ def test_a_pod_of_too_many_images_falls_back_without_an_inspection() -> None:
     assert record["result"] == "fallback"
     assert record["images"][0]["error"] == ("the pod names 65 distinct images, more than "
                                             "the 64 inspected")
+
+
+def test_an_admission_patch_over_its_bound_leaves_the_pod_to_the_controller() -> None:
+    from podplacement.rules.admission import MAX_ADMISSION_PATCH_BYTES, admission_placement
+
+    terms = [{"matchExpressions": [{"key": "example.com/rack", "operator": "In",
+                                    "values": [f"r{n}"]}]} for n in range(150)]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+    pod = gated_pod(images=("reg/w:1",), affinity=affinity)
+    assert admission_placement(pod, {"reg/w:1": _wide("reg/w:1", 500)}, CFG) is None
+    small = admission_placement(pod, {"reg/w:1": _wide("reg/w:1", 2)}, CFG)
+    assert small is not None
+    assert len(compact_json({"patch": small.patch})) < MAX_ADMISSION_PATCH_BYTES
