@@ -49,7 +49,9 @@ from podplacement.rules.decision import (
     fallback_ungate,
     invalid_pull_secret_event,
     plain_ungate,
+    too_many_images,
     unique_images,
+    unrecorded,
 )
 from podplacement.rules.numa import InFlight
 from podplacement.rules.plan import hold, parse_time, plan
@@ -61,6 +63,19 @@ log = logging.getLogger(__name__)
 
 #: How many pods :meth:`Reconciler.released_here` remembers (about 40 bytes each).
 RELEASED_MEMORY = 65536
+
+#: The statuses of a PATCH the API server refuses for what it writes, not for when: 413
+#: (Request Entity Too Large: the body, or the object it would make, is over the server's
+#: limits) and 422 (Invalid: an affinity or annotation it does not accept). Retrying the same
+#: decision cannot succeed, so the pod is released with the fallback instead.
+REFUSED = {413: "too large", 422: "invalid"}
+
+
+def refused_reason(status: int) -> str:
+    """The reason of a release after the API server refused the placement PATCH with
+    ``status`` (413 or 422), in our own words."""
+    return (f"the API server refused the placement patch as {REFUSED.get(status, 'invalid')} "
+            f"(HTTP {status})")
 
 ConfigSource = Callable[[], tuple[PlacementConfig, str | None]]
 
@@ -182,8 +197,13 @@ class Reconciler:
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]
     ) -> dict[str, Any]:
-        """Inspect every distinct image of ``pod`` concurrently → result or exception."""
+        """Inspect every distinct image of ``pod`` concurrently → result or exception; none
+        when the pod names more than :data:`rules.decision.MAX_POD_IMAGES` (each gets
+        :func:`rules.decision.too_many_images`' error: the pod takes the fallback)."""
         images = unique_images(pod)
+        over = too_many_images(pod)
+        if over is not None:
+            return dict.fromkeys(images, over)
 
         async def one(image: str, pull_always: bool) -> Any:
             started = time.monotonic()
@@ -267,14 +287,17 @@ class Reconciler:
             self.metrics.conflicts.inc()
             raise
         except ApiError as exc:
-            if exc.status != 422 or not decision.ungate:
+            if exc.status not in REFUSED or not decision.ungate:
                 raise
-            # The server refused our affinity (odd spec): never leave the pod gated.
-            reason = f"placement patch rejected: {exc.message[:150]}"
-            log.warning("pod %s/%s: %s; fallback release", ns, name, reason)
+            # The server refused the write as too large or invalid (an odd spec, a huge
+            # decision): never leave the pod gated; release it with the fallback, which
+            # writes little, and say so in our own words (not the server's text, which
+            # may quote the pod).
+            reason = refused_reason(exc.status)
+            log.warning("pod %s/%s: %s (%s); fallback release", ns, name, reason,
+                        exc.message[:200])
             if decision.outcome == Outcome.FALLBACK:
-                decision = plain_ungate(pod, reason)  # the fallback's own affinity refused
-                await self._patch(ns, name, list(decision.patch))
+                decision = await self._last_resort(pod, reason, config)
             else:
                 decision = await self.release(pod, reason, config)
             written = None
@@ -334,10 +357,33 @@ class Reconciler:
             await self._patch(ns, name, list(released.patch))
             return released
         except ApiError as exc:
-            if exc.status != 422 or released.outcome != Outcome.FALLBACK:
+            if exc.status not in REFUSED or released.outcome != Outcome.FALLBACK:
                 raise
-            log.warning("pod %s/%s: fallback patch rejected (%s); plain ungate", ns, name,
-                        exc.message)
+            log.warning("pod %s/%s: fallback patch refused (HTTP %d: %s)", ns, name,
+                        exc.status, exc.message[:200])
+        return await self._last_resort(pod, reason, config)
+
+    async def _last_resort(self, pod: Mapping[str, Any], reason: str,
+                           config: PlacementConfig) -> Decision:
+        """After the fallback's PATCH was refused (413/422): the fallback without the
+        decision annotation (the pod's own annotations may leave no room for it), then the
+        plain ungate. Returns the decision written.
+
+        Raises:
+            ApiError: the plain ungate failed too, or a write failed otherwise.
+        """
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        bare = unrecorded(self.release_decision(pod, reason, config), pod)
+        if bare.patch and bare.outcome == Outcome.FALLBACK:
+            try:
+                await self._patch(ns, name, list(bare.patch))
+                return bare
+            except ApiError as exc:
+                if exc.status not in REFUSED:
+                    raise
+                log.warning("pod %s/%s: fallback patch without the annotation refused "
+                            "(HTTP %d); plain ungate", ns, name, exc.status)
         plain = plain_ungate(pod, reason)
         await self._patch(ns, name, list(plain.patch))
         return plain

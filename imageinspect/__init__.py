@@ -43,7 +43,13 @@ from podplacement.imageinspect._errors import (
     UnsafeAddress,
 )
 from podplacement.imageinspect._inspector import Inspector, InspectorStats
-from podplacement.imageinspect._manifest import ImageInfo, Platform
+from podplacement.imageinspect._manifest import (
+    MAX_INDEX_ENTRIES,
+    MAX_MANIFEST_BYTES,
+    ImageInfo,
+    Platform,
+    estimated_bytes,
+)
 from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretPath, SecretRequester
 from podplacement.imageinspect._reference import Reference, parse_reference
 from podplacement.imageinspect._registries import Mirror, RegistriesConfig, RegistryEntry
@@ -64,6 +70,8 @@ from podplacement.imageinspect._verify import (
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_REFUSED_NETWORKS",
+    "MAX_INDEX_ENTRIES",
+    "MAX_MANIFEST_BYTES",
     "MAX_REFUSED_NETWORKS",
     "Blocked",
     "ConnectionFailed",
@@ -100,6 +108,7 @@ __all__ = [
     "VerifyReport",
     "credentials_from_docker_config",
     "credentials_from_pull_secrets",
+    "estimated_bytes",
     "match_credentials",
     "parse_networks",
     "parse_reference",

@@ -1,10 +1,12 @@
-"""The inspection cache: TTL + LRU bounded entries, negative entries and single-flight.
+"""The inspection cache: TTL + LRU bounded entries and bytes, negative entries and single-flight.
 
 Keys are opaque hashables; the inspector uses (resolved reference, credential identities) so a
 result fetched with one namespace's private credentials is never served to a lookup without
 them. Entries with ``ttl=None`` never expire (digest references are immutable) but still
-count toward the LRU bound. Concurrent :meth:`AsyncCache.get_or_fetch` calls for one key share
-one in-flight fetch; a cancelled waiter does not cancel the fetch for the others.
+count toward the LRU bounds: a number of entries and an estimate of the bytes they hold
+(``size``, e.g. :func:`imageinspect._manifest.estimated_bytes`), the least recently used
+entries leaving first until both hold. Concurrent :meth:`AsyncCache.get_or_fetch` calls
+for one key share one in-flight fetch; a cancelled waiter does not cancel the fetch for the others.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class _Entry(Generic[T]):
     value: T | None
     error: BaseException | None
     expires_at: float | None  # monotonic seconds, None = never
+    size: int = 0  # estimated bytes
 
 
 @dataclass(slots=True)
@@ -44,6 +47,9 @@ class AsyncCache(Generic[T]):
 
     Args:
         max_entries: LRU bound (entries, positive and negative together); >= 1.
+        max_bytes: LRU bound on the entries' estimated bytes (``size`` of each); >= 1. An
+            entry larger than this on its own is not stored (its value is still returned).
+        size: the estimated bytes of a value or a cached failure (default: 512 each).
         negative_ttl: seconds a failure (an exception of ``cache_errors``) stays cached.
         clock: monotonic clock in seconds (tests pass a fake one).
     """
@@ -52,16 +58,21 @@ class AsyncCache(Generic[T]):
         self,
         *,
         max_entries: int = 10_000,
+        max_bytes: int = 1 << 40,
+        size: Callable[[object], int] = lambda value: 512,
         negative_ttl: float = 30.0,
         cache_errors: tuple[type[BaseException], ...] = (Exception,),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be >= 1")
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("max_entries and max_bytes must be >= 1")
         self._entries: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._max = max_entries
+        self._max_bytes = max_bytes
+        self._size = size
+        self._bytes = 0
         self._negative_ttl = negative_ttl
         self._cache_errors = cache_errors
         self._clock = clock
@@ -90,23 +101,39 @@ class AsyncCache(Generic[T]):
     def put(self, key: Hashable, value: T, ttl: float | None) -> None:
         """Store ``value`` for ``ttl`` seconds (``None``: no expiry), evicting the LRU entry."""
         expires = None if ttl is None else self._clock() + ttl
-        self._store(key, _Entry(value, None, expires))
+        self._store(key, _Entry(value, None, expires, self._size(value)))
 
     def put_error(self, key: Hashable, error: BaseException) -> None:
         """Store a failure for the negative TTL (nothing when the negative TTL is <= 0)."""
         if self._negative_ttl > 0:
-            self._store(key, _Entry(None, error, self._clock() + self._negative_ttl))
+            self._store(key, _Entry(None, error, self._clock() + self._negative_ttl,
+                                    self._size(error)))
+
+    @property
+    def estimated_bytes(self) -> int:
+        """The estimated bytes of the entries held (the sum of their ``size``)."""
+        return self._bytes
 
     def _store(self, key: Hashable, entry: _Entry[T]) -> None:
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        self._drop(key)
+        if entry.size > self._max_bytes:
             self.stats.evictions += 1
+            return
+        self._entries[key] = entry
+        self._bytes += entry.size
+        while len(self._entries) > self._max or self._bytes > self._max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.size
+            self.stats.evictions += 1
+
+    def _drop(self, key: Hashable) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
 
     def invalidate(self, key: Hashable) -> None:
         """Drop ``key`` (no error if absent)."""
-        self._entries.pop(key, None)
+        self._drop(key)
 
     def lookup(self, key: Hashable) -> _Entry[T] | None:
         """The fresh entry for ``key`` (counted as a hit and moved to the LRU end), or None."""
@@ -114,7 +141,7 @@ class AsyncCache(Generic[T]):
         if entry is None:
             return None
         if self._expired(entry):
-            del self._entries[key]
+            self._drop(key)
             return None
         self._entries.move_to_end(key)
         if entry.error is not None:

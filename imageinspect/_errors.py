@@ -131,7 +131,8 @@ class DigestMismatch(InvalidManifest):
 
 
 class TooLarge(RegistryError):
-    """A manifest (limit 4 MiB) or image config (limit 8 MiB) exceeds its size limit."""
+    """A manifest (limit 1 MiB), image index (1 MiB, 512 entries) or image config (limit
+    8 MiB) exceeds its size limit (:mod:`imageinspect._manifest`)."""
 
 
 class Blocked(RegistryError):

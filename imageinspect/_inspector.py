@@ -79,6 +79,7 @@ from podplacement.imageinspect._manifest import (
     ImageInfo,
     Platform,
     compute_digest,
+    estimated_bytes,
     parse_config,
     parse_manifest,
     verify_digest,
@@ -108,6 +109,12 @@ _BACKOFF_BASE = 0.1
 _BACKOFF_CAP = 5.0
 #: Longest Retry-After we sleep for; a longer one ends the retries with RateLimited at once.
 MAX_RETRY_AFTER = 10.0
+#: Default bound on the estimated bytes of the result cache (:func:`imageinspect._manifest.
+#: estimated_bytes`): 32 MiB. A real image's result is 1-3 kB, so the entry bound (10,000)
+#: is reached first; an index at the :data:`~imageinspect._manifest.MAX_INDEX_ENTRIES`
+#: bound is ~60 kB, and 10,000 of those would otherwise hold 600 MB (the webhook's memory
+#: limit is 256 MiB).
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -219,7 +226,8 @@ class Inspector:
         registries: registries.conf rules (mirrors, blocked, insecure); default: none.
         cache_ttl: seconds a tag's result is cached (default 6 h); digest references never expire.
         negative_ttl: seconds a failure is cached (default 30 s).
-        max_entries: LRU bound of the result cache.
+        max_entries: LRU bound of the result cache (entries).
+        max_bytes: LRU bound of the result cache (estimated bytes, :data:`DEFAULT_CACHE_BYTES`).
         timeout: seconds for connecting, each read, and each whole request.
         per_registry_concurrency: concurrent requests per registry host.
         retries: extra attempts after 429/502/503/504/connection errors.
@@ -243,6 +251,7 @@ class Inspector:
         cache_ttl: float = 6 * 3600,
         negative_ttl: float = 30.0,
         max_entries: int = 10_000,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
         timeout: float = 10.0,
         per_registry_concurrency: int = 16,
         retries: int = 3,
@@ -275,6 +284,8 @@ class Inspector:
         self._wall_clock = wall_clock
         self._cache: AsyncCache[ImageInfo] = AsyncCache(
             max_entries=max_entries,
+            max_bytes=max_bytes,
+            size=estimated_bytes,
             negative_ttl=negative_ttl,
             cache_errors=(RegistryError,),
             clock=clock,

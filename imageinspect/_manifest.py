@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podplacement.imageinspect._errors import DigestMismatch, InvalidManifest
+from podplacement.imageinspect._errors import DigestMismatch, InvalidManifest, TooLarge
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -36,8 +36,42 @@ MANIFEST_ACCEPT = ", ".join(
     + [f"{t};q=0.5" for t in (DOCKER_SCHEMA1_SIGNED, DOCKER_SCHEMA1)]
 )
 
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+#: Largest manifest body read into memory, in bytes: 1 MiB (was 4 MiB, the most CNCF
+#: distribution accepts in a PUT). Enough for every real manifest: an image manifest of
+#: 127 layers (the most a Docker build makes) is about 30 kB, an index of
+#: :data:`MAX_INDEX_ENTRIES` entries about 300 kB; and a 4 MiB body, read by up to 16
+#: requests per registry at once, held 64 MiB (twice that while its chunks were joined)
+#: before a byte was checked. The transport refuses a larger ``Content-Length`` before
+#: reading, and stops reading a body without one at the limit.
+MAX_MANIFEST_BYTES = 1024 * 1024
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
+
+# --- bounds on what one image index may make us hold (docs/security.md, "Bounded by design") --
+#: Most entries of an image index (or Docker manifest list) we read. A real multi-platform
+#: image lists well under 100 (the official images: at most ~10 platforms, each with one
+#: BuildKit attestation entry); 512 leaves room for a build matrix 25 times wider while one
+#: index's platforms stay a few tens of kB in every cache and in a pod's decision. An index
+#: over the limit is an inspection error (:class:`~imageinspect._errors.TooLarge`): the image
+#: is uninspectable and the pod takes the fallback.
+MAX_INDEX_ENTRIES = 512
+#: Largest index body parsed, in bytes: the manifest limit, 2 kB per entry at
+#: :data:`MAX_INDEX_ENTRIES` (a real entry, descriptor + platform + a few annotations, is
+#: 200-500 bytes). Checked again before the JSON is decoded when the response's Content-Type
+#: says it is an index (:func:`check_index_size`, :func:`index_children`), for callers that
+#: read with a larger limit.
+MAX_INDEX_BYTES = MAX_MANIFEST_BYTES
+#: Longest ``os``, ``architecture`` or ``variant`` we read: 63 characters, the limit of a
+#: Kubernetes label value, which the os and architecture become in the node affinity (Go's
+#: GOOS/GOARCH names are under 12).
+MAX_PLATFORM_FIELD = 63
+#: Longest ``os.version`` (Windows: ``10.0.20348.2340``) and each ``os.features`` entry.
+MAX_OS_VERSION = 128
+#: Most ``os.features`` entries of one platform (the image-spec names one: ``win32k``).
+MAX_OS_FEATURES = 16
+#: Longest media type: RFC 6838 section 4.2 allows 127 characters each for type and subtype.
+MAX_MEDIA_TYPE = 255
+#: Longest digest: ``sha512:`` and 128 hex digits is 135 (image-spec ``descriptor.md``).
+MAX_DIGEST = 160
 
 #: Annotation BuildKit puts on index entries that are attestations, not images.
 ATTESTATION_ANNOTATION = "vnd.docker.reference.type"
@@ -91,6 +125,27 @@ class ImageInfo:
     media_type: str
     platforms: tuple[Platform, ...]
     fetched_at: float | None = field(default=None, compare=False)
+
+
+#: Estimated bytes of memory one cached :class:`ImageInfo` holds besides its strings and
+#: platforms (the object, its tuple, the cache's entry and key), and each :class:`Platform`
+#: besides its strings (the object and three str headers); measured with
+#: ``tracemalloc`` on CPython 3.11, rounded up.
+_INFO_OVERHEAD = 600
+_PLATFORM_OVERHEAD = 250
+
+
+def estimated_bytes(value: object) -> int:
+    """About how many bytes of memory ``value`` holds in a cache: for an :class:`ImageInfo`
+    its strings and platforms (overheads measured on CPython), for anything else (an
+    exception, a small object) :data:`_INFO_OVERHEAD`. For the byte bounds of the caches
+    (:class:`imageinspect._cache.AsyncCache`, the webhook's place cache); an estimate, not
+    an exact figure."""
+    if not isinstance(value, ImageInfo):
+        return _INFO_OVERHEAD
+    return (_INFO_OVERHEAD + len(value.reference) + len(value.digest) + len(value.media_type)
+            + sum(_PLATFORM_OVERHEAD + len(p.os) + len(p.architecture) + len(p.variant or "")
+                  for p in value.platforms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +251,58 @@ def _platform_of(obj: Mapping[str, Any], what: str) -> Platform | None:
         raise InvalidManifest(f"{what} lacks string os/architecture fields")
     if variant is not None and not isinstance(variant, str):
         raise InvalidManifest(f"{what} has a non-string variant")
+    for name, value in (("os", os_), ("architecture", arch), ("variant", variant or "")):
+        _bounded(value, MAX_PLATFORM_FIELD, f"{what} {name}")
+    version = obj.get("os.version")
+    if version is not None and (not isinstance(version, str) or len(version) > MAX_OS_VERSION):
+        raise InvalidManifest(f"{what} has an os.version that is not a string of at most "
+                              f"{MAX_OS_VERSION} characters")
+    features = obj.get("os.features")
+    if features is not None and (
+            not isinstance(features, list) or len(features) > MAX_OS_FEATURES
+            or not all(isinstance(f, str) and len(f) <= MAX_OS_VERSION for f in features)):
+        raise InvalidManifest(f"{what} has os.features that are not a list of at most "
+                              f"{MAX_OS_FEATURES} strings of at most {MAX_OS_VERSION} "
+                              "characters")
     if not os_ or not arch or os_ == "unknown" or arch == "unknown":
         return None
     return Platform(os_.lower(), arch.lower(), variant or None)
+
+
+def _bounded(value: str, limit: int, what: str) -> None:
+    """Raise :class:`InvalidManifest` when ``value`` is longer than ``limit`` characters."""
+    if len(value) > limit:
+        raise InvalidManifest(f"{what} is {len(value)} characters long, more than the "
+                              f"{limit} we read")
+
+
+def index_entries(doc: Mapping[str, Any]) -> list[Any]:
+    """The ``manifests`` list of an image index, within :data:`MAX_INDEX_ENTRIES`.
+
+    Raises:
+        InvalidManifest: ``manifests`` missing or not a list.
+        TooLarge: more than :data:`MAX_INDEX_ENTRIES` entries (message: "image index lists
+            N entries, more than the 512 we read").
+    """
+    entries = doc.get("manifests")
+    if not isinstance(entries, list):
+        raise InvalidManifest("image index has no 'manifests' list")
+    if len(entries) > MAX_INDEX_ENTRIES:
+        raise TooLarge(f"image index lists {len(entries)} entries, more than the "
+                       f"{MAX_INDEX_ENTRIES} we read")
+    return entries
+
+
+def check_index_size(data: bytes, content_type: str | None) -> None:
+    """Refuse, before decoding it, a body whose Content-Type says it is an image index and
+    that is larger than :data:`MAX_INDEX_BYTES`.
+
+    Raises:
+        TooLarge: the index is over the limit.
+    """
+    if _clean_content_type(content_type) in INDEX_TYPES and len(data) > MAX_INDEX_BYTES:
+        raise TooLarge(f"image index is {len(data)} bytes, more than the "
+                       f"{MAX_INDEX_BYTES // 1024} KiB we read")
 
 
 def _dedupe(platforms: list[Platform]) -> tuple[Platform, ...]:
@@ -213,11 +317,11 @@ def platforms_from_index(doc: Mapping[str, Any]) -> tuple[Platform, ...]:
     windows/amd64 entry stays windows). Duplicates are dropped, order kept.
 
     Raises:
-        InvalidManifest: ``manifests`` missing or not a list of objects, bad platform fields.
+        InvalidManifest: ``manifests`` missing or not a list of objects, bad platform fields
+            or a field over its bound (:data:`MAX_PLATFORM_FIELD` ...).
+        TooLarge: more than :data:`MAX_INDEX_ENTRIES` entries.
     """
-    entries = doc.get("manifests")
-    if not isinstance(entries, list):
-        raise InvalidManifest("image index has no 'manifests' list")
+    entries = index_entries(doc)
     found: list[Platform] = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -284,8 +388,10 @@ def parse_manifest(data: bytes, content_type: str | None) -> ParsedManifest:
         for a single manifest.
 
     Raises:
-        InvalidManifest: malformed JSON, unknown type, missing fields.
+        InvalidManifest: malformed JSON, unknown type, missing fields, a field over its bound.
+        TooLarge: an index over :data:`MAX_INDEX_BYTES` or :data:`MAX_INDEX_ENTRIES`.
     """
+    check_index_size(data, content_type)
     doc = _load_json(data, "manifest")
     media_type = resolve_media_type(doc, content_type)
     if media_type in INDEX_TYPES:
@@ -329,6 +435,11 @@ class Descriptor:
 def _descriptor(obj: Any, what: str) -> Descriptor:
     if not isinstance(obj, dict) or not isinstance(obj.get("digest"), str):
         raise InvalidManifest(f"{what} is not a descriptor with a digest")
+    media_type = obj.get("mediaType")
+    if media_type is not None and not isinstance(media_type, str):
+        raise InvalidManifest(f"{what} has a non-string mediaType")
+    _bounded(obj["digest"], MAX_DIGEST, f"{what} digest")
+    _bounded(media_type or "", MAX_MEDIA_TYPE, f"{what} mediaType")
     size = obj.get("size")
     return Descriptor(str(obj.get("mediaType") or ""), obj["digest"],
                       size if isinstance(size, int) and not isinstance(size, bool) else None)
@@ -341,11 +452,13 @@ def index_children(data: bytes) -> tuple[tuple[Platform, Descriptor], ...]:
 
     Raises:
         InvalidManifest: not an index, or malformed entries.
+        TooLarge: more than :data:`MAX_INDEX_BYTES` or :data:`MAX_INDEX_ENTRIES`.
     """
+    if len(data) > MAX_INDEX_BYTES:
+        raise TooLarge(f"image index is {len(data)} bytes, more than the "
+                       f"{MAX_INDEX_BYTES // 1024} KiB we read")
     doc = _load_json(data, "image index")
-    entries = doc.get("manifests")
-    if not isinstance(entries, list):
-        raise InvalidManifest("image index has no 'manifests' list")
+    entries = index_entries(doc)
     out: list[tuple[Platform, Descriptor]] = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):

@@ -34,6 +34,7 @@ from podplacement.rules.placement import (
     WARNING,
     Outcome,
     Placement,
+    compact_json,
     placement_facts,
     unique_images,
 )
@@ -57,6 +58,13 @@ WARNING_PREFIX = "podplacement: "
 #: Longest ``warnings`` entry, in characters (the API server caps each at 120 *words*; one
 #: short line is what a user reads in a terminal).
 MAX_WARNING_CHARS = 300
+#: Largest admission patch the webhook answers with, in bytes of compact JSON: 256 KiB. The
+#: API server applies it to the pod being created, whose stored size etcd caps at 1.5 MiB;
+#: a patch that made the pod too large would fail the create, and the webhook never denies.
+#: A placement over it (an architecture list ANDed into hundreds of the pod's terms) is left
+#: to the controller, whose PATCH, refused as too large, releases the pod with the fallback
+#: (docs/how-it-decides.md, "No pod stays gated forever").
+MAX_ADMISSION_PATCH_BYTES = 256 * 1024
 
 #: The outcomes the webhook may answer with: the pod leaves admission ungated.
 _PLACED = frozenset({Outcome.SET, Outcome.NOT_SET, Outcome.NO_SUPPORTED_PLATFORM})
@@ -138,6 +146,7 @@ def admission_placement(
         (the facts of :func:`rules.placement.placement_facts`: KEP-3838 narrowing
         rules and exact (os, architecture) pairs).
 
+    None too when the admission patch would be over :data:`MAX_ADMISSION_PATCH_BYTES`.
     Never raises for odd pod specs (they give None).
     """
     if not fast_path_applies(config):
@@ -220,5 +229,8 @@ def _decided_at_admission(
                                 policy=policy)
     if placement.outcome not in outcomes or not placement.ungate:
         return None
-    return AdmissionPlacement(admission_patch(pod, placement), admission_warnings(placement),
-                              placement.outcome, placement.annotation)
+    patch = admission_patch(pod, placement)
+    if len(compact_json({"patch": patch})) > MAX_ADMISSION_PATCH_BYTES:
+        return None
+    return AdmissionPlacement(patch, admission_warnings(placement), placement.outcome,
+                              placement.annotation)

@@ -26,6 +26,7 @@ from podplacement.rules.placement import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     INVALID_PULL_SECRET,
+    MAX_POD_IMAGES,
     NO_SUPPORTED_PLATFORM_EVENT,
     NORMAL,
     PARTIALLY_COMPATIBLE_AFFINITY,
@@ -45,6 +46,7 @@ from podplacement.rules.placement import (
     placement_facts,
     pod_images,
     short_error,
+    too_many_images,
     ungate_only,
     unique_images,
 )
@@ -59,6 +61,7 @@ __all__ = [
     "INCOMPATIBLE_NODE_AFFINITY",
     "INCOMPATIBLE_NODE_SELECTOR",
     "INVALID_PULL_SECRET",
+    "MAX_POD_IMAGES",
     "NORMAL",
     "NO_SUPPORTED_PLATFORM_EVENT",
     "PARTIALLY_COMPATIBLE_AFFINITY",
@@ -77,7 +80,9 @@ __all__ = [
     "invalid_pull_secret_event",
     "plain_ungate",
     "pod_images",
+    "too_many_images",
     "unique_images",
+    "unrecorded",
 ]
 
 
@@ -166,6 +171,15 @@ def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig
     if not has_gate(pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
     return _rendered(pod, fallback_release(pod, reason, config, policy))
+
+
+def unrecorded(decision: Decision, pod: Mapping[str, Any]) -> Decision:
+    """``decision`` re-rendered for ``pod`` without the ``podplacement.io/decision``
+    annotation (same affinity, labels, gate removal and Events): the controller's try after
+    the API server refused a release because of its size (HTTP 413/422; the pod's own
+    annotations may leave no room)."""
+    facts = {f.name: getattr(decision, f.name) for f in fields(Placement)}
+    return _rendered(pod, Placement(**{**facts, "record": {}}))
 
 
 def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:

@@ -188,6 +188,26 @@ RECORD_REASON = "reason"
 RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR,
                  RECORD_POLICY, RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
                  RECORD_PAIRS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT, RECORD_REASON)
+#: Written last, only in the compact form of an annotation over :data:`MAX_DECISION_BYTES`:
+#: ``"compact":1`` (images' platforms replaced by their count, long lists cut) or ``2`` (only
+#: the outcome, the reason and the number of images).
+RECORD_COMPACT = "compact"
+#: The compact form's count of an image's platforms, and of the pod's images (form 2).
+RECORD_PLATFORM_COUNT = "platformCount"
+RECORD_IMAGE_COUNT = "imageCount"
+
+#: Largest ``podplacement.io/decision`` annotation written, in bytes of compact JSON: 32 KiB,
+#: an eighth of the 256 KiB the API server allows for all of a pod's annotations together
+#: (``TotalAnnotationSizeLimitB``), so the decision never makes a pod's PATCH too large nor
+#: leaves the pod's own annotations without room. A pod of 60 images with 10 platforms each
+#: writes about 10 kB; one whose record is larger gets the compact form
+#: (:func:`bounded_record`).
+MAX_DECISION_BYTES = 32 * 1024
+#: In the compact form: most values kept of a list (supported platforms, pairs, archs, ...),
+#: the longest image reference and reason kept (characters).
+_COMPACT_LIST = 64
+_COMPACT_IMAGE = 256
+_COMPACT_REASON = 1000
 
 
 #: The pod's container lists whose images are placed, in the order they are read (the
@@ -208,6 +228,25 @@ IMAGE_VOLUME_REFERENCE = "reference"
 IMAGE_VOLUME_PULL_POLICY = "pullPolicy"
 #: The ``imagePullPolicy`` that makes the controller revalidate a tag on every pod.
 PULL_ALWAYS = "Always"
+#: Most distinct images of one pod that are inspected: 64. Kubernetes sets no limit on a
+#: pod's containers; real pods name a few images (an app and its sidecars), and 64 keeps
+#: what one pod can make the controller or the webhook fetch (64 manifests of at most
+#: 1 MiB, ``imageinspect`` bounds) and write (64 entries in the decision) small. A pod over
+#: the bound is not inspected at all: each image counts as failed
+#: (:func:`too_many_images`), so the controller releases it with the fallback and the
+#: webhook leaves it to the controller.
+MAX_POD_IMAGES = 64
+
+
+def too_many_images(pod: Mapping[str, Any]) -> LookupError | None:
+    """The error each image of ``pod`` gets when the pod names more than
+    :data:`MAX_POD_IMAGES` distinct images (message: "the pod names N distinct images,
+    more than the 64 inspected"), else None. Pure."""
+    count = len(unique_images(pod))
+    if count <= MAX_POD_IMAGES:
+        return None
+    return LookupError(f"the pod names {count} distinct images, more than the "
+                       f"{MAX_POD_IMAGES} inspected")
 
 
 def reason_text(template: str, values: Sequence[str]) -> str:
@@ -238,6 +277,60 @@ def placed_labels(*, affinity_set: bool, numa_placed: bool = False,
 def compact_json(payload: Mapping[str, Any]) -> str:
     """The annotation's JSON: no spaces (``separators=(",", ":")``)."""
     return json.dumps(payload, separators=(",", ":"))
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _compact_image(entry: Any) -> Any:
+    """An image's entry of the compact form: its reference (cut), digest or error, and the
+    number of its platforms instead of the list."""
+    if not isinstance(entry, Mapping):
+        return entry
+    out: dict[str, Any] = {"image": _cut(str(entry.get("image") or ""), _COMPACT_IMAGE)}
+    for key in ("digest", "error"):
+        if isinstance(entry.get(key), str):
+            out[key] = _cut(entry[key], _COMPACT_IMAGE)
+    if isinstance(entry.get("platforms"), list):
+        out[RECORD_PLATFORM_COUNT] = len(entry["platforms"])
+    return out
+
+
+def bounded_record(record: Mapping[str, Any],
+                   limit: int = MAX_DECISION_BYTES) -> Mapping[str, Any]:
+    """``record`` (the decision annotation's facts) when its compact JSON is at most
+    ``limit`` bytes; else its compact form 1: each image's platforms replaced by their
+    count (``platformCount``; its digest kept, which the exec format monitor reads), lists
+    cut to their first 64 values, the reason to 1,000 characters, and ``"compact":1``; and
+    when even that is over the limit (thousands of images, a huge NUMA record), form 2: the
+    path, catalog, policy, fallback, result and reason, the number of images
+    (``imageCount``) and ``"compact":2``, well under 2 kB. Readers of the annotation
+    (:mod:`rules.admitted`) take an entry without ``platforms`` as unknown. Pure."""
+    if len(compact_json(record).encode()) <= limit:
+        return record
+    images = record.get(RECORD_IMAGES)
+    form: dict[str, Any] = {}
+    for key, value in record.items():
+        if key == RECORD_IMAGES and isinstance(value, list):
+            form[key] = [_compact_image(e) for e in value]
+        elif isinstance(value, list):
+            form[key] = value[:_COMPACT_LIST]
+        elif isinstance(value, str):
+            form[key] = _cut(value, _COMPACT_REASON)
+        else:
+            form[key] = value
+    form[RECORD_COMPACT] = 1
+    if len(compact_json(form).encode()) <= limit:
+        return form
+    short = {k: _cut(str(record[k]), _COMPACT_REASON) if isinstance(record[k], str)
+             else record[k]
+             for k in (RECORD_PATH, RECORD_CATALOG, RECORD_POLICY, RECORD_FALLBACK,
+                       RECORD_RESULT, RECORD_REASON)
+             if k in record and (record[k] is None or isinstance(record[k], str))}
+    short[RECORD_IMAGE_COUNT] = len(images) if isinstance(images, list) else 0
+    short[RECORD_COMPACT] = 2
+    return short
 
 
 # --- input and output types --------------------------------------------------------------
@@ -342,8 +435,9 @@ class Placement:
 
     @property
     def annotation(self) -> str:
-        """The compact JSON of ``podplacement.io/decision`` ("" when not written)."""
-        return compact_json(self.record) if self.record else ""
+        """The compact JSON of ``podplacement.io/decision`` ("" when not written), at most
+        :data:`MAX_DECISION_BYTES` bytes (:func:`bounded_record`)."""
+        return compact_json(bounded_record(self.record)) if self.record else ""
 
     @property
     def numa_placed(self) -> bool:

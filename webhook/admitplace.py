@@ -47,7 +47,7 @@ from podplacement.rules.admission import (
     fast_path_applies,
 )
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import unique_images
+from podplacement.rules.decision import too_many_images, unique_images
 from podplacement.rules.policy import PlacementPolicy, policy_for
 from podplacement.webhook.admitinspect import (
     NotInspectedInTime,
@@ -169,8 +169,8 @@ async def place_at_admission(
         an :class:`AdmissionAnswer`. Raises only on internal errors (the caller leaves the
         pod gated and counts them).
     """
-    if not fast_path_applies(config):
-        return _NOT_TRIED
+    if not fast_path_applies(config) or too_many_images(pod) is not None:
+        return _NOT_TRIED  # over MAX_POD_IMAGES: not inspected here; the controller decides
     assert config is not None
     pod = _in_namespace(pod, namespace)
     found = cache.lookup(pod, config, touch=not dry_run)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from podplacement.imageinspect import estimated_bytes
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.decision import unique_images
 
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 CacheKey = str
 
 DEFAULT_MAX_ENTRIES = 10_000
+#: Default bound on the estimated bytes of the stored results: 32 MiB, as the inspector's
+#: own cache (``imageinspect._inspector.DEFAULT_CACHE_BYTES``); with both full the webhook
+#: holds about 64 MiB of results, within its 256Mi limit (deploy/base/webhook).
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_CONCURRENT_FILLS = 8
 DEFAULT_MAX_QUEUED_FILLS = 1_000
 
@@ -75,7 +80,7 @@ class PlaceCacheStats:
         fills_failed: images whose anonymous inspection failed (not stored), or fills
             abandoned on an internal error.
         stored: results stored.
-        evicted: entries dropped by the LRU bound.
+        evicted: entries dropped by the LRU bounds (entries, bytes).
     """
 
     hits: int = 0
@@ -110,6 +115,7 @@ class PlaceCache:
         inspector: inspects images, always without credentials
             (:class:`imageinspect.Inspector`); not closed here.
         max_entries: LRU bound on stored results.
+        max_bytes: LRU bound on their estimated bytes (:func:`imageinspect.estimated_bytes`).
         max_concurrent_fills: fills running at once.
         max_queued_fills: fills waiting for a worker; more are dropped (counted in
             :attr:`stats`).
@@ -128,15 +134,20 @@ class PlaceCache:
         inspector: InspectorLike,
         *,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         max_concurrent_fills: int = DEFAULT_MAX_CONCURRENT_FILLS,
         max_queued_fills: int = DEFAULT_MAX_QUEUED_FILLS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if min(max_entries, max_concurrent_fills, max_queued_fills) < 1:
-            raise ValueError("max_entries, max_concurrent_fills and max_queued_fills must "
-                             "be >= 1")
+        if min(max_entries, max_bytes, max_concurrent_fills, max_queued_fills) < 1:
+            raise ValueError("max_entries, max_bytes, max_concurrent_fills and "
+                             "max_queued_fills must be >= 1")
         self._inspector = inspector
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        #: the estimated bytes of the stored results, and each one's
+        self._bytes = 0
+        self._sizes: dict[CacheKey, int] = {}
         self._max_workers = max_concurrent_fills
         self._max_queued = max_queued_fills
         self._clock = clock
@@ -182,7 +193,7 @@ class PlaceCache:
                 continue
             if now - entry[0] >= ttl:
                 if touch:
-                    del self._entries[key]
+                    self._drop(key)
                 continue
             if touch:
                 self._entries.move_to_end(key)
@@ -275,9 +286,24 @@ class PlaceCache:
         now = self._clock()
         fetched_at = getattr(result, "fetched_at", None)
         learned = min(fetched_at, now) if isinstance(fetched_at, int | float) else now
-        self._entries[key] = (learned, result)
-        self._entries.move_to_end(key)
-        self.stats.stored += 1
-        while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+        size = estimated_bytes(result)
+        self._drop(key)
+        if size > self._max_bytes:
             self.stats.evicted += 1
+            return
+        self._entries[key] = (learned, result)
+        self._sizes[key] = size
+        self._bytes += size
+        self.stats.stored += 1
+        while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+            self._drop(next(iter(self._entries)))
+            self.stats.evicted += 1
+
+    @property
+    def estimated_bytes(self) -> int:
+        """The estimated bytes of the stored results."""
+        return self._bytes
+
+    def _drop(self, key: CacheKey) -> None:
+        if self._entries.pop(key, None) is not None:
+            self._bytes -= self._sizes.pop(key, 0)

@@ -217,7 +217,7 @@ async def test_oversize_manifest_is_too_large(
     insp, _delays = await _inspector(make_inspector, proxy)
     big = b'{"schemaVersion": 2, "pad": "' + b"x" * (4 * 1024 * 1024) + b'"}'
     proxy.add_rule(path_regex=MANIFESTS, replace_body=big, times=0)
-    with pytest.raises(TooLarge, match="4 MiB"):
+    with pytest.raises(TooLarge, match="1 MiB"):
         await insp.inspect(f"{proxy.host}/ff/app:v1")
 
 
