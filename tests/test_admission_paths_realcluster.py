@@ -7,7 +7,7 @@ control plane v1.36.2 (issue 14 item 6).
   created placed by the policy: no gate, ``"path":"admission"``, and no PATCH from the
   controller. A private image (htpasswd registry, pull secret): every pod of it is gated and
   placed by the controller (the webhook reads no Secret and inspects anonymously only, so
-  it never places a private image's pods: docs/security-webhook.md).
+  it never places a private image's pods: docs/security.md).
   With the webhook killed, a cold pod is still gated by the policy and a warm one placed:
   no pod escapes.
 - With the default budget: pods of images never seen (a new tag each) and pods pulling

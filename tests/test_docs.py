@@ -283,3 +283,41 @@ def test_no_merge_conflict_markers_are_left_in_the_source() -> None:
         found += [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
                   for m in _CONFLICT.finditer(text)]
     assert not found, found
+
+
+# --- the threat model's table ---------------------------------------------------------------
+
+_TEST_REF = re.compile(r"`(tests/[\w/]+\.py)((?:::\w+)?)`((?:, `::\w+`)*)")
+
+
+def _threat_model_refs(text: str) -> list[tuple[str, str]]:
+    """``(file, test name or "")`` for every test a table cell of docs/security.md names:
+    ``tests/x.py``, ``tests/x.py::name`` and the ``::other`` names that follow it."""
+    refs: list[tuple[str, str]] = []
+    for m in _TEST_REF.finditer(text):
+        names = [m.group(2)[2:]] if m.group(2) else [""]
+        names += re.findall(r"::(\w+)", m.group(3))
+        refs += [(m.group(1), n) for n in names]
+    return refs
+
+
+def test_every_test_the_threat_model_names_exists() -> None:
+    """docs/security.md's table says, per input, which test fails without its check; a
+    renamed or removed test must take its row along (the hook before every stop asks for
+    the table to stay true)."""
+    refs = _threat_model_refs((DOCS / "security.md").read_text())
+    assert len(refs) >= 40, refs
+    missing = []
+    for file, name in refs:
+        path = REPO / file
+        if not path.is_file():
+            missing.append(file)
+        elif name and not re.search(rf"^(async )?def {name}\(", path.read_text(), re.M):
+            missing.append(f"{file}::{name}")
+    assert not missing, missing
+
+
+def test_the_threat_model_check_sees_a_test_that_is_gone() -> None:
+    refs = _threat_model_refs("| x | y | z | `tests/test_docs.py::no_such_test`, `::nor_this` |")
+    assert refs == [("tests/test_docs.py", "no_such_test"), ("tests/test_docs.py", "nor_this")]
+    assert not re.search(r"^def no_such_test\(", (REPO / "tests/test_docs.py").read_text(), re.M)

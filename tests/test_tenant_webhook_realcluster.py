@@ -1,4 +1,4 @@
-"""The webhook's endpoint is no oracle (docs/security-webhook.md), on the real control plane
+"""The webhook's endpoint is no oracle (docs/security.md), on the real control plane
 v1.36.2 with podplacement installed from deploy/ (its RBAC as shipped) and the product's
 webhook and controller running under their own ServiceAccounts.
 

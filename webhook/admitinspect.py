@@ -13,7 +13,7 @@ image reference as written), so N concurrent reviews of one image wait for one f
 flight goes on (bounded by ``flight_timeout``) and stores its result, so the next pod of
 that image is answered from the cache. Failures are not stored.
 
-Every flight is **anonymous**: the webhook reads no Secret (docs/security-webhook.md). Its
+Every flight is **anonymous**: the webhook reads no Secret (docs/security.md). Its
 endpoint can be called by anyone who reaches its Service, with an AdmissionReview naming
 any namespace; were it to inspect with that namespace's pull Secrets, its answer would tell
 the caller another namespace's private image's platforms and digest. An image the registry

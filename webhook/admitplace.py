@@ -5,7 +5,7 @@ A pod the admission policy gated, or one the webhook would gate, is placed in th
 answer (gate removed, the controller's own decision,
 :func:`rules.admission.admission_placement`) when the webhook knows every image of it
 **from an anonymous inspection** (:mod:`webhook.placecache`: the webhook reads no Secret, so
-an image that needs the pod's pull Secrets is the controller's; docs/security-webhook.md).
+an image that needs the pod's pull Secrets is the controller's; docs/security.md).
 What it does not know yet it learns now, anonymously, within
 ``spec.admission.inspectionBudget`` seconds counted from the start of the review
 (:attr:`rules.config.PlacementConfig.admission_inspection_budget`;

@@ -10,7 +10,7 @@ cluster-wide stall when the controller is down"):
 1. the pod's images are inspected within the review's budget, anonymously
    (:meth:`webhook.admitinspect.AdmissionInspector.pod_images`: the place cache first,
    concurrent reviews of one image sharing one inspection; images pulled with ``Always``
-   revalidated with the registry; the webhook reads no Secret, docs/security-webhook.md);
+   revalidated with the registry; the webhook reads no Secret, docs/security.md);
 2. the webhook reads no Secret, so a private image (one the registry refuses to the
    anonymous inspection) has no result here: like any image without a result, it means the
    controller's fallback at once (item 3). It is not held gated: with no controller

@@ -11,7 +11,7 @@ images anonymously and stores the results. Either way the next pod with the same
 placed by the webhook. A review with ``dryRun`` only reads the cache
 (``lookup(touch=False)``) and schedules no fill.
 
-The webhook reads no Secret (docs/security-webhook.md): every inspection here is anonymous,
+The webhook reads no Secret (docs/security.md): every inspection here is anonymous,
 the rule of the params object (the catalog): what a registry answers without credentials
 is public. So results are keyed by the image reference as written only: nothing in the
 cache is anything a caller could not have asked the registry for itself, and a pod of any

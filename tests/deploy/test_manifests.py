@@ -134,7 +134,7 @@ BASE_PERMISSIONS = (
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
     | _rows(_W, "cluster", "podplacement.io", "podplacementpolicies", "list watch")
     | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
-    # and no Secret: the webhook inspects anonymously only (docs/security-webhook.md)
+    # and no Secret: the webhook inspects anonymously only (docs/security.md)
 )
 # cert-manager writes the certificate Secret: the controller keeps no Secret write rights.
 OVERLAY_PERMISSIONS = {r for r in BASE_PERMISSIONS if not (r[1] == NS and r[3] == "secrets")}

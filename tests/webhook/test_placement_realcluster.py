@@ -1,6 +1,6 @@
 """The webhook places the replicas of a public image from its cache of anonymous results, and
 never a private image's pods, on the real kube-apiserver v1.36.2 (issue 14 items 3 and 6;
-the webhook's endpoint is no oracle: docs/security-webhook.md).
+the webhook's endpoint is no oracle: docs/security.md).
 
 The webhook runs in-process over TLS (uvicorn, :class:`webhook.server.WebhookServer`) with
 its cache (:class:`webhook.placecache.PlaceCache`, anonymous inspections only, keyed by
