@@ -19,6 +19,7 @@ Grafana's ``$__rate_interval`` as ``1m``.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -254,7 +255,7 @@ def scenario(cluster: KubeEnv, product: tuple[Product, int], prometheus: str,
              "podplacement_escaped_pods_total",
              "podplacement_webhook_admissions_total")
     for expr in shown:
-        wait_for(lambda expr=expr: _series(prometheus, expr), 60, every=1.0)
+        wait_for(functools.partial(_series, prometheus, expr), 60, every=1.0)
     time.sleep(3)  # a few more scrapes: every rate() has two samples of each new series
     return prometheus
 
