@@ -179,8 +179,10 @@ class AdmissionFeed:
         for image in unique_images(pod):
             self.store.touch(image)
         record = decision_record(pod)
-        if admission_path(record) is None:
+        path = admission_path(record)
+        if path is None:
             return
+        self.metrics.placed_at_admission.labels(path).inc()
         config = self.config_source()[0]
         if self.publishing() and self._workers:
             for image in images_to_learn(pod, record, config, self.store.__contains__):

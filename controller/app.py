@@ -79,6 +79,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,7 @@ from podplacement.rules.config import (
     VERSION,
     PlacementConfig,
 )
+from podplacement.rules.escape import created_at
 from podplacement.rules.findings import FindingsStore
 from podplacement.rules.freshness import PullAlwaysFreshness
 from podplacement.rules.imageparams import ParamsStore
@@ -296,6 +298,8 @@ class Controller:
         self.metrics.sources.api_counters = lambda: dict(api.counters)
         self.metrics.sources.gated = lambda: len(self.pods.cache)
         self.metrics.sources.queue_depth = self._pods_pending
+        self.metrics.sources.oldest_gated = self._oldest_gated
+        self.metrics.sources.catalog = lambda: (self.params.json_size, self.params.evictions)
         self.metrics.sources.inspector_stats = self.inspectors.stats
         self.gated.subscribe(self.pods, self.nrts, self.nodes, self.configs, self.params_objects)
 
@@ -404,6 +408,14 @@ class Controller:
     def ready(self) -> bool:
         """Readiness: the pod, node and config caches are synced."""
         return all(i.synced.is_set() for i in (self.pods, self.nodes, self.configs))
+
+    def _oldest_gated(self) -> float:
+        """Seconds since the creationTimestamp of the oldest pod of the gated pods' cache
+        (0 when none, or none has a readable timestamp): ``podplacement_oldest_gated_pod_
+        seconds``, read at scrape time."""
+        created = [t for pod in list(self.pods.cache.values())
+                   if (t := created_at(pod)) is not None]
+        return max(0.0, time.time() - min(created)) if created else 0.0
 
     # --- the work queue ------------------------------------------------------------------
     def _pods_pending(self) -> int:

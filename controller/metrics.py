@@ -44,6 +44,8 @@ class _Sources(Collector):
         self.inspector_stats: Callable[[], Any] | None = None
         self.gated: Callable[[], int] | None = None
         self.queue_depth: Callable[[], int] | None = None
+        self.oldest_gated: Callable[[], float] | None = None
+        self.catalog: Callable[[], tuple[int, int]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.api_counters is not None:
@@ -75,6 +77,23 @@ class _Sources(Collector):
             q = GaugeMetricFamily(P + "queue_depth", "Pods queued, delayed or being processed")
             q.add_metric([], float(self.queue_depth()))
             yield q
+        if self.oldest_gated is not None:
+            o = GaugeMetricFamily(P + "oldest_gated_pod_seconds", "Age in seconds of the "
+                                  "oldest pod carrying the podplacement gate (0: none)")
+            o.add_metric([], self.oldest_gated())
+            yield o
+        if self.catalog is not None:
+            size, evictions = self.catalog()
+            b = GaugeMetricFamily(P + "params_bytes", "Bytes of spec.images and spec.learned "
+                                  "of the admission policy's params object, as compact JSON "
+                                  "(the catalog held now; the bound is 1,000,000)")
+            b.add_metric([], float(size))
+            yield b
+            e = CounterMetricFamily(P + "params_evictions", "Catalog entries dropped, least "
+                                    "recently used first, to keep the params object within "
+                                    "its bounds")
+            e.add_metric([], float(evictions))
+            yield e
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +136,10 @@ class Metrics:
             them in the params object (``ok``: inspected, then published unless the
             params' rules keep it out; ``failed``; ``dropped``: too many waiting, the next
             pod of the image queues it again).
+        placed_at_admission: ``podplacement_placed_at_admission_total{path}``: pods the
+            leader saw placed at admission, by the decision's path (``admission``: the
+            admission policy in the API server; ``webhook``), counted once as they are
+            placed (a relist's older pods are not counted again).
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
@@ -178,6 +201,9 @@ class Metrics:
             P + "policy_placed_pods", "Pods that exist and were placed under a "
             "PodPlacementPolicy (label podplacement.io/policy), by namespace and policy",
             ["namespace", "policy"], registry=r)
+        self.placed_at_admission = Counter(
+            P + "placed_at_admission", "Pods seen placed at admission, by the decision's path "
+            "(admission: the admission policy; webhook)", ["path"], registry=r)
         self.sources = _Sources()
         r.register(self.sources)
 

@@ -27,6 +27,7 @@ site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
 $PY hack/crdref.py --check
+$PY hack/dashboard.py --check
 echo "== pytest"
 # Two workers, one test module each at a time (--dist loadfile: a module's fixtures, e.g. its
 # real control plane, stay in one process); most end-to-end time is spent waiting on real

@@ -214,6 +214,9 @@ class ParamsStore:
         # spec.policies: namespace -> accepted placement policies (rules.policy)
         self._policies: dict[str, list[dict[str, Any]]] = {}
         self._fresh: dict[str, str] = {}
+        #: Entries dropped by the bounds since this store was made (least recently used
+        #: first; expiry by age is not counted): ``podplacement_params_evictions_total``.
+        self.evictions = 0
 
     # --- settings ---------------------------------------------------------------------
     @property
@@ -583,4 +586,5 @@ class ParamsStore:
             evicted += 1
         if evicted:
             self._version += 1
+            self.evictions += evicted
         return evicted

@@ -180,3 +180,13 @@ def test_an_upgrade_applies_the_crds_of_crds_as_pre_upgrade_hooks() -> None:
         assert _without_hook(crd) == crds[key], key
     install = run_helm("template", "podplacement", str(CHART)).stdout
     assert not [d for d in documents(install) if d["kind"] == "CustomResourceDefinition"]
+
+
+def test_dashboard_alone_is_the_monitoring_dashboard_configmap() -> None:
+    """``monitoring.dashboard.enabled`` adds only the Grafana dashboard's ConfigMap of
+    ``deploy/optional/monitoring`` (no prometheus-operator object)."""
+    monitoring = [o for o in _kustomize(DEPLOY / "optional" / "monitoring")
+                  if o["kind"] == "ConfigMap"]
+    assert [o["metadata"]["name"] for o in monitoring] == ["podplacement-grafana-dashboard"]
+    _same_objects(_template("--set", "monitoring.dashboard.enabled=true",
+                            "--set", "config.create=false"), _kustomize(DEPLOY) + monitoring)
