@@ -277,3 +277,14 @@ def test_node_ineligibility_without_builds_is_unchanged() -> None:
     assert node_ineligibility(node("w"), {}, {("windows", "amd64")},
                               {("windows", "amd64"): ("10.0.17763",)}) == (
         "windows build unknown not supported (supported: 10.0.17763)")
+
+
+def test_explain_assume_platforms_takes_an_os_version() -> None:
+    from podplacement.controller.explain_cli import InputError, parse_platforms
+
+    (p,) = parse_platforms(f"windows/amd64@{V2019}")
+    assert (p.os, p.architecture, p.os_version) == ("windows", "amd64", V2019)
+    found = supported_platforms([image("a", p)])  # type: ignore[arg-type]
+    assert found.builds == ((("windows", "amd64"), ("10.0.17763",)),)
+    with pytest.raises(InputError):
+        parse_platforms("windows/amd64@ltsc2019")
