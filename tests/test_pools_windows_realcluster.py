@@ -131,16 +131,18 @@ def test_each_windows_pod_binds_only_to_its_build(cluster: KubeEnv, ns: str,
     for name, build in pods.items():
         _create(cluster, name, images[build])
     wanted = {"ltsc2019": BUILD_2019, "ltsc2022": WINDOWS_BUILD_2022}
-    wrong = {}
+    wrong, placed = {}, {}
     for name, build in pods.items():
-        pod = _settled(cluster, name)
-        record = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
-        assert _builds(pod) == [[wanted[build]]], (name, _terms(pod))
-        assert record["windowsBuilds"] == {"windows/amd64": [wanted[build]]}, record
+        placed[name] = _settled(cluster, name)
         node = _node(cluster, name)
         if BUILD_OF.get(node) != wanted[build]:
             wrong[name] = node
     assert wrong == {}, f"bound to a host of another build: {wrong}"
+    for name, pod in placed.items():
+        build = wanted[pods[name]]
+        record = json.loads(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+        assert _builds(pod) == [[build]], (name, _terms(pod))
+        assert record["windowsBuilds"] == {"windows/amd64": [build]}, record
 
 
 def test_windows_image_without_os_version_binds_to_either_build(

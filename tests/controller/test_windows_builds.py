@@ -288,3 +288,12 @@ def test_explain_assume_platforms_takes_an_os_version() -> None:
     assert found.builds == ((("windows", "amd64"), ("10.0.17763",)),)
     with pytest.raises(InputError):
         parse_platforms("windows/amd64@ltsc2019")
+
+
+def test_demo_report_shows_per_image_platforms_without_the_os_version() -> None:
+    from podplacement.demo.report import platforms_cell
+
+    record = {"platforms": [], "images": [
+        {"image": "r:1/demo/busybox:s390x", "platforms": ["linux/s390x"]},
+        {"image": "r:1/demo/winonly:1", "platforms": [f"windows/amd64@{V2022}"]}]}
+    assert platforms_cell(record) == "none (busybox:s390x=s390x | winonly:1=windows/amd64)"
