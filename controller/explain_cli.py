@@ -43,6 +43,7 @@ import yaml
 
 from podplacement.cliargs import is_dns_label, is_dns_subdomain, one_line, yaml_error_line
 from podplacement.controller.bindingfeed import BINDINGS_SELECTOR
+from podplacement.imageinspect import OS_VERSION_RE
 from podplacement.imageinspect.cli import (
     RegistrySettings,
     add_registry_arguments,
@@ -85,6 +86,7 @@ class _Platform:
     os: str
     architecture: str
     variant: str | None = None
+    os_version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,13 +128,19 @@ def load_objects(path: str) -> list[dict[str, Any]]:
 
 
 def parse_platforms(text: str) -> tuple[_Platform, ...]:
-    """``linux/amd64,linux/arm64/v8`` -> platforms. Raises InputError on another shape."""
+    """``linux/amd64,linux/arm64/v8,windows/amd64@10.0.17763.1`` -> platforms (an
+    ``@os.version`` as an image index's Windows entry carries it, docs/pools/windows-builds.md).
+    Raises InputError on another shape."""
     out = []
     for item in (t.strip() for t in text.split(",")):
-        parts = item.split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise InputError(f"--assume-platforms: {item!r} is not os/architecture[/variant]")
-        out.append(_Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None))
+        base, at, version = item.partition("@")
+        parts = base.split("/")
+        if len(parts) not in (2, 3) or not all(parts) or (
+                at and not OS_VERSION_RE.fullmatch(version)):
+            raise InputError(f"--assume-platforms: {item!r} is not "
+                             "os/architecture[/variant][@os.version]")
+        out.append(_Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None,
+                             version or None))
     return tuple(out)
 
 

@@ -46,6 +46,7 @@ from podplacement.imageinspect._inspector import Inspector, InspectorStats
 from podplacement.imageinspect._manifest import (
     MAX_INDEX_ENTRIES,
     MAX_MANIFEST_BYTES,
+    OS_VERSION_RE,
     ImageInfo,
     Platform,
     estimated_bytes,
@@ -73,6 +74,7 @@ __all__ = [
     "MAX_INDEX_ENTRIES",
     "MAX_MANIFEST_BYTES",
     "MAX_REFUSED_NETWORKS",
+    "OS_VERSION_RE",
     "Blocked",
     "ConnectionFailed",
     "Credential",

@@ -66,6 +66,10 @@ MAX_INDEX_BYTES = MAX_MANIFEST_BYTES
 MAX_PLATFORM_FIELD = 63
 #: Longest ``os.version`` (Windows: ``10.0.20348.2340``) and each ``os.features`` entry.
 MAX_OS_VERSION = 128
+#: A Windows ``os.version`` we use: digits and dots, 1 to 4 parts of at most 10 digits each
+#: (``10.0.20348.2340``: major.minor.build.revision, the form Windows images carry; OCI
+#: image-spec ``image-index.md`` ``platform.os.version``). Anything else is not read.
+OS_VERSION_RE = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,10}){0,3}")
 #: Most ``os.features`` entries of one platform (the image-spec names one: ``win32k``).
 MAX_OS_FEATURES = 16
 #: Longest media type: RFC 6838 section 4.2 allows 127 characters each for type and subtype.
@@ -84,24 +88,42 @@ _GENERIC_CONTENT_TYPES = frozenset(
 class Platform:
     """One platform an image can run on (OCI image-spec ``platform`` object).
 
-    ``str()`` gives ``os/architecture[/variant]``, e.g. ``linux/arm64/v8``.
+    ``str()`` gives ``os/architecture[/variant]``, e.g. ``linux/arm64/v8`` (without the
+    OS version: the form every cache, catalog and CLI used before it was read);
+    :meth:`text` adds ``@os_version`` when there is one.
+
+    ``os_version`` is the entry's ``os.version`` for a ``windows`` platform (e.g.
+    ``10.0.17763.5458``; :data:`OS_VERSION_RE`), None otherwise: a process-isolated Windows
+    container runs only on a host of the same build (kubernetes.io, "Windows containers in
+    Kubernetes", version compatibility), so two windows/amd64 entries of different builds
+    are different platforms.
     """
 
     os: str
     architecture: str
     variant: str | None = None
+    os_version: str | None = None
 
     def __str__(self) -> str:
         base = f"{self.os}/{self.architecture}"
         return f"{base}/{self.variant}" if self.variant else base
 
+    def text(self) -> str:
+        """``os/architecture[/variant][@os_version]``, e.g. ``windows/amd64@10.0.17763.5458``
+        (the decision annotation's per-image form; :meth:`parse` reads it back)."""
+        return f"{self}@{self.os_version}" if self.os_version else str(self)
+
     @classmethod
     def parse(cls, text: str) -> Platform:
-        """Parse ``os/architecture[/variant]``; raises ValueError on another shape."""
-        parts = text.split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise ValueError(f"platform {text!r} is not os/architecture[/variant]")
-        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+        """Parse ``os/architecture[/variant][@os_version]``; raises ValueError on another
+        shape (an ``os_version`` must match :data:`OS_VERSION_RE`)."""
+        base, at, version = text.partition("@")
+        parts = base.split("/")
+        if len(parts) not in (2, 3) or not all(parts) or (
+                at and not OS_VERSION_RE.fullmatch(version)):
+            raise ValueError(f"platform {text!r} is not os/architecture[/variant][@os.version]")
+        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None,
+                   version or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +167,7 @@ def estimated_bytes(value: object) -> int:
         return _INFO_OVERHEAD
     return (_INFO_OVERHEAD + len(value.reference) + len(value.digest) + len(value.media_type)
             + sum(_PLATFORM_OVERHEAD + len(p.os) + len(p.architecture) + len(p.variant or "")
-                  for p in value.platforms))
+                  + len(p.os_version or "") for p in value.platforms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +288,18 @@ def _platform_of(obj: Mapping[str, Any], what: str) -> Platform | None:
                               "characters")
     if not os_ or not arch or os_ == "unknown" or arch == "unknown":
         return None
-    return Platform(os_.lower(), arch.lower(), variant or None)
+    os_ = os_.lower()
+    return Platform(os_, arch.lower(), variant or None, windows_version(os_, version))
+
+
+def windows_version(os_: str, version: object) -> str | None:
+    """The ``os.version`` kept for a platform: for ``windows`` a string matching
+    :data:`OS_VERSION_RE` (digits and dots, at most 4 parts), else None. A malformed value
+    is not read (the image keeps the rule of an image without ``os.version``: any build),
+    and a non-Windows ``os.version`` is not used for placement."""
+    if os_ != "windows" or not isinstance(version, str) or not OS_VERSION_RE.fullmatch(version):
+        return None
+    return version
 
 
 def _bounded(value: str, limit: int, what: str) -> None:

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from podplacement.imageinspect import ImageInfo, Platform
+from podplacement.imageinspect import OS_VERSION_RE, ImageInfo, Platform
 from podplacement.rules.admission import PATH_WEBHOOK
 from podplacement.rules.admissionpolicy import ADMISSION_PATH, admission_record
 from podplacement.rules.affinity import (
@@ -156,11 +156,17 @@ def recently_created(pod: Mapping[str, Any], now: float, window: float) -> bool:
 
 
 def _platform(text: object) -> Platform | None:
-    """``os/arch[/variant]`` as the annotation writes it, each part of the CRD's pattern."""
-    parts = str(text).split("/")
+    """``os/arch[/variant][@os.version]`` as the annotation writes it (the version only for
+    windows entries that carry one, :meth:`imageinspect.Platform.text`; the releases before
+    it wrote none), each part of the CRD's pattern."""
+    base, at, version = str(text).partition("@")
+    parts = base.split("/")
     if not 2 <= len(parts) <= 3 or not all(_PART.fullmatch(p) for p in parts):
         return None
-    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+    if at and not OS_VERSION_RE.fullmatch(version):
+        return None
+    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None,
+                    version or None)
 
 
 def _recorded_results(record: Mapping[str, Any]) -> dict[str, ImageInfo] | None:

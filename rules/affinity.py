@@ -31,6 +31,8 @@ from podplacement.rules.config import (
     LINUX,
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
+    WINDOWS,
+    WINDOWS_BUILD_LABEL,
 )
 
 _AFF = "/spec/affinity"
@@ -230,7 +232,8 @@ def group_expressions(archs: Iterable[str], oses: Iterable[str]) -> list[dict[st
 
 
 def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Sequence[str],
-               supported: Sequence[Pair]) -> list[dict[str, Any]]:
+               supported: Sequence[Pair], known_pairs: Sequence[Pair] | None = None
+               ) -> list[dict[str, Any]]:
     """The expressions that restrict ``term`` to the supported pairs of ``oses``:
     ``kubernetes.io/arch In [archs every OS of the group supports]`` then
     ``kubernetes.io/os In [oses]``. A key the user pinned (:func:`_pins`) gets nothing when
@@ -247,7 +250,8 @@ def _narrowing(term: Mapping[str, Any], selector: Mapping[str, Any], oses: Seque
     pins = {key: _pins(term, selector, key) for key in (ARCH_LABEL, OS_LABEL)}
     if pins[ARCH_LABEL] is None and pins[OS_LABEL] is None:
         return group_expressions(wanted[ARCH_LABEL], wanted[OS_LABEL])
-    known = {ARCH_LABEL: {a for _, a in supported}, OS_LABEL: {o for o, _ in supported}}
+    every = supported if known_pairs is None else known_pairs
+    known = {ARCH_LABEL: {a for _, a in every}, OS_LABEL: {o for o, _ in every}}
     out: list[dict[str, Any]] = []
     for key, pinned in pins.items():
         if pinned is None:
@@ -272,12 +276,15 @@ class TermPlatforms:
             pod's ``nodeSelector``, not by its expressions on other labels).
         left_out: the supported pairs the term admitted before and no longer does: a term
             keeps the pairs of one OS group when one term cannot name all of them exactly.
+        builds: the Windows builds the term's ``node.kubernetes.io/windows-build In``
+            expression admits (sorted), empty when it has none.
     """
 
     index: int | None
     expressions: tuple[dict[str, Any], ...]
     pairs: tuple[Pair, ...]
     left_out: tuple[Pair, ...] = ()
+    builds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +333,54 @@ class PlatformRequirement:
         return sum(len(t.expressions) for t in self.terms)
 
 
-def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> PlatformRequirement:
+BuildMap = Mapping[Pair, Sequence[str]]
+
+
+def _windows_partitions(candidates: Iterable[Pair], builds: BuildMap
+                        ) -> list[tuple[tuple[str, ...], tuple[Pair, ...]]]:
+    """The windows pairs of ``candidates`` grouped by their build list (``()``: any build),
+    sorted by build list: one term can admit ``arch In A`` AND ``windows-build In B`` only
+    for architectures that share the builds B (never the cross product, as for OS pairs)."""
+    parts: dict[tuple[str, ...], list[Pair]] = {}
+    for pair in sorted(set(candidates)):
+        if pair[0] == WINDOWS:
+            parts.setdefault(tuple(sorted(builds.get(pair) or ())), []).append(pair)
+    return sorted((b, tuple(p)) for b, p in parts.items())
+
+
+def _constrained(group: Sequence[str], candidates: Iterable[Pair], builds: BuildMap) -> bool:
+    """True when ``group`` holds windows and a windows pair of ``candidates`` has builds."""
+    return WINDOWS in group and any(p[0] == WINDOWS and builds.get(p) for p in candidates)
+
+
+def _group_terms(term: Mapping[str, Any], selector: Mapping[str, Any], group: Sequence[str],
+                 candidates: Sequence[Pair], pairs: Sequence[Pair], builds: BuildMap
+                 ) -> list[tuple[list[dict[str, Any]], tuple[str, ...]]]:
+    """The expression lists (each with its builds) that admit ``group``'s pairs: one
+    (:func:`_narrowing`) unless windows in the group has a build constraint; then the
+    other OSes of the group get one, and windows one per build partition of its
+    ``candidates`` pairs, with ``node.kubernetes.io/windows-build In [builds]`` after the
+    os expression (not when the term's own ``In`` on that key admits only those builds):
+    a windows node of another build is not admitted (kubernetes.io, "Windows containers in
+    Kubernetes", version compatibility)."""
+    if not _constrained(group, candidates, builds):
+        return [(_narrowing(term, selector, group, pairs), ())]
+    out: list[tuple[list[dict[str, Any]], tuple[str, ...]]] = []
+    others = tuple(o for o in group if o != WINDOWS)
+    if others:
+        out.append((_narrowing(term, selector, others, pairs), ()))
+    rest = [p for p in pairs if p[0] != WINDOWS]
+    for part_builds, part in _windows_partitions(candidates, builds):
+        exprs = _narrowing(term, selector, (WINDOWS,), [*rest, *part], pairs)
+        pinned = allowed_values(term, WINDOWS_BUILD_LABEL)
+        if part_builds and (pinned is None or not pinned <= set(part_builds)):
+            exprs.append(expression(WINDOWS_BUILD_LABEL, "In", list(part_builds)))
+        out.append((exprs, part_builds))
+    return out
+
+
+def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair],
+                         builds: BuildMap | None = None) -> PlatformRequirement:
     """The required node affinity that admits only nodes whose (os, architecture) pair is
     one every image supports.
 
@@ -364,11 +418,20 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
         pod: the Pod dict (its required terms and ``nodeSelector`` are read).
         supported: the (os, architecture) pairs every image supports
             (:func:`rules.platforms.supported_platforms`); empty gives no terms.
+        builds: per windows pair, the Windows builds every image supports
+            (:attr:`rules.platforms.PlatformSet.builds`); a pair not in it runs on any
+            build. A windows pair with builds never shares a term with another OS or with
+            a windows architecture of other builds: a pod without terms gets one term per
+            build list, ``arch In [archs]`` AND ``os In [windows]`` AND
+            ``node.kubernetes.io/windows-build In [builds]``; an existing term whose chosen
+            group holds such a pair keeps the group's other OSes if it has any, else the
+            windows architectures of the first build list (the rest is ``left_out``).
 
     Returns:
         the :class:`PlatformRequirement`. Pure; never raises for odd specs.
     """
     pairs = tuple(sorted(set(supported)))
+    build_map: BuildMap = {p: b for p, b in (builds or {}).items() if p in pairs and b}
     spec = _spec(pod)
     raw_selector = spec.get("nodeSelector")
     selector: Mapping[str, Any] = raw_selector if isinstance(raw_selector, Mapping) else {}
@@ -380,9 +443,11 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
     out: list[TermPlatforms] = []
     if not terms:
         for group in _os_groups(selected) or [fallback]:
-            exprs = _narrowing({}, selector, group, pairs)
-            after = tuple(p for p in pairs if _admits({"matchExpressions": exprs}, selector, p))
-            out.append(TermPlatforms(None, tuple(exprs), after))
+            for exprs, term_builds in _group_terms({}, selector, group, selected or pairs,
+                                                   pairs, build_map):
+                after = tuple(p for p in pairs
+                              if _admits({"matchExpressions": exprs}, selector, p))
+                out.append(TermPlatforms(None, tuple(exprs), after, (), term_builds))
         return PlatformRequirement(pairs, tuple(out), selected)
     compatible = False
     outside: dict[str, set[str]] = {ARCH_LABEL: set(), OS_LABEL: set()}
@@ -393,12 +458,14 @@ def platform_requirement(pod: Mapping[str, Any], supported: Iterable[Pair]) -> P
     for index, term in enumerate(terms):
         before = [p for p in pairs if _admits(term, selector, p)]
         groups = _os_groups(before)
-        exprs = _narrowing(term, selector, _chosen(groups) if groups else fallback, pairs)
+        exprs, term_builds = _group_terms(term, selector,
+                                          _chosen(groups) if groups else fallback,
+                                          before or pairs, pairs, build_map)[0]
         narrowed = {"matchExpressions": [*(term.get("matchExpressions") or []), *exprs]}
         after = tuple(p for p in before if _admits(narrowed, selector, p))
         outside_pairs.update(p for p in mixed if _admits(narrowed, selector, p))
         out.append(TermPlatforms(index, tuple(exprs), after,
-                                 tuple(p for p in before if p not in after)))
+                                 tuple(p for p in before if p not in after), term_builds))
         os_pin, arch_pin = _pins(term, selector, OS_LABEL), _pins(term, selector, ARCH_LABEL)
         compatible = compatible or any(
             (os_pin is None or o in os_pin) and (arch_pin is None or a in arch_pin)
@@ -471,7 +538,8 @@ class AffinityPlan:
             count += 1
         return count
 
-    def require_platforms(self, supported: Iterable[Pair]) -> PlatformRequirement:
+    def require_platforms(self, supported: Iterable[Pair],
+                          builds: BuildMap | None = None) -> PlatformRequirement:
         """Narrow the required terms to the (os, architecture) pairs ``supported`` (every
         image's platforms), as :func:`platform_requirement` computes it (see
         :meth:`apply_platforms`).
@@ -482,7 +550,7 @@ class AffinityPlan:
         Raises:
             ValueError: called on a plan that already created several new terms.
         """
-        requirement = platform_requirement(self._pod, supported)
+        requirement = platform_requirement(self._pod, supported, builds)
         self.apply_platforms(requirement)
         return requirement
 

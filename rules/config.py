@@ -158,6 +158,13 @@ OS_LABEL = "kubernetes.io/os"
 #: several OSes exactly (``rules.affinity.platform_requirement``).
 LINUX = "linux"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The ``kubernetes.io/os`` value of Windows nodes.
+WINDOWS = "windows"
+#: The node label the kubelet sets on Windows nodes to the host's build, ``major.minor.build``
+#: (e.g. ``10.0.17763``); a process-isolated Windows container runs only on a host of its
+#: image's build (kubernetes.io: "Well-Known Labels, Annotations and Taints",
+#: ``node.kubernetes.io/windows-build``; "Windows containers in Kubernetes").
+WINDOWS_BUILD_LABEL = "node.kubernetes.io/windows-build"
 #: The annotation the kubelet puts on the mirror pod of a static pod (its manifest's hash).
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
@@ -165,7 +172,7 @@ DEFAULT_NAMESPACE = "podplacement-system"
 ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
 #: The ``kubernetes.io/os`` values of the nodes the kubelet runs on (the CRD's enum of
 #: ``spec.fallbackOperatingSystems``).
-OPERATING_SYSTEMS = (LINUX, "windows")
+OPERATING_SYSTEMS = (LINUX, WINDOWS)
 #: ``spec.fallbackOperatingSystems`` when unset: a pod released without its images'
 #: platforms still requires a Linux node (``rules.fallback``).
 DEFAULT_FALLBACK_OPERATING_SYSTEMS = (LINUX,)

@@ -68,6 +68,8 @@ from podplacement.rules.config import (
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
     SYSTEM_NAMESPACES,
+    WINDOWS,
+    WINDOWS_BUILD_LABEL,
     ExcludedPlatform,
 )
 from podplacement.rules.decision import NORMAL, WARNING, EventSpec
@@ -77,6 +79,7 @@ from podplacement.rules.placement import (
     RECORD_ARCHS,
     RECORD_PLATFORMS,
     RECORD_RESULT,
+    RECORD_WINDOWS_BUILDS,
     Outcome,
     compact_json,
     event_message,
@@ -136,7 +139,7 @@ SKIP_ENDED = "ended"
 
 #: The node labels a placement writes requirements on: what :func:`placement_doubt`
 #: judges the pod's node by.
-PLACEMENT_KEYS = (OS_LABEL, ARCH_LABEL, NO_SUPPORTED_PLATFORM_KEY)
+PLACEMENT_KEYS = (OS_LABEL, ARCH_LABEL, WINDOWS_BUILD_LABEL, NO_SUPPORTED_PLATFORM_KEY)
 #: Platforms a decision annotation may list for :func:`record_doubt` to check it (a real
 #: image index lists well under 100; more is no record of ours, and checking it would cost
 #: the event loop time in proportion to its square).
@@ -256,6 +259,23 @@ def _recorded_pairs(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
     return pairs
 
 
+def _recorded_builds(record: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
+    """The decision's ``windowsBuilds`` (``{"windows/amd64": ["10.0.17763"]}``) as pairs ->
+    builds; entries that are not ``windows/arch`` -> a list of at most
+    :data:`MAX_RECORDED_PLATFORMS` strings are not read."""
+    raw = record.get(RECORD_WINDOWS_BUILDS)
+    out: dict[tuple[str, str], list[str]] = {}
+    if not isinstance(raw, Mapping):
+        return out
+    for key, builds in list(raw.items())[:MAX_RECORDED_PLATFORMS]:
+        parts = key.split("/") if isinstance(key, str) else []
+        if (len(parts) == 2 and parts[0] == WINDOWS and _PART.fullmatch(parts[1])
+                and isinstance(builds, list) and len(builds) <= MAX_RECORDED_PLATFORMS
+                and all(isinstance(b, str) and _PART.fullmatch(b) for b in builds)):
+            out[(parts[0], parts[1])] = builds
+    return out
+
+
 def record_doubt(pod: Mapping[str, Any]) -> str | None:
     """Why ``pod``'s placement record does not reproduce from its spec, or None when it
     does: its ``podplacement.io/decision`` annotation records a requirement and the pod's
@@ -296,7 +316,8 @@ def record_doubt(pod: Mapping[str, Any]) -> str | None:
         pairs = _recorded_pairs(record)
         if not pairs:
             return DOUBT_PLATFORMS
-        return DOUBT_AFFINITY if platform_requirement(pod, pairs).appended else None
+        builds = _recorded_builds(record)
+        return DOUBT_AFFINITY if platform_requirement(pod, pairs, builds).appended else None
     if result == Outcome.NO_SUPPORTED_PLATFORM:
         terms = required_terms(pod)
         if terms and all(term_has_key(t, NO_SUPPORTED_PLATFORM_KEY) for t in terms):
@@ -411,8 +432,10 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
              images: Mapping[str, ImageLike | BaseException],
              excluded: Sequence[ExcludedPlatform] = ()) -> Verdict:
     """The :class:`Verdict` on ``pod`` (bound to ``node``, the Node dict, or None when it
-    does not exist): ``fit`` when the node's (os, arch) pair is one every image supports,
-    ``unfit`` when not, ``unknown`` when that cannot be told.
+    does not exist): ``fit`` when the node's (os, arch) pair is one every image supports
+    (for a windows pair whose images carry ``os.version``: and the node's
+    ``node.kubernetes.io/windows-build`` is one of their builds), ``unfit`` when not,
+    ``unknown`` when that cannot be told.
 
     Args:
         pod: the Pod dict.
@@ -439,6 +462,14 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
     if raw is None or learned is None:
         return Verdict(UNKNOWN, node_name, platform, (), _first_error(pod, images))
     supported = tuple(learned.strings())
+    builds = learned.builds_of(pair)
+    node_build = _map(_map(node.get("metadata")).get("labels")).get(WINDOWS_BUILD_LABEL)
+    if pair in learned.pairs and builds is not None and node_build not in builds:
+        shown = node_build if isinstance(node_build, str) and node_build else "unknown"
+        return Verdict(UNFIT, node_name, platform, supported,
+                       f"windows build {shown} not supported: its images support "
+                       f"{platform} only on builds {', '.join(builds)} "
+                       f"({WINDOWS_BUILD_LABEL}): it can't run on the node")
     if pair in learned.pairs:
         return Verdict(FIT, node_name, platform, supported,
                        f"its images support {_listed(learned)}, which includes the "

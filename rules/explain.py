@@ -33,7 +33,7 @@ from podplacement.rules.learn import LearnedImage, describe, learned_images
 from podplacement.rules.numa import InFlight
 from podplacement.rules.placement import allowed_platforms
 from podplacement.rules.plan import plan, pod_platforms
-from podplacement.rules.platforms import ImageLike, PlatformSet
+from podplacement.rules.platforms import ImageLike, PlatformSet, os_version_of
 from podplacement.rules.podspec import has_gate, node_ineligibility, unescape_pointer
 from podplacement.rules.policy import PlacementPolicy, policy_for
 
@@ -54,7 +54,11 @@ def _image_entry(image: str, result: ImageLike | BaseException | None) -> dict[s
         return {"image": image, "digest": None, "platforms": [], "error": error}
     platforms = []
     for p in result.platforms:
-        platforms.append(f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else ""))
+        version = os_version_of(p)
+        text = (f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else "")
+                + (f"@{version}" if version else ""))
+        if text not in platforms:
+            platforms.append(text)
     entry: dict[str, Any] = {"image": image, "digest": getattr(result, "digest", None) or None,
                              "platforms": platforms}
     if isinstance(result, LearnedImage):
@@ -84,7 +88,8 @@ def _ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
     image supports, or one the platform requirement left out of every required term
     (``excluded``: one OS group per existing term, KEP-3838)."""
     pairs = set(platforms.pairs) if platforms is not None and platforms.image_count else None
-    reason = node_ineligibility(node, node_selector, pairs)
+    builds = dict(platforms.builds) if platforms is not None else None
+    reason = node_ineligibility(node, node_selector, pairs, builds)
     if reason is None and excluded:
         labels = _labels(node)
         pair = (str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or ""))
@@ -181,7 +186,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             applies (:func:`rules.policy.policy_for`) and is named in the report.
     Returns:
         ``{"pod": "ns/name", "images": [{"image", "digest", "platforms": ["os/arch[/variant]"]}],
-        "platforms": ["os/arch"], "pairs": ["os/arch"], "architectures": [...],
+        "platforms": ["os/arch"], "windowsBuilds": {"windows/arch": ["10.0.17763"]},
+        "pairs": ["os/arch"], "architectures": [...],
         "policy": {"name", "priority"} | None, "outcome": str, "reason": str,
         "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
@@ -193,7 +199,10 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         (``platform``, ``proof``, ``why``, ``digests``), and a node of that platform says so
         as its reason.
         ``platforms`` is the intersection of
-        the images' (os, arch) pairs, ``pairs`` those the written required terms admit
+        the images' (os, arch) pairs, ``windowsBuilds`` per windows pair the builds its
+        images carry in ``os.version`` (the node label
+        ``node.kubernetes.io/windows-build`` must be one; a node of another build says
+        "windows build X not supported"), ``pairs`` those the written required terms admit
         (:attr:`rules.affinity.PlatformRequirement.pairs`; empty without a platform
         requirement). Image-inspection failures are decided
         as after the last retry (the controller's fallback); the reason then says that
@@ -227,6 +236,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
         "images": [_image_entry(img, results[img]) for img in images],
         "platforms": platforms.strings() if platforms is not None else [],
+        "windowsBuilds": (allowed.build_strings() if allowed is not None else {}),
         "pairs": [f"{o}/{a}" for o, a in requirement.pairs] if requirement is not None else [],
         "architectures": list(decision.architectures),
         "policy": ({"name": policy.name, "priority": policy.priority}
@@ -357,6 +367,9 @@ def render_table(report: Mapping[str, Any]) -> str:
     if len({p.split("/")[0] for p in pairs}) > 1:
         # several OSes: the architectures alone do not say which node may run the pod
         out.append(f"Platforms: {', '.join(pairs)}")
+    for pair, builds in sorted((report.get("windowsBuilds") or {}).items()):
+        out.append(f"Windows builds: {pair} on node.kubernetes.io/windows-build "
+                   f"{', '.join(builds)}")
     policy = report.get("policy")
     if policy:
         out.append(f"Policy: {policy['name']} (priority {policy['priority']})")

@@ -107,6 +107,7 @@ from podplacement.rules.platforms import (
     ImageLike,
     NodeInventory,
     PlatformSet,
+    os_version_of,
     supported_platforms,
 )
 from podplacement.rules.policy import PlacementPolicy, narrow
@@ -181,13 +182,17 @@ RECORD_FALLBACK = "fallback"
 RECORD_PLATFORMS = "platforms"
 RECORD_OSES = "oses"
 RECORD_PAIRS = "pairs"
+#: The decision's Windows build constraint, ``{"windows/amd64": ["10.0.17763"]}``: per
+#: windows pair, the builds every image supports (absent: none; docs/pools/windows-builds.md).
+RECORD_WINDOWS_BUILDS = "windowsBuilds"
 RECORD_NUMA = "numa"
 RECORD_ARCHS = "archs"
 RECORD_RESULT = "result"
 RECORD_REASON = "reason"
 RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR,
                  RECORD_POLICY, RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
-                 RECORD_PAIRS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT, RECORD_REASON)
+                 RECORD_PAIRS, RECORD_WINDOWS_BUILDS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT,
+                 RECORD_REASON)
 #: Written last, only in the compact form of an annotation over :data:`MAX_DECISION_BYTES`:
 #: ``"compact":1`` (images' platforms replaced by their count, long lists cut) or ``2`` (only
 #: the outcome, the reason and the number of images).
@@ -536,8 +541,10 @@ def _image_entry(image: str, result: Any) -> dict[str, Any]:
     digest = getattr(result, "digest", None)
     if digest:
         entry["digest"] = digest
-    entry["platforms"] = [f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else "")
-                          for p in getattr(result, "platforms", ())]
+    entry["platforms"] = list(dict.fromkeys(
+        f"{p.os}/{p.architecture}" + (f"/{p.variant}" if p.variant else "")
+        + (f"@{v}" if (v := os_version_of(p)) else "")
+        for p in getattr(result, "platforms", ())))
     if isinstance(result, LearnedImage):
         entry["excluded"] = [{"platform": x.platform, "proof": x.proof,
                               "since": iso(x.since or x.last_seen), "until": iso(x.expires)}
@@ -641,9 +648,11 @@ def _supported(pod: Mapping[str, Any], platforms: PlatformSet, config: Placement
     """The exact pairs into the required terms, the preferred architectures, and the
     warnings about the user's pins and the cluster."""
     archs = platforms.architectures
-    requirement = platform_requirement(pod, platforms.pairs)
+    requirement = platform_requirement(pod, platforms.pairs, dict(platforms.builds))
     record: dict[str, Any] = {RECORD_PLATFORMS: platforms.strings(),
                               RECORD_OSES: list(platforms.oses)}
+    if platforms.builds:
+        record[RECORD_WINDOWS_BUILDS] = platforms.build_strings()
     if len(platforms.oses) > 1:
         # archs and oses combined are not what the pod may run on: record the exact pairs
         record[RECORD_PAIRS] = pairs_text(requirement.pairs)
@@ -689,7 +698,8 @@ def allowed_platforms(platforms: PlatformSet, policy: PlacementPolicy | None
     if not removed:
         return platforms, ()
     variants = tuple(v for v in platforms.variants if (v[0], v[1]) in kept)
-    return PlatformSet(kept, variants, platforms.image_count), removed
+    builds = tuple(b for b in platforms.builds if b[0] in kept)
+    return PlatformSet(kept, variants, platforms.image_count, builds), removed
 
 
 def _not_allowed(platforms: PlatformSet, removed: Sequence[Pair],

@@ -138,13 +138,14 @@ def plan(
         # leave out (one OS group per existing term, KEP-3838) is no candidate either.
         pairs = set(allowed.pairs) or None
         if pairs:
-            pairs -= set(platform_requirement(pod, allowed.pairs).excluded)
+            pairs -= set(platform_requirement(pod, allowed.pairs,
+                                              dict(allowed.builds)).excluded)
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         if not isinstance(selector, Mapping):
             selector = {}
 
         def eligible(node: Mapping[str, Any]) -> bool:
-            return node_eligible(node, selector, pairs)
+            return node_eligible(node, selector, pairs, dict(allowed.builds))
 
         try:
             numa = decide_numa(pod, nodes, nrts, config.topology, node_eligible=eligible,

@@ -6,7 +6,8 @@ images of their (os, architecture) pairs, and a node is admissible only when its
 one of them (:func:`rules.affinity.platform_requirement` writes that into the pod).
 Variants (``arm64/v8``, ``arm/v7``) are recorded for the decision annotation but never
 matched: nodes carry no variant label (``kubernetes.io/arch`` and ``kubernetes.io/os``
-only). Pure code, no I/O.
+only). Windows entries carrying ``os.version`` add a build constraint per (windows,
+architecture) pair (:func:`windows_builds`). Pure code, no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podplacement.rules.config import ARCH_LABEL, LINUX, OS_LABEL
+from podplacement.rules.config import ARCH_LABEL, LINUX, OS_LABEL, WINDOWS
+
+#: A Windows build as the node label ``node.kubernetes.io/windows-build`` carries it:
+#: ``major.minor.build`` (the first three parts of an image's ``os.version``).
+_BUILD_PARTS = 3
 
 
 class PlatformLike(Protocol):
@@ -27,6 +32,25 @@ class PlatformLike(Protocol):
     def architecture(self) -> str: ...
     @property
     def variant(self) -> str | None: ...
+
+
+def os_version_of(platform: PlatformLike) -> str | None:
+    """``platform``'s ``os_version`` (``imageinspect.Platform``), None for platforms
+    without one (older types, the catalog's pairs)."""
+    value = getattr(platform, "os_version", None)
+    return value if isinstance(value, str) and value else None
+
+
+def windows_build(os_version: str | None) -> str | None:
+    """The build (``major.minor.build``) of a Windows ``os.version``:
+    ``10.0.17763.5458`` -> ``10.0.17763``; None when it has fewer than three parts (such a
+    version names no build: the entry supports any)."""
+    if not os_version:
+        return None
+    parts = os_version.split(".")
+    if len(parts) < _BUILD_PARTS or not all(p.isdigit() for p in parts):
+        return None
+    return ".".join(parts[:_BUILD_PARTS])
 
 
 class ImageLike(Protocol):
@@ -45,11 +69,25 @@ class PlatformSet:
         variants: (os, architecture, variant) triples seen for those pairs in any image,
             sorted; informational only.
         image_count: how many images were intersected (0: the set is meaningless).
+        builds: per (windows, architecture) pair of :attr:`pairs` that carries a build
+            constraint, the sorted Windows builds (``10.0.17763``) every image supports,
+            as ``((os, arch), (build, ...))`` sorted by pair; a windows pair not listed
+            runs on any build (:func:`windows_builds`).
     """
 
     pairs: tuple[tuple[str, str], ...]
     variants: tuple[tuple[str, str, str], ...] = ()
     image_count: int = 0
+    builds: tuple[tuple[tuple[str, str], tuple[str, ...]], ...] = ()
+
+    def builds_of(self, pair: tuple[str, str]) -> tuple[str, ...] | None:
+        """The Windows builds ``pair`` is limited to, None when it has no such limit."""
+        return next((b for p, b in self.builds if p == pair), None)
+
+    def build_strings(self) -> dict[str, list[str]]:
+        """``{"windows/amd64": ["10.0.17763"]}`` for the decision annotation (empty: no
+        build constraint)."""
+        return {f"{o}/{a}": list(b) for (o, a), b in self.builds}
 
     @property
     def architectures(self) -> tuple[str, ...]:
@@ -89,8 +127,51 @@ def image_platform_pairs(image: ImageLike) -> set[tuple[str, str]]:
     return out
 
 
+def image_builds(image: ImageLike, pair: tuple[str, str]) -> frozenset[str] | None:
+    """The Windows builds one image supports for ``pair`` (a windows pair): the builds of
+    its entries of that pair, or None (any build) when one of them has no usable
+    ``os.version`` (an image without ``os.version`` keeps the rule of before: every
+    windows node of its architecture)."""
+    builds: set[str] = set()
+    for p in image.platforms:
+        if (p.os, p.architecture) != pair:
+            continue
+        build = windows_build(os_version_of(p))
+        if build is None:
+            return None
+        builds.add(build)
+    return frozenset(builds)
+
+
+def windows_builds(images: Sequence[ImageLike], pairs: Iterable[tuple[str, str]]
+                   ) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per windows pair of ``pairs`` (those every image supports), the builds every image
+    supports: the intersection over the images that constrain it (:func:`image_builds`).
+    A pair no image constrains is not in the result (any build); a pair whose images share
+    no build maps to ``()`` (no host can run them all: the caller drops the pair).
+
+    The rule: a process-isolated Windows container runs only on a host of the same build
+    (kubernetes.io, "Windows containers in Kubernetes": version compatibility), and the
+    kubelet labels Windows nodes ``node.kubernetes.io/windows-build=major.minor.build``.
+    """
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for pair in sorted(set(pairs)):
+        if pair[0] != WINDOWS:
+            continue
+        common: frozenset[str] | None = None
+        for image in images:
+            builds = image_builds(image, pair)
+            if builds is not None:
+                common = builds if common is None else common & builds
+        if common is not None:
+            out[pair] = tuple(sorted(common))
+    return out
+
+
 def supported_platforms(images: Sequence[ImageLike]) -> PlatformSet:
-    """Intersect the (os, architecture) pairs of ``images``.
+    """Intersect the (os, architecture) pairs of ``images``; a windows pair whose images
+    carry ``os.version`` keeps only the builds every image supports, and is dropped when
+    they share none (:func:`windows_builds`).
 
     Returns a :class:`PlatformSet`; with no images it is empty with ``image_count`` 0
     (callers treat that as "no constraint can be derived").
@@ -102,6 +183,8 @@ def supported_platforms(images: Sequence[ImageLike]) -> PlatformSet:
         pairs = image_platform_pairs(image)
         common = pairs if common is None else common & pairs
     common = common or set()
+    builds = windows_builds(images, common)
+    common -= {pair for pair, b in builds.items() if not b}
     variants = {
         (p.os, p.architecture, p.variant)
         for image in images
@@ -112,6 +195,7 @@ def supported_platforms(images: Sequence[ImageLike]) -> PlatformSet:
         tuple(sorted(common)),
         tuple(sorted((o, a, str(v)) for o, a, v in variants)),
         len(images),
+        tuple((pair, b) for pair, b in sorted(builds.items()) if b),
     )
 
 

@@ -20,7 +20,7 @@ The webhook imports this module, so it imports nothing from the controller excep
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -33,6 +33,7 @@ from podplacement.rules.config import (
     LINUX,
     OS_LABEL,
     SCHEDULING_GATE,
+    WINDOWS_BUILD_LABEL,
     PlacementConfig,
 )
 
@@ -496,7 +497,9 @@ def unescape_pointer(pointer: str) -> list[str]:
 
 
 def node_ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any],
-                       platforms: Collection[tuple[str, str]] | None) -> str | None:
+                       platforms: Collection[tuple[str, str]] | None,
+                       builds: Mapping[tuple[str, str], Sequence[str]] | None = None
+                       ) -> str | None:
     """Why ``node`` is not a placement candidate for a pod, or None when it is.
 
     Args:
@@ -504,12 +507,16 @@ def node_ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any]
         node_selector: the pod's ``spec.nodeSelector`` (label -> value, all must match).
         platforms: the (os, architecture) pairs every image of the pod supports; None when
             not known (no platform constraint); empty when the images share none.
+        builds: per windows pair, the builds every image supports
+            (:attr:`rules.platforms.PlatformSet.builds`); a pair not in it: any build.
     Returns:
         None when every ``node_selector`` label equals the node's label and, when
         ``platforms`` is not None, the node's pair (``kubernetes.io/os``, ``"linux"`` when
         unlabelled; ``kubernetes.io/arch``) is one of ``platforms``. Otherwise the reason:
         ``"nodeSelector k=v does not match (actual|unset)"`` (first mismatching key) or
-        ``"platform os/arch is not supported by every image (supported: a/b, ...)"``.
+        ``"platform os/arch is not supported by every image (supported: a/b, ...)"`` or
+        ``"windows build B not supported (supported: b1, ...)"`` (the node's
+        ``node.kubernetes.io/windows-build`` is not one of its pair's ``builds``).
     Rule: the pod's nodeSelector (scheduler NodeAffinity plugin, exact label match) and the
     architecture decision podplacement injects (``kubernetes.io/os`` / ``kubernetes.io/arch``
     well-known labels).
@@ -522,14 +529,20 @@ def node_ineligibility(node: Mapping[str, Any], node_selector: Mapping[str, Any]
         return None
     pair = (str(labels.get(OS_LABEL) or LINUX), str(labels.get(ARCH_LABEL) or ""))
     if pair in platforms:
-        return None
+        wanted = (builds or {}).get(pair)
+        build = labels.get(WINDOWS_BUILD_LABEL)
+        if wanted is None or build in wanted:
+            return None
+        return (f"windows build {build or 'unknown'} not supported "
+                f"(supported: {', '.join(wanted)})")
     supported = ", ".join(f"{os_}/{arch}" for os_, arch in sorted(platforms)) or "none"
     return (f"platform {pair[0]}/{pair[1] or 'unknown'} is not supported by every image "
             f"(supported: {supported})")
 
 
 def node_eligible(node: Mapping[str, Any], node_selector: Mapping[str, Any],
-                  platforms: Collection[tuple[str, str]] | None) -> bool:
+                  platforms: Collection[tuple[str, str]] | None,
+                  builds: Mapping[tuple[str, str], Sequence[str]] | None = None) -> bool:
     """True when ``node`` is a placement candidate (:func:`node_ineligibility` is None).
 
     Args and rule: see :func:`node_ineligibility`.
@@ -540,7 +553,11 @@ def node_eligible(node: Mapping[str, Any], node_selector: Mapping[str, Any],
             return False
     if platforms is None:
         return True
-    return (labels.get(OS_LABEL) or LINUX, labels.get(ARCH_LABEL) or "") in platforms
+    pair = (labels.get(OS_LABEL) or LINUX, labels.get(ARCH_LABEL) or "")
+    if pair not in platforms:
+        return False
+    wanted = (builds or {}).get(pair)
+    return wanted is None or labels.get(WINDOWS_BUILD_LABEL) in wanted
 
 
 # --- pull secrets --------------------------------------------------------------------------

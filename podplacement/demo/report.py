@@ -96,10 +96,12 @@ def images_cell(pod: Mapping[str, Any]) -> str:
 
 
 def _arch_of(platform: str) -> str:
-    parts = platform.split("/")
+    """``linux/arm64`` -> ``arm64``; other OSes kept whole; a Windows ``@os.version``
+    (the annotation's per-image form) left out."""
+    parts = platform.split("@", 1)[0].split("/")
     if len(parts) >= 2 and parts[0] == "linux":
         return "/".join(parts[1:])
-    return platform
+    return "/".join(parts)
 
 
 def platforms_cell(record: Mapping[str, Any]) -> str:

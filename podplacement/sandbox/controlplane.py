@@ -714,13 +714,19 @@ class FakeNode:
             "lastTransitionTime": now}]}}
 
 
+#: The ``node.kubernetes.io/windows-build`` label the kubelet sets on a Windows node, here of
+#: Windows Server 2022 (the build of the test pusher's windows entries,
+#: ``podplacement.sandbox.oci.WINDOWS_OS_VERSION``).
+WINDOWS_BUILD_2022 = "10.0.20348"
+
 #: The nodes the tests and the benchmark add: every architecture the product sees, and one
-#: windows node.
+#: windows node (labelled with its build, as a kubelet labels it).
 DEFAULT_NODES = (
     FakeNode("node-amd64-a", "amd64"), FakeNode("node-amd64-b", "amd64"),
     FakeNode("node-arm64-a", "arm64"), FakeNode("node-arm64-b", "arm64"),
     FakeNode("node-ppc64le", "ppc64le"), FakeNode("node-s390x", "s390x"),
-    FakeNode("node-windows", "amd64", os="windows"),
+    FakeNode("node-windows", "amd64", os="windows",
+             labels={"node.kubernetes.io/windows-build": WINDOWS_BUILD_2022}),
 )
 
 

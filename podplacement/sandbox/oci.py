@@ -106,20 +106,26 @@ def sha256_digest(data: bytes) -> str:
 
 
 def parse_platform(text: str) -> dict[str, str]:
-    """``"os/arch[/variant]"`` → an OCI index platform ``{"os": str, "architecture": str,
-    "variant"?: str}`` (OCI image-spec ``image-index.md``); ``windows`` also gets
-    ``"os.version": WINDOWS_OS_VERSION``. No check that the values are known GOOS/GOARCH.
+    """``"os/arch[/variant][@os.version]"`` → an OCI index platform ``{"os": str,
+    "architecture": str, "variant"?: str, "os.version"?: str}`` (OCI image-spec
+    ``image-index.md``); ``windows`` without ``@`` gets ``"os.version": WINDOWS_OS_VERSION``,
+    ``windows/amd64@`` (an empty version) none. No check that the values are known
+    GOOS/GOARCH.
 
     Raises:
         ValueError: fewer than two or more than three parts, or an empty part.
     """
-    parts = text.split("/")
+    base, at, version = text.partition("@")
+    parts = base.split("/")
     if not 2 <= len(parts) <= 3 or not all(parts):
-        raise ValueError(f"platform {text!r} is not os/arch[/variant]")
+        raise ValueError(f"platform {text!r} is not os/arch[/variant][@os.version]")
     platform = {"os": parts[0], "architecture": parts[1]}
     if len(parts) == 3:
         platform["variant"] = parts[2]
-    if parts[0] == "windows":
+    if at:
+        if version:
+            platform["os.version"] = version
+    elif parts[0] == "windows":
         platform["os.version"] = WINDOWS_OS_VERSION
     return platform
 

@@ -19,7 +19,9 @@ from podplacement.rules.config import (
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
     SCHEDULING_GATE,
+    WINDOWS_BUILD_LABEL,
 )
+from podplacement.sandbox.controlplane import WINDOWS_BUILD_2022
 from tests.controller.conftest import (
     Images,
     StartController,
@@ -142,8 +144,10 @@ async def test_windows_image_requires_windows_os(
     await start_controller()
     await create_pod(api, ns, gated_pod("win", [images.windows]))
     pod = await wait_ungated(api, ns, "win")
+    # the pusher's windows entries carry os.version 10.0.20348.x: the term requires that build
     assert required_terms(pod) == [
-        {"matchExpressions": [_arch("amd64"), expression(OS_LABEL, "In", ["windows"])]}
+        {"matchExpressions": [_arch("amd64"), expression(OS_LABEL, "In", ["windows"]),
+                              expression(WINDOWS_BUILD_LABEL, "In", [WINDOWS_BUILD_2022])]}
     ]
 
 

@@ -21,9 +21,9 @@ from podplacement.controller.app import Controller, ControllerOptions
 from podplacement.imageinspect import Inspector
 from podplacement.kubeclient import KubeAPI
 from podplacement.rules.affinity import expression
-from podplacement.rules.config import ARCH_LABEL, OS_LABEL
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL, WINDOWS_BUILD_LABEL
 from podplacement.rules.decision import PLATFORMS_LEFT_OUT
-from podplacement.sandbox.controlplane import FakeNode
+from podplacement.sandbox.controlplane import WINDOWS_BUILD_2022, FakeNode
 from tests.controller.conftest import (
     create_pod,
     decision_of,
@@ -42,7 +42,8 @@ pytestmark = pytest.mark.realcluster
 
 LINUX_AMD = FakeNode("pairs-linux-amd64", "amd64")
 LINUX_ARM = FakeNode("pairs-linux-arm64", "arm64")
-WINDOWS_AMD = FakeNode("pairs-windows-amd64", "amd64", os="windows")
+WINDOWS_AMD = FakeNode("pairs-windows-amd64", "amd64", os="windows",
+                       labels={WINDOWS_BUILD_LABEL: WINDOWS_BUILD_2022})
 ZONE = expression("topology.kubernetes.io/zone", "NotIn", ["zone-x"])
 
 
@@ -107,7 +108,9 @@ async def test_two_os_image_is_never_bound_to_linux_amd64(
         {"matchExpressions": [expression(ARCH_LABEL, "In", ["arm64"]),
                               expression(OS_LABEL, "In", ["linux"])]},
         {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
-                              expression(OS_LABEL, "In", ["windows"])]},
+                              expression(OS_LABEL, "In", ["windows"]),
+                              # the pusher's windows entries carry os.version 10.0.20348.x
+                              expression(WINDOWS_BUILD_LABEL, "In", [WINDOWS_BUILD_2022])]},
     ]
     _cordon(cluster, LINUX_ARM, True)
     try:
