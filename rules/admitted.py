@@ -21,7 +21,10 @@ itself from every path"; docs/reference/labels-events-metrics.md "Events"):
   image's in the annotation; the policy read the catalog, whose entries the controller
   keeps). The pod as created is not stored: the placement appended to its node affinity
   (KEP-3838), so :func:`before_placement` proposes what it was, and only a candidate whose
-  recomputed decision renders exactly the stored annotation and node affinity counts. A
+  recomputed decision renders exactly the stored annotation and node affinity counts. What
+  may have been appended to each term is checked against what the placement itself appends
+  to that term (:func:`consistent_cuts`), so the proposals stay few however many terms a
+  pod has. A
   decision that cannot be reproduced so (the config, the exclusions or the catalog changed
   since, a pod placed while no controller ran, an annotation that is not ours) tells
   nothing rather than something else.
@@ -77,6 +80,7 @@ __all__ = [
     "admission_path",
     "admission_warning",
     "before_placement",
+    "consistent_cuts",
     "decision_record",
     "images_to_learn",
     "recently_created",
@@ -253,7 +257,56 @@ def _arch_preferences(preferred: Sequence[Mapping[str, Any]]) -> int:
     return count
 
 
-def before_placement(pod: Mapping[str, Any], path: str) -> Iterator[dict[str, Any]]:
+#: What a placement of a candidate pod appends (:func:`consistent_cuts`): the expressions
+#: ANDed into each of its required terms, in order, and the preferred terms appended.
+Appends = Callable[[Mapping[str, Any]],
+                   tuple[Sequence[Sequence[Mapping[str, Any]]], Sequence[Mapping[str, Any]]]]
+
+
+def consistent_cuts(pod: Mapping[str, Any], appends: Appends
+                    ) -> tuple[list[list[int]], list[int]]:
+    """Per required term of ``pod`` (a pod placed by the webhook), how many trailing
+    expressions the placement may have appended to it, and how many trailing preferred
+    terms, each list the likeliest (the most appended) first: the cuts
+    :func:`before_placement` combines.
+
+    A cut counts only when the placement of the pod so cut appends exactly the cut
+    expressions to that term (or exactly the cut preferred terms), as ``appends`` (the
+    placement of a candidate: :func:`rules.placement.placement_facts`, its ``required``
+    and ``preferred``) says. What a placement appends to a term depends on that term, the
+    ``nodeSelector`` and the platforms alone (:func:`rules.affinity.platform_requirement`,
+    :meth:`rules.affinity.AffinityPlan.require`), and its preferred terms on the pod's own
+    preferred terms alone (:func:`rules.affinity.arch_preferences`), so every term is
+    judged in the same few probes: probe ``n`` cuts each term by its ``n``-th possible cut
+    (at most :data:`MAX_CANDIDATES` probes, each one call of ``appends``). Were that
+    independence ever broken, a cut would be missed and the decision tell nothing (the
+    caller renders every candidate in full), never something else.
+
+    Raises what ``appends`` raises."""
+    preferred = preferred_terms(pod)
+    pref_cuts = list(range(_arch_preferences(preferred), -1, -1))
+    terms = required_terms(pod)
+    term_cuts = [list(range(_appendable(t), -1, -1)) for t in terms]
+    kept_terms: list[set[int]] = [set() for _ in terms]
+    kept_pref: set[int] = set()
+    probes = min(MAX_CANDIDATES, max([len(pref_cuts), *(len(c) for c in term_cuts)]))
+    for n in range(probes):
+        cuts = [c[min(n, len(c) - 1)] for c in term_cuts]
+        j = pref_cuts[min(n, len(pref_cuts) - 1)]
+        required, appended_pref = appends(_with_node_affinity(
+            pod, _cut(terms, cuts) if terms else None, preferred[:len(preferred) - j]))
+        for i, (term, k) in enumerate(zip(terms, cuts, strict=True)):
+            exprs = list(term.get("matchExpressions") or [])
+            if i < len(required) and list(required[i]) == exprs[len(exprs) - k:]:
+                kept_terms[i].add(k)
+        if list(appended_pref) == list(preferred[len(preferred) - j:]):
+            kept_pref.add(j)
+    return ([[k for k in c if k in kept] for c, kept in zip(term_cuts, kept_terms, strict=True)],
+            [j for j in pref_cuts if j in kept_pref])
+
+
+def before_placement(pod: Mapping[str, Any], path: str, appends: Appends | None = None
+                     ) -> Iterator[dict[str, Any]]:
     """What ``pod`` (placed at admission by ``path``) may have been when it was created,
     the likeliest first: at most :data:`MAX_CANDIDATES`.
 
@@ -262,19 +315,27 @@ def before_placement(pod: Mapping[str, Any], path: str) -> Iterator[dict[str, An
     architecture preferences after its own preferred terms when it had none on the
     architecture. The policy places only pods without node affinity
     (:mod:`rules.admissionpolicy`), so for ``"admission"`` there is one
-    candidate. The caller keeps the candidate whose decision renders the pod's own
-    annotation and node affinity (:func:`admission_warning`)."""
+    candidate. With ``appends`` (the placement of a candidate), only the cuts
+    :func:`consistent_cuts` keeps are combined; without it, every cut of the appended keys
+    is (their product soon passes the bound with several terms). The caller keeps the
+    candidate whose decision renders the pod's own annotation and node affinity
+    (:func:`admission_warning`).
+
+    Raises what ``appends`` raises."""
     if path == ADMISSION_PATH:
         yield _with_node_affinity(pod, None, ())
         return
     preferred = preferred_terms(pod)
-    own_preferred = [preferred[:len(preferred) - j]
-                     for j in range(_arch_preferences(preferred), -1, -1)]
     terms = required_terms(pod)
+    if appends is not None:
+        term_cuts, pref_cuts = consistent_cuts(pod, appends)
+    else:
+        term_cuts = [list(range(_appendable(t), -1, -1)) for t in terms]
+        pref_cuts = list(range(_arch_preferences(preferred), -1, -1))
+    own_preferred = [preferred[:len(preferred) - j] for j in pref_cuts]
     # no terms of its own (the usual pod), then each term less what may have been appended
     own_terms: Iterator[Sequence[Mapping[str, Any]] | None] = itertools.chain(
-        [None], (_cut(terms, cuts) for cuts in itertools.product(
-            *(range(_appendable(t), -1, -1) for t in terms))) if terms else ())
+        [None], (_cut(terms, cuts) for cuts in itertools.product(*term_cuts)) if terms else ())
     pairs = ((req, pref) for req in own_terms for pref in own_preferred)  # lazily
     for req, pref in itertools.islice(pairs, MAX_CANDIDATES):
         yield _with_node_affinity(pod, req, pref)
@@ -327,15 +388,23 @@ def _admission_placement(
                else _catalog_results(pod, catalog))
     if results is None or set(results) != set(unique_images(pod)):
         return None
-    for candidate in before_placement(pod, path):
-        try:
-            placement = placement_facts(candidate, results, config, nodes=nodes,
-                                        path=PATH_WEBHOOK if path == PATH_WEBHOOK else None,
-                                        policy=policy)
-        except Exception:  # an odd spec: it tells nothing
-            return None
-        if _renders(candidate, placement, pod, path, annotation):
-            return placement
+    def placed(candidate: Mapping[str, Any]) -> Placement:
+        return placement_facts(candidate, results, config, nodes=nodes,
+                               path=PATH_WEBHOOK if path == PATH_WEBHOOK else None,
+                               policy=policy)
+
+    def appends(candidate: Mapping[str, Any]) -> tuple[
+            list[tuple[dict[str, Any], ...]], tuple[dict[str, Any], ...]]:
+        placement = placed(candidate)
+        return [t.expressions for t in placement.required], placement.preferred
+
+    try:
+        for candidate in before_placement(pod, path, appends):
+            placement = placed(candidate)
+            if _renders(candidate, placement, pod, path, annotation):
+                return placement
+    except Exception:  # an odd spec: it tells nothing
+        return None
     return None
 
 

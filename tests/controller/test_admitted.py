@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from podplacement.rules.admission import admission_placement
 from podplacement.rules.admissionpolicy import admission_record
@@ -19,6 +19,7 @@ from podplacement.rules.admitted import (
     admission_path,
     admission_warning,
     before_placement,
+    consistent_cuts,
     decision_record,
     images_to_learn,
     recently_created,
@@ -27,15 +28,18 @@ from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
+    OS_LABEL,
     ExcludedPlatform,
     ImageInspectionConfig,
     ObjectRef,
     PlacementConfig,
+    PlatformWeight,
 )
 from podplacement.rules.decision import (
     ARCH_NOT_IN_CLUSTER,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
+    PARTIALLY_COMPATIBLE_AFFINITY,
     PLATFORMS_LEFT_OUT,
     WARNING,
     EventSpec,
@@ -99,8 +103,31 @@ def _warning(pod: dict[str, Any], config: PlacementConfig, catalog: dict[str, st
 # --- the Warning: the controller's own, recomputed ------------------------------------------
 
 
+ZONE_A = expression("topology.kubernetes.io/zone", "In", ["a"])
+#: Found by Hypothesis (fails on main): three terms, each ending in expressions on the keys
+#: a placement appends, give 84 candidates before placement, past MAX_CANDIDATES before the
+#: true one; the recomputation told nothing where the controller warns.
+WINDOWS_PIN_TERMS = _pod("reg/all:1", node_selector={OS_LABEL: "windows"}, affinity={
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [ZONE_A, expression(ARCH_LABEL, "In", ["amd64"]),
+                              expression(ARCH_LABEL, "In", ["arm64", "s390x"])]},
+        {"matchExpressions": [expression(ARCH_LABEL, "NotIn", ["s390x"])]},
+        {"matchExpressions": [expression(ARCH_LABEL, "NotIn", ["s390x"])]}]}}})
+#: Its sibling (same cause): a windows term among linux-only images, PartiallyCompatible.
+WINDOWS_TERM = _pod("reg/all:1", affinity={
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
+                              expression(OS_LABEL, "In", ["windows"])]},
+        {"matchExpressions": [ZONE_A, expression(ARCH_LABEL, "In", ["amd64"])]},
+        {"matchExpressions": [ZONE_A]}]}}})
+PREFERRING = PlacementConfig(preferred_platforms=(PlatformWeight("amd64", 30),
+                                                  PlatformWeight("arm64", 60)))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(admission=admission_pod_st(), config=config_st)
+@example(admission=WINDOWS_PIN_TERMS, config=PREFERRING)
+@example(admission=WINDOWS_TERM, config=PREFERRING)
 def test_the_warning_of_a_webhook_placement_is_the_controllers(
         admission: dict[str, Any], config: PlacementConfig) -> None:
     placed = _by_webhook(admission, config)
@@ -109,6 +136,37 @@ def test_the_warning_of_a_webhook_placement_is_the_controllers(
     decision, _ = _controller_path(admission, config)
     expected = next((e for e in decision.events if e.type == WARNING), None)
     assert _warning(placed, config) == expected
+
+
+@pytest.mark.parametrize(("admission", "reason"), [
+    (WINDOWS_PIN_TERMS, INCOMPATIBLE_NODE_SELECTOR),
+    (WINDOWS_TERM, PARTIALLY_COMPATIBLE_AFFINITY),
+])
+def test_the_warning_is_found_behind_many_terms(admission: dict[str, Any], reason: str) -> None:
+    """Each term's cut is judged by what the placement appends to it (consistent_cuts):
+    the pod before placement is found however many terms end in appendable keys."""
+    placed = _by_webhook(admission, PREFERRING)
+    assert placed is not None
+    decision, _ = _controller_path(admission, PREFERRING)
+    event = _warning(placed, PREFERRING)
+    assert event is not None and event.reason == reason
+    assert decision.events == (event,)
+
+
+def test_consistent_cuts_are_what_the_placement_appended() -> None:
+    placed = _by_webhook(WINDOWS_PIN_TERMS, PREFERRING)
+    assert placed is not None
+    results = {i: IMAGES[i] for i in ("reg/all:1",)}
+
+    def appends(candidate: dict[str, Any]) -> Any:
+        p = placement_facts(candidate, results, PREFERRING, path="webhook")
+        return [t.expressions for t in p.required], p.preferred
+
+    # the first term restricted the architecture with In: nothing was appended to it; the
+    # others got one `arch In` (or their creator wrote it: then nothing is appended
+    # either); both preferences were appended (or written): the likeliest first, and never
+    # a cut that removes what the placement would not have written (2 for the NotIn terms)
+    assert consistent_cuts(placed, appends) == ([[0], [1, 0], [1, 0]], [2, 0])
 
 
 def test_incompatible_node_selector_on_the_webhook_path() -> None:
