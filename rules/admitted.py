@@ -52,6 +52,7 @@ from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
+    RECORD_CATALOG,
     PlacementConfig,
 )
 from podplacement.rules.explain import apply_patch
@@ -288,12 +289,13 @@ def _cut(terms: Sequence[Mapping[str, Any]], cuts: Sequence[int]) -> list[dict[s
 
 
 def _renders(candidate: Mapping[str, Any], placement: Placement, pod: Mapping[str, Any],
-             path: str, annotation: str) -> bool:
+             path: str, annotation: str, catalog_uid: str = "") -> bool:
     """True when ``placement`` of ``candidate`` writes exactly ``pod``'s annotation and node
     affinity (the renderers of :mod:`rules.render` and
-    :func:`rules.admissionpolicy.admission_record`)."""
+    :func:`rules.admissionpolicy.admission_record`; ``catalog_uid``: the params object's
+    uid the policy's record names, which only says which catalog it read)."""
     record = (placement.annotation if path == PATH_WEBHOOK
-              else compact_json(admission_record(placement)))
+              else compact_json(admission_record(placement, catalog_uid)))
     if not placement.ungate or record != annotation:
         return False
     ops = restriction_ops(candidate, placement.required, placement.preferred)
@@ -330,6 +332,8 @@ def _admission_placement(
     if results is None or set(results) != set(unique_images(pod)):
         return None
     decided = PATH_WEBHOOK if path == PATH_WEBHOOK else None
+    catalog_uid = record.get(RECORD_CATALOG)
+    uid = catalog_uid if isinstance(catalog_uid, str) else ""
     for candidate in before_placement(pod, path):
         try:
             # the admission paths see no node: the record is reproduced without them
@@ -337,7 +341,7 @@ def _admission_placement(
                                         policy=policy)
         except Exception:  # an odd spec: it tells nothing
             return None
-        if not _renders(candidate, placement, pod, path, annotation):
+        if not _renders(candidate, placement, pod, path, annotation, uid):
             continue
         if nodes is None:
             return placement

@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 from podplacement.rules import decision as d
+from podplacement.rules.admissionpolicy import admission_record
+from podplacement.rules.admitted import admission_events, admission_warning, decision_record
 from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
@@ -21,11 +23,13 @@ from podplacement.rules.config import (
     TopologyConfig,
 )
 from podplacement.rules.explain import explain, render
-from podplacement.rules.placement import no_node_text
+from podplacement.rules.placement import compact_json, no_node_text, placement_facts
 from podplacement.rules.plan import plan
 from podplacement.rules.platforms import node_inventory
+from podplacement.rules.render import admission_patch
 from tests.controller._pods import apply, gated_pod, img, required, terms_of
 from tests.controller.numa._build import gpod, node, nrt
+from tests.controller.test_admission import _json_patch
 
 CFG = PlacementConfig()
 ARM_ONLY = {"reg/app:1": img("reg/app:1", "linux/arm64")}
@@ -165,3 +169,50 @@ def test_explain_says_the_pod_waits_for_a_node() -> None:
     arm = explain(gated_pod(), [*AMD_NODES, node("arm-a", arch="arm64")], {}, ARM_ONLY, CFG)
     assert arm["noNodeYet"] == [] and arm["waiting"] is None
     assert "Nodes:" not in render(arm, "table")
+
+
+# --- pods placed at admission: the controller tells the Event ----------------------------
+
+
+def _admission_pod(image: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+def _placed_by_policy(admission: dict[str, Any], catalog: dict[str, str],
+                      catalog_uid: str) -> dict[str, Any]:
+    """The pod as the admission policy stores it: the controller's facts rendered with the
+    policy's record, which names the params object's uid (``"catalog"``), as the CEL
+    writes it (tests/controller/test_admissionpolicy_place_realcluster.py)."""
+    results = {i: img(i, *v.split(",")) for i, v in catalog.items()}
+    facts = placement_facts(admission, results, CFG)
+    placed = _json_patch(admission, list(admission_patch(admission, facts)))
+    placed["metadata"]["annotations"][DECISION_ANNOTATION] = compact_json(
+        admission_record(facts, catalog_uid))
+    return placed
+
+
+def test_a_pod_the_policy_placed_from_a_named_catalog_is_told_its_events() -> None:
+    """The policy's record names the catalog's uid; the controller reproduces the decision
+    with it (a record without it would never match, and no Event would be told)."""
+    catalog = {"reg/arm:1": "linux/arm64"}
+    placed = _placed_by_policy(_admission_pod("reg/arm:1"), catalog, "0d4a-uid")
+    record = decision_record(placed)
+    assert record is not None and record["catalog"] == "0d4a-uid"
+    told = admission_events(placed, record, CFG, catalog=catalog.get,
+                            nodes=node_inventory(AMD_NODES))
+    assert [(e.type, e.reason, e.message) for e in told] == [
+        ("Normal", d.PLATFORM_NOT_IN_CLUSTER, WAITING)]
+    # a node of the platform: nothing to tell
+    arm = node_inventory([*AMD_NODES, node("arm-a", arch="arm64")])
+    assert admission_events(placed, record, CFG, catalog=catalog.get, nodes=arm) == ()
+
+
+def test_the_policys_warning_is_told_too_with_a_named_catalog() -> None:
+    catalog = {"reg/arm:1": "linux/arm64", "reg/s390:1": "linux/s390x"}
+    admission = _admission_pod("reg/arm:1")
+    admission["spec"]["containers"].append({"name": "d", "image": "reg/s390:1"})
+    placed = _placed_by_policy(admission, catalog, "0d4a-uid")
+    warning = admission_warning(placed, decision_record(placed), CFG, catalog=catalog.get)
+    assert warning is not None and warning.reason == d.NO_SUPPORTED_PLATFORM_EVENT
