@@ -1,4 +1,4 @@
-"""Pools that start at zero (issue 38 item 4; docs/pools/autoscalers.md), with podplacement
+"""Pools that start at zero (docs/pools/autoscalers.md), with podplacement
 installed from deploy/ on the real control plane v1.36.2 whose only nodes are amd64 ones.
 
 An arm64-only image's pods are placed for arm64 on every path (the controller's, the
@@ -24,6 +24,7 @@ import pytest
 
 from podplacement.controller.paramswriter import params_path
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
+from podplacement.rules.decision import PLACEMENT_DECIDED, PLATFORM_NOT_IN_CLUSTER
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests
 from tests.harness.kube import KubeEnv
@@ -191,7 +192,7 @@ def test_arm64_pods_wait_placed_for_a_node_that_does_not_exist_yet_then_bind_to_
 
     # one Normal PlatformNotInCluster per pod, whichever path placed it
     placed = {p["metadata"]["uid"]: p["metadata"]["name"] for p in (ctl, adm, hook)}
-    told = _told(cluster, ns, set(placed), "PlatformNotInCluster")
+    told = _told(cluster, ns, set(placed), PLATFORM_NOT_IN_CLUSTER)
     for uid in placed:
         assert told[uid] == [("Normal", WAITING)], (placed[uid], told[uid])
     # no Warning about it: the pod is where it should be, waiting
@@ -227,8 +228,8 @@ def test_pods_of_a_platform_some_node_has_get_no_such_event(
     made = [cluster.create(pods_path, _pod(name, f"{registry.host}/zero/{name}:v1"))
             for name in ("multi", "amd")]
     uids = {p["metadata"]["uid"] for p in made}
-    _told(cluster, ns, uids, "PlacementDecided")  # the decision's own Event was sent ...
-    assert not uids & set(_events(cluster, ns, "PlatformNotInCluster"))  # ... and no other
+    _told(cluster, ns, uids, PLACEMENT_DECIDED)  # the decision's own Event was sent ...
+    assert not uids & set(_events(cluster, ns, PLATFORM_NOT_IN_CLUSTER))  # ... and no other
     for name in ("multi", "amd"):
         pod = wait_for(lambda name=name: (lambda p: p if p["spec"].get("nodeName") else None)(
             cluster.get(f"{pods_path}/{name}")), 30)
