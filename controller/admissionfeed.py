@@ -94,7 +94,7 @@ class AdmissionFeed:
             included).
         events: the Event sink.
         metrics: the controller's metrics.
-        nodes: the Node informer (``ArchitectureNotInCluster``), or None.
+        nodes: the Node informer (``PlatformNotInCluster``), or None.
         policies: namespace → its accepted placement policies, highest priority first.
         listing: True while the watch's (re)list hands pods on
             (:attr:`controller.placedwatch.PlacedPods.listing`).

@@ -55,12 +55,14 @@ from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NO_SUPPORTED_PLATFORM_KEY,
     OS_LABEL,
+    RECORD_CATALOG,
     PlacementConfig,
 )
 from podplacement.rules.explain import apply_patch
 from podplacement.rules.imageparams import value_pairs
 from podplacement.rules.placement import (
     EXEC_FORMAT_EXCLUSION,
+    PLATFORM_NOT_IN_CLUSTER,
     RECORD_IMAGES,
     RECORD_PATH,
     WARNING,
@@ -85,6 +87,9 @@ __all__ = [
     "images_to_learn",
     "recently_created",
 ]
+
+#: The Normal Events told about a pod placed at admission, besides its Warning.
+_TOLD_NORMAL = frozenset({PLATFORM_NOT_IN_CLUSTER, EXEC_FORMAT_EXCLUSION})
 
 #: The ``path`` values of the decisions taken at admission: the policy's, the webhook's.
 ADMISSION_PATHS = (ADMISSION_PATH, PATH_WEBHOOK)
@@ -351,12 +356,13 @@ def _cut(terms: Sequence[Mapping[str, Any]], cuts: Sequence[int]) -> list[dict[s
 
 
 def _renders(candidate: Mapping[str, Any], placement: Placement, pod: Mapping[str, Any],
-             path: str, annotation: str) -> bool:
+             path: str, annotation: str, catalog_uid: str = "") -> bool:
     """True when ``placement`` of ``candidate`` writes exactly ``pod``'s annotation and node
     affinity (the renderers of :mod:`rules.render` and
-    :func:`rules.admissionpolicy.admission_record`)."""
+    :func:`rules.admissionpolicy.admission_record`; ``catalog_uid``: the params object's
+    uid the policy's record names, which only says which catalog it read)."""
     record = (placement.annotation if path == PATH_WEBHOOK
-              else compact_json(admission_record(placement)))
+              else compact_json(admission_record(placement, catalog_uid)))
     if not placement.ungate or record != annotation:
         return False
     ops = restriction_ops(candidate, placement.required, placement.preferred)
@@ -379,7 +385,11 @@ def _admission_placement(
     policy: PlacementPolicy | None = None,
 ) -> Placement | None:
     """The decision that placed ``pod`` at admission, reproduced, or None (module
-    docstring). Never raises for odd pods or annotations."""
+    docstring). The candidate is matched against the stored annotation as the admission
+    path decided it, without nodes (neither the policy nor the webhook sees any); the
+    placement returned is then the same decision with ``nodes``, whose Events also say
+    what the nodes tell (``PlatformNotInCluster``). Never raises for odd pods or
+    annotations."""
     path = admission_path(record)
     annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
     if path is None or record is None or not isinstance(annotation, str):
@@ -388,10 +398,13 @@ def _admission_placement(
                else _catalog_results(pod, catalog))
     if results is None or set(results) != set(unique_images(pod)):
         return None
+    decided = PATH_WEBHOOK if path == PATH_WEBHOOK else None
+    catalog_uid = record.get(RECORD_CATALOG)
+    uid = catalog_uid if isinstance(catalog_uid, str) else ""
+
     def placed(candidate: Mapping[str, Any]) -> Placement:
-        return placement_facts(candidate, results, config, nodes=nodes,
-                               path=PATH_WEBHOOK if path == PATH_WEBHOOK else None,
-                               policy=policy)
+        # the admission paths see no node: the record is reproduced without them
+        return placement_facts(candidate, results, config, path=decided, policy=policy)
 
     def appends(candidate: Mapping[str, Any]) -> tuple[
             list[tuple[dict[str, Any], ...]], tuple[dict[str, Any], ...]]:
@@ -401,7 +414,14 @@ def _admission_placement(
     try:
         for candidate in before_placement(pod, path, appends):
             placement = placed(candidate)
-            if _renders(candidate, placement, pod, path, annotation):
+            if not _renders(candidate, placement, pod, path, annotation, uid):
+                continue
+            if nodes is None:
+                return placement
+            try:  # the same decision with the nodes: its Events say what the nodes tell
+                return placement_facts(candidate, results, config, nodes=nodes, path=decided,
+                                       policy=policy)
+            except Exception:
                 return placement
     except Exception:  # an odd spec: it tells nothing
         return None
@@ -438,8 +458,9 @@ def admission_events(
     policy: PlacementPolicy | None = None,
 ) -> tuple[EventSpec, ...]:
     """The Events the controller tells about a pod placed at admission: the decision's
-    Warning (:func:`admission_warning`) and the Normal ``ExecFormatExclusion`` when an
-    exclusion took a platform out of its images (no ``PlacementDecided``).
+    Warning (:func:`admission_warning`), the Normal ``PlatformNotInCluster`` when no node
+    of a platform the pod may run on exists yet, and the Normal ``ExecFormatExclusion``
+    when an exclusion took a platform out of its images (no ``PlacementDecided``).
 
     Args:
         pod: the placed Pod as stored (its node affinity includes what the placement wrote).
@@ -448,8 +469,8 @@ def admission_events(
             with.
         catalog: image → its catalog value (``"linux/amd64,linux/arm64"``) or None: the
             platforms a decision of the policy was taken with.
-        nodes: the cluster's node inventory (``ArchitectureNotInCluster``, as the
-            controller warns), or None: unknown.
+        nodes: the cluster's node inventory (``PlatformNotInCluster``, as the controller
+            tells it), or None: unknown.
         policy: the namespace's placement policy matching the pod, or None.
     Returns:
         the Events, none when the decision cannot be reproduced. Never raises for odd
@@ -460,4 +481,4 @@ def admission_events(
     if placement is None:
         return ()
     return tuple(e for e in placement.events
-                 if e.type == WARNING or e.reason == EXEC_FORMAT_EXCLUSION)
+                 if e.type == WARNING or e.reason in _TOLD_NORMAL)

@@ -21,7 +21,6 @@ from typing import Any
 
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.placement import (
-    ARCH_NOT_IN_CLUSTER,
     IMAGE_INSPECTION_FAILED,
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
@@ -32,6 +31,7 @@ from podplacement.rules.placement import (
     PARTIALLY_COMPATIBLE_AFFINITY,
     PLACEMENT_DECIDED,
     PLACEMENT_FALLBACK,
+    PLATFORM_NOT_IN_CLUSTER,
     PLATFORMS_LEFT_OUT,
     REASON_NOT_GATED,
     WAITING_FOR_NUMA,
@@ -56,7 +56,6 @@ from podplacement.rules.policy import PlacementPolicy
 from podplacement.rules.render import controller_patch
 
 __all__ = [
-    "ARCH_NOT_IN_CLUSTER",
     "IMAGE_INSPECTION_FAILED",
     "INCOMPATIBLE_NODE_AFFINITY",
     "INCOMPATIBLE_NODE_SELECTOR",
@@ -68,6 +67,7 @@ __all__ = [
     "PLACEMENT_DECIDED",
     "PLACEMENT_FALLBACK",
     "PLATFORMS_LEFT_OUT",
+    "PLATFORM_NOT_IN_CLUSTER",
     "WAITING_FOR_NUMA",
     "WARNING",
     "ContainerImage",

@@ -31,7 +31,7 @@ from podplacement.rules.decision import Decision, NumaLike, Outcome, unique_imag
 from podplacement.rules.execformat import recorded
 from podplacement.rules.learn import LearnedImage, describe, learned_images
 from podplacement.rules.numa import InFlight
-from podplacement.rules.placement import allowed_platforms
+from podplacement.rules.placement import RECORD_NO_NODE, allowed_platforms, no_node_text
 from podplacement.rules.plan import plan, pod_platforms
 from podplacement.rules.platforms import ImageLike, PlatformSet, os_version_of
 from podplacement.rules.podspec import has_gate, node_ineligibility, unescape_pointer
@@ -190,8 +190,14 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "pairs": ["os/arch"], "architectures": [...],
         "policy": {"name", "priority"} | None, "outcome": str, "reason": str,
         "numa": {...} | None,
+        "noNodeYet": ["os/arch"], "waiting": str | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
         "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
+        ``noNodeYet`` lists the pairs the pod may run on when no node of any of them exists
+        yet (the decision annotation's ``noNodeYet``,
+        :func:`rules.placement.platforms_without_node`; empty otherwise), and ``waiting``
+        says so in a sentence (``no node of linux/arm64 exists yet: the pod waits for one
+        (an autoscaler can create it)``), None otherwise;
         ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
         (containers seen failing, and the verification of their digests), when it has one.
         An image whose platform ``config.excluded`` leaves out (learned from exec format
@@ -232,6 +238,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     affinity = ((patched.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     rows = _node_rows(nodes, reasons, numa)
     numa_info = _numa_info(numa)
+    waiting = list(decision.record.get(RECORD_NO_NODE) or ())
     return {
         "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
         "images": [_image_entry(img, results[img]) for img in images],
@@ -245,6 +252,8 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "reason": _reason(decision, [i for i in images if not _inspected(results[i])],
                           config.image_inspection.max_retries),
         "numa": numa_info,
+        "noNodeYet": waiting,
+        "waiting": no_node_text(waiting) if waiting else None,
         "nodes": rows,
         "affinity": affinity,
         "execFormatErrors": _exec_format_errors(pod),
@@ -374,6 +383,8 @@ def render_table(report: Mapping[str, Any]) -> str:
     if policy:
         out.append(f"Policy: {policy['name']} (priority {policy['priority']})")
     out.append(f"Outcome: {report['outcome']} ({report['reason']})")
+    if report.get("waiting"):
+        out.append(f"Nodes: {report['waiting']}")
     if report.get("path"):
         out.append(f"Path: {report['path']}")
     numa = report.get("numa")

@@ -35,7 +35,12 @@ Rules (docs/how-it-decides.md, "The controller: one gated pod"):
   pair gives the Warning ``IncompatibleNodeSelector``.
 - Empty intersection: the requirement ``podplacement.io/no-supported-platform Exists`` and
   Warning ``NoSupportedPlatform``.
-- Supported architectures that no node has: Warning ``ArchitectureNotInCluster``.
+- Pools at zero (docs/pools/autoscalers.md): when the nodes are known and no node has any
+  (os, architecture) pair the written required terms admit, the pod is placed all the same
+  (required ``kubernetes.io/arch In [...]`` as usual: no fallback, no hold) and left
+  Pending for an autoscaler, which creates a node of such a platform from the pod's
+  required affinity; the annotation's ``noNodeYet`` lists those pairs and the Normal Event
+  ``PlatformNotInCluster`` says so (:func:`platforms_without_node`).
 - Preferred terms from ``nodeAffinityScoring`` (one per supported arch with a weight) unless
   the pod already prefers an architecture.
 - Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
@@ -138,7 +143,11 @@ class Outcome(enum.StrEnum):
 PLACEMENT_DECIDED = "PlacementDecided"
 NO_SUPPORTED_PLATFORM_EVENT = "NoSupportedPlatform"
 IMAGE_INSPECTION_FAILED = "ImageInspectionFailed"
-ARCH_NOT_IN_CLUSTER = "ArchitectureNotInCluster"
+#: Normal Event: no node of any platform the pod may run on exists yet; the pod is placed
+#: for them and waits for one (an autoscaler creates it from the pod's required affinity;
+#: docs/pools/autoscalers.md). Sent with the decision's own Event, on every path. It
+#: replaces the Warning ``ArchitectureNotInCluster`` of earlier releases.
+PLATFORM_NOT_IN_CLUSTER = "PlatformNotInCluster"
 INCOMPATIBLE_NODE_SELECTOR = "IncompatibleNodeSelector"
 INCOMPATIBLE_NODE_AFFINITY = "IncompatibleNodeAffinity"
 PARTIALLY_COMPATIBLE_AFFINITY = "PartiallyCompatibleAffinity"
@@ -187,11 +196,15 @@ RECORD_PAIRS = "pairs"
 RECORD_WINDOWS_BUILDS = "windowsBuilds"
 RECORD_NUMA = "numa"
 RECORD_ARCHS = "archs"
+#: The (os/arch) pairs the pod may run on, when no node of any of them exists yet
+#: (:func:`platforms_without_node`); written only by a decision that saw the nodes.
+RECORD_NO_NODE = "noNodeYet"
 RECORD_RESULT = "result"
 RECORD_REASON = "reason"
 RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR,
                  RECORD_POLICY, RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
-                 RECORD_PAIRS, RECORD_WINDOWS_BUILDS, RECORD_NUMA, RECORD_ARCHS, RECORD_RESULT,
+                 RECORD_PAIRS, RECORD_WINDOWS_BUILDS, RECORD_NUMA, RECORD_ARCHS, RECORD_NO_NODE,
+                 RECORD_RESULT,
                  RECORD_REASON)
 #: Written last, only in the compact form of an annotation over :data:`MAX_DECISION_BYTES`:
 #: ``"compact":1`` (images' platforms replaced by their count, long lists cut) or ``2`` (only
@@ -413,7 +426,9 @@ class Placement:
             :data:`RECORD_FIELDS` order (empty: no annotation written).
         warnings: every Warning, the most serious first (the pod cannot run at all).
         events: the Events to emit: the first warning, else ``PlacementDecided``; then
-            ``ExecFormatExclusion`` when an exclusion narrowed the images' platforms.
+            ``PlatformNotInCluster`` when no node of a platform the pod may run on exists
+            yet, and ``ExecFormatExclusion`` when an exclusion narrowed the images'
+            platforms.
         numa: the NUMA decision the placement was made with, or None when NUMA placement
             was off.
     """
@@ -604,7 +619,8 @@ def _retry(inspection: _Inspection, failures: int, max_retries: int) -> Placemen
 class _Part:
     """What one step decides: outcome and reason, the annotation facts it adds, its
     warnings, and what it ANDs into the required terms (a platform requirement, then
-    expressions with the key whose ``In`` pin keeps them out) and the preferred terms."""
+    expressions with the key whose ``In`` pin keeps them out) and the preferred terms;
+    ``notices``: Normal Events sent with the decision's own (``PlatformNotInCluster``)."""
 
     outcome: Outcome
     reason: str
@@ -615,6 +631,7 @@ class _Part:
     requirement: PlatformRequirement | None = None
     required: tuple[tuple[dict[str, Any], str | None], ...] = ()
     preferred: tuple[dict[str, Any], ...] = ()
+    notices: tuple[EventSpec, ...] = ()
 
 
 def _fallback(pod: Mapping[str, Any], inspection: _Inspection, config: PlacementConfig,
@@ -661,12 +678,17 @@ def _supported(pod: Mapping[str, Any], platforms: PlatformSet, config: Placement
     if pinned is None and config.preferred_platforms:
         weights = {p.architecture: p.weight for p in config.preferred_platforms}
         preferred = arch_preferences(pod, archs, weights)
-    warnings = [*platform_warnings(requirement, node_selector,
-                                   has_terms=bool(required_terms(pod))),
-                *_cluster_warnings(archs, nodes)]
+    warnings = platform_warnings(requirement, node_selector,
+                                 has_terms=bool(required_terms(pod)))
+    waiting = platforms_without_node(requirement, nodes)
+    notices: tuple[EventSpec, ...] = ()
+    if waiting:
+        record[RECORD_NO_NODE] = pairs_text(waiting)
+        notices = (EventSpec(NORMAL, PLATFORM_NOT_IN_CLUSTER,
+                             event_message(no_node_text(pairs_text(waiting))), "Place"),)
     outcome, reason = _platform_reason(requirement, platforms, pinned)
     return _Part(outcome, reason, record, tuple(warnings), platforms, archs, requirement,
-                 preferred=tuple(preferred))
+                 preferred=tuple(preferred), notices=notices)
 
 
 def _platform_reason(requirement: PlatformRequirement, platforms: PlatformSet,
@@ -681,13 +703,50 @@ def _platform_reason(requirement: PlatformRequirement, platforms: PlatformSet,
     return Outcome.NOT_SET, REASON_ALREADY_PINNED
 
 
-def _cluster_warnings(archs: Sequence[str], nodes: NodeInventory | None) -> list[EventSpec]:
-    """``ArchitectureNotInCluster`` when nodes are known and none has a supported arch."""
-    if nodes is None or not nodes.node_count or set(archs) & nodes.architectures:
-        return []
-    return [_warning(ARCH_NOT_IN_CLUSTER,
-                     f"no node in the cluster has any of the supported architectures "
-                     f"{', '.join(archs)} (nodes: {', '.join(sorted(nodes.architectures))})")]
+def platforms_without_node(requirement: PlatformRequirement,
+                           nodes: NodeInventory | None) -> tuple[Pair, ...]:
+    """The (os, architecture) pairs the pod may run on when no node of any of them exists
+    yet (a pool that starts at zero, docs/pools/autoscalers.md), else ``()``.
+
+    The pod may run on the pairs its written required terms admit
+    (:attr:`rules.affinity.PlatformRequirement.pairs`, the ``nodeSelector`` included). The
+    pod is placed for them all the same and stays Pending until a node of one registers:
+    cluster-autoscaler and Karpenter read its required ``kubernetes.io/arch``/``os`` terms
+    to choose what to create, and they act only on a pod the scheduler marked unschedulable,
+    never on a gated one (cluster-autoscaler FAQ "How does scale-up work?"; Karpenter docs,
+    "Scheduling"), so holding it gated would keep that node from ever coming.
+
+    Args:
+        requirement: the platform requirement written (:func:`rules.affinity.
+            platform_requirement`).
+        nodes: the cluster's node inventory, or None when unknown (the admission paths):
+            nothing is said then, nor while no node at all is known (``node_count`` 0: a
+            cache not filled yet).
+    Returns:
+        the pairs, sorted; ``()`` also when the user's own pins let no term admit a
+        supported pair, or admit values no image supports (the pod may run there under
+        emulation: it does not wait for ours).
+    """
+    if nodes is None or not nodes.node_count:
+        return ()
+    if not requirement.selected or not requirement.compatible:
+        return ()
+    if (requirement.outside_architectures or requirement.outside_oses
+            or requirement.outside_pairs):
+        return ()
+    pairs = requirement.pairs
+    if not pairs or set(pairs) & nodes.pairs:
+        return ()
+    return pairs
+
+
+def no_node_text(platforms: Sequence[str]) -> str:
+    """What the ``PlatformNotInCluster`` Event and ``explain`` say of ``platforms``
+    (``os/arch`` strings: :func:`pairs_text` of :func:`platforms_without_node`, as the
+    annotation's ``noNodeYet`` records them): ``no node of linux/arm64 exists yet: the pod
+    waits for one (an autoscaler can create it)``."""
+    return (f"no node of {LIST_SEPARATOR.join(platforms)} exists yet: the pod waits for one "
+            "(an autoscaler can create it)")
 
 
 def allowed_platforms(platforms: PlatformSet, policy: PlacementPolicy | None
@@ -961,6 +1020,7 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
         facts[RECORD_NUMA] = numa_part.info
     warnings, events = _events(
         [*part.warnings, *(numa_part.warnings if numa_part is not None else ())], reason)
+    events = (*events, *part.notices)
     return Placement(
         outcome, reason, ungate=True, platforms=part.platforms,
         architectures=part.architectures, requirement=part.requirement, required=required,
@@ -993,7 +1053,8 @@ def placement_facts(
         images: result per distinct image reference of the pod (``ImageInfo`` or the
             exception raised inspecting it). Images missing from the map count as errors.
         config: the parsed PodPlacementConfig (defaults when none exists).
-        nodes: node inventory (for ``ArchitectureNotInCluster``); None: unknown.
+        nodes: node inventory (``PlatformNotInCluster`` and the annotation's
+            ``noNodeYet``, :func:`platforms_without_node`); None: unknown.
         numa: the NUMA decision for the pod, or None when topology placement is off.
         failures: inspection rounds of this pod that already failed before this one.
         numa_waited_seconds: how long the pod has waited for NUMA candidates so far.

@@ -99,7 +99,7 @@ def plan(
             or the exception inspecting it raised; a missing image counts as failed.
         config: the PodPlacementConfig in force.
         nodes: the cluster's Node dicts, or None when unknown (no NUMA placement and no
-            ``ArchitectureNotInCluster`` warning then).
+            ``PlatformNotInCluster`` Event then).
         nrts: NodeResourceTopology dicts by node name.
         now: the current time, UNIX seconds (how long the pod has waited for NUMA
             candidates is ``now`` minus its ``creationTimestamp``).

@@ -16,6 +16,7 @@ from podplacement.rules.admission import admission_placement
 from podplacement.rules.admissionpolicy import admission_record
 from podplacement.rules.admitted import (
     MAX_CANDIDATES,
+    admission_events,
     admission_path,
     admission_warning,
     before_placement,
@@ -36,10 +37,10 @@ from podplacement.rules.config import (
     PlatformWeight,
 )
 from podplacement.rules.decision import (
-    ARCH_NOT_IN_CLUSTER,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
     PARTIALLY_COMPATIBLE_AFFINITY,
+    PLATFORM_NOT_IN_CLUSTER,
     PLATFORMS_LEFT_OUT,
     WARNING,
     EventSpec,
@@ -205,20 +206,27 @@ def test_no_warning_for_a_plain_placement() -> None:
     assert placed is not None and _warning(placed, config) is None
 
 
-def test_architecture_not_in_cluster_as_the_controller_warns_it() -> None:
+def test_platform_not_in_cluster_as_the_controller_tells_it() -> None:
+    """No node of the pod's only platform: the controller tells a pod placed by the webhook
+    (which saw no node) the Normal ``PlatformNotInCluster`` of its own decision, same
+    text; there is no Warning to tell."""
     config = PlacementConfig()
     admission = _pod("reg/s390:1")
     placed = _by_webhook(admission, config)
     assert placed is not None
+    assert "noNodeYet" not in decision_record(placed)  # type: ignore[operator]
     nodes = [{"metadata": {"name": "n", "labels": {ARCH_LABEL: "amd64"}}}]
-    event = _warning(placed, config, nodes=node_inventory(nodes))
+    told = admission_events(placed, decision_record(placed), config,
+                            catalog=NO_CATALOG.get, nodes=node_inventory(nodes))
     gated = {**copy.deepcopy(admission), "metadata": {
         **admission["metadata"], "resourceVersion": "1"}}
     gated["spec"]["schedulingGates"] = [{"name": "podplacement.io/scheduling-gate"}]
     decision = plan(gated, IMAGES, config, nodes=nodes, nrts={}, now=0.0)
-    assert event is not None and event.reason == ARCH_NOT_IN_CLUSTER
-    assert decision.events == (event,)
-    assert _warning(placed, config) is None  # nodes unknown: nothing to say
+    assert [e.reason for e in told] == [PLATFORM_NOT_IN_CLUSTER]
+    assert told[0] in decision.events
+    assert _warning(placed, config, nodes=node_inventory(nodes)) is None
+    assert admission_events(placed, decision_record(placed), config,
+                            catalog=NO_CATALOG.get) == ()  # nodes unknown: nothing to say
 
 
 def test_an_excluded_platform_is_excluded_again_in_the_recomputation() -> None:

@@ -225,10 +225,14 @@ def test_fallback_architecture_is_required_when_configured() -> None:
         "In [linux] (fallbackOperatingSystems)" in dec.events[0].message
 
 
-def test_architecture_not_in_cluster_warns() -> None:
+def test_a_platform_no_node_has_is_placed_and_told_not_warned() -> None:
+    """A pool at zero (docs/pools/autoscalers.md): placed for s390x as usual, a Normal
+    ``PlatformNotInCluster`` after ``PlacementDecided``, no Warning."""
     nodes = NodeInventory(frozenset({"amd64"}), frozenset({("linux", "amd64")}), 3)
     dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/s390x")}, CFG, nodes=nodes)
-    assert dec.events[0].reason == d.ARCH_NOT_IN_CLUSTER
+    assert dec.outcome == d.Outcome.SET and not dec.warnings
+    assert [(e.type, e.reason) for e in dec.events] == [
+        (d.NORMAL, d.PLACEMENT_DECIDED), (d.NORMAL, d.PLATFORM_NOT_IN_CLUSTER)]
 
 
 def test_pod_without_our_gate_is_skipped() -> None:
