@@ -60,8 +60,8 @@ class PluginError(CredentialError):
 
 
 async def _read_bounded(stream: asyncio.StreamReader | None, bound: int) -> tuple[bytes, bool]:
-    """Up to ``bound`` bytes of ``stream``; the flag says more was there (the rest is read
-    and dropped so that the process never blocks on a full pipe)."""
+    """Up to ``bound`` bytes of ``stream``; the flag says more was there (the caller then
+    kills the process, which may be blocked on a full pipe)."""
     if stream is None:
         return b"", False
     out = bytearray()
@@ -113,10 +113,14 @@ async def exec_plugin(path: str, args: Sequence[str], env: Sequence[tuple[str, s
             await proc.stdin.drain()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             proc.stdin.close()
-        (out, over), (err, _) = await asyncio.gather(
-            _read_bounded(proc.stdout, max_output), _read_bounded(proc.stderr, MAX_STDERR_BYTES))
-        if over:
-            _kill_group(proc.pid)
+        errors = asyncio.ensure_future(_read_bounded(proc.stderr, MAX_STDERR_BYTES))
+        try:
+            out, over = await _read_bounded(proc.stdout, max_output)
+            if over:
+                _kill_group(proc.pid)  # at once: it may be blocked writing more
+            err, _ = await errors
+        finally:
+            errors.cancel()
         await proc.wait()
         return out, over, err
 
