@@ -180,3 +180,17 @@ def test_an_upgrade_applies_the_crds_of_crds_as_pre_upgrade_hooks() -> None:
         assert _without_hook(crd) == crds[key], key
     install = run_helm("template", "podplacement", str(CHART)).stdout
     assert not [d for d in documents(install) if d["kind"] == "CustomResourceDefinition"]
+
+
+def test_credential_providers_on_is_the_credential_providers_overlay() -> None:
+    """credentialProviders.{enabled,config,serviceAccountTokens} render what
+    deploy/overlays/credential-providers builds: the ConfigMap, the two controller flags and
+    volumes, and the token-mode ClusterRole and binding (docs/pools/credential-providers.md)."""
+    overlay = DEPLOY / "overlays" / "credential-providers"
+    repository = yaml.safe_load((overlay / "kustomization.yaml").read_text())["images"][0][
+        "newName"]
+    _same_objects(_template("--set", "credentialProviders.enabled=true",
+                            "--set-file", f"credentialProviders.config={overlay / 'config.yaml'}",
+                            "--set", "credentialProviders.serviceAccountTokens=true",
+                            "--set", "config.create=false",
+                            "--set", f"image.repository={repository}"), _kustomize(overlay))
