@@ -89,6 +89,7 @@ from podplacement.controller.admissionfeed import AdmissionFeed
 from podplacement.controller.alwaysfresh import FRESH_KEY, AlwaysTagChecks
 from podplacement.controller.bindingfeed import PODS_PATH, watch_bindings
 from podplacement.controller.configview import ConfigView
+from podplacement.controller.credproviders import load_runner
 from podplacement.controller.escapemonitor import EscapeMonitor
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
@@ -214,6 +215,10 @@ class ControllerOptions:
     (:meth:`controller.lifecycle.Lifecycle.last_stop`); negative: never stand down.
     ``uninstall_deadline_seconds``: how long the ordered uninstall and the stand-down try
     normal decisions for the gated pods before releasing the rest unplaced.
+    ``credential_provider_config`` / ``credential_provider_bin_dir``: the kubelet's
+    ``CredentialProviderConfig`` file and the directory of its plugins
+    (:mod:`controller.credproviders`); an unusable config is logged and the controller runs
+    without providers.
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -242,6 +247,8 @@ class ControllerOptions:
     retry_max_delay: float = 60.0
     uninstall_deadline_seconds: float = 20.0
     standby_wait: float = 5.0
+    credential_provider_config: str | None = None
+    credential_provider_bin_dir: str | None = None
 
 
 class Controller:
@@ -274,6 +281,11 @@ class Controller:
             registries_conf=o.registries_conf, insecure=o.insecure_registries,
             retries=o.inspector_retries, ca_bundles=o.ca_bundles)
         self.inflight = InFlight()
+        self.providers, self.providers_error = load_runner(
+            o.credential_provider_config, o.credential_provider_bin_dir, api,
+            on_run=lambda name, result: self.metrics.credential_provider_runs.labels(
+                name, result).inc())
+        self.metrics.credential_provider_config_error.set(1 if self.providers_error else 0)
         self.params, self.params_writer, self.publisher = _params(self)
         self.freshness, self.fresh = _always_tags(self)
         self.policy_watch = PolicyWatch(api, on_change=self.publisher.on_policies,
@@ -590,7 +602,8 @@ def _reconciler(c: Controller) -> Reconciler:
         c.api, c.pods, c.inspectors, c.placement_config, c.events, c.metrics,
         nodes=c.nodes, nrts=c.nrts, inflight=c.inflight,
         failures=lambda key: c.term.queue.failures(key), publish=c.publisher.publish,
-        is_leader=lambda: c.leading or c.releasing > 0, policies=c.policy_watch.of)
+        is_leader=lambda: c.leading or c.releasing > 0, policies=c.policy_watch.of,
+        providers=c.providers)
 
 
 def _gated_pods(c: Controller) -> GatedPodEvents:

@@ -57,6 +57,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="address of the metrics server (default: %(default)s)")
     p.add_argument("--no-events", action="store_true", help="do not emit Kubernetes Events")
     add_registry_arguments(p, pull_secret=False)
+    p.add_argument("--image-credential-provider-config", metavar="FILE",
+                   help="the kubelet's CredentialProviderConfig (kubelet.config.k8s.io/v1): "
+                        "run its credential provider plugins for images it matches, as the "
+                        "kubelet does (the kubelet's flag name)")
+    p.add_argument("--image-credential-provider-bin-dir", metavar="DIR",
+                   help="the directory of the credential provider plugins named in "
+                        "--image-credential-provider-config")
     hook = p.add_mutually_exclusive_group()
     hook.add_argument("--webhook-url", help="manage the MutatingWebhookConfiguration with "
                       "this URL (https://...)")
@@ -144,6 +151,8 @@ def options_from_args(args: argparse.Namespace) -> ControllerOptions:
         retry_period=max(1.0, args.lease_duration / 7.5),
         standby_wait=args.standby_wait,
         uninstall_deadline_seconds=args.uninstall_deadline,
+        credential_provider_config=args.image_credential_provider_config,
+        credential_provider_bin_dir=args.image_credential_provider_bin_dir,
     )
 
 

@@ -143,6 +143,10 @@ class Metrics:
         policy_placed_pods: ``podplacement_policy_placed_pods{namespace,policy}``: the pods
             that exist and were placed under each PodPlacementPolicy (its
             ``status.placedPods``).
+        credential_provider_runs: ``podplacement_credential_provider_runs_total{provider,
+            result}``: kubelet credential provider plugin runs (``ok``, ``error``).
+        credential_provider_config_error: ``podplacement_credential_provider_config_error``
+            1 while the configured provider config is unusable.
         params: the admission policy's params object:
             ``podplacement_params_entries`` (entries last written to ImagePlatformCatalog
             ``cluster``) and ``podplacement_params_writes_total{result}`` (created,
@@ -204,6 +208,13 @@ class Metrics:
         self.placed_at_admission = Counter(
             P + "placed_at_admission", "Pods seen placed at admission, by the decision's path "
             "(admission: the admission policy; webhook)", ["path"], registry=r)
+        self.credential_provider_runs = Counter(
+            P + "credential_provider_runs", "Runs of kubelet credential provider plugins, by "
+            "provider and result (ok, error)", ["provider", "result"], registry=r)
+        self.credential_provider_config_error = Gauge(
+            P + "credential_provider_config_error", "1 while the credential provider config "
+            "given with --image-credential-provider-config is unusable (no provider runs)",
+            registry=r)
         self.sources = _Sources()
         r.register(self.sources)
 

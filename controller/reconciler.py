@@ -30,9 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from podplacement.controller.credproviders import provider_credentials
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
-from podplacement.imageinspect import PullSecretReader
+from podplacement.imageinspect import ProviderRunner, PullSecretReader
 from podplacement.kubeclient import (
     ApiError,
     Conflict,
@@ -135,6 +136,8 @@ class Reconciler:
         policies: namespace → its accepted placement policies, highest priority first
             (:meth:`controller.policywatch.PolicyWatch.of`); the one matching a pod
             (:func:`rules.policy.policy_for`) is applied.
+        providers: the kubelet credential providers (:mod:`controller.credproviders`), or
+            None.
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class Reconciler:
         secret_ttl: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
         policies: Callable[[str], Sequence[PlacementPolicy]] = lambda namespace: (),
+        providers: ProviderRunner | None = None,
     ) -> None:
         self.api = api
         self.pods = pods
@@ -169,6 +173,7 @@ class Reconciler:
         self.secrets = PullSecretReader(api, secret_path=secret_path, ttl=secret_ttl)
         self.is_leader = is_leader
         self.policies = policies
+        self.providers = providers
         self._state: dict[str, _PodState] = {}
         self._released: OrderedDict[str, None] = OrderedDict()
 
@@ -186,13 +191,18 @@ class Reconciler:
     ) -> list[Any]:
         """Credentials for ``pod``: the Secrets of :func:`rules.podspec.pull_secret_refs`
         read with :class:`imageinspect.PullSecretReader` (missing or undecodable ones
-        skipped; ``on_invalid`` is called for the latter).
+        skipped; ``on_invalid`` is called for the latter), then what the kubelet credential
+        providers give for its images (:func:`controller.credproviders.provider_credentials`;
+        the kubelet's keyring order: pull secrets first).
 
         Raises:
             ApiError: reading a secret failed other than 403/404.
         """
-        return await self.secrets.credentials(pull_secret_refs(pod, config),
-                                              on_invalid=on_invalid)
+        creds: list[Any] = await self.secrets.credentials(pull_secret_refs(pod, config),
+                                                          on_invalid=on_invalid)
+        if self.providers is not None:
+            creds += await provider_credentials(self.providers, pod)
+        return creds
 
     async def inspect_images(
         self, pod: Mapping[str, Any], credentials: Sequence[Any]
@@ -257,6 +267,8 @@ class Reconciler:
         except ApiError as exc:
             log.info("pod %s/%s: reading pull secrets failed: %s", ns, name, exc)
             creds = []
+            if self.providers is not None:
+                creds = await provider_credentials(self.providers, pod)
         images = await self.inspect_images(pod, creds)
         if not creds and self.publish is not None:
             # Learned anonymously: any pod of any namespace may be placed with it at

@@ -23,6 +23,14 @@ from podplacement.imageinspect._credentials import (
     credentials_from_pull_secrets,
     match_credentials,
 )
+from podplacement.imageinspect._credproviders import (
+    CredentialProvider,
+    ProviderConfigError,
+    ProviderResponseError,
+    TokenAttributes,
+    load_provider_config,
+    parse_provider_config,
+)
 from podplacement.imageinspect._errors import (
     Blocked,
     ConnectionFailed,
@@ -50,6 +58,12 @@ from podplacement.imageinspect._manifest import (
     ImageInfo,
     Platform,
     estimated_bytes,
+)
+from podplacement.imageinspect._provider_exec import (
+    PluginError,
+    PodIdentity,
+    ProviderRunner,
+    ServiceAccountSource,
 )
 from podplacement.imageinspect._pullsecrets import PullSecretReader, SecretPath, SecretRequester
 from podplacement.imageinspect._reference import Reference, parse_reference
@@ -79,6 +93,7 @@ __all__ = [
     "ConnectionFailed",
     "Credential",
     "CredentialError",
+    "CredentialProvider",
     "Denied",
     "DigestMismatch",
     "FileVerdict",
@@ -92,6 +107,11 @@ __all__ = [
     "NotFound",
     "Platform",
     "PlatformReport",
+    "PluginError",
+    "PodIdentity",
+    "ProviderConfigError",
+    "ProviderResponseError",
+    "ProviderRunner",
     "PullSecretReader",
     "RateLimited",
     "Reference",
@@ -103,7 +123,9 @@ __all__ = [
     "SecretPath",
     "SecretRequester",
     "ServerError",
+    "ServiceAccountSource",
     "Timeout",
+    "TokenAttributes",
     "TooLarge",
     "Unauthorized",
     "UnsafeAddress",
@@ -111,8 +133,10 @@ __all__ = [
     "credentials_from_docker_config",
     "credentials_from_pull_secrets",
     "estimated_bytes",
+    "load_provider_config",
     "match_credentials",
     "parse_networks",
+    "parse_provider_config",
     "parse_reference",
     "verify_image",
 ]

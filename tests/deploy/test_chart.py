@@ -190,3 +190,17 @@ def test_dashboard_alone_is_the_monitoring_dashboard_configmap() -> None:
     assert [o["metadata"]["name"] for o in monitoring] == ["podplacement-grafana-dashboard"]
     _same_objects(_template("--set", "monitoring.dashboard.enabled=true",
                             "--set", "config.create=false"), _kustomize(DEPLOY) + monitoring)
+
+
+def test_credential_providers_on_is_the_credential_providers_overlay() -> None:
+    """credentialProviders.{enabled,config,serviceAccountTokens} render what
+    deploy/overlays/credential-providers builds: the ConfigMap, the two controller flags and
+    volumes, and the token-mode ClusterRole and binding (docs/pools/credential-providers.md)."""
+    overlay = DEPLOY / "overlays" / "credential-providers"
+    repository = yaml.safe_load((overlay / "kustomization.yaml").read_text())["images"][0][
+        "newName"]
+    _same_objects(_template("--set", "credentialProviders.enabled=true",
+                            "--set-file", f"credentialProviders.config={overlay / 'config.yaml'}",
+                            "--set", "credentialProviders.serviceAccountTokens=true",
+                            "--set", "config.create=false",
+                            "--set", f"image.repository={repository}"), _kustomize(overlay))

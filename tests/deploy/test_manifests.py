@@ -685,12 +685,43 @@ def _literal(node: ast.expr, consts: dict[str, str]) -> str | None:
     return None
 
 
+#: Files whose requests are granted by an opt-in overlay (and its chart value), not the base:
+#: the credential providers' ServiceAccount-token mode (controller/credproviders.py).
+OPT_IN_GRANTS = {
+    "controller/credproviders.py": DEPLOY / "overlays" / "credential-providers" / "rbac.yaml",
+}
+
+
+def _grants_for(base: list[dict[str, Any]], file: str) -> Any:
+    extra = OPT_IN_GRANTS.get(file)
+    if extra is None:
+        return _grants(base)
+    return _grants(base + [d for d in yaml.safe_load_all(extra.read_text()) if d])
+
+
+def test_opt_in_grants_serve_exactly_the_declared_requests() -> None:
+    """The credential-providers overlay grants what controller.credproviders.API_REQUESTS
+    needs and nothing more (get ServiceAccounts, create serviceaccounts/token)."""
+    from podplacement.controller import credproviders
+
+    docs = [d for d in yaml.safe_load_all(
+        OPT_IN_GRANTS["controller/credproviders.py"].read_text()) if d]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    rules = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
+    wanted = set()
+    for method, template in credproviders.API_REQUESTS:
+        _group, resource, verb, _ns, _name = _parse(
+            method, template.format(namespace="team-a", name="builder"))
+        wanted.add((resource, verb))
+    assert rules == wanted
+
+
 @pytest.mark.parametrize(("package", "sa"), [("controller", _C), ("webhook", _W)])
 def test_requests_found_in_the_code_are_allowed(base: list[dict[str, Any]], package: str,
                                                 sa: str) -> None:
-    grants = _grants(base)
     found = list(_code_paths(package))
     for file, method, path in found:
+        grants = _grants_for(base, file)
         group, resource, verb, ns, name = _parse(method, path.split("?")[0])
         namespace = None if ns in (None, "{x}") else ns
         rname = None if name in (None, "{x}") else name
@@ -900,12 +931,12 @@ def _all_path_literals(package: str) -> Iterator[tuple[str, str]]:
 @pytest.mark.parametrize(("package", "sa"), [("controller", _C), ("webhook", _W)])
 def test_every_resource_named_in_the_code_is_granted(base: list[dict[str, Any]], package: str,
                                                      sa: str) -> None:
-    grants = _grants(base)
-    granted = {(g[2], g[3]) for g in grants if g[0] == sa} | {
-        (group, resource) for group, resource, _ in EVERYONE_MAY}
     found = list(_all_path_literals(package))
     assert found, f"no API path found in {package}/ (scanner broken?)"
     for file, path in found:
+        grants = _grants_for(base, file)
+        granted = {(g[2], g[3]) for g in grants if g[0] == sa} | {
+            (group, resource) for group, resource, _ in EVERYONE_MAY}
         group, resource, _verb, _ns, _name = _parse("GET", path)
         assert (group, resource) in granted, f"{file}: {path}: {group}/{resource} not granted"
 
