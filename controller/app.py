@@ -127,6 +127,7 @@ from podplacement.rules.freshness import PullAlwaysFreshness
 from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.nodeview import node_view
 from podplacement.rules.numa import InFlight
+from podplacement.rules.tolerations import node_arch_taints
 
 if TYPE_CHECKING:
     from podplacement.controller.leader import LeaderElector
@@ -452,6 +453,9 @@ class Controller:
             await self.health.start()
         self.lifecycle = self._make_lifecycle()
         if self.lifecycle is not None:
+            # the architecture taints the Nodes carry, for the webhook (no Node view)
+            nodes = self.nodes
+            self.lifecycle.status.arch_taints = lambda: node_arch_taints(nodes.cache.values())
             self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
             self._handlers[PARAMS_KEY] = self.params_writer.reconcile
             self._handlers[FRESH_KEY] = self.fresh.check

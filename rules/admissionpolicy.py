@@ -505,9 +505,13 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
 
 def places(config: PlacementConfig) -> bool:
     """True when the policy has a place branch: ``spec.admission.fastPaths`` is
-    ``Enabled`` and NUMA placement is off (NUMA candidates need the controller's view of
-    the nodes)."""
-    return config.admission_fast_paths == FAST_PATHS_ENABLED and not config.topology.enabled
+    ``Enabled``, NUMA placement is off (NUMA candidates need the controller's view of
+    the nodes), and no architecture taint is known (configured, or published from the Nodes
+    in the config's status; :mod:`rules.tolerations`): the policy's CEL adds no toleration,
+    so while a pool is tainted every pod is gated and placed, with its tolerations, by the
+    webhook or the controller."""
+    return (config.admission_fast_paths == FAST_PATHS_ENABLED and not config.topology.enabled
+            and not config.architecture_taints.known())
 
 
 def placement_config(config_obj: Mapping[str, Any] | None) -> PlacementConfig:
