@@ -545,6 +545,9 @@ def _params(c: Controller) -> tuple[ParamsStore, ParamsWriter, ParamsPublisher]:
     (:class:`controller.publisher.ParamsPublisher`: by the leader that runs the lifecycle)."""
     params = ParamsStore(c.config_source()[0].image_inspection.cache_ttl_seconds)
     writer = ParamsWriter(c.api, params, metrics=c.metrics.params, namespace=c.options.namespace)
+    # the architecture taints the policy's CEL tolerates: the config's and the Nodes' ones
+    writer.taints_source = lambda: c.config_source()[0].architecture_taints.known(
+        node_arch_taints(c.nodes.cache.values()))
     publisher = ParamsPublisher(
         params, writer, config_source=c.config_source, placement_config=c.placement_config,
         owns_admission=lambda: c.lifecycle is not None, leading=lambda: c.leading)
