@@ -31,7 +31,7 @@ from podplacement.rules.decision import Decision, NumaLike, Outcome, unique_imag
 from podplacement.rules.execformat import recorded
 from podplacement.rules.learn import LearnedImage, describe, learned_images
 from podplacement.rules.numa import InFlight
-from podplacement.rules.placement import allowed_platforms
+from podplacement.rules.placement import allowed_platforms, toleration_text
 from podplacement.rules.plan import plan, pod_platforms
 from podplacement.rules.platforms import ImageLike, PlatformSet
 from podplacement.rules.podspec import has_gate, node_ineligibility, unescape_pointer
@@ -185,7 +185,10 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "policy": {"name", "priority"} | None, "outcome": str, "reason": str,
         "numa": {...} | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
-        "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
+        "affinity": {nodeAffinity as injected}, "tolerations": ["kubernetes.io/arch=arm64:
+        NoSchedule", ...], "execFormatErrors": {...} | None}``; ``tolerations`` are those
+        added for architecture taints (:mod:`rules.tolerations`: the nodes' and the
+        configured ones);
         ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
         (containers seen failing, and the verification of their digests), when it has one.
         An image whose platform ``config.excluded`` leaves out (learned from exec format
@@ -237,6 +240,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "numa": numa_info,
         "nodes": rows,
         "affinity": affinity,
+        "tolerations": [toleration_text(t) for t in decision.tolerations],
         "execFormatErrors": _exec_format_errors(pod),
     }
 
@@ -363,6 +367,8 @@ def render_table(report: Mapping[str, Any]) -> str:
     out.append(f"Outcome: {report['outcome']} ({report['reason']})")
     if report.get("path"):
         out.append(f"Path: {report['path']}")
+    if report.get("tolerations"):
+        out.append(f"Tolerations added: {', '.join(report['tolerations'])}")
     numa = report.get("numa")
     if numa:
         out.append(f"NUMA: strategy {numa['strategy']}, alignment needed: "

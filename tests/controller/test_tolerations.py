@@ -205,3 +205,16 @@ def test_webhook_patch_adds_the_same_tolerations() -> None:
     assert json.loads(webhook.annotation)["tolerations"] == \
         json.loads(controller.annotation)["tolerations"]
     assert DECISION_ANNOTATION
+
+
+def test_explain_says_which_tolerations_are_added() -> None:
+    from podplacement.rules.explain import explain, render_table
+
+    report = explain(gated(MULTI.reference), NODES, {}, {MULTI.reference: MULTI},
+                     PlacementConfig(), now=0)
+    assert report["tolerations"] == ["kubernetes.io/arch=arm64:NoSchedule"]
+    assert "Tolerations added: kubernetes.io/arch=arm64:NoSchedule" in render_table(report)
+    report = explain(gated(AMD.reference), NODES, {}, {AMD.reference: AMD},
+                     PlacementConfig(), now=0)
+    assert report["tolerations"] == []
+    assert "Tolerations added" not in render_table(report)
