@@ -209,3 +209,21 @@ def test_the_webhook_and_the_policy_add_the_same_toleration(
         assert _arch_tolerations(pod) == [ARM_TOLERATION], name
         assert _record(pod)["tolerations"] == ["kubernetes.io/arch=arm64:NoSchedule"]
         assert _bound(cluster, ns, name) == "arm64-pool"
+
+
+def test_a_pod_with_thousands_of_tolerations_is_never_admitted_unplaced(
+        cluster: KubeEnv, product: Product, images: dict[str, str], ns: str) -> None:
+    """The policy's toleration check costs (published taints) x (the pod's tolerations): a
+    pod with 20,000 of its own is still placed within the CEL cost limits (checked on
+    v1.36.2: placed by the policy itself, ``"path":"admission"``), never admitted ungated
+    and unplaced by a CEL cost error (failurePolicy Ignore). Runs after the test above (the
+    policy places this image)."""
+    many = [{"key": f"example.test/t{i}", "operator": "Exists"} for i in range(20000)]
+    r = cluster.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
+                        json=_pod("many", images["multi"], tolerations=many))
+    assert r.status_code == 201, r.text[:500]
+    pod = r.json()
+    annotation = (pod["metadata"].get("annotations") or {}).get(DECISION_ANNOTATION)
+    assert _gated(pod) or annotation, "admitted with neither gate nor placement"
+    if annotation:
+        assert _arch_tolerations(pod) == [ARM_TOLERATION]
