@@ -58,8 +58,10 @@ def node_view(node: Mapping[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"metadata": {name, namespace, resourceVersion, labels present in node}}`` plus
         ``{"status": {"allocatable": ...}}`` when the node has it, and ``{"spec":
-        {"taints": [...]}}`` with only its taints keyed ``kubernetes.io/arch`` when it has
-        any. ``metadata`` is always there (the NUMA arrays read it by key). Never raises.
+        {"taints": [{key, value, effect}, ...]}}`` with only its taints keyed
+        ``kubernetes.io/arch`` (``timeAdded`` dropped) when it has any, shared between the
+        views of the same taints. ``metadata`` is always there (the NUMA arrays read it by
+        key). Never raises.
     """
     meta = node.get("metadata")
     kept: dict[str, Any] = {}
@@ -72,8 +74,28 @@ def node_view(node: Mapping[str, Any]) -> dict[str, Any]:
     spec = node.get("spec")
     taints = spec.get("taints") if isinstance(spec, Mapping) else None
     if isinstance(taints, list):
-        kept_taints = [t for t in taints
-                       if isinstance(t, Mapping) and t.get("key") == ARCH_TAINT_KEY]
-        if kept_taints:
-            view["spec"] = {"taints": kept_taints}
+        kept = tuple((str(t.get("value") or ""), str(t.get("effect") or "")) for t in taints
+                     if isinstance(t, Mapping) and t.get("key") == ARCH_TAINT_KEY)
+        if kept:
+            view["spec"] = _taints_spec(kept)
     return view
+
+
+#: The ``spec`` of the views with architecture taints, one object per distinct set (a pool's
+#: nodes share one): a view holds no taint of its own, so 5,000 tainted nodes cost what
+#: untainted ones do (docs/benchmarks.md). Readers never change a view. Bounded: past
+#: :data:`_MAX_SHARED` distinct sets, a view gets its own copy.
+_SHARED: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+_MAX_SHARED = 256
+
+
+def _taints_spec(kept: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """``{"taints": [{key: kubernetes.io/arch, value, effect}, ...]}`` for ``kept``
+    ((value, effect) pairs), shared between the views with the same set."""
+    shared = _SHARED.get(kept)
+    if shared is not None:
+        return shared
+    spec = {"taints": [{"key": ARCH_TAINT_KEY, "value": v, "effect": e} for v, e in kept]}
+    if len(_SHARED) < _MAX_SHARED:
+        _SHARED[kept] = spec
+    return spec
