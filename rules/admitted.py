@@ -60,6 +60,7 @@ from podplacement.rules.placement import (
     EXEC_FORMAT_EXCLUSION,
     RECORD_IMAGES,
     RECORD_PATH,
+    RECORD_TOLERATIONS,
     WARNING,
     EventSpec,
     Placement,
@@ -70,6 +71,7 @@ from podplacement.rules.placement import (
 from podplacement.rules.platforms import NodeInventory
 from podplacement.rules.podspec import pull_secret_refs
 from podplacement.rules.policy import PlacementPolicy
+from podplacement.rules.tolerations import without_added
 
 __all__ = [
     "ADMISSION_PATHS",
@@ -321,7 +323,9 @@ def _admission_placement(
                else _catalog_results(pod, catalog))
     if results is None or set(results) != set(unique_images(pod)):
         return None
-    for candidate in before_placement(pod, path):
+    # the tolerations the placement appended are not the creator's (rules.tolerations)
+    for candidate in before_placement(without_added(pod, record.get(RECORD_TOLERATIONS)),
+                                      path):
         try:
             placement = placement_facts(candidate, results, config, nodes=nodes,
                                         path=PATH_WEBHOOK if path == PATH_WEBHOOK else None,

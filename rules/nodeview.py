@@ -74,10 +74,10 @@ def node_view(node: Mapping[str, Any]) -> dict[str, Any]:
     spec = node.get("spec")
     taints = spec.get("taints") if isinstance(spec, Mapping) else None
     if isinstance(taints, list):
-        kept = tuple((str(t.get("value") or ""), str(t.get("effect") or "")) for t in taints
+        arch = tuple((str(t.get("value") or ""), str(t.get("effect") or "")) for t in taints
                      if isinstance(t, Mapping) and t.get("key") == ARCH_TAINT_KEY)
-        if kept:
-            view["spec"] = _taints_spec(kept)
+        if arch:
+            view["spec"] = _taints_spec(arch)
     return view
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "taints_value",
     "tolerates",
     "toleration_of",
+    "without_added",
 ]
 
 #: The taint key these tolerations are for: the well-known node label of the architecture
@@ -235,3 +236,30 @@ def arch_tolerations(architectures: Sequence[str], pod: Mapping[str, Any],
     own = pod_tolerations(pod)
     return tuple(toleration_of(t) for t in sorted(set(taints))
                  if t.value in admitted and not any(tolerates(o, t) for o in own))
+
+
+def without_added(pod: Mapping[str, Any], added: Any) -> Mapping[str, Any]:
+    """``pod`` as it was before a placement appended the tolerations its decision annotation
+    lists (``added``: the record's ``tolerations``, ``kubernetes.io/arch=<arch>:<effect>``
+    texts): those entries removed from the end of ``spec.tolerations`` when they are there,
+    in order; else ``pod`` itself. For reproducing an admission decision
+    (:mod:`rules.admitted`). Never raises."""
+    if not isinstance(added, list) or not added:
+        return pod
+    wanted: list[dict[str, str]] = []
+    for text in added:
+        key, _, rest = str(text).partition("=")
+        value, _, effect = rest.rpartition(":")
+        if key != ARCH_TAINT_KEY or not value or not effect:
+            return pod
+        wanted.append(toleration_of(ArchTaint(value, effect)))
+    own = pod_tolerations(pod)
+    spec = pod.get("spec")
+    items = spec.get("tolerations") if isinstance(spec, Mapping) else None
+    if not isinstance(items, list) or len(own) != len(items) or len(items) < len(wanted):
+        return pod
+    tail = [dict(t) for t in items[len(items) - len(wanted):]]
+    if tail != wanted:
+        return pod
+    assert isinstance(spec, Mapping)
+    return {**pod, "spec": {**spec, "tolerations": items[:len(items) - len(wanted)]}}

@@ -218,3 +218,26 @@ def test_explain_says_which_tolerations_are_added() -> None:
                      PlacementConfig(), now=0)
     assert report["tolerations"] == []
     assert "Tolerations added" not in render_table(report)
+
+
+def test_a_decision_taken_at_admission_with_tolerations_is_reproduced() -> None:
+    """The controller reproduces an admission decision (its Warning Events, the escape
+    monitor's doubt) from the pod as stored: the tolerations the placement appended are
+    taken off first, else the reproduced record (without them) would never match."""
+    from podplacement.rules.admitted import _admission_placement
+    from podplacement.rules.explain import apply_patch
+
+    cfg = PlacementConfig.from_object({"spec": {"architectureTaints": {
+        "taints": [{"value": "arm64", "effect": "NoSchedule"}]}}})
+    own = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+            "effect": "NoExecute", "tolerationSeconds": 300}]
+    pod = gated(MULTI.reference, own, nodeSelector={"disktype": "ssd"})
+    del pod["spec"]["schedulingGates"]
+    placed = admission_placement(pod, {MULTI.reference: MULTI}, cfg)
+    assert placed is not None
+    stored = apply_patch(pod, placed.patch)
+    assert stored["spec"]["tolerations"] == [*own, ARM_TOLERATION]
+    record = json.loads(stored["metadata"]["annotations"][DECISION_ANNOTATION])
+    again = _admission_placement(stored, record, cfg, catalog=lambda _image: None)
+    assert again is not None, "the decision was not reproduced"
+    assert again.tolerations == (ARM_TOLERATION,)
