@@ -130,6 +130,7 @@ from podplacement.rules.freshness import PullAlwaysFreshness
 from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.nodeview import node_view
 from podplacement.rules.numa import InFlight
+from podplacement.rules.tolerations import node_arch_taints
 
 if TYPE_CHECKING:
     from podplacement.controller.leader import LeaderElector
@@ -476,6 +477,9 @@ class Controller:
             await self.health.start()
         self.lifecycle = self._make_lifecycle()
         if self.lifecycle is not None:
+            # the architecture taints the Nodes carry, for the webhook (no Node view)
+            nodes = self.nodes
+            self.lifecycle.status.arch_taints = lambda: node_arch_taints(nodes.cache.values())
             self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
             self._handlers[PARAMS_KEY] = self.params_writer.reconcile
             self._handlers[FRESH_KEY] = self.fresh.check
@@ -565,6 +569,9 @@ def _params(c: Controller) -> tuple[ParamsStore, ParamsWriter, ParamsPublisher]:
     (:class:`controller.publisher.ParamsPublisher`: by the leader that runs the lifecycle)."""
     params = ParamsStore(c.config_source()[0].image_inspection.cache_ttl_seconds)
     writer = ParamsWriter(c.api, params, metrics=c.metrics.params, namespace=c.options.namespace)
+    # the architecture taints the policy's CEL tolerates: the config's and the Nodes' ones
+    writer.taints_source = lambda: c.config_source()[0].architecture_taints.known(
+        node_arch_taints(c.nodes.cache.values()))
     publisher = ParamsPublisher(
         params, writer, config_source=c.config_source, placement_config=c.placement_config,
         owns_admission=lambda: c.lifecycle is not None, leading=lambda: c.leading)

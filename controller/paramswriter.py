@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound, resource_path
@@ -41,6 +41,7 @@ from podplacement.rules.config import (
     VERSION,
 )
 from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.tolerations import ArchTaint
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,10 @@ class ParamsWriter:
         # self.clock() before which no tick starts (set by the last tick that did not fail)
         self._next_tick: float | None = None
         self._last_error = ""
+        #: The architecture taints to publish in ``spec.architectureTaints``, read at every
+        #: tick (:meth:`rules.tolerations.ArchitectureTaints.known` of the config and the
+        #: Nodes); None: left as the store has them.
+        self.taints_source: Callable[[], Sequence[ArchTaint]] | None = None
 
     # --- public -----------------------------------------------------------------------
     async def load(self) -> int:
@@ -303,6 +308,8 @@ class ParamsWriter:
                     self._count(WRITE_ERROR)
                     return WRITE_ERROR
             self.store.expire(self.wall_clock())
+            if self.taints_source is not None:
+                self.store.set_arch_taints(self.taints_source())
             if not self.store.dirty:
                 return WRITE_CLEAN
             return await self._write()
@@ -332,7 +339,8 @@ class ParamsWriter:
         # written again (empty until this controller confirms its own).
         if (entries != len(images) or len(images) != adopted
                 or (spec.get("policies") or {}) != self.store.policies()
-                or (spec.get("fresh") or {}) != self.store.fresh()):
+                or (spec.get("fresh") or {}) != self.store.fresh()
+                or (spec.get("architectureTaints") or []) != self.store.arch_taints()):
             self.store.mark_dirty()
         log.info("params object %s: adopted %d of %d entries", PARAMS_NAME, adopted,
                  len(images))
@@ -347,7 +355,8 @@ class ParamsWriter:
             "metadata": (dict(self._meta) if self._meta is not None
                          else {"name": PARAMS_NAME, "namespace": self.namespace}),
             "spec": {"images": images, "learned": self.store.learned(),
-                     "fresh": self.store.fresh(), "policies": self.store.policies()},
+                     "fresh": self.store.fresh(), "policies": self.store.policies(),
+                     "architectureTaints": self.store.arch_taints()},
             "status": {"entries": len(images)},
         }
         creating = self._meta is None

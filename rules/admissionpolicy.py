@@ -35,7 +35,9 @@ inside the API server"):
   placement_facts` decides for the pod once gated, rendered in CEL (every text imported
   from the Python rule): one required term ``kubernetes.io/arch In [archs]`` AND
   ``kubernetes.io/os In [linux]`` (or the unsatisfiable marker), the preferred weights of
-  ``nodeAffinityScoring``, the labels ``scheduling-gate=removed`` and ``node-affinity=set``
+  ``nodeAffinityScoring``, the tolerations of the architecture taints published in the
+  params' ``spec.architectureTaints`` for the pod's architectures (:mod:`rules.tolerations`),
+  the labels ``scheduling-gate=removed`` and ``node-affinity=set``
   and the decision annotation with ``"path":"admission"``. JSONPatch, because an
   ApplyConfiguration cannot write ``nodeAffinity`` (an atomic struct).
   A PodPlacementPolicy of the pod's namespace (published in the params as ``spec.policies``,
@@ -123,6 +125,7 @@ from podplacement.rules.placement import (
     RECORD_POLICY,
     RECORD_REASON,
     RECORD_RESULT,
+    RECORD_TOLERATIONS,
     Outcome,
     Placement,
     placed_labels,
@@ -133,6 +136,7 @@ from podplacement.rules.predicates import (
     POLICY_VARIABLES,
     cel_string,
 )
+from podplacement.rules.tolerations import ARCH_TAINT_KEY, ArchTaint, toleration_of
 from podplacement.rules.webhookconfig import WebhookNamespaceSelection
 
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
@@ -319,6 +323,47 @@ def _json_string(string_expr: str) -> str:
     return f"'\"' + {string_expr} + '\"'"
 
 
+# --- the tolerations of architecture taints, in CEL (rules.tolerations) -------------------
+#
+# The params carry the architecture taints to tolerate (``spec.architectureTaints``: the
+# Nodes' and the configured ones, sorted, published by the controller; empty when the
+# config's ``tolerate`` is Disabled). ``addTolerations`` keeps those whose value is one of the
+# placed pod's ``archs`` and that none of the pod's own tolerations tolerates
+# (:func:`rules.tolerations.tolerates`, Kubernetes' ``ToleratesTaint``), in the params'
+# order: :func:`rules.tolerations.arch_tolerations`.
+
+#: ``archTaints``: the published architecture taints (``{value, effect}`` items).
+CEL_ARCH_TAINTS = ("params == null ? [] : "
+                   "params.?spec.?architectureTaints.orValue([])")
+#: ``ownTolerations``: the pod's own tolerations.
+CEL_OWN_TOLERATIONS = "object.spec.?tolerations.orValue([])"
+#: The pod's toleration ``o`` tolerates the taint ``kubernetes.io/arch=t.value:t.effect``.
+CEL_TOLERATES = (
+    "(o.?effect.orValue('') == '' || o.?effect.orValue('') == t.effect) && "
+    f"(o.?key.orValue('') == '' || o.?key.orValue('') == {cel_string(ARCH_TAINT_KEY)}) && "
+    "(o.?operator.orValue('') == 'Exists' || "
+    "(o.?operator.orValue('') in ['', 'Equal'] && o.?value.orValue('') == t.value))")
+#: ``addTolerations``: the taints whose tolerations the placed pod gets.
+CEL_ADD_TOLERATIONS = ("variables.archTaints.filter(t, t.value in variables.archs && "
+                       f"!variables.ownTolerations.exists(o, {CEL_TOLERATES}))")
+#: The decision's ``tolerations`` entries (:func:`rules.placement.toleration_text`).
+CEL_TOLERATION_TEXTS = (f"variables.addTolerations.map(t, {cel_string(ARCH_TAINT_KEY + '=')}"
+                        " + t.value + ':' + t.effect)")
+_ANY_TOLERATIONS = "size(variables.addTolerations) > 0"
+
+
+def toleration_ops() -> str:
+    """The JSONPatch ops appending the ``addTolerations`` (``podpatch.toleration_ops``):
+    each as ``add /spec/tolerations/-``, after an ``add /spec/tolerations []`` when the pod
+    has no list (an empty list first, then typed items appended: see :func:`gate_ops`)."""
+    item = cel_typed("Object.spec.tolerations", {
+        **toleration_of(ArchTaint("v", "e")), "value": Cel("t.value"), "effect": Cel("t.effect")})
+    return (f"(!({_ANY_TOLERATIONS}) ? [] : "
+            "(has(object.spec.tolerations) ? [] : ["
+            + _add(cel_string("/spec/tolerations"), "[]") + "]) + "
+            f"variables.addTolerations.map(t, {_add(cel_string('/spec/tolerations/-'), item)}))")
+
+
 #: The params object's ``metadata.uid`` (the catalog's identity in the decision annotation,
 #: :func:`rules.config.admission_mark`; the server sets it, a uid needs no escape).
 CEL_CATALOG = "params.?metadata.?uid.orValue('')"
@@ -333,6 +378,7 @@ _RECORD: dict[str, tuple[str, str | None]] = {
     RECORD_PLATFORMS: (_json_strings("variables.pairs"), None),
     RECORD_OSES: (cel_string(json.dumps([PLACED_OS])), _ANY_PAIRS),
     RECORD_ARCHS: (_json_strings("variables.archs"), None),
+    RECORD_TOLERATIONS: (_json_strings(CEL_TOLERATION_TEXTS), _ANY_TOLERATIONS),
     RECORD_RESULT: (_json_string(f"({_ANY_PAIRS} ? {cel_string(Outcome.SET)} : "
                                  f"{cel_string(Outcome.NO_SUPPORTED_PLATFORM)})"), None),
     RECORD_REASON: (_json_string(
@@ -472,7 +518,7 @@ def place_patch_mutation() -> str:
         + " : "
         + _add(cel_string(AFFINITY_PATH),
                cel_typed(_T_AFFINITY, {"nodeAffinity": node_affinity}))
-        + "] + "
+        + "] + " + toleration_ops() + " + "
         + _map_ops("labels", placed_labels(affinity_set=True))
         + f" + (variables.hasPolicy ? [{policy_label}] : []) + "
         + _map_ops("annotations", {DECISION_ANNOTATION: Cel("variables.decision")})
@@ -496,6 +542,9 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
         ("archs", CEL_ARCHS),
         ("weights", cel_weights(weights)),
         ("preferredArchs", CEL_PREFERRED_ARCHS),
+        ("archTaints", CEL_ARCH_TAINTS),
+        ("ownTolerations", CEL_OWN_TOLERATIONS),
+        ("addTolerations", CEL_ADD_TOLERATIONS),
         ("decision", CEL_DECISION),
     ]
     if table:

@@ -65,6 +65,7 @@ from podplacement.rules.placement import (
     PLATFORM_NOT_IN_CLUSTER,
     RECORD_IMAGES,
     RECORD_PATH,
+    RECORD_TOLERATIONS,
     WARNING,
     EventSpec,
     Placement,
@@ -75,6 +76,7 @@ from podplacement.rules.placement import (
 from podplacement.rules.platforms import NodeInventory
 from podplacement.rules.podspec import pull_secret_refs
 from podplacement.rules.policy import PlacementPolicy
+from podplacement.rules.tolerations import without_added
 
 __all__ = [
     "ADMISSION_PATHS",
@@ -412,7 +414,9 @@ def _admission_placement(
         return [t.expressions for t in placement.required], placement.preferred
 
     try:
-        for candidate in before_placement(pod, path, appends):
+        # the tolerations the placement appended are not the creator's (rules.tolerations)
+        for candidate in before_placement(without_added(pod, record.get(RECORD_TOLERATIONS)),
+                                          path, appends):
             placement = placed(candidate)
             if not _renders(candidate, placement, pod, path, annotation, uid):
                 continue

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podplacement.imageinspect import DEFAULT_REFUSED_NETWORKS, IPNetwork, parse_networks
+from podplacement.rules.tolerations import (
+    TOLERATE_DISABLED,
+    TOLERATE_ENABLED,
+    ArchitectureTaints,
+    TaintError,
+    parse_taints,
+)
 
 # --- API --------------------------------------------------------------------------------
 GROUP = "podplacement.io"
@@ -69,6 +76,9 @@ ESCAPE_CONDITION = f"{GROUP}/placement-escaped"
 ESCAPE_REASON = "PlacementEscaped"
 #: Longest ``status.execFormatErrorMonitor.excluded`` and ``.deletedPods`` lists.
 MAX_EXCLUSIONS = 256
+#: The PodPlacementConfig's status field where the controller publishes the architecture
+#: taints it sees on the Nodes (``observed``; :mod:`rules.tolerations`).
+STATUS_ARCH_TAINTS = "architectureTaints"
 MAX_DELETED_PODS = 256
 #: The proof of an exclusion that applies in every namespace: the controller's own
 #: verification of the image's binaries (:data:`rules.findings.PROOF_VERIFICATION`).
@@ -425,6 +435,9 @@ class PlacementConfig:
     ``admission_inspection_budget`` is in seconds (``spec.admission.inspectionBudget``,
     0..:data:`MAX_INSPECTION_BUDGET`); ``admission_pull_always_freshness`` too
     (``spec.admission.pullAlwaysFreshness``, 0..:data:`MAX_PULL_ALWAYS_FRESHNESS`).
+    ``architecture_taints`` is ``spec.architectureTaints`` (``tolerate``, ``taints``) with
+    the taints published in ``status.architectureTaints.observed``
+    (:class:`rules.tolerations.ArchitectureTaints`).
     ``fallback_operating_systems`` is ``spec.fallbackOperatingSystems``, sorted, never empty:
     the ``kubernetes.io/os`` values a pod released without its images' platforms still requires
     (:func:`rules.fallback.fallback_requirement`).
@@ -447,6 +460,7 @@ class PlacementConfig:
     excluded: tuple[ExcludedPlatform, ...] = ()
     admission_inspection_budget: float = DEFAULT_INSPECTION_BUDGET
     admission_pull_always_freshness: float = DEFAULT_PULL_ALWAYS_FRESHNESS
+    architecture_taints: ArchitectureTaints = field(default_factory=ArchitectureTaints)
     generation: int = 0
 
     @classmethod
@@ -537,8 +551,36 @@ class PlacementConfig:
                       if learn else ()),
             admission_inspection_budget=inspection_budget,
             admission_pull_always_freshness=freshness,
+            architecture_taints=_architecture_taints(spec, obj),
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
+
+
+def _architecture_taints(spec: Mapping[str, Any], obj: Mapping[str, Any]
+                         ) -> ArchitectureTaints:
+    """``spec.architectureTaints`` (``tolerate``: ``Enabled`` | ``Disabled``, default
+    ``Enabled``; ``taints``: the pools without a node yet) and the taints the controller
+    published from the Nodes in ``status.architectureTaints.observed`` (malformed items
+    dropped). :mod:`rules.tolerations`.
+
+    Raises:
+        ConfigError: ``tolerate`` is another value, or ``taints`` is malformed.
+    """
+    section = _mapping(spec, "architectureTaints", "spec")
+    tolerate = section.get("tolerate", TOLERATE_ENABLED)
+    if tolerate not in (TOLERATE_ENABLED, TOLERATE_DISABLED):
+        raise ConfigError("spec.architectureTaints.tolerate",
+                          f"must be {TOLERATE_ENABLED} or {TOLERATE_DISABLED}, "
+                          f"got {tolerate!r}")
+    try:
+        taints = parse_taints(section.get("taints"), "spec.architectureTaints.taints")
+    except TaintError as exc:
+        raise ConfigError("spec.architectureTaints.taints", str(exc)) from None
+    status = obj.get("status")
+    published = status.get(STATUS_ARCH_TAINTS) if isinstance(status, Mapping) else None
+    observed = parse_taints(published.get("observed") if isinstance(published, Mapping)
+                            else None, "status.architectureTaints.observed", strict=False)
+    return ArchitectureTaints(tolerate == TOLERATE_ENABLED, taints, observed)
 
 
 def _bounded_duration(admission: Mapping[str, Any], key: str, default: float,

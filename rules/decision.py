@@ -15,7 +15,7 @@ modules that import them from the decision.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -54,6 +54,7 @@ from podplacement.rules.platforms import ImageLike, NodeInventory, PlatformSet
 from podplacement.rules.podspec import has_gate
 from podplacement.rules.policy import PlacementPolicy
 from podplacement.rules.render import controller_patch
+from podplacement.rules.tolerations import ArchTaint
 
 __all__ = [
     "IMAGE_INSPECTION_FAILED",
@@ -131,6 +132,7 @@ def decide(
     path: str | None = None,
     give_up: str | None = None,
     policy: PlacementPolicy | None = None,
+    taints: Sequence[ArchTaint] | None = None,
 ) -> Decision:
     """Decide placement for the gated ``pod``: ``skip`` when it no longer carries our gate,
     else the facts of :func:`rules.placement.placement_facts` (same arguments, see
@@ -139,7 +141,7 @@ def decide(
     Args:
         pod: the gated Pod (dict, with ``metadata.resourceVersion``).
         images, config, nodes, numa, failures, numa_waited_seconds, config_error,
-            platforms, path, give_up, policy: as
+            platforms, path, give_up, policy, taints: as
             :func:`rules.placement.placement_facts`.
 
     Returns:
@@ -153,7 +155,7 @@ def decide(
     facts = placement_facts(
         pod, images, config, nodes=nodes, numa=numa, failures=failures,
         numa_waited_seconds=numa_waited_seconds, config_error=config_error,
-        platforms=platforms, path=path, give_up=give_up, policy=policy)
+        platforms=platforms, path=path, give_up=give_up, policy=policy, taints=taints)
     return _rendered(pod, facts)
 
 

@@ -31,7 +31,12 @@ from podplacement.rules.decision import Decision, NumaLike, Outcome, unique_imag
 from podplacement.rules.execformat import recorded
 from podplacement.rules.learn import LearnedImage, describe, learned_images
 from podplacement.rules.numa import InFlight
-from podplacement.rules.placement import RECORD_NO_NODE, allowed_platforms, no_node_text
+from podplacement.rules.placement import (
+    RECORD_NO_NODE,
+    allowed_platforms,
+    no_node_text,
+    toleration_text,
+)
 from podplacement.rules.plan import plan, pod_platforms
 from podplacement.rules.platforms import ImageLike, PlatformSet, os_version_of
 from podplacement.rules.podspec import has_gate, node_ineligibility, unescape_pointer
@@ -192,12 +197,16 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "numa": {...} | None,
         "noNodeYet": ["os/arch"], "waiting": str | None,
         "nodes": [{"name", "feasible", "reason", "score", "policy", "scope"}],
-        "affinity": {nodeAffinity as injected}, "execFormatErrors": {...} | None}``;
+        "affinity": {nodeAffinity as injected},
+        "tolerations": ["kubernetes.io/arch=arm64:NoSchedule", ...],
+        "execFormatErrors": {...} | None}``;
         ``noNodeYet`` lists the pairs the pod may run on when no node of any of them exists
         yet (the decision annotation's ``noNodeYet``,
         :func:`rules.placement.platforms_without_node`; empty otherwise), and ``waiting``
         says so in a sentence (``no node of linux/arm64 exists yet: the pod waits for one
-        (an autoscaler can create it)``), None otherwise;
+        (an autoscaler can create it)``), None otherwise; ``tolerations`` are those added
+        for architecture taints (:mod:`rules.tolerations`: the nodes' and the configured
+        ones);
         ``execFormatErrors`` is the pod's ``podplacement.io/exec-format-error`` record
         (containers seen failing, and the verification of their digests), when it has one.
         An image whose platform ``config.excluded`` leaves out (learned from exec format
@@ -256,6 +265,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "waiting": no_node_text(waiting) if waiting else None,
         "nodes": rows,
         "affinity": affinity,
+        "tolerations": [toleration_text(t) for t in decision.tolerations],
         "execFormatErrors": _exec_format_errors(pod),
     }
 
@@ -387,6 +397,8 @@ def render_table(report: Mapping[str, Any]) -> str:
         out.append(f"Nodes: {report['waiting']}")
     if report.get("path"):
         out.append(f"Path: {report['path']}")
+    if report.get("tolerations"):
+        out.append(f"Tolerations added: {', '.join(report['tolerations'])}")
     numa = report.get("numa")
     if numa:
         out.append(f"NUMA: strategy {numa['strategy']}, alignment needed: "

@@ -33,6 +33,7 @@ import orjson
 
 from podplacement.imageinspect import InvalidReference, parse_reference
 from podplacement.rules.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
+from podplacement.rules.tolerations import ArchTaint, taints_value
 
 #: One ``os`` or ``architecture`` as the CRD's value pattern allows it
 #: (``deploy/crds/imageplatformcatalog.yaml``: ``[a-z0-9_.-]+/[a-z0-9_.-]+`` per pair).
@@ -217,6 +218,8 @@ class ParamsStore:
         #: Entries dropped by the bounds since this store was made (least recently used
         #: first; expiry by age is not counted): ``podplacement_params_evictions_total``.
         self.evictions = 0
+        # spec.architectureTaints: the architecture taints to tolerate (rules.tolerations)
+        self._arch_taints: list[dict[str, str]] = []
 
     # --- settings ---------------------------------------------------------------------
     @property
@@ -340,6 +343,21 @@ class ParamsStore:
         if value == self._fresh:
             return False
         self._fresh = value
+        self._version += 1
+        return True
+
+    def arch_taints(self) -> list[dict[str, str]]:
+        """``spec.architectureTaints``: the ``{value, effect}`` of each architecture taint
+        whose toleration the policy adds (:mod:`rules.tolerations`), sorted."""
+        return [dict(t) for t in self._arch_taints]
+
+    def set_arch_taints(self, taints: Iterable[ArchTaint]) -> bool:
+        """Replace ``spec.architectureTaints`` (:meth:`rules.tolerations.ArchitectureTaints.
+        known`); returns True (and makes the store dirty) when it changed."""
+        value = taints_value(taints)
+        if value == self._arch_taints:
+            return False
+        self._arch_taints = value
         self._version += 1
         return True
 

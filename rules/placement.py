@@ -57,6 +57,11 @@ Rules (docs/how-it-decides.md, "The controller: one gated pod"):
   ``ArchitecturesNotAllowed`` naming the pairs removed, or, when none remains, the
   unsatisfiable marker and ``NoSupportedPlatform``; the annotation's ``policy`` and the label
   ``podplacement.io/policy`` name it.
+- Architecture taints (:mod:`rules.tolerations`): for each known taint keyed
+  ``kubernetes.io/arch`` (on the Nodes, or configured for pools without a node) whose value
+  is an architecture the placement admits for the images, the pod gets the matching
+  toleration unless it already tolerates it; the annotation's ``tolerations`` lists what
+  was added. Never for the fallback, never for another key.
 - NUMA: candidates → ``kubernetes.io/hostname In [...]`` into every term, preferred
   hostname terms weighted by score and the label ``podplacement.io/numa=placed`` (the
   controller's binding feed watches only pods with it); none → ``wait-numa`` (label
@@ -116,6 +121,7 @@ from podplacement.rules.platforms import (
     supported_platforms,
 )
 from podplacement.rules.policy import PlacementPolicy, narrow
+from podplacement.rules.tolerations import ArchTaint, arch_tolerations
 
 # --- texts: every renderer imports these, none retypes them -------------------------------
 
@@ -199,12 +205,15 @@ RECORD_ARCHS = "archs"
 #: The (os/arch) pairs the pod may run on, when no node of any of them exists yet
 #: (:func:`platforms_without_node`); written only by a decision that saw the nodes.
 RECORD_NO_NODE = "noNodeYet"
+#: The tolerations added for architecture taints, as ``kubernetes.io/arch=<arch>:<effect>``
+#: (written only when some were added; :mod:`rules.tolerations`).
+RECORD_TOLERATIONS = "tolerations"
 RECORD_RESULT = "result"
 RECORD_REASON = "reason"
 RECORD_FIELDS = (RECORD_PATH, RECORD_CATALOG, RECORD_IMAGES, RECORD_CONFIG_ERROR,
                  RECORD_POLICY, RECORD_FALLBACK, RECORD_PLATFORMS, RECORD_NOT_ALLOWED, RECORD_OSES,
                  RECORD_PAIRS, RECORD_WINDOWS_BUILDS, RECORD_NUMA, RECORD_ARCHS, RECORD_NO_NODE,
-                 RECORD_RESULT,
+                 RECORD_TOLERATIONS, RECORD_RESULT,
                  RECORD_REASON)
 #: Written last, only in the compact form of an annotation over :data:`MAX_DECISION_BYTES`:
 #: ``"compact":1`` (images' platforms replaced by their count, long lists cut) or ``2`` (only
@@ -421,6 +430,8 @@ class Placement:
             existing term (by index), or the new terms of a pod without terms (index None);
             KEP-3838 appends only.
         preferred: the PreferredSchedulingTerms appended.
+        tolerations: the tolerations appended to ``spec.tolerations`` for the architecture
+            taints of the admitted architectures (:func:`rules.tolerations.arch_tolerations`).
         labels: the labels set; ``remove_labels``: the labels removed.
         record: the facts of the ``podplacement.io/decision`` annotation, in
             :data:`RECORD_FIELDS` order (empty: no annotation written).
@@ -441,6 +452,7 @@ class Placement:
     requirement: PlatformRequirement | None = None
     required: tuple[TermRestriction, ...] = ()
     preferred: tuple[dict[str, Any], ...] = ()
+    tolerations: tuple[dict[str, str], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     remove_labels: tuple[str, ...] = ()
     record: Mapping[str, Any] = field(default_factory=dict)
@@ -1000,11 +1012,30 @@ def _events(warnings: Sequence[EventSpec], reason: str) -> tuple[tuple[EventSpec
                                event_message(f"{reason}; scheduling gate removed"), "Ungate"),)
 
 
+def toleration_text(toleration: Mapping[str, str]) -> str:
+    """``kubernetes.io/arch=arm64:NoSchedule``: an added toleration as the decision
+    annotation names it."""
+    return f"{toleration['key']}={toleration['value']}:{toleration['effect']}"
+
+
+def admitted_architectures(part: _Part) -> tuple[str, ...]:
+    """The architectures the platform part admits for the images: those of the supported
+    pairs some required term admits and the ``nodeSelector`` allows, sorted; ``()`` for
+    the fallback, a pod without images and an unsatisfiable one."""
+    requirement = part.requirement
+    if requirement is None or part.outcome not in (Outcome.SET, Outcome.NOT_SET):
+        return ()
+    selected = set(requirement.selected)
+    return tuple(sorted({a for o, a in requirement.pairs if (o, a) in selected}))
+
+
 def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
              numa_part: _Numa | None, numa: NumaLike | None,
-             policy: PlacementPolicy | None = None) -> Placement:
-    """The gate removed: the parts' restrictions, the labels, the annotation's facts and
-    the Event."""
+             policy: PlacementPolicy | None = None,
+             taints: Sequence[ArchTaint] = ()) -> Placement:
+    """The gate removed: the parts' restrictions, the tolerations of the architecture
+    taints, the labels, the annotation's facts and the Event."""
+    tolerations = arch_tolerations(admitted_architectures(part), pod, taints)
     parts: list[_Part | _Numa] = [part] if numa_part is None else [part, numa_part]
     required, preferred = _restrictions(pod, parts)
     placed = numa_part is not None and numa_part.placed
@@ -1016,6 +1047,8 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
     waiting = _current_labels(pod).get(NUMA_LABEL) == NUMA_LABEL_WAITING
     facts = {**head, **part.record, RECORD_ARCHS: list(part.architectures),
              RECORD_RESULT: outcome, RECORD_REASON: reason}
+    if tolerations:
+        facts[RECORD_TOLERATIONS] = [toleration_text(t) for t in tolerations]
     if numa_part is not None:
         facts[RECORD_NUMA] = numa_part.info
     warnings, events = _events(
@@ -1024,7 +1057,7 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
     return Placement(
         outcome, reason, ungate=True, platforms=part.platforms,
         architectures=part.architectures, requirement=part.requirement, required=required,
-        preferred=preferred, labels=labels,
+        preferred=preferred, tolerations=tolerations, labels=labels,
         remove_labels=(NUMA_LABEL,) if waiting and not placed else (),
         record={k: facts[k] for k in RECORD_FIELDS if k in facts},
         warnings=warnings, events=events, numa=numa)
@@ -1044,6 +1077,7 @@ def placement_facts(
     path: str | None = None,
     give_up: str | None = None,
     policy: PlacementPolicy | None = None,
+    taints: Sequence[ArchTaint] | None = None,
 ) -> Placement:
     """The placement of ``pod``, as facts (the module docstring's rules).
 
@@ -1072,6 +1106,11 @@ def placement_facts(
             in the reason (e.g. ``"at admission, no controller running"``).
         policy: the namespace's placement policy that applies to the pod
             (:func:`rules.policy.policy_for`), or None: the cluster's config alone.
+        taints: the architecture taints seen on the Nodes
+            (:func:`rules.tolerations.node_arch_taints`; the controller's view), or None:
+            those the controller published in the config's status (the admission paths).
+            With the configured ones (``spec.architectureTaints``,
+            :meth:`rules.tolerations.ArchitectureTaints.known`) they give the tolerations.
 
     Exclusions: the platforms of ``config.excluded`` are left out of the results whose
     digest they name (:func:`rules.learn.learned_images`;
@@ -1105,7 +1144,8 @@ def placement_facts(
         head[RECORD_CONFIG_ERROR] = config_error[:200]
     if policy is not None:
         head[RECORD_POLICY] = policy.name
-    settled = _settled(pod, head, part, numa_part, numa, policy)
+    settled = _settled(pod, head, part, numa_part, numa, policy,
+                       config.architecture_taints.known(taints))
     told = _exclusion_event(inspection)
     return settled if told is None else replace(settled, events=(*settled.events, told))
 

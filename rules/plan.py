@@ -46,6 +46,7 @@ from podplacement.rules.platforms import (
 )
 from podplacement.rules.podspec import node_eligible
 from podplacement.rules.policy import PlacementPolicy
+from podplacement.rules.tolerations import node_arch_taints
 
 #: A NUMA decision that failed (odd quantities, unknown strategy) is reported here; without
 #: a handler the error propagates (``explain`` shows it), with one the pod is placed without
@@ -99,7 +100,10 @@ def plan(
             or the exception inspecting it raised; a missing image counts as failed.
         config: the PodPlacementConfig in force.
         nodes: the cluster's Node dicts, or None when unknown (no NUMA placement and no
-            ``PlatformNotInCluster`` Event then).
+            ``PlatformNotInCluster`` Event then; the architecture taints are then those the
+            config's status publishes). Their taints keyed ``kubernetes.io/arch``
+            (:func:`rules.tolerations.node_arch_taints`) give the tolerations
+            (:mod:`rules.tolerations`).
         nrts: NodeResourceTopology dicts by node name.
         now: the current time, UNIX seconds (how long the pod has waited for NUMA
             candidates is ``now`` minus its ``creationTimestamp``).
@@ -161,7 +165,7 @@ def plan(
         nodes=node_inventory(nodes) if nodes is not None else None,
         numa=numa, failures=failures, numa_waited_seconds=waited,
         config_error=config_error, platforms=platforms, path=path, give_up=give_up,
-        policy=policy,
+        policy=policy, taints=node_arch_taints(nodes) if nodes is not None else None,
     )
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from podplacement.rules.config import SCHEDULING_GATE
 from podplacement.rules.podspec import escape_token, gate_index
 
-__all__ = ["Op", "build_pod_patch", "gate_removal_ops", "map_ops", "resource_version_test"]
+__all__ = ["Op", "build_pod_patch", "gate_removal_ops", "map_ops", "resource_version_test",
+           "toleration_ops"]
 
 Op = dict[str, Any]
 
@@ -45,6 +46,22 @@ def map_ops(
         if key in current and key not in set_values:
             ops.append({"op": "remove", "path": f"/metadata/{field}/{escape_token(key)}"})
     return ops
+
+
+def toleration_ops(pod: Mapping[str, Any], tolerations: Sequence[Mapping[str, str]]) -> list[Op]:
+    """Ops appending ``tolerations`` to the pod's ``spec.tolerations``: ``add
+    /spec/tolerations/-`` per toleration when the pod has the list, else one ``add
+    /spec/tolerations`` of the whole list. The pod's own entries are never touched (the API
+    server allows only additions to a pod's tolerations on update, ``ValidatePodUpdate``).
+    ``[]`` when there is nothing to add."""
+    if not tolerations:
+        return []
+    spec = pod.get("spec")
+    current = spec.get("tolerations") if isinstance(spec, Mapping) else None
+    if not isinstance(current, list):
+        return [{"op": "add", "path": "/spec/tolerations",
+                 "value": [dict(t) for t in tolerations]}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": dict(t)} for t in tolerations]
 
 
 def resource_version_test(pod: Mapping[str, Any]) -> Op:

@@ -30,6 +30,7 @@ from podplacement.rules.podpatch import (
     gate_removal_ops,
     map_ops,
     resource_version_test,
+    toleration_ops,
 )
 
 __all__ = ["admission_patch", "controller_patch"]
@@ -37,8 +38,10 @@ __all__ = ["admission_patch", "controller_patch"]
 
 def _changes(pod: Mapping[str, Any], placement: Placement) -> list[Op]:
     """The ops that write ``placement`` into ``pod``, in the PATCH's order: affinity,
-    labels, annotation, gate removal (KEP-3838 appends; KEP-3521 gate removal last)."""
+    tolerations (appended), labels, annotation, gate removal (KEP-3838 appends; KEP-3521
+    gate removal last)."""
     ops = restriction_ops(pod, placement.required, placement.preferred)
+    ops += toleration_ops(pod, placement.tolerations)
     ops += map_ops(pod, "labels", placement.labels, placement.remove_labels)
     if placement.record:
         ops += map_ops(pod, "annotations", {DECISION_ANNOTATION: placement.annotation})

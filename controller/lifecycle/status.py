@@ -10,7 +10,7 @@ condition's status changes, :func:`merge_conditions`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +24,11 @@ from podplacement.controller.lifecycle.paths import CONFIG_PATH
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeRequester
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
+    STATUS_ARCH_TAINTS,
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
 )
+from podplacement.rules.tolerations import ArchTaint, taints_value
 from podplacement.rules.webhookconfig import WebhookNamespaceSelection
 
 COND_AVAILABLE = "Available"
@@ -198,6 +200,11 @@ class ConfigStatus:
 
     def __init__(self, api: KubeRequester) -> None:
         self.api = api
+        #: The architecture taints on the Nodes now (the controller's Node informer,
+        #: :func:`rules.tolerations.node_arch_taints`), published with every status write in
+        #: ``status.architectureTaints.observed`` for the webhook, which has no Node view;
+        #: None: not published.
+        self.arch_taints: Callable[[], Sequence[ArchTaint]] | None = None
 
     async def get(self) -> dict[str, Any] | None:
         """The config as the server has it; None when there is none."""
@@ -226,14 +233,20 @@ class ConfigStatus:
         old_conditions = status.get("conditions") or []
         conditions = merge_conditions(old_conditions, wanted, generation=generation, now=_now())
         same_admission = admission is None or status.get("admission") == dict(admission)
+        observed = taints_value(self.arch_taints()) if self.arch_taints is not None else None
+        published = status.get(STATUS_ARCH_TAINTS)
+        same_taints = observed is None or (
+            isinstance(published, Mapping) and published.get("observed") == observed)
         if (conditions == old_conditions and status.get("observedGeneration") == generation
-                and same_admission):
+                and same_admission and same_taints):
             return False
         # A merge patch replaces the conditions list as a whole (reference:
         # crd-podplacementconfig.json), which is what we want: we own every condition.
         body: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
         if admission is not None:
             body["admission"] = dict(admission)
+        if observed is not None:
+            body[STATUS_ARCH_TAINTS] = {"observed": observed}
         await self.api.request("PATCH", CONFIG_PATH + "/status", body={"status": body},
                                content_type=MERGE_PATCH)
         return True

@@ -69,7 +69,8 @@ def test_variables_are_declared_before_use() -> None:
     names = [v["name"] for v in variables]
     assert names == ["images", "table", "fresh", "known", "free", "policies", "labels", "matched",
                      "hasPolicy", "lists", "pairs", "allowedOk", "placed", "archs", "weights",
-                     "preferredArchs", "decision"]
+                     "preferredArchs", "archTaints", "ownTolerations", "addTolerations",
+                     "decision"]
     for i, var in enumerate(variables):
         later = names[i:]
         assert not any(f"variables.{n}" in var["expression"] for n in later), var["name"]

@@ -94,6 +94,7 @@ from podplacement.rules.predicates import (
     WEBHOOK_MATCH_CONDITIONS,
     Inputs,
 )
+from podplacement.rules.tolerations import taints_value
 from tests.controller._pods import img
 
 _ENV = cel.NewEnv(
@@ -117,14 +118,16 @@ def fresh_of(table: Mapping[str, str]) -> dict[str, str]:
 
 def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
              table: Mapping[str, str], ranking: Ranking = EMPTY_RANKING, *,
-             catalog_uid: str | None = None) -> dict[str, Any]:
+             catalog_uid: str | None = None,
+             taints: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """Each variable in order, as the API server binds them: ``object``, ``params`` (the
     ImagePlatformCatalog object, with the policies of ``ranking``), ``request`` (its namespace)
     and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""
     params: dict[str, Any] = {"spec": {"images": dict(table), "fresh": fresh_of(table),
-                                       "policies": params_policies(ranking)}}
+                                       "policies": params_policies(ranking),
+                                       "architectureTaints": [dict(t) for t in taints]}}
     if catalog_uid is not None:
         params["metadata"] = {"name": "cluster", "uid": catalog_uid}
     request = {"namespace": pod["metadata"].get("namespace", "")}
@@ -508,6 +511,52 @@ def test_an_image_volume_counts_in_the_policy() -> None:
     assert evaluate(variables, always, both)["known"] is True  # REFS[2] is fresh
     always["spec"]["volumes"][1]["image"]["reference"] = REFS[3]
     assert evaluate(variables, always, {**both, REFS[3]: "linux/arm64"})["known"] is False
+
+
+TAINTS = ({"value": "arm64", "effect": "NoSchedule"}, {"value": "arm64", "effect": "NoExecute"},
+          {"value": "s390x", "effect": "NoSchedule"})
+OWN_TOLERATIONS: tuple[list[dict[str, Any]] | None, ...] = (
+    None, [],
+    [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+      "tolerationSeconds": 300}],
+    [{"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}],
+    [{"key": ARCH_LABEL, "operator": "Exists"}], [{"operator": "Exists"}],
+    [{"operator": "Exists", "effect": "NoExecute"}], [{"key": ARCH_LABEL, "value": "arm64"}],
+    [{"key": ARCH_LABEL, "value": "s390x", "effect": "NoSchedule"}],
+    [{"key": "dedicated", "operator": "Exists"}])
+
+
+@pytest.mark.parametrize("own", OWN_TOLERATIONS)
+def test_the_policys_tolerations_are_the_python_rule(own: list[dict[str, Any]] | None) -> None:
+    """``addTolerations`` and the decision's ``tolerations`` in CEL are the Python facts of
+    the same pod once gated (:func:`rules.tolerations.arch_tolerations`), with the params'
+    ``architectureTaints`` as the known taints, for pods with each form of own toleration."""
+    config = config_or_defaults({"spec": {"architectureTaints": {"taints": list(TAINTS)}}})[0]
+    variables = ap.place_variables(config)
+    for table in ({REFS[0]: "linux/amd64,linux/arm64"}, {REFS[0]: "linux/amd64"},
+                  {REFS[0]: "linux/arm64,linux/s390x"}, {REFS[0]: "windows/amd64"}):
+        pod = copy.deepcopy(LINUX_POD)
+        pod["spec"] = {"containers": [{"name": "c", "image": REFS[0]}]}
+        if own is not None:
+            pod["spec"]["tolerations"] = own
+        # the params as the controller publishes them (sorted)
+        published = taints_value(config.architecture_taints.known())
+        values = evaluate(variables, pod, table, taints=published)
+        if not values["placed"]:
+            assert table[REFS[0]] == "windows/amd64"
+            continue
+        facts = placement_facts(_as_gated(pod), _images(table), config)
+        want = [{"value": t["value"], "effect": t["effect"]} for t in facts.tolerations]
+        assert values["addTolerations"] == want, (table, own)
+        assert values["decision"] == compact_json(ap.admission_record(facts))
+
+
+def test_the_policy_tolerates_nothing_without_published_taints() -> None:
+    variables = ap.place_variables(CONFIGS[0])
+    pod = {**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]}]}}
+    values = evaluate(variables, pod, {REFS[0]: "linux/amd64,linux/arm64"})
+    assert values["addTolerations"] == []
+    assert '"tolerations"' not in values["decision"]
 
 
 def test_the_policys_texts_are_the_python_rules() -> None:

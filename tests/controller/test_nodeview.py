@@ -14,7 +14,7 @@ from podplacement.controller.execformatmonitor import ExecFormatMonitor
 from podplacement.controller.gatedpods import forget_topology
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.kubeclient import object_key
-from podplacement.rules.config import PlacementConfig, TopologyConfig
+from podplacement.rules.config import SCHEDULING_GATE, PlacementConfig, TopologyConfig
 from podplacement.rules.escape import classify
 from podplacement.rules.explain import explain
 from podplacement.rules.nodeview import NODE_FIELDS, node_view
@@ -55,7 +55,9 @@ def kubelet_node(name: str, arch: str = "amd64", os: str = "linux", *, cpu: str 
         "spec": {"podCIDR": "10.64.0.0/24", "podCIDRs": ["10.64.0.0/24"],
                  "providerID": f"aws:///region-1a/i-{name}", "unschedulable": False,
                  "taints": [{"key": "example.test/dedicated", "value": "x",
-                             "effect": "PreferNoSchedule"}]},
+                             "effect": "PreferNoSchedule"},
+                            *([{"key": "kubernetes.io/arch", "value": arch,
+                                "effect": "NoSchedule"}] if arch != "amd64" else [])]},
         "status": {
             "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110",
                          "ephemeral-storage": "100Gi"},
@@ -161,6 +163,9 @@ def test_view_keeps_only_what_the_controller_reads() -> None:
     assert view == {"metadata": {"name": "n1", "resourceVersion": meta["resourceVersion"],
                                  "labels": meta["labels"]},
                     "status": {"allocatable": full["status"]["allocatable"]}}
+    arm = kubelet_node("a1", arch="arm64")
+    assert node_view(arm)["spec"] == {"taints": [
+        {"key": "kubernetes.io/arch", "value": "arm64", "effect": "NoSchedule"}]}
     assert node_view({}) == {"metadata": {}}
     assert node_view({"metadata": "odd", "status": ["odd"]}) == {"metadata": {}}
     assert node_view({"metadata": {"name": "x", "namespace": "ns"}}) == {
@@ -203,8 +208,8 @@ def test_a_dropped_field_is_caught_by_the_recorder() -> None:
     """The check above fails for a read outside the kept fields."""
     reads: set[tuple[str, ...]] = set()
     node = Recording(kubelet_node("n1"), reads)
-    assert node["spec"].get("taints")
-    assert sorted(p for p in reads if not _kept(p)) == [("spec",), ("spec", "taints")]
+    assert node["spec"].get("podCIDR")
+    assert sorted(p for p in reads if not _kept(p)) == [("spec", "podCIDR")]
 
 
 def test_decisions_on_views_are_the_decisions_on_full_nodes() -> None:
@@ -218,5 +223,10 @@ def test_decisions_on_views_are_the_decisions_on_full_nodes() -> None:
             assert plan(pod, images, config, nodes=views, nrts=_nrts(), now=1.8e9) == \
                 plan(pod, images, config, nodes=full, nrts=_nrts(), now=1.8e9)
         assert node_inventory(views) == node_inventory(full)
+        # the arm64 and s390x nodes' architecture taints reach the decision from the views
+        gated = {"metadata": {**pod["metadata"], "resourceVersion": "1"},
+                 "spec": {**pod["spec"], "schedulingGates": [{"name": SCHEDULING_GATE}]}}
+        tolerated = plan(gated, images, PlacementConfig(), nodes=views, nrts={}, now=1.8e9)
+        assert [t["value"] for t in tolerated.tolerations] == ["arm64"]
         bound = {**pod, "spec": {**pod["spec"], "nodeName": "ibm"}}
         assert classify(bound, views[3], images) == classify(bound, full[3], images)

@@ -82,8 +82,12 @@ def cluster_st(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, dict[st
     nodes, nrts = [], {}
     for i in range(draw(st.integers(1, 3))):
         name = f"n{i}"
+        arch = draw(st.sampled_from(ARCHS))
         nodes.append(node(name, {"cpu": "32", "memory": "64Gi", "pods": "110"},
-                          hostname=f"host-{i}", arch=draw(st.sampled_from(ARCHS))))
+                          hostname=f"host-{i}", arch=arch))
+        if arch == "arm64" and draw(st.booleans()):  # a tainted arm64 pool (GKE's taint)
+            nodes[-1]["spec"] = {"taints": [{"key": "kubernetes.io/arch", "value": "arm64",
+                                             "effect": "NoSchedule"}]}
         if draw(st.integers(0, 4)):
             zones = [{"cpu": str(draw(st.integers(0, 8))), "memory": "16Gi"}
                      for _ in range(draw(st.integers(1, 3)))]
@@ -175,6 +179,11 @@ def _same(report: Mapping[str, Any], after: Mapping[str, Any]) -> None:
     outcome = record.get("result", "wait-numa")
     assert report["outcome"] == outcome, (report["reason"], record)
     assert report["affinity"] == _affinity(after)
+    # the tolerations explain says are added are those the controller's PATCH appended
+    added = [t for t in after["spec"].get("tolerations") or []
+             if t.get("key") == "kubernetes.io/arch"]
+    assert report["tolerations"] == record.get("tolerations", [])
+    assert [f"{t['key']}={t['value']}:{t['effect']}" for t in added] == report["tolerations"]
     numa = report["numa"]
     if numa and numa["needed"] and numa["candidates"] and outcome != "wait-numa":
         assert numa["candidates"] == record["numa"]["candidates"]

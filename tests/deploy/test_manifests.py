@@ -799,6 +799,8 @@ FULL_SPEC: dict[str, Any] = {
         {"architecture": "s390x", "weight": 100}, {"architecture": "ppc64le", "weight": 1}]},
         "placementEscapes": {"enabled": False, "deleteUnfitPods": False}},
     "fallbackArchitecture": "arm64",
+    "architectureTaints": {"tolerate": "Disabled", "taints": [
+        {"value": "arm64", "effect": "NoSchedule"}, {"value": "s390x", "effect": "NoExecute"}]},
     "fallbackOperatingSystems": ["windows", "linux"],
     "imageInspection": {
         "cacheTTL": "1h30m", "maxRetries": 20, "registryTimeoutSeconds": 300,
@@ -847,6 +849,9 @@ def test_every_crd_field_is_read_by_the_config_model() -> None:
     assert cfg.admission_fast_paths == "Disabled"
     assert (cfg.escape_monitor, cfg.delete_unfit_pods) == (False, False)
     assert cfg.admission_inspection_budget == 1.5
+    assert not cfg.architecture_taints.tolerate
+    assert [(t.value, t.effect) for t in cfg.architecture_taints.taints] == [
+        ("arm64", "NoSchedule"), ("s390x", "NoExecute")]
     # and the schema declares no spec field beyond these
     crd_spec = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(crd_spec["properties"]) == set(FULL_SPEC)
@@ -864,6 +869,9 @@ BAD_SPECS = [
      "s390x"),
     ("verbosity", ("logVerbosity",), "Loud"),
     ("fallback", ("fallbackArchitecture",), "riscv64"),
+    ("tolerate", ("architectureTaints", "tolerate"), "Yes"),
+    ("taint effect", ("architectureTaints", "taints", 0, "effect"), "Evict"),
+    ("taint value", ("architectureTaints", "taints", 0, "value"), "a/b"),
     ("fallback os", ("fallbackOperatingSystems", 0), "darwin"),
     ("fallback os empty", ("fallbackOperatingSystems",), []),
     ("fallback os twice", ("fallbackOperatingSystems", 0), "linux"),
