@@ -338,7 +338,7 @@ def render(fig: Figure, results: Path, out: Path) -> Path:
                                 "font.size": 9, "axes.titlesize": 10})
     try:
         drawn = fig.draw(data)
-    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError,
+    except (ResultsError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError,
             statistics.StatisticsError) as exc:
         raise ResultsError(f"{results / fig.source}: not what {fig.name} draws "
                            f"({type(exc).__name__}: {exc})") from None
