@@ -128,8 +128,9 @@ def draw_cluster_ratio(rounds: Sequence[Mapping[str, Any]]) -> MplFigure:
         ratios = [r[arm]["bound_per_s"] / r["bare"]["bound_per_s"] for r in rounds if arm in r]
         ax.bar(i, statistics.median(ratios), width=0.6, color="C0", alpha=0.45)
         ax.plot([i] * len(ratios), ratios, "o", color="C0", markersize=4)
-        ax.annotate(f"{statistics.median(ratios):.2f}", (i, statistics.median(ratios)),
-                    textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+        ax.annotate(f"{statistics.median(ratios):.2f}", (i + 0.3, statistics.median(ratios)),
+                    textcoords="offset points", xytext=(3, 0), ha="left", va="center",
+                    fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(arms)), arms)
     ax.set_ylabel("pods bound/s ÷ bare's (same round)")
