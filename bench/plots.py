@@ -197,6 +197,9 @@ def draw_scale_memory(data: Mapping[str, Any]) -> MplFigure:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(pods, [f"{p:,}" for p in pods])
+    low, high = ax.get_ylim()
+    ticks = [t for t in (50, 100, 200, 500, 1000, 2000, 5000, 10000) if low <= t <= high]
+    ax.set_yticks(ticks, [f"{t:,}" for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("pods in the cluster")
     ax.set_ylabel("RSS MiB (dotted: peak)")
