@@ -15,8 +15,8 @@ reproducibly (no date, fixed ids, text kept as text), so the same inputs and the
 matplotlib give the same bytes.
 
 Usage: ``python bench/plots.py [--results bench/results] [--out docs/benchmarks] [--check]``.
-Exit status 0; 1 when ``--check`` finds a plot missing or stale, or a results file is missing
-or malformed (one line each, no traceback).
+Exit status 0; 1 when ``--check`` finds a plot missing or stale, a results file is missing or
+malformed, or matplotlib is not installed (one line each, no traceback).
 """
 
 from __future__ import annotations
@@ -390,6 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not problems:
             print(f"plots: {len(FIGURES)} plots in {args.out} are fresh")
         return 1 if problems else 0
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plots: matplotlib is not installed (the bench extra: pip install -e '.[bench]')",
+              file=sys.stderr)
+        return 1
     failed = 0
     for fig in FIGURES:
         try:

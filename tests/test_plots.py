@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -135,3 +136,18 @@ def test_the_benchmarks_page_shows_every_plot() -> None:
         assert f"](benchmarks/{name}.svg)" in page, name
         assert (ROOT / "docs" / "benchmarks" / f"{name}.svg").stat().st_size > 5000, name
     assert "python bench/plots.py" in page
+
+
+def test_without_matplotlib_one_line(tmp_path: Path) -> None:
+    """Drawing without the bench extra: one line naming it, no traceback."""
+    fake = tmp_path / "site" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path / "site"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, str(PLOTS), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "plots: matplotlib is not installed (the bench extra: pip install -e '.[bench]')"]
+    assert not (tmp_path / "out").exists()
