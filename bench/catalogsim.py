@@ -14,6 +14,9 @@ bound, for the pods in each window of ``--windows``:
   every hit as the admission feed does (:meth:`ParamsStore.touch`);
 - how many entries the byte bound holds for references as long as ``--ref-length``.
 
+With ``--json FILE`` it also writes the figures as JSON (what ``bench/plots.py`` draws): per
+catalog its hit ratio in each window and in every ``--curve-step`` pods (the curve).
+
 Usage: ``python bench/catalogsim.py`` (about 20 s); ``--help`` for the options.
 """
 
@@ -31,6 +34,7 @@ sys.path[:] = [_ROOT] + [p for p in sys.path
 import argparse  # noqa: E402
 import bisect  # noqa: E402
 import itertools  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -100,7 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ref-length", type=int, default=60,
                     help="characters per image reference (default 60)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--curve-step", type=int, default=2000,
+                    help="pods per point of the JSON curve (default 2000)")
+    ap.add_argument("--json", type=Path, default=None, metavar="FILE",
+                    help="also write the figures as JSON to FILE (bench/plots.py draws them)")
     args = ap.parse_args(argv)
+    if args.curve_step <= 0:
+        ap.error("--curve-step must be positive")
     try:
         bounds = [int(b) for b in args.bounds.split(",")]
         windows = [tuple(int(x) for x in w.split(":")) for w in args.windows.split(",")]
@@ -117,13 +127,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     arms: list[tuple[str, ParamsStore | None]] = [("unbounded (no catalog does better)", None)]
     arms += [(f"LRU {b} entries (byte bound: {min(b, fits)} held)",
               ParamsStore(86400.0, max_entries=b)) for b in bounds]
-    for name, store in arms:
+    recorded = []
+    for (name, store), bound in zip(arms, [None, *bounds], strict=True):
         hits = hits_with(store, refs)
-        cells = [f"{sum(hits[a:b]) / max(1, len(hits[a:b])):.1%}" for a, b in windows]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        shares = [sum(hits[a:b]) / max(1, len(hits[a:b])) for a, b in windows]
+        print(f"| {name} | " + " | ".join(f"{v:.1%}" for v in shares) + " |")
+        recorded.append({
+            "name": name, "bound": bound, "held": None if bound is None else min(bound, fits),
+            "windows": shares,
+            "curve": [sum(hits[i:i + args.curve_step]) / len(hits[i:i + args.curve_step])
+                      for i in range(0, len(hits), args.curve_step)]})
     top = {b: sum(1 for r in draws if r < b) / len(draws) for b in (*bounds, fits)}
     print("share of pods naming the n most popular tags: "
           + ", ".join(f"{n}: {v:.1%}" for n, v in sorted(top.items())))
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "command": "python bench/catalogsim.py " + " ".join(
+                argv if argv is not None else sys.argv[1:]),
+            "pods": args.pods, "tags": args.tags, "skew": args.skew,
+            "ref_length": args.ref_length, "max_bytes": PARAMS_MAX_BYTES, "fits": fits,
+            "windows": windows, "curve_step": args.curve_step, "catalogs": recorded,
+            "top": {str(n): v for n, v in sorted(top.items())}}, indent=1) + "\n")
     return 0
 
 

@@ -123,6 +123,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -1107,17 +1108,25 @@ HOST_GROUPS = ("kube-apiserver", "etcd", "scheduler+kcm", "webhook", "controller
                "bench")
 
 
-def host_cpu(run: Run) -> dict[str, float]:
-    """CPU seconds of one arm per group of :data:`HOST_GROUPS` (every process this machine
-    ran for it, the benchmark and its load generators included)."""
+def group_cpu(processes: Mapping[str, float], bench_cpu: float) -> dict[str, float]:
+    """CPU seconds per group of :data:`HOST_GROUPS` from CPU seconds per process name (as
+    :func:`save` writes them, ``cpu``) and the benchmark's own CPU seconds; pure (also read by
+    ``bench/plots.py``)."""
     out = dict.fromkeys(HOST_GROUPS, 0.0)
-    for name, (seconds, _) in run.processes.items():
+    for name, seconds in processes.items():
         group = ("scheduler+kcm" if name in ("kube-scheduler", "kube-controller-manager")
                  else "controller" if name.startswith("controller-")
                  else name if name in out else "bench")
         out[group] += seconds
-    out["bench"] += run.bench_cpu
+    out["bench"] += bench_cpu
     return out
+
+
+def host_cpu(run: Run) -> dict[str, float]:
+    """CPU seconds of one arm per group of :data:`HOST_GROUPS` (every process this machine
+    ran for it, the benchmark and its load generators included)."""
+    return group_cpu({name: seconds for name, (seconds, _) in run.processes.items()},
+                     run.bench_cpu)
 
 
 #: The control plane's processes: what a cluster's control-plane nodes run.
