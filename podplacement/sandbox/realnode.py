@@ -396,6 +396,10 @@ def find_arm64_root(debs: Path | None) -> emulated.EmulatedRoot:
         raise NodeUnavailable(str(exc)) from exc
 
 
+#: The emulated node's kubelet settings beyond the amd64 node's: no default seccomp profile
+#: (qemu-user refuses ``prctl(PR_SET_SECCOMP)``, so its containerd answers "seccomp is not
+#: supported" to any profile but Unconfined; the exec guard's own filter is added by runc).
+_EMULATED_KUBELET: dict[str, Any] = {"seccompDefault": False}
 #: The MutatingAdmissionPolicy (and its binding) that keeps the arm64 node's architecture
 #: ``arm64`` (:func:`_arch_policy`).
 ARCH_POLICY = "podplacement-sandbox-arm64-node"
@@ -471,6 +475,14 @@ def _start_emulation(node: RealNode, root: emulated.EmulatedRoot) -> str:
     assert guard.stdout is not None
     if guard.stdout.readline().strip() != "ready":
         raise NodeError(f"the exec guard did not start; see {node.log_path('execguard')}")
+    relay = subprocess.Popen([sys.executable, "-m", "podplacement.sandbox.criproxy",
+                              str(node.rundir / "cri.sock"), node.footprint.socket],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
+                             text=True, start_new_session=True)
+    node.helpers["criproxy"] = relay
+    assert relay.stdout is not None
+    if relay.stdout.readline().strip() != "ready":
+        raise NodeError(f"the CRI relay did not start; see {node.log_path('execguard')}")
     wrapper = node.rundir / "runc-wrapper"
     wrapper.write_text(emulated.runc_wrapper_script(sys.executable, str(node.runtime.runc),
                                                     str(socket_path)))
@@ -555,10 +567,11 @@ def start_real_node(plane: ControlPlane, workdir: Path, *,
         kubelet_config = kubelet_dir / "config.yaml"
         kubelet_config.write_text(yaml.safe_dump(nodeparts.kubelet_config(
             port=free_port(), healthz_port=free_port(), cgroup_root=footprint.cgroup_root,
-            runtime_socket=footprint.socket, client_ca_file=str(plane.ca_file),
-            pod_logs_dir=str(rundir / "pod-logs"),
+            runtime_socket=str(rundir / "cri.sock") if root is not None else footprint.socket,
+            client_ca_file=str(plane.ca_file), pod_logs_dir=str(rundir / "pod-logs"),
             resolv_conf=str(kubelet_dir / "resolv.conf"),
-            extra={"address": name, "healthzBindAddress": name} if arch != "amd64" else None)))
+            extra=_EMULATED_KUBELET | {"address": name, "healthzBindAddress": name}
+            if arch != "amd64" else None)))
         labels = ([f"--node-labels={','.join(f'{k}={v}' for k, v in ARM64_NODE_LABELS.items())}"]
                   if arch == "arm64" else [])
         node._spawn("kubelet", [
