@@ -10,7 +10,8 @@ Issue #41, items 2 and 3: an arm64-only image runs there (``uname -m`` says ``aa
 a multi-arch image runs its own entry on each node; the lying image's replacement replica
 (placed arm64-only once the lie is learned on the amd64 node) is Running there; an image
 whose linux/arm64 entry holds x86-64 programs, on the arm64 node by the pod's own
-``nodeName``, fails with runc's words and is detected and learned for linux/arm64.
+``nodeSelector`` or ``nodeName``, fails with runc's words; the placed pod is detected and
+(digest, linux/arm64) learned.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _archs(pod: dict[str, Any]) -> set[str]:
 
 def _running_log(cluster: NodeCluster, ns: str, name: str) -> str:
     """Wait until the pod is Running with a first log line; returns that line."""
-    wait_for(lambda: _pod(cluster, ns, name)["status"].get("phase") == "Running", 90,
+    wait_for(lambda: _pod(cluster, ns, name)["status"].get("phase") == "Running", 120,
              every=0.5)
     text: str = wait_for(lambda: cluster.kube.request(
         "GET", f"/api/v1/namespaces/{ns}/pods/{name}/log").text, 30, every=0.5)
@@ -139,7 +140,7 @@ def test_an_arm64_only_image_runs_on_the_arm64_node(
     nodes.kube.create(f"/api/v1/namespaces/{ns}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "arm-only"},
         "spec": _pod_spec(image)})
-    pod = wait_for(lambda: (p := _pod(nodes, ns, "arm-only"))["spec"].get("nodeName") and p, 60)
+    pod = wait_for(lambda: (p := _pod(nodes, ns, "arm-only"))["spec"].get("nodeName") and p, 90)
     assert _archs(pod) == {"arm64"} and pod["spec"]["nodeName"] == ARM64_NODE_NAME
     assert _running_log(nodes, ns, "arm-only") == "running on aarch64"
 
@@ -200,23 +201,28 @@ def test_the_lying_images_replacement_replica_runs_on_the_arm64_node(
     assert _running_log(nodes, ns, new["metadata"]["name"]) == "running on aarch64"
 
 
-def test_x86_programs_forced_onto_the_arm64_node_fail_with_runcs_words_and_are_learned(
+def test_x86_programs_on_the_arm64_node_fail_with_runcs_words_and_are_learned(
         nodes: NodeCluster, ns: str, registry: Registry, pusher: Any) -> None:
-    """The linux/arm64 entry holds the x86-64 busybox; the pod names the arm64 node itself
-    (``nodeName``): runc's exec fails as on an arm64 machine (exit 1, its words in the
-    log), the monitor detects it on a node of architecture arm64 and learns
-    (digest, linux/arm64)."""
+    """The linux/arm64 entry holds the x86-64 busybox. A pod sent to the arm64 node by its
+    own ``nodeSelector`` (placed by podplacement for amd64 and arm64) and one naming the
+    node itself (``nodeName``: not placed, so not watched by the monitor) both fail as on
+    an arm64 machine: runc's words, exit 1. The placed one is detected on a node of
+    architecture arm64 and (digest, linux/arm64) is learned."""
     image = _index(pusher, registry, "x86-in-arm", {"amd64": "amd64", "arm64": "amd64"})
-    nodes.kube.create(f"/api/v1/namespaces/{ns}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "forced", "labels": {
-            "app": "forced"}},
-        "spec": _pod_spec(image, nodeName=ARM64_NODE_NAME, restartPolicy="Never")})
-    pod = wait_for(lambda: (p := _pod(nodes, ns, "forced"))["status"].get("phase")
-                   == "Failed" and p, 90, every=0.5)
-    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert (terminated["reason"], terminated["exitCode"]) == ("Error", 1)
-    assert "exec /bin/sh: exec format error" in terminated["message"]
-    wait_for(lambda: EXEC_FORMAT_LABEL in _pod(nodes, ns, "forced")["metadata"].get(
+    for name, extra in (("chosen", {"nodeSelector": {"kubernetes.io/hostname": ARM64_NODE_NAME}}),
+                        ("forced", {"nodeName": ARM64_NODE_NAME})):
+        nodes.kube.create(f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {
+                "app": name}}, "spec": _pod_spec(image, restartPolicy="Never", **extra)})
+    for name in ("chosen", "forced"):
+        pod = wait_for(lambda n=name: (p := _pod(nodes, ns, n))["status"].get("phase")
+                       == "Failed" and p, 90, every=0.5)
+        assert pod["spec"]["nodeName"] == ARM64_NODE_NAME
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert (terminated["reason"], terminated["exitCode"]) == ("Error", 1)
+        assert "exec /bin/sh: exec format error" in terminated["message"]
+    assert _archs(_pod(nodes, ns, "chosen")) == {"amd64", "arm64"}
+    wait_for(lambda: EXEC_FORMAT_LABEL in _pod(nodes, ns, "chosen")["metadata"].get(
         "labels", {}), 60, every=0.5)
     (x,) = wait_for(lambda: _excluded(nodes, image), 30)
     assert x["platform"] == "linux/arm64"
