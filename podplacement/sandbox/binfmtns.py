@@ -27,8 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["AARCH64_MAGIC", "AARCH64_MASK", "ID_MAP", "HolderError", "registration",
-           "start_holder"]
+__all__ = ["AARCH64_MAGIC", "AARCH64_MASK", "ID_MAP", "HolderError", "read_word",
+           "registration", "start_holder"]
 
 #: uid and gid map of the namespace: ``inside outside count`` (identity; root stays root
 #: for files, an unmapped id reads as nobody).
@@ -47,6 +47,16 @@ HOLDER_WAIT_S = 10.0
 
 class HolderError(RuntimeError):
     """The namespace could not be made (the message says which step and why)."""
+
+
+def read_word(proc: subprocess.Popen[str], timeout: float = HOLDER_WAIT_S) -> str:
+    """The next line ``proc`` writes on its stdout (stripped), or "" when none comes within
+    ``timeout`` seconds or it closed its stdout."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline().strip() if ready else ""
 
 
 def registration(interpreter: str, name: str = "qemu-aarch64") -> bytes:
@@ -117,15 +127,15 @@ def start_holder(mountpoint: Path, interpreter: Path, *, libroot: Path | None = 
         err.close()  # type: ignore[union-attr]
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        if proc.stdout.readline().strip() != "unshared":
+        if read_word(proc) != "unshared":
             raise HolderError(f"the binfmt_misc holder did not unshare (exit {proc.poll()})")
         for name in ("uid_map", "gid_map"):
             Path(f"/proc/{proc.pid}/{name}").write_text(ID_MAP)
         proc.stdin.write("mapped\n")
         proc.stdin.flush()
-        if proc.stdout.readline().strip() != "ready":
+        if read_word(proc) != "ready":
             raise HolderError("the binfmt_misc holder did not register qemu "
-                              f"(exit {proc.wait(HOLDER_WAIT_S)}); see {log}")
+                              f"(exit {proc.poll()}); see {log}")
     except BaseException:
         proc.kill()
         proc.wait()

@@ -472,16 +472,14 @@ def _start_emulation(node: RealNode, root: emulated.EmulatedRoot) -> str:
                              stdout=subprocess.PIPE, stderr=out, text=True,
                              start_new_session=True)
     node.helpers["execguard"] = guard
-    assert guard.stdout is not None
-    if guard.stdout.readline().strip() != "ready":
+    if binfmtns.read_word(guard) != "ready":
         raise NodeError(f"the exec guard did not start; see {node.log_path('execguard')}")
     relay = subprocess.Popen([sys.executable, "-m", "podplacement.sandbox.criproxy",
                               str(node.rundir / "cri.sock"), node.footprint.socket],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
                              text=True, start_new_session=True)
     node.helpers["criproxy"] = relay
-    assert relay.stdout is not None
-    if relay.stdout.readline().strip() != "ready":
+    if binfmtns.read_word(relay) != "ready":
         raise NodeError(f"the CRI relay did not start; see {node.log_path('execguard')}")
     wrapper = node.rundir / "runc-wrapper"
     wrapper.write_text(emulated.runc_wrapper_script(sys.executable, str(node.runtime.runc),
