@@ -110,11 +110,20 @@ def _archs(pod: dict[str, Any]) -> set[str]:
 
 
 def _running_log(cluster: NodeCluster, ns: str, name: str) -> str:
-    """Wait until the pod is Running with a first log line; returns that line."""
-    wait_for(lambda: _pod(cluster, ns, name)["status"].get("phase") == "Running", 120,
-             every=0.5)
-    text: str = wait_for(lambda: cluster.kube.request(
-        "GET", f"/api/v1/namespaces/{ns}/pods/{name}/log").text, 30, every=0.5)
+    """Wait until the pod is Running with a first log line and no restart; returns that
+    line (the pod's status and previous log in the message when it does not come)."""
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    try:
+        wait_for(lambda: (s := _pod(cluster, ns, name)["status"]).get("phase") == "Running"
+                 and all(c.get("restartCount") == 0 and c.get("ready")
+                         for c in s.get("containerStatuses") or [{}]), 120, every=0.5)
+        text: str = wait_for(lambda: cluster.kube.request("GET", f"{path}/log").text, 30,
+                             every=0.5)
+    except AssertionError as exc:
+        status = json.dumps(_pod(cluster, ns, name)["status"].get("containerStatuses"))
+        previous = cluster.kube.request("GET", f"{path}/log",
+                                        params={"previous": "true"}).text
+        raise AssertionError(f"{exc}; status {status}; previous log {previous!r}") from exc
     return text.splitlines()[0]
 
 
