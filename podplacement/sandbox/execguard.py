@@ -195,7 +195,10 @@ def _answer(listener: int) -> bool:
     try:
         fcntl.ioctl(listener, _IOCTL_RECV, buf, True)
     except OSError as exc:
-        return exc.errno in (errno.EINTR, errno.EAGAIN)  # ENOENT: the caller died meanwhile
+        # ENOENT: the call went away before it was received (the caller was signalled,
+        # e.g. a Go runtime's preemption signal, and will call again, or it died): the
+        # listener stays, or the call made again would fail with ENOSYS
+        return exc.errno in (errno.EINTR, errno.EAGAIN, errno.ENOENT)
     notif_id, pid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
     why = decide(pid, nr, tuple(args))
     try:
