@@ -32,11 +32,12 @@ import errno
 import fcntl
 import logging
 import os
-import selectors
+import select
 import signal
 import socket
 import struct
 import sys
+import threading
 from pathlib import Path
 
 __all__ = ["ELF_MACHINES_REFUSED", "main", "refused_machine", "shebang_interpreter"]
@@ -233,15 +234,33 @@ def _receive_listener(conn: socket.socket) -> int | None:
     return fds[0] if fds else None
 
 
+def _serve_listener(listener: int, stop: threading.Event) -> None:
+    """Answer ``listener``'s calls until its processes are all gone (``POLLHUP``) or
+    ``stop``; then close it. One thread per listener: a receive that blocks (its call went
+    away between the poll and the receive) holds up no other container."""
+    poller = select.poll()
+    poller.register(listener, select.POLLIN)
+    try:
+        while not stop.is_set():
+            events = poller.poll(1000)
+            if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                   for _, ev in events):
+                return
+            if events and not _answer(listener):
+                return
+    finally:
+        os.close(listener)
+
+
 def serve(path: Path) -> None:
     """Listen on ``path`` and answer every listener's notifications until SIGTERM/SIGINT.
 
     Raises:
         OSError: the socket could not be bound.
     """
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     path.unlink(missing_ok=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
@@ -250,41 +269,23 @@ def serve(path: Path) -> None:
     finally:
         os.umask(old)
     server.listen(64)
-    sel = selectors.DefaultSelector()
-    sel.register(server, selectors.EVENT_READ, None)
+    server.settimeout(1.0)
     print("ready", flush=True)
-    while not stop:
+    while not stop.is_set():
         try:
-            events = sel.select(timeout=1.0)
-        except InterruptedError:
+            conn, _ = server.accept()
+        except (TimeoutError, InterruptedError):
             continue
-        for key, mask in events:
-            if key.data is None:
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    continue
-                with conn:
-                    listener = _receive_listener(conn)
-                if listener is not None:
-                    sel.register(listener, selectors.EVENT_READ, "listener")
-                continue
-            fd = int(key.fd)
-            done = bool(mask & selectors.EVENT_READ) and not _answer(fd)
-            if done or _hung_up(fd):
-                sel.unregister(fd)
-                os.close(fd)
+        except OSError:
+            continue
+        with conn:
+            conn.settimeout(5.0)
+            listener = _receive_listener(conn)
+        if listener is not None:
+            threading.Thread(target=_serve_listener, args=(listener, stop),
+                             daemon=True).start()
     server.close()
     path.unlink(missing_ok=True)
-
-
-def _hung_up(fd: int) -> bool:
-    import select
-
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
-               for _, ev in poller.poll(0))
 
 
 def main(argv: list[str] | None = None) -> int:
