@@ -66,6 +66,13 @@ def ci_refusal() -> str | None:
     if why is not None:
         return ("CI=true but the real node (kubelet v1.36, containerd, runc) can't run here, "
                 f"so the {REALNODE} tests would be skipped: {why}")
+    from tests.harness.realnode import missing_arm64_node
+
+    why = missing_arm64_node()
+    if why is not None:
+        return ("CI=true but the emulated arm64 node (Linux 6.7+, the .debs of "
+                f"hack/fetch-debs.sh) can't run here, so its {REALNODE} tests would be "
+                f"skipped: {why}")
     from tests.harness.helm import missing_helm
 
     why = missing_helm()

@@ -71,16 +71,30 @@ DISABLED_PLUGINS = (
 )
 
 
-def pause_binary() -> bytes:
-    """A static x86-64 Linux ELF executable (ELF64, ``ET_EXEC``, one ``PT_LOAD`` segment at
-    0x400000, System V gABI) whose code is ``mov eax, 34; syscall; jmp back``: ``pause(2)``
-    for ever. 129 bytes."""
-    code = bytes.fromhex("b822000000" "0f05" "ebf7")  # mov eax,34 (pause); syscall; jmp -9
+def pause_binary(arch: str = "amd64") -> bytes:
+    """A static Linux ELF executable (ELF64, ``ET_EXEC``, one ``PT_LOAD`` segment at
+    0x400000, System V gABI) that waits for ever: for ``amd64`` (x86-64) ``mov eax, 34;
+    syscall; jmp back``, ``pause(2)``, 129 bytes; for ``arm64`` (AArch64, which has no
+    ``pause``) ``ppoll(NULL, 0, NULL, NULL)`` in a loop (``x8`` = 73), 148 bytes.
+
+    Raises:
+        ValueError: another ``arch``.
+    """
+    if arch == "amd64":
+        code = bytes.fromhex("b822000000" "0f05" "ebf7")  # mov eax,34 (pause); syscall; jmp -9
+        machine = 62
+    elif arch == "arm64":
+        words = (0xD2800000, 0xD2800001, 0xD2800002, 0xD2800003,  # mov x0..x3, #0
+                 0xD2800928, 0xD4000001, 0x17FFFFFA)  # mov x8, #73 (ppoll); svc #0; b -24
+        code = b"".join(struct.pack("<I", w) for w in words)
+        machine = 183
+    else:
+        raise ValueError(f"no pause program for {arch!r}")
     base, header_size = 0x400000, 64 + 56
     size = header_size + len(code)
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, version 1
-    elf_header = struct.pack("<16sHHIQQQIHHHHHH", ident, 2, 62, 1, base + header_size, 64, 0,
-                             0, 64, 56, 1, 0, 0, 0)
+    elf_header = struct.pack("<16sHHIQQQIHHHHHH", ident, 2, machine, 1, base + header_size,
+                             64, 0, 0, 64, 56, 1, 0, 0, 0)
     program_header = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)
     return elf_header + program_header + code
 
@@ -99,16 +113,16 @@ def _tar(files: Sequence[tuple[str, bytes, int]]) -> bytes:
     return buf.getvalue()
 
 
-def pause_image_archive(reference: str = PAUSE_IMAGE) -> bytes:
+def pause_image_archive(reference: str = PAUSE_IMAGE, arch: str = "amd64") -> bytes:
     """An OCI image layout (image-spec ``image-layout.md``) as a tar archive holding one
-    linux/amd64 image of :func:`pause_binary` at ``/pause`` (entrypoint), its manifest named
+    linux/``arch`` image of :func:`pause_binary` at ``/pause`` (entrypoint), its manifest named
     ``reference`` by the ``io.containerd.image.name`` annotation (what ``ctr images import``
     names the image by) and ``org.opencontainers.image.ref.name`` (the tag). Deterministic:
     equal calls give equal bytes."""
-    raw_layer = _tar([("pause", pause_binary(), 0o755)])
+    raw_layer = _tar([("pause", pause_binary(arch), 0o755)])
     layer = gzip.compress(raw_layer, mtime=0)
     config = json.dumps({
-        "architecture": "amd64", "os": "linux", "created": "2024-01-01T00:00:00Z",
+        "architecture": arch, "os": "linux", "created": "2024-01-01T00:00:00Z",
         "config": {"Entrypoint": ["/pause"]},
         "rootfs": {"type": "layers", "diff_ids": [_sha256(raw_layer)]},
     }, sort_keys=True).encode()
@@ -124,7 +138,7 @@ def pause_image_archive(reference: str = PAUSE_IMAGE) -> bytes:
         "manifests": [{
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": _sha256(manifest), "size": len(manifest),
-            "platform": {"architecture": "amd64", "os": "linux"},
+            "platform": {"architecture": arch, "os": "linux"},
             "annotations": {"io.containerd.image.name": reference,
                             "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[-1]},
         }],
@@ -174,9 +188,11 @@ def _toml(value: str) -> str:
 
 def containerd_config(*, root: str, state: str, socket: str, runc_root: str, opt: str,
                       cni_bin: str, cni_conf: str, hosts_dir: str,
-                      sandbox_image: str = PAUSE_IMAGE) -> str:
+                      sandbox_image: str = PAUSE_IMAGE, runc_binary: str | None = None) -> str:
     """containerd 1.6's configuration (version 2 TOML) for a node of the sandbox; every
-    path is the caller's (module docstring for each setting's reason)."""
+    path is the caller's (module docstring for each setting's reason); ``runc_binary`` is
+    the program the runc shim runs instead of ``runc`` (the arm64 node's wrapper,
+    :func:`podplacement.sandbox.emulated.runc_wrapper_script`)."""
     disabled = ", ".join(_toml(p) for p in DISABLED_PLUGINS)
     cri = '[plugins."io.containerd.grpc.v1.cri"]'
     runc = f'{cri[:-1]}.containerd.runtimes.runc]'
@@ -215,6 +231,7 @@ disabled_plugins = [{disabled}]
 {runc[:-1]}.options]
   Root = {_toml(runc_root)}
   SystemdCgroup = false
+{f"  BinaryName = {_toml(runc_binary)}" if runc_binary else ""}
 
 {cri[:-1]}.registry]
   config_path = {_toml(hosts_dir)}

@@ -40,17 +40,20 @@ import httpx
 import yaml
 
 from podplacement import certs
-from podplacement.sandbox import hostfx, nodeparts
+from podplacement.sandbox import binfmtns, emulated, hostfx, nodeparts
 from podplacement.sandbox.controlplane import AssetsNotFound, ControlPlane, locate_kubelet
 from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.registry import Registry
 
 __all__ = [
+    "ARM64_NODE_LABELS",
+    "ARM64_NODE_NAME",
     "NODE_NAME",
     "NodeError",
     "NodeRuntime",
     "NodeUnavailable",
     "RealNode",
+    "find_arm64_root",
     "find_runtime",
     "start_real_node",
 ]
@@ -59,6 +62,12 @@ log = logging.getLogger("podplacement.sandbox")
 
 #: The real node's name (and InternalIP): the kubelet's ``--hostname-override``.
 NODE_NAME = "127.0.0.1"
+#: The emulated arm64 node's name and InternalIP (another loopback address: its kubelet
+#: binds there, beside the amd64 node's).
+ARM64_NODE_NAME = "127.0.0.2"
+#: The labels the arm64 node's kubelet registers with (``--node-labels``: the kubelet
+#: v1.36.2 writes them over the ones of its own build, ``kubernetes.io/arch=amd64``).
+ARM64_NODE_LABELS = {"kubernetes.io/arch": "arm64", "beta.kubernetes.io/arch": "arm64"}
 #: Debian's packages (``hack/setup.sh`` installs them) and the reference loopback plugin.
 CONTAINERD = "containerd"
 CTR = "ctr"
@@ -139,6 +148,9 @@ class RealNode:
         footprint: where it acts on the host (:class:`podplacement.sandbox.hostfx.
             NodeFootprint`; its ``workdir`` is :attr:`rundir`).
         processes: ``{"containerd": Popen, "kubelet": Popen}``.
+        arch: ``amd64``, or ``arm64`` for the emulated node (:func:`start_real_node`).
+        helpers: the emulated node's ``binfmtns`` holder and ``execguard``
+            (:mod:`podplacement.sandbox.binfmtns`, :mod:`podplacement.sandbox.execguard`).
     """
 
     name: str
@@ -148,6 +160,8 @@ class RealNode:
     runtime: NodeRuntime
     footprint: hostfx.NodeFootprint
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    arch: str = "amd64"
+    helpers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
@@ -216,6 +230,10 @@ class RealNode:
         self._logs.append(out)
         # runc, mount and the CNI plugins live in sbin directories
         env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin:/bin")
+        if self.arch != "amd64" and name == "containerd":
+            holder = self.helpers["binfmtns"].pid
+            args = ["nsenter", f"--user=/proc/{holder}/ns/user",
+                    f"--mount=/proc/{holder}/ns/mnt", "--", *args]
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.processes[name] = proc
@@ -253,6 +271,15 @@ class RealNode:
         self._stop_process("kubelet")
         hostfx.kill_pids(hostfx.cgroup_pids(self.footprint.cgroup_root), "container process")
         self._stop_process("containerd")
+        for name, helper in self.helpers.items():
+            if helper.poll() is None:
+                helper.terminate()
+                try:
+                    helper.wait(5)
+                except subprocess.TimeoutExpired:
+                    helper.kill()
+                    helper.wait(5)
+                log.info("stopped %s (pid %d)", name, helper.pid)
         left = hostfx.clean_node(self.footprint)  # removes rundir once nothing is left
         left += hostfx.leave(self.footprint)
         for out in self._logs:
@@ -260,6 +287,9 @@ class RealNode:
         self._logs.clear()
         with contextlib.suppress(httpx.HTTPError), self.plane.client(timeout=3.0) as c:
             c.delete(f"/api/v1/nodes/{self.name}")
+            if self.arch != "amd64":
+                c.delete(f"{_MAP_BINDING_PATH}/{ARCH_POLICY}")
+                c.delete(f"{_MAP_PATH}/{ARCH_POLICY}")
         for line in left:
             log.warning("real node: not undone: %s", line)
         return left
@@ -319,13 +349,13 @@ def _wait_containerd(node: RealNode) -> None:
         time.sleep(0.05)
 
 
-def _kubelet_credentials(plane: ControlPlane, directory: Path) -> Path:
-    """A kubeconfig for the kubelet: a client certificate ``CN=system:node:NODE_NAME,
+def _kubelet_credentials(plane: ControlPlane, directory: Path, name: str = NODE_NAME) -> Path:
+    """A kubeconfig for the kubelet: a client certificate ``CN=system:node:NAME,
     O=system:nodes`` (what the Node authorizer and NodeRestriction expect) from the
     plane's CA."""
     ca = certs.KeyPair((plane.workdir / "ca.crt").read_bytes(),
                        (plane.workdir / "ca.key").read_bytes())
-    pair = certs.issue_client_cert(ca, f"system:node:{NODE_NAME}", ["system:nodes"])
+    pair = certs.issue_client_cert(ca, f"system:node:{name}", ["system:nodes"])
     (directory / "client.crt").write_bytes(pair.cert_pem)
     (directory / "client.key").write_bytes(pair.key_pem)
     path = directory / "kubeconfig"
@@ -342,20 +372,153 @@ def _kubelet_credentials(plane: ControlPlane, directory: Path) -> Path:
     return path
 
 
+def find_arm64_root(debs: Path | None) -> emulated.EmulatedRoot:
+    """What the emulated arm64 node needs beyond :func:`find_runtime`: Linux 6.7 or newer
+    (a ``binfmt_misc`` of the node's own user namespace), ``nsenter``, and Debian's
+    packages of :data:`podplacement.sandbox.emulated.ARM64_PACKAGES` in ``debs``, extracted
+    into the cache beside the binaries' (:func:`podplacement.sandbox.emulated.
+    prepare_root`).
+
+    Raises:
+        NodeUnavailable: one of them is missing (one line: what, and how to get it).
+    """
+    if not emulated.kernel_supports_binfmt_namespaces():
+        raise NodeUnavailable(f"an arm64 node needs Linux 6.7 or newer (a binfmt_misc per "
+                              f"user namespace); this is {os.uname().release}")
+    if _which("nsenter") is None:
+        raise NodeUnavailable("no nsenter (util-linux) for the arm64 node")
+    if debs is None:
+        raise NodeUnavailable("no directory of the arm64 node's .deb files: run "
+                              "hack/fetch-debs.sh")
+    try:
+        return emulated.prepare_root(emulated.find_debs(debs), hostfx.ledger_dir())
+    except emulated.EmulationUnavailable as exc:
+        raise NodeUnavailable(str(exc)) from exc
+
+
+#: The emulated node's kubelet settings beyond the amd64 node's: no default seccomp profile
+#: (qemu-user refuses ``prctl(PR_SET_SECCOMP)``, so its containerd answers "seccomp is not
+#: supported" to any profile but Unconfined; the exec guard's own filter is added by runc).
+_EMULATED_KUBELET: dict[str, Any] = {"seccompDefault": False}
+#: The MutatingAdmissionPolicy (and its binding) that keeps the arm64 node's architecture
+#: ``arm64`` (:func:`_arch_policy`).
+ARCH_POLICY = "podplacement-sandbox-arm64-node"
+_MAP_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"
+_MAP_BINDING_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings"
+
+
+def _arch_policy(name: str, arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A MutatingAdmissionPolicy and its binding (``admissionregistration.k8s.io/v1``, GA
+    in v1.36) that set, on every create and update of Node ``name`` (and of its status),
+    the label ``kubernetes.io/arch`` (and ``beta.kubernetes.io/arch``) and
+    ``status.nodeInfo.architecture`` to ``arch``. Needed because the kubelet v1.36.2 puts
+    back its own build's ``kubernetes.io/arch`` at each status update, whatever
+    ``--node-labels`` said (observed: the label read ``arm64`` after a patch, ``amd64``
+    10 s later)."""
+    labels = ", ".join(f'"{k}": "{v}"' for k, v in ARM64_NODE_LABELS.items()) \
+        if arch == "arm64" else f'"kubernetes.io/arch": "{arch}"'
+    expression = ("Object{metadata: Object.metadata{labels: {" + labels + "}}, "
+                  "status: Object.status{nodeInfo: Object.status.nodeInfo{architecture: "
+                  f'"{arch}"}}}}}}')
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": ARCH_POLICY},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["nodes", "nodes/status"]}]},
+            "matchConditions": [{"name": "the-emulated-node",
+                                 "expression": f'object.metadata.name == "{name}"'}],
+            "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "ApplyConfiguration",
+                           "applyConfiguration": {"expression": expression}}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": ARCH_POLICY},
+        "spec": {"policyName": ARCH_POLICY},
+    }
+    return policy, binding
+
+
+def _install_arch_policy(plane: ControlPlane, name: str, arch: str) -> None:
+    """Create (or replace) :func:`_arch_policy` on ``plane``.
+
+    Raises:
+        NodeError: the API server refused it.
+    """
+    policy, binding = _arch_policy(name, arch)
+    with plane.client(timeout=10.0) as c:
+        for path, doc in ((_MAP_PATH, policy), (_MAP_BINDING_PATH, binding)):
+            c.delete(f"{path}/{ARCH_POLICY}")
+            r = c.post(path, json=doc)
+            if r.status_code >= 300:
+                raise NodeError(f"the {doc['kind']} {ARCH_POLICY} was refused: "
+                                f"{r.status_code} {r.text[:300]}")
+
+
+def _start_emulation(node: RealNode, root: emulated.EmulatedRoot) -> str:
+    """Start the arm64 node's ``binfmtns`` holder and exec guard; write the runc wrapper.
+    Returns the wrapper's path."""
+    holder = binfmtns.start_holder(node.rundir / "binfmt", root.qemu, libroot=root.root,
+                                   log=node.log_path("binfmtns"))
+    node.helpers["binfmtns"] = holder
+    socket_path = node.rundir / "execguard.sock"
+    out = open(node.log_path("execguard"), "ab")
+    node._logs.append(out)
+    guard = subprocess.Popen([sys.executable, "-m", "podplacement.sandbox.execguard",
+                              str(socket_path)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=out, text=True,
+                             start_new_session=True)
+    node.helpers["execguard"] = guard
+    if binfmtns.read_word(guard) != "ready":
+        raise NodeError(f"the exec guard did not start; see {node.log_path('execguard')}")
+    relay = subprocess.Popen([sys.executable, "-m", "podplacement.sandbox.criproxy",
+                              str(node.rundir / "cri.sock"), node.footprint.socket],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out,
+                             text=True, start_new_session=True)
+    node.helpers["criproxy"] = relay
+    if binfmtns.read_word(relay) != "ready":
+        raise NodeError(f"the CRI relay did not start; see {node.log_path('execguard')}")
+    wrapper = node.rundir / "runc-wrapper"
+    wrapper.write_text(emulated.runc_wrapper_script(sys.executable, str(node.runtime.runc),
+                                                    str(socket_path)))
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def start_real_node(plane: ControlPlane, workdir: Path, *,
                     registries: tuple[Registry, ...] = (),
                     runtime: NodeRuntime | None = None,
-                    ready_limit: float = NODE_READY_S) -> RealNode:
+                    ready_limit: float = NODE_READY_S,
+                    arch: str = "amd64", debs: Path | None = None) -> RealNode:
     """Start the real node on ``plane`` (module docstring), its logs in ``workdir``
     (created), the rest in a short temporary directory (:attr:`RealNode.rundir`), trusting
     ``registries``; wait until it is Ready and untainted.
 
+    With ``arch="arm64"`` the node is the emulated arm64 one (named
+    :data:`ARM64_NODE_NAME`, labelled :data:`ARM64_NODE_LABELS`): Debian's arm64
+    containerd (the packages in ``debs``, :func:`find_arm64_root`) runs under qemu-user in
+    a user namespace whose own ``binfmt_misc`` runs arm64 programs
+    (:mod:`podplacement.sandbox.binfmtns`), with the host's runc and shim (they run in that
+    namespace too, so do the containers), an arm64 pause image, and every container's
+    ``execve`` checked by the exec guard (:mod:`podplacement.sandbox.execguard`: x86
+    programs fail with ``exec format error`` as on an arm64 machine). Both nodes may run
+    at once.
+
     Raises:
-        NodeUnavailable: this machine can't run one (:func:`find_runtime`).
+        NodeUnavailable: this machine can't run one (:func:`find_runtime`,
+            :func:`find_arm64_root`).
         NodeError: containerd or the kubelet did not start; what was started is stopped
             and undone first.
+        ValueError: ``arch`` is neither ``amd64`` nor ``arm64``.
     """
+    if arch not in ("amd64", "arm64"):
+        raise ValueError(f"no real node of architecture {arch!r}")
     runtime = runtime or find_runtime()
+    root = find_arm64_root(debs) if arch == "arm64" else None
+    name = ARM64_NODE_NAME if arch == "arm64" else NODE_NAME
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     rundir = Path(tempfile.mkdtemp(prefix=hostfx.NODE_DIR_PREFIX))
@@ -365,8 +528,12 @@ def start_real_node(plane: ControlPlane, workdir: Path, *,
     footprint = hostfx.NodeFootprint(str(rundir), f"/podplacement-{uuid.uuid4().hex[:10]}",
                                      str(rundir / "containerd" / "containerd.sock"))
     hostfx.enter(footprint)
-    node = RealNode(NODE_NAME, workdir, rundir, plane, runtime, footprint)
+    node = RealNode(name, workdir, rundir, plane, runtime, footprint, arch=arch)
     try:
+        runc_binary = None
+        if root is not None:
+            _install_arch_policy(plane, name, arch)
+            runc_binary = _start_emulation(node, root)
         for registry in registries:
             node.trust_registry(registry)
         cni_bin = rundir / "cni" / "bin"
@@ -381,28 +548,34 @@ def start_real_node(plane: ControlPlane, workdir: Path, *,
             root=str(rundir / "containerd" / "root"),
             state=str(rundir / "containerd" / "state"), socket=footprint.socket,
             runc_root=str(rundir / "runc"), opt=str(rundir / "opt"), cni_bin=str(cni_bin),
-            cni_conf=str(rundir / "cni" / "conf"), hosts_dir=str(node.hosts_dir)))
-        node._spawn("containerd", [str(runtime.containerd), "--config", str(config)])
+            cni_conf=str(rundir / "cni" / "conf"), hosts_dir=str(node.hosts_dir),
+            runc_binary=runc_binary))
+        containerd = root.containerd if root is not None else runtime.containerd
+        node._spawn("containerd", [str(containerd), "--config", str(config)])
         _wait_containerd(node)
         archive = rundir / "containerd" / "pause.oci.tar"
-        archive.write_bytes(nodeparts.pause_image_archive())
-        imported = node.ctr("images", "import", "--platform", "linux/amd64", str(archive))
+        archive.write_bytes(nodeparts.pause_image_archive(arch=arch))
+        imported = node.ctr("images", "import", "--platform", f"linux/{arch}", str(archive))
         if imported.returncode != 0:
             raise NodeError(f"ctr images import of the pause image: {imported.stderr.strip()}")
         hostfx.create_cgroups(footprint.cgroup_root)
         kubelet_dir = rundir / "kubelet"
-        kubeconfig = _kubelet_credentials(plane, kubelet_dir / "certs")
+        kubeconfig = _kubelet_credentials(plane, kubelet_dir / "certs", name)
         (kubelet_dir / "resolv.conf").write_text("")
         kubelet_config = kubelet_dir / "config.yaml"
         kubelet_config.write_text(yaml.safe_dump(nodeparts.kubelet_config(
             port=free_port(), healthz_port=free_port(), cgroup_root=footprint.cgroup_root,
-            runtime_socket=footprint.socket, client_ca_file=str(plane.ca_file),
-            pod_logs_dir=str(rundir / "pod-logs"),
-            resolv_conf=str(kubelet_dir / "resolv.conf"))))
+            runtime_socket=str(rundir / "cri.sock") if root is not None else footprint.socket,
+            client_ca_file=str(plane.ca_file), pod_logs_dir=str(rundir / "pod-logs"),
+            resolv_conf=str(kubelet_dir / "resolv.conf"),
+            extra=_EMULATED_KUBELET | {"address": name, "healthzBindAddress": name}
+            if arch != "amd64" else None)))
+        labels = ([f"--node-labels={','.join(f'{k}={v}' for k, v in ARM64_NODE_LABELS.items())}"]
+                  if arch == "arm64" else [])
         node._spawn("kubelet", [
             str(runtime.kubelet), f"--config={kubelet_config}", f"--kubeconfig={kubeconfig}",
             f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'certs'}",
-            f"--hostname-override={NODE_NAME}", "--v=2"])
+            f"--hostname-override={name}", *labels, "--v=2"])
         node.wait_ready(ready_limit)
     except BaseException:
         node.stop()

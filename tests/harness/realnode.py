@@ -23,6 +23,7 @@ from podplacement.sandbox.controlplane import DEFAULT_NODES, AssetsNotFound, Fak
 from podplacement.sandbox.realnode import (
     NodeUnavailable,
     RealNode,
+    find_arm64_root,
     find_runtime,
     start_real_node,
 )
@@ -30,8 +31,9 @@ from podplacement.sandbox.registry import Registry
 from tests.harness.kube import KubeEnv, start_real
 from tests.harness.realcluster import wait_for
 
-__all__ = ["FAKE_NODES", "REALNODE", "NodeCluster", "busybox", "busybox_layer",
-           "cluster_with_real_node", "debs_dir", "missing_real_node", "wait_for"]
+__all__ = ["FAKE_NODES", "FAKE_NODES_BESIDE_ARM64", "REALNODE", "NodeCluster", "busybox",
+           "busybox_layer", "cluster_with_real_node", "debs_dir", "missing_arm64_node",
+           "missing_real_node", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: The marker of the tests that need the real node.
@@ -39,6 +41,25 @@ REALNODE = "realnode"
 #: The fake nodes beside the real one: every platform but linux/amd64 (the real node's).
 FAKE_NODES: tuple[FakeNode, ...] = tuple(
     n for n in DEFAULT_NODES if (n.os, n.arch) != ("linux", "amd64"))
+
+
+#: The fake nodes beside the real amd64 and arm64 ones: every platform but linux/amd64 and
+#: linux/arm64 (so an arm64 pod can only go to the emulated arm64 node).
+FAKE_NODES_BESIDE_ARM64: tuple[FakeNode, ...] = tuple(
+    n for n in DEFAULT_NODES if (n.os, n.arch) not in (("linux", "amd64"), ("linux", "arm64")))
+
+
+def missing_arm64_node() -> str | None:
+    """Why this machine can't run the emulated arm64 node (one line), or None when it
+    can."""
+    why = missing_real_node()
+    if why is not None:
+        return why
+    try:
+        find_arm64_root(debs_dir())
+    except NodeUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def missing_real_node() -> str | None:
@@ -57,33 +78,42 @@ class NodeCluster:
     Attributes:
         kube: the control plane.
         node: the real node (its name: ``node.name``).
+        arm64: the emulated arm64 node, when asked for.
     """
 
     kube: KubeEnv
     node: RealNode
+    arm64: RealNode | None = None
 
 
 def cluster_with_real_node(tmp_path_factory: pytest.TempPathFactory, name: str,
-                           registries: tuple[Registry, ...] = (),
+                           registries: tuple[Registry, ...] = (), arm64: bool = False,
                            **options: Any) -> Iterator[NodeCluster]:
     """A real control plane (``options`` go to ``start_real``) with :data:`FAKE_NODES` and
-    the real node trusting ``registries``, for one module; skips when this machine can't
-    run them. Stops the node (undoing its host effects) and the plane afterwards."""
-    why = missing_real_node()
+    the real node trusting ``registries``, for one module; with ``arm64`` also the emulated
+    arm64 node, and :data:`FAKE_NODES_BESIDE_ARM64` as the fake ones. Skips when this
+    machine can't run them. Stops the nodes (undoing their host effects) and the plane
+    afterwards."""
+    why = missing_arm64_node() if arm64 else missing_real_node()
     if why is not None:
         pytest.skip(why)
     try:
-        kube = start_real(tmp_path_factory.mktemp(name), nodes=FAKE_NODES, **options)
+        kube = start_real(tmp_path_factory.mktemp(name),
+                          nodes=FAKE_NODES_BESIDE_ARM64 if arm64 else FAKE_NODES, **options)
     except AssetsNotFound as exc:
         pytest.skip(str(exc))
-    node: RealNode | None = None
+    nodes: list[RealNode] = []
     try:
         assert kube.plane is not None
-        node = start_real_node(kube.plane, tmp_path_factory.mktemp(f"{name}-node"),
-                               registries=registries)
-        yield NodeCluster(kube, node)
+        nodes.append(start_real_node(kube.plane, tmp_path_factory.mktemp(f"{name}-node"),
+                                     registries=registries))
+        if arm64:
+            nodes.append(start_real_node(kube.plane, tmp_path_factory.mktemp(f"{name}-arm64"),
+                                         registries=registries, arch="arm64",
+                                         debs=debs_dir()))
+        yield NodeCluster(kube, nodes[0], nodes[1] if arm64 else None)
     finally:
-        if node is not None:
+        for node in reversed(nodes):
             node.stop()
         kube.stop()
 
