@@ -93,9 +93,9 @@ from podplacement.controller.credproviders import load_runner
 from podplacement.controller.escapemonitor import EscapeMonitor
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
+from podplacement.controller.gatedpods import RELABEL_PREFIX, GatedPodEvents
 from podplacement.controller.generic import Controller as GenericController
 from podplacement.controller.generic import QueueSettings
-from podplacement.controller.gatedpods import RELABEL_PREFIX, GatedPodEvents
 from podplacement.controller.inspectors import InspectorSource
 from podplacement.controller.lastrelease import LastResortRelease
 from podplacement.controller.lifecycle import KEYS, Lifecycle
@@ -111,7 +111,6 @@ from podplacement.controller.runnables import Loop, Manager, Runnable, Service
 from podplacement.controller.term import Handler, LeadershipTerm, make_lifecycle
 from podplacement.kubeclient import Informer, KubeAPI, resource_path
 from podplacement.rules.config import (
-    ExcludedPlatform,
     CONFIG_NAME,
     CONFIG_PLURAL,
     DEFAULT_NAMESPACE,
@@ -124,6 +123,7 @@ from podplacement.rules.config import (
     NRT_VERSION,
     PARAMS_NAME,
     VERSION,
+    ExcludedPlatform,
     PlacementConfig,
 )
 from podplacement.rules.escape import created_at
@@ -449,7 +449,8 @@ class Controller:
         return self.configs.get(CONFIG_NAME)
 
     def _placed_listing(self) -> bool:
-        """The watch of placed pods is listing (:attr:`controller.placedwatch.PlacedPods.listing`)."""
+        """The watch of placed pods is listing
+        (:attr:`controller.placedwatch.PlacedPods.listing`)."""
         return self.placed.listing
 
     def _escapes_active(self) -> bool:

@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podplacement.controller.alwaysfresh import FRESH_KEY
+from podplacement.controller.generic import STR_KEYS, Controller, QueueSettings
 from podplacement.controller.lifecycle import FINISH_KEY, LAST_STOP_KEY, LIFECYCLE_KEY
 from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter
-from podplacement.controller.generic import STR_KEYS, Controller, QueueSettings
 from podplacement.controller.reconciler import pod_key
 from podplacement.controller.runnables import Manager
 from podplacement.kubeclient import ApiError, Informer, KubeAPI
