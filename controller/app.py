@@ -30,12 +30,15 @@ ConfigMap is read with a plain GET when the config changes and every
 ``registries_refresh_seconds``; a missing or malformed one is logged and the last good
 registry rules stay in use (pods are never held back for it).
 
-The leader's one :class:`~controller.queue.WorkQueue` serves every reconciler: pod keys
+The leader's one placement controller (a :class:`controller.generic.Controller` of string
+keys, :attr:`controller.term.LeadershipTerm.queue`) serves every reconciler: pod keys
 (``namespace/name/uid``, :class:`~controller.reconciler.Reconciler`), the
 PodPlacementConfig lifecycle's keys (:data:`controller.lifecycle.KEYS`), the params
 writer's (:data:`controller.paramswriter.PARAMS_KEY`), the Always tags' checks
 (:data:`controller.alwaysfresh.FRESH_KEY`) and the relabelling of pods
-(:data:`controller.gatedpods.RELABEL_PREFIX`); :meth:`Controller.reconcile` routes them. When
+(:data:`controller.gatedpods.RELABEL_PREFIX`); :meth:`Controller.reconcile` routes them (one
+worker pool and one token bucket for all five kinds, which ``--workers``, ``--rate`` and
+``--burst`` size; docs/design.md, "One generic controller"). When
 this process stops leading the queue is shut down (its work in flight is cancelled: the pods
 are no longer placed here), and what must not be left half-done is then served on a
 one-worker queue of its own, bounded: the ordered uninstall under way, or due because the
@@ -52,7 +55,7 @@ admission policy's catalog, the images of an anonymous pod placed at admission t
 catalog lacks are inspected by the controller and published (so the policy places their next
 pods), and the Warning Event of a decision taken at admission is sent as for the
 controller's own. The exec-format-error monitor (:mod:`controller.execformatmonitor`, while
-``spec.plugins.execFormatErrorMonitor.enabled``): its own small work queue, one verification
+``spec.plugins.execFormatErrorMonitor.enabled``): its own generic controller, one verification
 per image digest, the exclusions learned from it (published in the config's status) and the
 optional remedy that deletes a failing pod of a ReplicaSet, StatefulSet or Job. The
 reconciler places with those exclusions (:meth:`Controller.placement_config`), and an image
@@ -69,7 +72,7 @@ A leader that owns the admission objects (the lifecycle runs) also runs the esca
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
 label, and the labelled ones of the watch of placed pods whose record their spec does not bear
 out (:func:`rules.escape.placement_doubt`: a label a pod's creator wrote hides nothing), its
-own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
+own generic controller, a ``PlacementEscaped`` Event and a record per pod, and the
 repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
 its images (docs/escaped-pods.md).
 """
