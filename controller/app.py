@@ -30,12 +30,15 @@ ConfigMap is read with a plain GET when the config changes and every
 ``registries_refresh_seconds``; a missing or malformed one is logged and the last good
 registry rules stay in use (pods are never held back for it).
 
-The leader's one :class:`~controller.queue.WorkQueue` serves every reconciler: pod keys
+The leader's one placement controller (a :class:`controller.generic.Controller` of string
+keys, :attr:`controller.term.LeadershipTerm.queue`) serves every reconciler: pod keys
 (``namespace/name/uid``, :class:`~controller.reconciler.Reconciler`), the
 PodPlacementConfig lifecycle's keys (:data:`controller.lifecycle.KEYS`), the params
 writer's (:data:`controller.paramswriter.PARAMS_KEY`), the Always tags' checks
 (:data:`controller.alwaysfresh.FRESH_KEY`) and the relabelling of pods
-(:data:`controller.gatedpods.RELABEL_PREFIX`); :meth:`Controller.reconcile` routes them. When
+(:data:`controller.gatedpods.RELABEL_PREFIX`); :meth:`Controller.reconcile` routes them (one
+worker pool and one token bucket for all five kinds, which ``--workers``, ``--rate`` and
+``--burst`` size; docs/design.md, "One generic controller"). When
 this process stops leading the queue is shut down (its work in flight is cancelled: the pods
 are no longer placed here), and what must not be left half-done is then served on a
 one-worker queue of its own, bounded: the ordered uninstall under way, or due because the
@@ -52,7 +55,7 @@ admission policy's catalog, the images of an anonymous pod placed at admission t
 catalog lacks are inspected by the controller and published (so the policy places their next
 pods), and the Warning Event of a decision taken at admission is sent as for the
 controller's own. The exec-format-error monitor (:mod:`controller.execformatmonitor`, while
-``spec.plugins.execFormatErrorMonitor.enabled``): its own small work queue, one verification
+``spec.plugins.execFormatErrorMonitor.enabled``): its own generic controller, one verification
 per image digest, the exclusions learned from it (published in the config's status) and the
 optional remedy that deletes a failing pod of a ReplicaSet, StatefulSet or Job. The
 reconciler places with those exclusions (:meth:`Controller.placement_config`), and an image
@@ -69,7 +72,7 @@ A leader that owns the admission objects (the lifecycle runs) also runs the esca
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
 label, and the labelled ones of the watch of placed pods whose record their spec does not bear
 out (:func:`rules.escape.placement_doubt`: a label a pod's creator wrote hides nothing), its
-own small work queue, a ``PlacementEscaped`` Event and a record per pod, and the
+own generic controller, a ``PlacementEscaped`` Event and a record per pod, and the
 repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
 its images (docs/escaped-pods.md).
 """
@@ -94,6 +97,8 @@ from podplacement.controller.escapemonitor import EscapeMonitor
 from podplacement.controller.events import EventSink
 from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFormatMonitor
 from podplacement.controller.gatedpods import RELABEL_PREFIX, GatedPodEvents
+from podplacement.controller.generic import Controller as GenericController
+from podplacement.controller.generic import QueueSettings
 from podplacement.controller.inspectors import InspectorSource
 from podplacement.controller.lastrelease import LastResortRelease
 from podplacement.controller.lifecycle import KEYS, Lifecycle
@@ -102,12 +107,11 @@ from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter, param
 from podplacement.controller.placedwatch import PlacedPods
 from podplacement.controller.policywatch import PolicyWatch
 from podplacement.controller.publisher import ParamsPublisher
-from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler
 from podplacement.controller.registriessource import CONFIGMAP_PATH, LoadedRegistries
 from podplacement.controller.registryrules import RegistryRules
 from podplacement.controller.runnables import Loop, Manager, Runnable, Service
-from podplacement.controller.term import Handler, LeadershipTerm, QueueSettings, make_lifecycle
+from podplacement.controller.term import Handler, LeadershipTerm, make_lifecycle
 from podplacement.kubeclient import Informer, KubeAPI, resource_path
 from podplacement.rules.config import (
     CONFIG_NAME,
@@ -122,6 +126,7 @@ from podplacement.rules.config import (
     NRT_VERSION,
     PARAMS_NAME,
     VERSION,
+    ExcludedPlatform,
     PlacementConfig,
 )
 from podplacement.rules.escape import created_at
@@ -273,19 +278,17 @@ class Controller:
         self.metrics = Metrics()
         self.pods, self.nodes, self.configs, self.nrts, self.params_objects = _informers(api, o)
         self.events = EventSink(api, enabled=o.events, instance=o.identity)
-        self.config = ConfigView(self.configs,
-                                 lambda: self.execformat.current if self.leading else ())
+        self.config = ConfigView(self.configs, self._exclusions)
         self.registry_rules = RegistryRules(api, self.config_source, self.configs.synced,
                                             o.registries_refresh_seconds)
         self.inspectors = InspectorSource(
-            inspector, self.config_source, lambda: self.registry_rules.loaded,
+            inspector, self.config_source, self._loaded_registries,
             registries_conf=o.registries_conf, insecure=o.insecure_registries,
             retries=o.inspector_retries, ca_bundles=o.ca_bundles)
         self.inflight = InFlight()
         self.providers, self.providers_error = load_runner(
             o.credential_provider_config, o.credential_provider_bin_dir, api,
-            on_run=lambda name, result: self.metrics.credential_provider_runs.labels(
-                name, result).inc())
+            on_run=self._count_provider_run)
         self.metrics.credential_provider_config_error.set(1 if self.providers_error else 0)
         self.params, self.params_writer, self.publisher = _params(self)
         self.freshness, self.fresh = _always_tags(self)
@@ -308,11 +311,11 @@ class Controller:
         self._started = False
         for runnable in self._runnables():
             self.runtime.add(runnable)
-        self.metrics.sources.api_counters = lambda: dict(api.counters)
-        self.metrics.sources.gated = lambda: len(self.pods.cache)
+        self.metrics.sources.api_counters = self._api_counters
+        self.metrics.sources.gated = self._gated_count
         self.metrics.sources.queue_depth = self._pods_pending
         self.metrics.sources.oldest_gated = self._oldest_gated
-        self.metrics.sources.catalog = lambda: (self.params.json_size, self.params.evictions)
+        self.metrics.sources.catalog = self._catalog_size
         self.metrics.sources.inspector_stats = self.inspectors.stats
         self.gated.subscribe(self.pods, self.nrts, self.nodes, self.configs, self.params_objects)
 
@@ -328,14 +331,16 @@ class Controller:
                 for i in (self.configs, self.nodes, self.nrts, self.pods, self.params_objects)]
         out += [
             Service("policies", False, self.policy_watch.start, self.policy_watch.stop),
-            Loop("registries configmap", False, lambda _: self.registry_rules.run()),
+            Loop("registries configmap", False, self._registries_loop),
         ]
         if self.inflight is not None:
-            out.append(Loop("bindings", False, lambda _: self._watch_bindings()))
+            out.append(Loop("bindings", False, self._bindings_loop))
         out += [
             Loop("policy status", True, self.policy_watch.run),
-            Service("escape monitor", True, self._start_escapes, self.escapes.stop),
-            Service("exec format monitor", True, self.execformat.start, self.execformat.stop),
+            Service("escape monitor", True, self._start_escapes, self.escapes.stop,
+                    health=self.escapes.queue.healthy),
+            Service("exec format monitor", True, self.execformat.start, self.execformat.stop,
+                    health=self.execformat.queue.healthy),
             Service("admission feed", True, self.feed.start, self.feed.stop),
             Service("placed pods", True, self.placed.start, self.placed.stop),
         ]
@@ -349,14 +354,112 @@ class Controller:
         await self.events.flush(2.0)
         await self.events.stop()
 
+    async def _registries_loop(self, _stop: asyncio.Event) -> None:
+        """The runnable ``registries configmap``
+        (:meth:`controller.registryrules.RegistryRules.run`)."""
+        await self.registry_rules.run()
+
+    async def _bindings_loop(self, _stop: asyncio.Event) -> None:
+        """The runnable ``bindings`` (:meth:`_watch_bindings`)."""
+        await self._watch_bindings()
+
     async def _watch_bindings(self, idle_seconds: float = 5.0) -> None:
         """Feed the in-flight NUMA accounting with bindings and deletions
         (:func:`controller.bindingfeed.watch_bindings`) while topology placement is on."""
         await watch_bindings(
-            self.api, inflight=lambda: self.inflight,
-            enabled=lambda: self.config_source()[0].topology.enabled,
+            self.api, inflight=self._inflight, enabled=self._topology_enabled,
             changed=self._config_changed, watch_timeout=self.options.watch_timeout,
             idle_seconds=idle_seconds)
+
+    # --- the readers the parts are wired with (named, so an import graph sees them) ------
+    def _inflight(self) -> InFlight:
+        """The NUMA in-flight accounting."""
+        return self.inflight
+
+    def _topology_enabled(self) -> bool:
+        """``spec.topology.enabled`` of the current config."""
+        return self.config_source()[0].topology.enabled
+
+    def _exclusions(self) -> tuple[ExcludedPlatform, ...]:
+        """The exec-format exclusions placed with: the monitor's, while this replica leads
+        (none otherwise)."""
+        return self.execformat.current if self.leading else ()
+
+    def _loaded_registries(self) -> LoadedRegistries | None:
+        """The registry rules of the ConfigMap (:attr:`registries_config_map`)."""
+        return self.registry_rules.loaded
+
+    def _count_provider_run(self, name: str, result: str) -> None:
+        """Count one credential provider run
+        (``podplacement_credential_provider_runs_total{provider,result}``)."""
+        self.metrics.credential_provider_runs.labels(name, result).inc()
+
+    def _api_counters(self) -> dict[Any, int]:
+        """The API client's request counters, copied at scrape time."""
+        return dict(self.api.counters)
+
+    def _gated_count(self) -> int:
+        """Pods in the gated pods' cache."""
+        return len(self.pods.cache)
+
+    def _catalog_size(self) -> tuple[int, int]:
+        """The params' (JSON bytes, evictions)."""
+        return self.params.json_size, self.params.evictions
+
+    def _node_arch_taints(self) -> Any:
+        """The architecture taints the Nodes carry (the status, for the webhook)."""
+        return node_arch_taints(self.nodes.cache.values())
+
+    def _policy_taints(self) -> Any:
+        """The architecture taints the policy's CEL tolerates: the config's and the
+        Nodes' ones."""
+        return self.config_source()[0].architecture_taints.known(self._node_arch_taints())
+
+    def _runs_lifecycle(self) -> bool:
+        """True when this process runs the PodPlacementConfig lifecycle."""
+        return self.lifecycle is not None
+
+    def _is_leading(self) -> bool:
+        """:attr:`leading`, as a callable."""
+        return self.leading
+
+    def _may_write(self) -> bool:
+        """The pod reconciler may write: this replica leads, or releases the pods still
+        gated (:attr:`releasing`)."""
+        return self.leading or self.releasing > 0
+
+    def _params_writer_stopped(self) -> bool:
+        """The params writer stopped (:attr:`controller.paramswriter.ParamsWriter.stopped`)."""
+        return self.params_writer.stopped
+
+    def _pod_failures(self, key: str) -> int:
+        """The failure count of a pod key in the current term's queue."""
+        return self.term.queue.failures(key)
+
+    def _apply_log_verbosity(self) -> None:
+        """Apply the config's ``spec.logVerbosity`` (:func:`apply_log_verbosity`)."""
+        apply_log_verbosity(self.config_source()[0].log_verbosity)
+
+    def _wake_leader_parts(self) -> None:
+        """A config event: the exec-format monitor, the escape monitor and the watch of
+        placed pods read their switches again."""
+        self.execformat.config_changed()
+        self.escapes.config_changed()
+        self.placed.changed()
+
+    def _config_object(self) -> Mapping[str, Any] | None:
+        """The live PodPlacementConfig ``cluster`` (None: it does not exist)."""
+        return self.configs.get(CONFIG_NAME)
+
+    def _placed_listing(self) -> bool:
+        """The watch of placed pods is listing
+        (:attr:`controller.placedwatch.PlacedPods.listing`)."""
+        return self.placed.listing
+
+    def _escapes_active(self) -> bool:
+        """The escape monitor may run: this process owns the admission objects and no
+        ordered uninstall is under way."""
+        return self.lifecycle is not None and not self.lifecycle.uninstalling
 
     # --- the parts' state, as others read it ---------------------------------------------
     @property
@@ -365,7 +468,7 @@ class Controller:
         return self.term.leading
 
     @property
-    def queue(self) -> WorkQueue:
+    def queue(self) -> GenericController[str]:
         """The current leadership term's work queue."""
         return self.term.queue
 
@@ -478,8 +581,7 @@ class Controller:
         self.lifecycle = self._make_lifecycle()
         if self.lifecycle is not None:
             # the architecture taints the Nodes carry, for the webhook (no Node view)
-            nodes = self.nodes
-            self.lifecycle.status.arch_taints = lambda: node_arch_taints(nodes.cache.values())
+            self.lifecycle.status.arch_taints = self._node_arch_taints
             self._handlers = dict.fromkeys(KEYS, self.lifecycle.handle)
             self._handlers[PARAMS_KEY] = self.params_writer.reconcile
             self._handlers[FRESH_KEY] = self.fresh.check
@@ -570,11 +672,10 @@ def _params(c: Controller) -> tuple[ParamsStore, ParamsWriter, ParamsPublisher]:
     params = ParamsStore(c.config_source()[0].image_inspection.cache_ttl_seconds)
     writer = ParamsWriter(c.api, params, metrics=c.metrics.params, namespace=c.options.namespace)
     # the architecture taints the policy's CEL tolerates: the config's and the Nodes' ones
-    writer.taints_source = lambda: c.config_source()[0].architecture_taints.known(
-        node_arch_taints(c.nodes.cache.values()))
+    writer.taints_source = c._policy_taints
     publisher = ParamsPublisher(
         params, writer, config_source=c.config_source, placement_config=c.placement_config,
-        owns_admission=lambda: c.lifecycle is not None, leading=lambda: c.leading)
+        owns_admission=c._runs_lifecycle, leading=c._is_leading)
     return params, writer, publisher
 
 
@@ -585,7 +686,7 @@ def _always_tags(c: Controller) -> tuple[PullAlwaysFreshness, AlwaysTagChecks]:
     return freshness, AlwaysTagChecks(
         freshness, c.params, config_source=c.config_source, inspector=c.inspector,
         publishing=c.publisher.publishing, publish=c.publisher.publish,
-        leading=lambda: c.leading, stopped=lambda: c.params_writer.stopped)
+        leading=c._is_leading, stopped=c._params_writer_stopped)
 
 
 def _term(c: Controller) -> LeadershipTerm:
@@ -608,8 +709,8 @@ def _reconciler(c: Controller) -> Reconciler:
     return Reconciler(
         c.api, c.pods, c.inspectors, c.placement_config, c.events, c.metrics,
         nodes=c.nodes, nrts=c.nrts, inflight=c.inflight,
-        failures=lambda key: c.term.queue.failures(key), publish=c.publisher.publish,
-        is_leader=lambda: c.leading or c.releasing > 0, policies=c.policy_watch.of,
+        failures=c._pod_failures, publish=c.publisher.publish,
+        is_leader=c._may_write, policies=c.policy_watch.of,
         providers=c.providers)
 
 
@@ -619,11 +720,9 @@ def _gated_pods(c: Controller) -> GatedPodEvents:
     registries loops and the leader's monitors."""
     return GatedPodEvents(
         c.api, c.pods, c.term, c.reconciler, inflight=c.inflight,
-        runs_lifecycle=lambda: c.lifecycle is not None, config_listeners=(
-            lambda: apply_log_verbosity(c.config_source()[0].log_verbosity),
-            c.publisher.apply_ttl, c._config_changed.set, c.registry_rules.config_changed,
-            lambda: c.execformat.config_changed(), lambda: c.escapes.config_changed(),
-            lambda: c.placed.changed()))
+        runs_lifecycle=c._runs_lifecycle, config_listeners=(
+            c._apply_log_verbosity, c.publisher.apply_ttl, c._config_changed.set,
+            c.registry_rules.config_changed, c._wake_leader_parts))
 
 
 def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, PlacedPods,
@@ -639,22 +738,22 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         c.api, nodes=c.nodes, events=c.events, metrics=c.metrics,
         config_source=c.config_source, inspector=c.inspector,
         credentials=c.reconciler.credentials, store=findings,
-        config_object=lambda: c.configs.get(CONFIG_NAME), on_excluded=c.publisher.on_excluded)
+        config_object=c._config_object, on_excluded=c.publisher.on_excluded)
     placed = PlacedPods(c.api, watch_timeout=o.watch_timeout)
     feed = AdmissionFeed(
         store=c.params, inspector=c.inspector, publish=c.publisher.publish,
         publishing=c.publisher.publishing, config_source=c.placement_config,
         events=c.events, metrics=c.metrics, nodes=c.nodes,
-        policies=c.policy_watch.of, listing=lambda: placed.listing,
+        policies=c.policy_watch.of, listing=c._placed_listing,
         adopted=c.params_writer.adopted, on_always=c.fresh.used)
     placed.subscribe("admission feed", feed.on_pod)
     placed.subscribe("exec format monitor", execformat.on_pod, enabled=execformat.enabled)
     escapes = EscapeMonitor(
         c.api, nodes=c.nodes, events=c.events, metrics=c.metrics,
-        config_source=c.placement_config, config_object=lambda: c.configs.get(CONFIG_NAME),
+        config_source=c.placement_config, config_object=c._config_object,
         credentials=c.reconciler.credentials, inspect_images=c.reconciler.inspect_images,
         own_namespace=o.namespace, watch_timeout=o.watch_timeout,
-        active=lambda: c.lifecycle is not None and not c.lifecycle.uninstalling)
+        active=c._escapes_active)
     # the labelled pods: a label the pod's creator wrote hides nothing (rules.escape)
     placed.subscribe("escape monitor", escapes.on_pod, enabled=escapes.watching)
     return findings, execformat, placed, feed, escapes

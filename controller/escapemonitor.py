@@ -13,8 +13,9 @@ creator can write too. The watch handler applies
 :func:`rules.escape.skip_reason` (pure; a labelled pod is left alone only when its record
 reproduces from its spec and its node is one its spec admits,
 :func:`rules.escape.placement_doubt`, so an honest placed pod costs a JSON parse and no
-request) and queues a pod's key on the monitor's own small
-:class:`controller.queue.WorkQueue`, never on the placement queue. The per-pod reconcile
+request) and queues a pod's key (:data:`controller.generic.PodKey`) on the monitor's own
+:class:`controller.generic.Controller` (its queue, workers and the loop that turns its watch
+on and off), never on the placement queue. The per-pod reconcile
 reads the pod again, reads its Namespace's labels (opted-out namespaces are left alone;
 :func:`rules.scope.namespace_opted_out`, a few seconds' cache), inspects its images with the
 reconciler's pull-secret rule and the controller's inspector (a failed inspection is retried
@@ -56,14 +57,13 @@ from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.events import EventSink
+from podplacement.controller.generic import POD_KEYS, Controller, PodKey, QueueSettings
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import DELETED, GONE, delete_pod
-from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
 from podplacement.kubeclient import (
     STRATEGIC_MERGE_PATCH,
     ApiError,
-    Conflict,
     Informer,
     KubeAPI,
     NotFound,
@@ -106,6 +106,8 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", "/api/v1/namespaces/{namespace}/events"),
 )
 
+#: The monitor's queue: 2 workers, 50 keys/s (burst 100), retries after 0.5..60 s.
+QUEUE = QueueSettings(workers=2, rate=50.0, burst=100, base_delay=0.5, max_delay=60.0)
 #: Keys waiting to be read at most; a pod past it is queued by its next watch event.
 MAX_QUEUED = 10_000
 #: Namespaces whose labels are kept, and for how long (seconds).
@@ -172,37 +174,23 @@ class EscapeMonitor:
         self.idle_seconds = idle_seconds
         self.clock = clock
         self.params = watch_params(own_namespace)
-        self.queue = self._new_queue()
+        self.queue: Controller[PodKey] = Controller("escape monitor", self.reconcile, QUEUE,
+                                                    codec=POD_KEYS, loop=self._run)
         self.rounds = RepairRounds()
         self._namespaces: dict[str, tuple[Mapping[str, Any], float]] = {}
         self._created: tuple[str, float | None] = ("", None)
         self._changed = asyncio.Event()
-        self._runner: asyncio.Task[None] | None = None
         self._full_logged = False
-
-    @staticmethod
-    def _new_queue() -> WorkQueue:
-        return WorkQueue(workers=2, rate=50.0, burst=100, retry_now=(Conflict,),
-                         base_delay=0.5, max_delay=60.0)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         """Start the queue and the watch loop (the leader calls this)."""
-        if self._runner is not None:
-            return
-        self.queue = self._new_queue()
-        self.queue.start(self.reconcile)
-        self._runner = asyncio.create_task(self._run(), name="escape monitor")
+        self.queue.start()
 
     async def stop(self) -> None:
         """Stop the watch and the queue (a pod in flight is cancelled; the next leader
         finds it again, as it carries no record yet)."""
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
-            self._runner = None
-        await self.queue.shutdown()
+        await self.queue.stop()
 
     def config_changed(self) -> None:
         """The config changed: the loop reads the switches again."""
@@ -257,7 +245,7 @@ class EscapeMonitor:
     def watching(self) -> bool:
         """Whether the monitor runs (started by the leader) and :meth:`enabled`: the switch
         of its subscription to the watch of placed pods."""
-        return self._runner is not None and self.enabled()
+        return self.queue.running and self.enabled()
 
     def _node(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         name = (pod.get("spec") or {}).get("nodeName")
@@ -270,7 +258,7 @@ class EscapeMonitor:
         record reproduces from its spec and whose node its spec admits is left here,
         :func:`rules.escape.placement_doubt`; a key already queued or waiting is left as
         it is)."""
-        key = pod_key(pod)
+        key = PodKey(pod_key(pod))
         if etype == "DELETED":
             self.queue.discard(key)
             return
@@ -290,7 +278,7 @@ class EscapeMonitor:
         self.queue.add(key)
 
     # --- the reconcile -------------------------------------------------------------------
-    async def reconcile(self, key: str) -> float | None:
+    async def reconcile(self, key: PodKey) -> float | None:
         """Check one escaped pod (see the module docstring).
 
         Returns:

@@ -10,8 +10,9 @@ remedy). The controller's cache-less watch of the pods labelled
 product decided about, never all pods; nothing kept per pod; it hands pods to
 :meth:`ExecFormatMonitor.on_pod` while :meth:`ExecFormatMonitor.enabled`) hands each pod
 to :func:`rules.execformat.needs_work`; a pod with something to do is queued by key on
-its own :class:`controller.queue.WorkQueue` (the placement queue's depth stays the
-placement's). The per-pod reconcile reads the pod again, starts the one verification of each
+its own :class:`controller.generic.Controller` (key type :data:`controller.generic.PodKey`;
+its queue, workers and the learn loop; the placement queue's depth stays the placement's).
+The per-pod reconcile reads the pod again, starts the one verification of each
 digest it needs (a finding's, or a suspicion's: the runc/crun shape without words), writes
 the label ``podplacement.io/exec-format-error=true`` and the record annotation in one merge
 patch guarded by ``resourceVersion`` (a conflict is retried with a fresh read), and only
@@ -53,11 +54,11 @@ from typing import Any
 
 from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.events import EventSink
+from podplacement.controller.generic import POD_KEYS, Controller, PodKey, QueueSettings
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import GONE, REFUSED, delete_pod
-from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key, split_key
-from podplacement.kubeclient import Conflict, Informer, KubeAPI, NotFound, pod_path, resource_path
+from podplacement.kubeclient import Informer, KubeAPI, NotFound, pod_path, resource_path
 from podplacement.rules.config import (
     ARCH_LABEL,
     CONFIG_NAME,
@@ -121,6 +122,8 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("PATCH", CONFIG_STATUS_PATH),
 )
 
+#: The monitor's queue: 2 workers, 50 keys/s (burst 100), retries after 0.2..60 s.
+QUEUE = QueueSettings(workers=2, rate=50.0, burst=100, base_delay=0.2, max_delay=60.0)
 #: Pods remembered per digest while its verification runs (to queue them when it ends).
 _MAX_WAITING = 1000
 #: Verification results kept (digests; the oldest go first).
@@ -215,7 +218,8 @@ class ExecFormatMonitor:
         self.verify_max_bytes = verify_max_bytes
         self.tick_seconds = tick_seconds
         self.clock = clock
-        self.queue = self._new_queue()
+        self.queue: Controller[PodKey] = Controller("exec format monitor", self.reconcile, QUEUE,
+                                                    codec=POD_KEYS, loop=self._run)
         #: (digest, scope) → its verification (done ones only); scope "" is every platform
         #: (after an exec format error), "os/arch" the node's platform only (a suspicion)
         self.reports: dict[tuple[str, str], _Verified] = {}
@@ -224,40 +228,27 @@ class ExecFormatMonitor:
         #: owner UID → the pod the remedy deleted for it (one per owner per TTL)
         self.deleted: dict[str, DeletedPod] = {}
         self._refused: dict[str, float] = {}
-        self._verifying: dict[tuple[str, str], set[str]] = {}
+        self._verifying: dict[tuple[str, str], set[PodKey]] = {}
         self._slots = asyncio.Semaphore(_MAX_VERIFYING)
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._learned = asyncio.Event()
-        self._runner: asyncio.Task[None] | None = None
         self._adopted = False
         self._published_digests: frozenset[str] = frozenset()
         self._published_at = 0.0
-
-    @staticmethod
-    def _new_queue() -> WorkQueue:
-        return WorkQueue(workers=2, rate=50.0, burst=100, retry_now=(Conflict,),
-                         base_delay=0.2, max_delay=60.0)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         """Start the queue and the learn loop (the leader calls this; the pods come from
         the controller's watch of placed pods, :meth:`on_pod`)."""
-        if self._runner is not None:
+        if self.queue.running:
             return
-        self.queue = self._new_queue()
-        self.queue.start(self.reconcile)
         self._adopted = False
-        self._runner = asyncio.create_task(self._run(), name="exec format monitor")
+        self.queue.start()
 
     async def stop(self) -> None:
         """Stop the learn loop, the queue and any verification in flight."""
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
-            self._runner = None
-        await self.queue.shutdown()
+        await self.queue.stop()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -296,7 +287,7 @@ class ExecFormatMonitor:
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
         """Watch handler: take back the evidence the pod's record holds, and queue the pod
         when it has something to do (pure checks)."""
-        key = pod_key(pod)
+        key = PodKey(pod_key(pod))
         if etype == "DELETED":
             self.queue.discard(key)
             return
@@ -343,7 +334,7 @@ class ExecFormatMonitor:
                                     else (), image=spec_image(pod, f))
 
     # --- the reconcile -------------------------------------------------------------------
-    async def reconcile(self, key: str) -> float | None:
+    async def reconcile(self, key: PodKey) -> float | None:
         """Read the pod, start the verifications it needs, write its label and record, emit
         the Events of what is new, and apply the remedy when it is due.
 
@@ -413,7 +404,7 @@ class ExecFormatMonitor:
         return entry
 
     # --- verification --------------------------------------------------------------------
-    def _verify_once(self, f: ExecFormatFinding, pod: Mapping[str, Any], key: str, *,
+    def _verify_once(self, f: ExecFormatFinding, pod: Mapping[str, Any], key: PodKey, *,
                      scope: str = "") -> None:
         """Start the one verification of ``f.digest`` for ``scope`` (every platform, or the
         ``os/arch`` of a suspicion's node); nothing when it ran, or runs, for that scope or

@@ -26,8 +26,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from podplacement.controller.generic import Controller
 from podplacement.controller.lifecycle import LIFECYCLE_KEY
-from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import Reconciler, pod_key, split_key
 from podplacement.kubeclient import (
     JSON_PATCH,
@@ -56,7 +56,7 @@ class Term(Protocol):
     def leading(self) -> bool: ...
 
     @property
-    def queue(self) -> WorkQueue: ...
+    def queue(self) -> Controller[str]: ...
 
 
 def forget_topology(obj: Mapping[str, Any]) -> None:

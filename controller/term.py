@@ -2,7 +2,8 @@
 
 One job: start and end a term. A term starts (:meth:`LeadershipTerm.start_leading`) once the
 gated-pod cache is synced (and, for at most 5 s each, the first read of the registry rules and
-the placement policies): a new work queue, every pod still gated on it, the lease runnables
+the placement policies): the placement controller (a :class:`controller.generic.Controller`
+of string keys) started with a new work queue, every pod still gated on it, the lease runnables
 (:meth:`controller.runnables.Manager.start_leading`) and, when this process runs the
 lifecycle, the keys :data:`controller.lifecycle.LIFECYCLE_KEY`,
 :data:`controller.paramswriter.PARAMS_KEY` and :data:`controller.alwaysfresh.FRESH_KEY`, after
@@ -28,16 +29,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podplacement.controller.alwaysfresh import FRESH_KEY
+from podplacement.controller.generic import STR_KEYS, Controller, QueueSettings
 from podplacement.controller.lifecycle import FINISH_KEY, LAST_STOP_KEY, LIFECYCLE_KEY
 from podplacement.controller.paramswriter import PARAMS_KEY, ParamsWriter
-from podplacement.controller.queue import WorkQueue
 from podplacement.controller.reconciler import pod_key
 from podplacement.controller.runnables import Manager
-from podplacement.kubeclient import ApiError, Conflict, Informer, KubeAPI
+from podplacement.kubeclient import ApiError, Informer, KubeAPI
 from podplacement.rules.config import LEASE_NAME, LEASE_RELEASED_GRACE_SECONDS
 from podplacement.rules.freshness import PullAlwaysFreshness
 from podplacement.rules.podspec import has_gate
@@ -55,25 +55,6 @@ class Gauge(Protocol):
     """A gauge that can be set (``prometheus_client.Gauge``)."""
 
     def set(self, value: float) -> None: ...
-
-
-@dataclass(frozen=True)
-class QueueSettings:
-    """How each work queue is built: ``workers`` (default count), ``rate`` (keys/s) and
-    ``burst`` of its token bucket, and its retry backoff ``base_delay``..``max_delay``
-    (seconds); a :class:`kubeclient.Conflict` is retried at once."""
-
-    workers: int
-    rate: float
-    burst: int
-    base_delay: float
-    max_delay: float
-
-    def new(self, workers: int | None = None) -> WorkQueue:
-        """A new (not started) queue with ``workers`` workers (default: :attr:`workers`)."""
-        return WorkQueue(workers=workers or self.workers, rate=self.rate, burst=self.burst,
-                         retry_now=(Conflict,), base_delay=self.base_delay,
-                         max_delay=self.max_delay)
 
 
 class LeadershipTerm:
@@ -100,8 +81,9 @@ class LeadershipTerm:
 
     Attributes:
         leading: True during a term.
-        queue: the current term's work queue (a new one per term).
-        final_queue: the queue serving a lifecycle key to its end after a term
+        queue: the placement controller (:class:`controller.generic.Controller` of string
+            keys; a new work queue per term).
+        final_queue: the one-worker controller serving a lifecycle key to its end after a term
             (:meth:`serve_to_end`); None otherwise.
         lifecycle: the PodPlacementConfig lifecycle when this process runs it (set by
             :meth:`controller.app.Controller.start`), else None.
@@ -126,8 +108,9 @@ class LeadershipTerm:
         self._apply_params_ttl = apply_params_ttl
         self._standby_wait = standby_wait
         self.leading = False
-        self.queue = queues.new()
-        self.final_queue: WorkQueue | None = None
+        self.queue: Controller[str] = Controller("placement", reconcile, queues,
+                                                 codec=STR_KEYS)
+        self.final_queue: Controller[str] | None = None
         self.lifecycle: Lifecycle | None = None
 
     def failures(self, key: str) -> int:
@@ -147,8 +130,7 @@ class LeadershipTerm:
                 await asyncio.wait_for(event.wait(), 5.0)
         self.leading = True
         self._gauge.set(1)
-        self.queue = self.queues.new()
-        self.queue.start(self._reconcile)
+        self.queue.start()
         for pod in list(self._pods.cache.values()):
             if has_gate(pod):
                 self.queue.add(pod_key(pod))
@@ -179,7 +161,7 @@ class LeadershipTerm:
             return
         self.leading = False
         self._gauge.set(0)
-        await self.queue.shutdown()
+        await self.queue.stop()
         self._freshness.clear()  # a new term starts from the pods it sees
         await self.runtime.stop_leading()
         await self._writer.stop()
@@ -192,8 +174,9 @@ class LeadershipTerm:
         :attr:`controller.lifecycle.Lifecycle.final_seconds` have passed (then the pass in
         flight is cancelled). Never raises: the term or the process is ending."""
         assert self.lifecycle is not None
-        queue = self.final_queue = self.queues.new(workers=1)
-        queue.start(self._reconcile)
+        queue = self.final_queue = Controller(key, self._reconcile, self.queues,
+                                              codec=STR_KEYS, workers=1)
+        queue.start()
         queue.add(key)
         try:
             async with asyncio.timeout(self.lifecycle.final_seconds):
@@ -201,7 +184,7 @@ class LeadershipTerm:
         except TimeoutError:
             log.warning("%s: not done within %.0f s; left", key, self.lifecycle.final_seconds)
         finally:
-            await queue.shutdown()
+            await queue.stop()
             self.final_queue = None
 
     async def last_stop(self, identity: str) -> None:
