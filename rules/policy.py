@@ -34,7 +34,7 @@ webhook and, rendered in CEL, the admission policy):
 
 :func:`params_policies` is the form the controller publishes in the admission policy's params
 object (``spec.policies``: namespace → accepted policies, highest priority first), which the
-policy's CEL reads (:mod:`rules.admissionpolicy`).
+policy's CEL reads (:mod:`rules.admit.admissionpolicy`).
 """
 
 from __future__ import annotations
@@ -552,7 +552,7 @@ def fallback_architectures(config: PlacementConfig,
     limit and no fallback inside it, the allowed architectures themselves (a hard limit
     holds for pods whose images could not be inspected, too). Empty: no architecture
     requirement (the fallback operating systems still apply:
-    :func:`rules.fallback.fallback_requirement`)."""
+    :func:`rules.place.fallback.fallback_requirement`)."""
     arch = (policy.fallback_architecture if policy is not None else None) \
         or config.fallback_architecture
     allowed = policy.allowed_architectures if policy is not None else None

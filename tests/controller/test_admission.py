@@ -20,13 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.rules.admission import (
-    PATH_WEBHOOK,
-    admission_placement,
-    fast_path_applies,
-    outage_placement,
-)
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -39,7 +32,14 @@ from podplacement.rules.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.rules.decision import (
+from podplacement.rules.place.admission import (
+    PATH_WEBHOOK,
+    admission_placement,
+    fast_path_applies,
+    outage_placement,
+)
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -48,7 +48,7 @@ from podplacement.rules.decision import (
     WARNING,
     decide,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.place.plan import plan
 from podplacement.webhook.patch import gate_patch
 from tests.controller._pods import apply, img
 

@@ -1,4 +1,4 @@
-"""Pods placed at admission (rules.admitted): which images the controller learns
+"""Pods placed at admission (rules.monitor.admitted): which images the controller learns
 from them for the catalog, and the Warning Event of their decision, which must be the one
 the controller sends for the same pod on its own path (same reason, same text), recomputed
 from the pod as stored and the platforms the decision was taken with."""
@@ -12,20 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from podplacement.rules.admission import admission_placement
-from podplacement.rules.admissionpolicy import admission_record
-from podplacement.rules.admitted import (
-    MAX_CANDIDATES,
-    admission_events,
-    admission_path,
-    admission_warning,
-    before_placement,
-    consistent_cuts,
-    decision_record,
-    images_to_learn,
-    recently_created,
-)
-from podplacement.rules.affinity import expression
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -36,7 +23,20 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.decision import (
+from podplacement.rules.monitor.admitted import (
+    MAX_CANDIDATES,
+    admission_events,
+    admission_path,
+    admission_warning,
+    before_placement,
+    consistent_cuts,
+    decision_record,
+    images_to_learn,
+    recently_created,
+)
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import (
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
     PARTIALLY_COMPATIBLE_AFFINITY,
@@ -45,10 +45,10 @@ from podplacement.rules.decision import (
     WARNING,
     EventSpec,
 )
-from podplacement.rules.placement import compact_json, placement_facts
-from podplacement.rules.plan import plan
+from podplacement.rules.place.placement import compact_json, placement_facts
+from podplacement.rules.place.plan import plan
+from podplacement.rules.place.render import admission_patch
 from podplacement.rules.platforms import node_inventory
-from podplacement.rules.render import admission_patch
 from tests.controller._pods import img
 from tests.controller.test_admission import (
     IMAGES,

@@ -15,9 +15,9 @@ from localkube.patch import apply_patch
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.reconciler import Reconciler, pod_key
 from podplacement.kubeclient import api_error
-from podplacement.rules import decision as d
 from podplacement.rules.config import DECISION_ANNOTATION, PlacementConfig
-from podplacement.rules.placement import (
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.placement import (
     MAX_DECISION_BYTES,
     MAX_POD_IMAGES,
     bounded_record,
@@ -197,7 +197,7 @@ def test_a_pod_of_too_many_images_falls_back_without_an_inspection() -> None:
 
 
 def test_an_admission_patch_over_its_bound_leaves_the_pod_to_the_controller() -> None:
-    from podplacement.rules.admission import MAX_ADMISSION_PATCH_BYTES, admission_placement
+    from podplacement.rules.place.admission import MAX_ADMISSION_PATCH_BYTES, admission_placement
 
     terms = [{"matchExpressions": [{"key": "example.com/rack", "operator": "In",
                                     "values": [f"r{n}"]}]} for n in range(150)]

@@ -6,8 +6,6 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podplacement.rules import decision as d
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -22,6 +20,8 @@ from podplacement.rules.config import (
     PlatformWeight,
     TopologyConfig,
 )
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
 from podplacement.rules.platforms import NodeInventory
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 

@@ -1,4 +1,4 @@
-"""Which placement records spare a labelled pod the escape check (rules/escape.py
+"""Which placement records spare a labelled pod the escape check (rules/monitor/escape.py
 ``record_doubt``, ``placement_doubt``, ``skip_reason``): every pod the product really placed,
 on every path and with every shape of node affinity, reproduces from its spec (the placement
 is computed and rendered by the product's own code here, then applied); what a pod's creator
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform, RegistryError
-from podplacement.rules.admissionpolicy import admission_record
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -27,8 +27,7 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.decision import decide, fallback_ungate, plain_ungate
-from podplacement.rules.escape import (
+from podplacement.rules.monitor.escape import (
     DOUBT_AFFINITY,
     DOUBT_FALLBACK,
     DOUBT_MARKER,
@@ -43,8 +42,9 @@ from podplacement.rules.escape import (
     record_patch,
     skip_reason,
 )
-from podplacement.rules.explain import apply_patch
-from podplacement.rules.placement import compact_json
+from podplacement.rules.monitor.explain import apply_patch
+from podplacement.rules.place.decision import decide, fallback_ungate, plain_ungate
+from podplacement.rules.place.placement import compact_json
 
 NS = "podplacement-system"
 CONFIG_CREATED = 1_800_000_000.0  # 2027-01-15T08:00:00Z

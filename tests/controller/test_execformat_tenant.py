@@ -23,15 +23,12 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform, PlatformReport, VerifyReport
-from podplacement.rules.admission import admission_placement
-from podplacement.rules.admitted import admission_events, decision_record
 from podplacement.rules.config import (
     EXEC_FORMAT_ANNOTATION,
     ExcludedPlatform,
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import NORMAL, Outcome
 from podplacement.rules.findings import (
     PROOF_ERRORS,
     PROOF_VERIFICATION,
@@ -40,8 +37,11 @@ from podplacement.rules.findings import (
     seen_at,
 )
 from podplacement.rules.learn import exclusions, hit, learned_images
-from podplacement.rules.placement import EXEC_FORMAT_EXCLUSION
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.admitted import admission_events, decision_record
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import NORMAL, Outcome
+from podplacement.rules.place.placement import EXEC_FORMAT_EXCLUSION
+from podplacement.rules.place.plan import plan
 from tests.controller import test_execformatmonitor as monitor_tests
 from tests.controller._pods import gated_pod
 from tests.controller.test_admission import _json_patch

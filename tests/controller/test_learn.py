@@ -1,5 +1,5 @@
 """Learning from exec format errors (rules.findings' rule, rules.learn),
-verify on suspicion (rules.execformat) and the config's switches: pure."""
+verify on suspicion (rules.monitor.execformat) and the config's switches: pure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform
-from podplacement.rules.admission import admission_placement
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     ConfigError,
@@ -18,27 +18,12 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import Outcome
-from podplacement.rules.execformat import (
-    PROOF_VERIFICATION,
-    SUSPECT_MAX_RUN_SECONDS,
-    event_spec,
-    findings_of,
-    needs_work,
-    pending_suspicions,
-    placement_digests,
-    suspicion_of,
-    updated_record,
-    verification_entry,
-)
-from podplacement.rules.explain import explain, render_table
 from podplacement.rules.findings import (
     PROOF_ERRORS,
     FindingsStore,
     Verification,
     proof_of,
 )
-from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.learn import (
     DeletedPod,
     LearnedImage,
@@ -51,7 +36,22 @@ from podplacement.rules.learn import (
     status_patch,
     touches,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.execformat import (
+    PROOF_VERIFICATION,
+    SUSPECT_MAX_RUN_SECONDS,
+    event_spec,
+    findings_of,
+    needs_work,
+    pending_suspicions,
+    placement_digests,
+    suspicion_of,
+    updated_record,
+    verification_entry,
+)
+from podplacement.rules.monitor.explain import explain, render_table
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import Outcome
+from podplacement.rules.place.plan import plan
 from tests.controller._pods import gated_pod
 from tests.controller.test_execformat import pod, status, terminated
 

@@ -15,11 +15,11 @@ from podplacement.controller.gatedpods import forget_topology
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.kubeclient import object_key
 from podplacement.rules.config import SCHEDULING_GATE, PlacementConfig, TopologyConfig
-from podplacement.rules.escape import classify
-from podplacement.rules.explain import explain
+from podplacement.rules.monitor.escape import classify
+from podplacement.rules.monitor.explain import explain
 from podplacement.rules.nodeview import NODE_FIELDS, node_view
 from podplacement.rules.numa import TopologyCache, decide_numa
-from podplacement.rules.plan import plan
+from podplacement.rules.place.plan import plan
 from podplacement.rules.platforms import node_inventory
 from podplacement.rules.podspec import node_eligible, node_ineligibility
 from tests.controller.numa._build import gpod, nrt

@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.rules import admissionpolicy as ap
-from podplacement.rules.admission import admission_placement
+from podplacement.rules.admit import admissionpolicy as ap
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -34,13 +33,14 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.placement import (
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.placement import (
     ARCHITECTURES_NOT_ALLOWED,
     NO_SUPPORTED_PLATFORM_EVENT,
     Outcome,
     placement_facts,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.place.plan import plan
 from podplacement.rules.policy import (
     MAX_MATCH_LABELS,
     MAX_NAMESPACES,

@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from podplacement.rules import decision as d
-from podplacement.rules.admissionpolicy import admission_record
-from podplacement.rules.admitted import admission_events, admission_warning, decision_record
-from podplacement.rules.affinity import expression
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -22,11 +19,14 @@ from podplacement.rules.config import (
     PlacementConfig,
     TopologyConfig,
 )
-from podplacement.rules.explain import explain, render
-from podplacement.rules.placement import compact_json, no_node_text, placement_facts
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.admitted import admission_events, admission_warning, decision_record
+from podplacement.rules.monitor.explain import explain, render
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.placement import compact_json, no_node_text, placement_facts
+from podplacement.rules.place.plan import plan
+from podplacement.rules.place.render import admission_patch
 from podplacement.rules.platforms import node_inventory
-from podplacement.rules.render import admission_patch
 from tests.controller._pods import apply, gated_pod, img, required, terms_of
 from tests.controller.numa._build import gpod, node, nrt
 from tests.controller.test_admission import _json_patch

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform
-from podplacement.rules.admission import admission_placement
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     SCHEDULING_GATE,
     ConfigError,
     PlacementConfig,
 )
-from podplacement.rules.decision import decide, fallback_ungate
 from podplacement.rules.nodeview import node_view
-from podplacement.rules.plan import plan
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import decide, fallback_ungate
+from podplacement.rules.place.plan import plan
 from podplacement.rules.tolerations import (
     ArchitectureTaints,
     ArchTaint,
@@ -208,7 +208,7 @@ def test_webhook_patch_adds_the_same_tolerations() -> None:
 
 
 def test_explain_says_which_tolerations_are_added() -> None:
-    from podplacement.rules.explain import explain, render_table
+    from podplacement.rules.monitor.explain import explain, render_table
 
     report = explain(gated(MULTI.reference), NODES, {}, {MULTI.reference: MULTI},
                      PlacementConfig(), now=0)
@@ -224,8 +224,8 @@ def test_a_decision_taken_at_admission_with_tolerations_is_reproduced() -> None:
     """The controller reproduces an admission decision (its Warning Events, the escape
     monitor's doubt) from the pod as stored: the tolerations the placement appended are
     taken off first, else the reproduced record (without them) would never match."""
-    from podplacement.rules.admitted import _admission_placement
-    from podplacement.rules.explain import apply_patch
+    from podplacement.rules.monitor.admitted import _admission_placement
+    from podplacement.rules.monitor.explain import apply_patch
 
     cfg = PlacementConfig.from_object({"spec": {"architectureTaints": {
         "taints": [{"value": "arm64", "effect": "NoSchedule"}]}}})

@@ -11,14 +11,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podplacement.rules import decision as d
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     OS_LABEL,
     PlacementConfig,
 )
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 
 CFG = PlacementConfig()

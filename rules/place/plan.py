@@ -5,10 +5,10 @@ a dry run of the whole decision"), so ``explain`` cannot disagree with what the 
 then does: the supported platforms are computed once per pod, the NUMA candidates come from
 :func:`rules.numa.decide_numa` with the same node eligibility (the supported (os,
 architecture) pairs, less those the platform requirement of
-:func:`rules.affinity.platform_requirement` leaves out of every term) and the same
-in-flight holds, and :func:`rules.decision.decide` builds the one patch. The admission
+:func:`rules.place.affinity.platform_requirement` leaves out of every term) and the same
+in-flight holds, and :func:`rules.place.decision.decide` builds the one patch. The admission
 paths, which have no cluster view (no NUMA), take the same facts directly
-(:mod:`rules.admission`). Pure: no I/O, no clock (``now`` is an argument).
+(:mod:`rules.place.admission`). Pure: no I/O, no clock (``now`` is an argument).
 
 :func:`inflight_from_pods` rebuilds the in-flight holds from the pods themselves (their
 ``podplacement.io/numa=placed`` label and decision annotation), for a process that did not
@@ -22,14 +22,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from podplacement.rules.affinity import platform_requirement
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NUMA_LABEL,
     NUMA_LABEL_PLACED,
     PlacementConfig,
 )
-from podplacement.rules.decision import Decision, decide, unique_images
 from podplacement.rules.learn import learned_images
 from podplacement.rules.numa import (
     InFlight,
@@ -37,7 +35,9 @@ from podplacement.rules.numa import (
     decide_numa,
     effective_requests,
 )
-from podplacement.rules.placement import allowed_platforms
+from podplacement.rules.place.affinity import platform_requirement
+from podplacement.rules.place.decision import Decision, decide, unique_images
+from podplacement.rules.place.placement import allowed_platforms
 from podplacement.rules.platforms import (
     ImageLike,
     PlatformSet,
@@ -113,16 +113,16 @@ def plan(
         config_error: the config could not be parsed (defaults in force; annotated).
         on_numa_error: see :data:`NumaErrorHandler`.
         path: the admission path placing the pod (``"webhook"``), written as ``"path"``
-            into the decision annotation (:func:`rules.decision.decide`); None for
+            into the decision annotation (:func:`rules.place.decision.decide`); None for
             the controller.
         give_up: no later attempt follows: an image without a result falls back at once
-            (:func:`rules.decision.decide`, whose reason then says these words).
+            (:func:`rules.place.decision.decide`, whose reason then says these words).
         policy: the namespace's placement policy matching the pod
             (:func:`rules.policy.policy_for`), or None; NUMA candidates are then
             sought only among the pairs it allows.
 
     Returns:
-        the :class:`rules.decision.Decision`; its ``numa`` carries the typed NUMA
+        the :class:`rules.place.decision.Decision`; its ``numa`` carries the typed NUMA
         decision (candidates, hostnames, scores, verdicts) when NUMA placement applied.
         The platforms ``config.excluded`` names are left out of the images' results first
         (:func:`rules.learn.learned_images`), for the NUMA eligibility as well.
