@@ -32,6 +32,11 @@ CONFIG_KIND = "PodPlacementConfig"
 CONFIG_PLURAL = "podplacementconfigs"
 CONFIG_NAME = "cluster"
 CONFIG_FINALIZER = f"{GROUP}/finalizer"
+#: The errors of a preferred-platforms entry, shared with the policy's (:mod:`rules.policy`);
+#: ``{!r}`` stands for the value.
+INVALID_ARCHITECTURE = "invalid or duplicate architecture {!r}"
+INVALID_WEIGHT = "weight must be an integer 1..100, got {!r}"
+
 #: The namespaced placement policy (docs/guide/policies.md).
 POLICY_KIND = "PodPlacementPolicy"
 POLICY_PLURAL = "podplacementpolicies"
@@ -482,9 +487,9 @@ class PlacementConfig:
                 path = f"spec.plugins.nodeAffinityScoring.platforms[{i}]"
                 arch, weight = item.get("architecture"), item.get("weight")
                 if not isinstance(arch, str) or arch in seen:
-                    raise ConfigError(path, f"invalid or duplicate architecture {arch!r}")
+                    raise ConfigError(path, INVALID_ARCHITECTURE.format(arch))
                 if not isinstance(weight, int) or not 1 <= weight <= 100:
-                    raise ConfigError(path, f"weight must be an integer 1..100, got {weight!r}")
+                    raise ConfigError(path, INVALID_WEIGHT.format(weight))
                 seen.add(arch)
                 platforms.append(PlatformWeight(arch, weight))
         ii = _mapping(spec, "imageInspection", "spec")

@@ -76,6 +76,7 @@ from podplacement.rules.place.affinity import (
 from podplacement.rules.place.decision import NORMAL, WARNING, EventSpec
 from podplacement.rules.place.fallback import decided_by_pod
 from podplacement.rules.place.placement import (
+    REASON_NO_SUPPORTED_PLATFORM,
     RECORD_ARCHS,
     RECORD_PLATFORMS,
     RECORD_RESULT,
@@ -478,7 +479,7 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
         why = (f"its images list {platform}, but it is excluded for their digest after "
                f"exec format errors; they support {_listed(learned)}")
     elif learned.empty:
-        why = "no platform is supported by every image of the pod"
+        why = REASON_NO_SUPPORTED_PLATFORM
     else:
         why = f"its images support only {_listed(learned)}"
     return Verdict(UNFIT, node_name, platform, supported,

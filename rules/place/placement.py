@@ -175,6 +175,8 @@ _CANNOT_RUN = frozenset(
     {NO_SUPPORTED_PLATFORM_EVENT, INCOMPATIBLE_NODE_SELECTOR, INCOMPATIBLE_NODE_AFFINITY}
 )
 
+#: The end of both ``IncompatibleNodeSelector`` notes (written once).
+_CANNOT_RUN_THERE = "; the pod cannot run there"
 #: How lists are joined in reasons ("required architectures amd64, arm64").
 LIST_SEPARATOR = ", "
 #: Reasons; ``{}`` stands for the :data:`LIST_SEPARATOR`-joined values.
@@ -865,14 +867,13 @@ def _selector_warnings(requirement: PlatformRequirement,
         if pin is not None and str(pin) not in known:
             out.append(_warning(INCOMPATIBLE_NODE_SELECTOR,
                                 f"nodeSelector {key}={pin} is not among the {noun} supported "
-                                f"by every image ({', '.join(known)}); the pod cannot run "
-                                "there"))
+                                f"by every image ({', '.join(known)}){_CANNOT_RUN_THERE}"))
     if out:
         return out
     pins = ", ".join(f"{k}={node_selector.get(k)}" for k in (OS_LABEL, ARCH_LABEL))
     return [_warning(INCOMPATIBLE_NODE_SELECTOR,
                      f"nodeSelector {pins} names no platform every image supports "
-                     f"({_listed(requirement.supported)}); the pod cannot run there")]
+                     f"({_listed(requirement.supported)}){_CANNOT_RUN_THERE}")]
 
 
 def _incompatible_affinity(requirement: PlatformRequirement) -> EventSpec:
