@@ -55,6 +55,7 @@ from podplacement.rules.place.decision import (
     unique_images,
     unrecorded,
 )
+from podplacement.rules.place.placement import PlacementInputs
 from podplacement.rules.place.plan import hold, parse_time, plan
 from podplacement.rules.platforms import ImageLike
 from podplacement.rules.podspec import has_gate, pull_secret_refs
@@ -322,13 +323,13 @@ class Reconciler:
             log.warning("NUMA decision failed: %s", exc)
 
         try:
+            inputs = PlacementInputs(pod, images, config, failures=failures,
+                                     config_error=config_error, policy=self._policy(pod))
             return plan(
-                pod, images, config,
+                inputs,
                 nodes=list(self.nodes.cache.values()) if self.nodes is not None else None,
                 nrts=dict(self.nrts.cache) if self.nrts is not None else {},
-                now=time.time(), inflight=self.inflight, failures=failures,
-                config_error=config_error, on_numa_error=numa_failed,
-                policy=self._policy(pod),
+                now=time.time(), inflight=self.inflight, on_numa_error=numa_failed,
             )
         except Exception as exc:
             log.exception("decision failed; fallback release")

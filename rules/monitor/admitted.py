@@ -69,6 +69,7 @@ from podplacement.rules.place.placement import (
     WARNING,
     EventSpec,
     Placement,
+    PlacementInputs,
     compact_json,
     placement_facts,
     unique_images,
@@ -406,7 +407,8 @@ def _admission_placement(
 
     def placed(candidate: Mapping[str, Any]) -> Placement:
         # the admission paths see no node: the record is reproduced without them
-        return placement_facts(candidate, results, config, path=decided, policy=policy)
+        return placement_facts(PlacementInputs(candidate, results, config, path=decided,
+                                               policy=policy))
 
     def appends(candidate: Mapping[str, Any]) -> tuple[
             list[tuple[dict[str, Any], ...]], tuple[dict[str, Any], ...]]:
@@ -423,8 +425,8 @@ def _admission_placement(
             if nodes is None:
                 return placement
             try:  # the same decision with the nodes: its Events say what the nodes tell
-                return placement_facts(candidate, results, config, nodes=nodes, path=decided,
-                                       policy=policy)
+                return placement_facts(PlacementInputs(candidate, results, config, nodes=nodes,
+                                                       path=decided, policy=policy))
             except Exception:
                 return placement
     except Exception:  # an odd spec: it tells nothing

@@ -33,6 +33,7 @@ from podplacement.rules.numa import InFlight
 from podplacement.rules.place.decision import Decision, NumaLike, Outcome, unique_images
 from podplacement.rules.place.placement import (
     RECORD_NO_NODE,
+    PlacementInputs,
     allowed_platforms,
     no_node_text,
     toleration_text,
@@ -276,11 +277,12 @@ def _decide(gated: Mapping[str, Any], results: Mapping[str, ImageLike | BaseExce
             inflight: InFlight | None, policy: PlacementPolicy | None) -> Decision:
     """The controller's decision for the gated copy, an image not inspected counting as a
     failure after the last retry (``now``: UNIX seconds, None for the clock)."""
-    return plan(
-        gated, {k: v if v is not None else LookupError("not inspected")
-                for k, v in results.items()},
-        config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
-        inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
+    images = {k: v if v is not None else LookupError("not inspected")
+              for k, v in results.items()}
+    inputs = PlacementInputs(gated, images, config,
+                             failures=config.image_inspection.max_retries, policy=policy)
+    return plan(inputs, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
+                inflight=inflight)
 
 
 def _node_reasons(nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, Any],

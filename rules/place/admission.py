@@ -34,6 +34,7 @@ from podplacement.rules.place.placement import (
     WARNING,
     Outcome,
     Placement,
+    PlacementInputs,
     compact_json,
     placement_facts,
     unique_images,
@@ -159,7 +160,8 @@ def admission_placement(
             # imagePullPolicy Always: the controller revalidates the tag with the registry
             # for every pod; a cached result cannot (the admission policy gates these).
             return None
-    return _decided_at_admission(pod, images, config, _PLACED, give_up=None, policy=policy)
+    return _decided_at_admission(
+        PlacementInputs(pod, images, config, path=PATH_WEBHOOK, policy=policy), _PLACED)
 
 
 def outage_placement(
@@ -198,8 +200,9 @@ def outage_placement(
         ``no-supported-platform`` or ``fallback``), or None for an object that is not the
         shape the API gives. Never raises for odd pod specs.
     """
-    return _decided_at_admission(pod, images, config, _PLACED | {Outcome.FALLBACK},
-                                 give_up=give_up, policy=policy)
+    return _decided_at_admission(
+        PlacementInputs(pod, images, config, path=PATH_WEBHOOK, give_up=give_up, policy=policy),
+        _PLACED | {Outcome.FALLBACK})
 
 
 def admission_warnings(placement: Placement) -> tuple[str, ...]:
@@ -209,24 +212,17 @@ def admission_warnings(placement: Placement) -> tuple[str, ...]:
                  if e.type == WARNING and e.reason in _WARNED)
 
 
-def _decided_at_admission(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    outcomes: frozenset[Outcome],
-    *,
-    give_up: str | None,
-    policy: PlacementPolicy | None = None,
-) -> AdmissionPlacement | None:
-    """The facts of ``pod`` (:func:`rules.place.placement.placement_facts`, as the
+def _decided_at_admission(inputs: PlacementInputs,
+                          outcomes: frozenset[Outcome]) -> AdmissionPlacement | None:
+    """The facts of ``inputs.pod`` (:func:`rules.place.placement.placement_facts`, as the
     controller decides the gated pod) rendered as its admission patch; None for an outcome
     outside ``outcomes`` or an object that is not the shape the API gives."""
+    pod = inputs.pod
     spec, meta = pod.get("spec", {}), pod.get("metadata", {})
     if (not isinstance(spec, Mapping) or not isinstance(meta, Mapping)
             or not isinstance(spec.get("schedulingGates", []), list)):
         return None
-    placement = placement_facts(pod, images, config, path=PATH_WEBHOOK, give_up=give_up,
-                                policy=policy)
+    placement = placement_facts(inputs)
     if placement.outcome not in outcomes or not placement.ungate:
         return None
     patch = admission_patch(pod, placement)

@@ -15,7 +15,7 @@ modules that import them from the decision.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -41,6 +41,7 @@ from podplacement.rules.place.placement import (
     NumaLike,
     Outcome,
     Placement,
+    PlacementInputs,
     event_message,
     fallback_release,
     placement_facts,
@@ -51,10 +52,8 @@ from podplacement.rules.place.placement import (
     unique_images,
 )
 from podplacement.rules.place.render import controller_patch
-from podplacement.rules.platforms import ImageLike, NodeInventory, PlatformSet
 from podplacement.rules.podspec import has_gate
 from podplacement.rules.policy import PlacementPolicy
-from podplacement.rules.tolerations import ArchTaint
 
 __all__ = [
     "IMAGE_INSPECTION_FAILED",
@@ -76,6 +75,7 @@ __all__ = [
     "EventSpec",
     "NumaLike",
     "Outcome",
+    "PlacementInputs",
     "decide",
     "fallback_ungate",
     "invalid_pull_secret_event",
@@ -118,45 +118,24 @@ def invalid_pull_secret_event(namespace: str, name: str, error: BaseException) -
     ), "Inspect")
 
 
-def decide(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    *,
-    nodes: NodeInventory | None = None,
-    numa: NumaLike | None = None,
-    failures: int = 0,
-    numa_waited_seconds: float = 0.0,
-    config_error: str | None = None,
-    platforms: PlatformSet | None = None,
-    path: str | None = None,
-    give_up: str | None = None,
-    policy: PlacementPolicy | None = None,
-    taints: Sequence[ArchTaint] | None = None,
-) -> Decision:
-    """Decide placement for the gated ``pod``: ``skip`` when it no longer carries our gate,
-    else the facts of :func:`rules.place.placement.placement_facts` (same arguments, see
-    there) with the controller's PATCH.
+def decide(inputs: PlacementInputs) -> Decision:
+    """Decide placement for the gated ``inputs.pod``: ``skip`` when it no longer carries our
+    gate, else the facts of :func:`rules.place.placement.placement_facts` (the same
+    ``inputs``) with the controller's PATCH.
 
     Args:
-        pod: the gated Pod (dict, with ``metadata.resourceVersion``).
-        images, config, nodes, numa, failures, numa_waited_seconds, config_error,
-            platforms, path, give_up, policy, taints: as
-            :func:`rules.place.placement.placement_facts`.
+        inputs: what the decision reads (:class:`rules.place.placement.PlacementInputs`;
+            its ``pod`` is the gated Pod, with ``metadata.resourceVersion``).
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
 
     Raises:
-        ValueError: something is written and ``pod`` has no ``metadata.resourceVersion``.
+        ValueError: something is written and the pod has no ``metadata.resourceVersion``.
     """
-    if not has_gate(pod):
+    if not has_gate(inputs.pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
-    facts = placement_facts(
-        pod, images, config, nodes=nodes, numa=numa, failures=failures,
-        numa_waited_seconds=numa_waited_seconds, config_error=config_error,
-        platforms=platforms, path=path, give_up=give_up, policy=policy, taints=taints)
-    return _rendered(pod, facts)
+    return _rendered(inputs.pod, placement_facts(inputs))
 
 
 def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig,

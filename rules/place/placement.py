@@ -1064,27 +1064,19 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
         warnings=warnings, events=events, numa=numa)
 
 
-def placement_facts(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    *,
-    nodes: NodeInventory | None = None,
-    numa: NumaLike | None = None,
-    failures: int = 0,
-    numa_waited_seconds: float = 0.0,
-    config_error: str | None = None,
-    platforms: PlatformSet | None = None,
-    path: str | None = None,
-    give_up: str | None = None,
-    policy: PlacementPolicy | None = None,
-    taints: Sequence[ArchTaint] | None = None,
-) -> Placement:
-    """The placement of ``pod``, as facts (the module docstring's rules).
+@dataclass(frozen=True)
+class PlacementInputs:
+    """What a placement decision reads, built once per path (the controller's
+    :func:`rules.place.plan.plan`, the webhook's :mod:`rules.place.admission`, the admission
+    feed's :mod:`rules.monitor.admitted`) and passed whole to :func:`placement_facts`,
+    :func:`rules.place.decision.decide` and the admission renderer.
 
-    Args:
+    Only ``pod``, ``images`` and ``config`` are required; every other field has the value
+    that means "not known" or "not this path".
+
+    Fields:
         pod: the Pod (dict): the gated pod the controller reads, or the object being
-            created (the webhook); its gate is not consulted here.
+            created (the webhook); its gate is not consulted by :func:`placement_facts`.
         images: result per distinct image reference of the pod (``ImageInfo`` or the
             exception raised inspecting it). Images missing from the map count as errors.
         config: the parsed PodPlacementConfig (defaults when none exists).
@@ -1092,12 +1084,13 @@ def placement_facts(
             ``noNodeYet``, :func:`platforms_without_node`); None: unknown.
         numa: the NUMA decision for the pod, or None when topology placement is off.
         failures: inspection rounds of this pod that already failed before this one.
-        numa_waited_seconds: how long the pod has waited for NUMA candidates so far.
+        numa_waited_seconds: how long the pod has waited for NUMA candidates so far
+            (seconds).
         config_error: the PodPlacementConfig could not be parsed (defaults are used; the
             annotation mentions it).
         platforms: the supported platforms of the pod's images when the caller already
             computed them (:func:`rules.place.plan.plan` does, once per pod); else computed
-            here.
+            by :func:`placement_facts`.
         path: the admission path that places the pod, written first into the annotation
             as ``"path"`` (``"webhook"``, docs/how-it-decides.md "The webhook after the
             policy"); None (the controller) writes no ``path``.
@@ -1112,6 +1105,29 @@ def placement_facts(
             those the controller published in the config's status (the admission paths).
             With the configured ones (``spec.architectureTaints``,
             :meth:`rules.tolerations.ArchitectureTaints.known`) they give the tolerations.
+    """
+
+    pod: Mapping[str, Any]
+    images: Mapping[str, ImageLike | BaseException]
+    config: PlacementConfig
+    nodes: NodeInventory | None = None
+    numa: NumaLike | None = None
+    failures: int = 0
+    numa_waited_seconds: float = 0.0
+    config_error: str | None = None
+    platforms: PlatformSet | None = None
+    path: str | None = None
+    give_up: str | None = None
+    policy: PlacementPolicy | None = None
+    taints: Sequence[ArchTaint] | None = None
+
+
+def placement_facts(inputs: PlacementInputs) -> Placement:
+    """The placement of ``inputs.pod``, as facts (the module docstring's rules).
+
+    Args:
+        inputs: what the decision reads (:class:`PlacementInputs`, whose fields say what
+            each one means).
 
     Exclusions: the platforms of ``config.excluded`` are left out of the results whose
     digest they name (:func:`rules.learn.learned_images`;
@@ -1121,6 +1137,8 @@ def placement_facts(
     Returns:
         the :class:`Placement`. Never raises for odd pod specs: they end in an ungate.
     """
+    pod, images, config, policy = inputs.pod, inputs.images, inputs.config, inputs.policy
+    failures, give_up, numa = inputs.failures, inputs.give_up, inputs.numa
     if policy is not None:
         config = policy.applied_to(config)
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -1129,24 +1147,24 @@ def placement_facts(
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
     when = give_up if give_up is not None else f"after {failures + 1} attempts"
-    part = _platform_part(pod, inspection, config, nodes=nodes, platforms=platforms, when=when,
-                          policy=policy)
+    part = _platform_part(pod, inspection, config, nodes=inputs.nodes,
+                          platforms=inputs.platforms, when=when, policy=policy)
     learned = _learned_note(inspection)
     if learned and part.outcome != Outcome.FALLBACK:
         part = replace(part, reason=f"{part.reason}; {learned}")
     numa_part = None
     if numa is not None and numa.needed and part.outcome != Outcome.NO_SUPPORTED_PLATFORM:
-        numa_part = _numa_part(numa, config, numa_waited_seconds)
+        numa_part = _numa_part(numa, config, inputs.numa_waited_seconds)
         if numa_part.waiting is not None:
             return _waiting(pod, part, numa, numa_part.waiting)
-    head: dict[str, Any] = {} if path is None else {RECORD_PATH: path}
+    head: dict[str, Any] = {} if inputs.path is None else {RECORD_PATH: inputs.path}
     head[RECORD_IMAGES] = [_image_entry(i, inspection.results[i]) for i in inspection.wanted]
-    if config_error:
-        head[RECORD_CONFIG_ERROR] = config_error[:200]
+    if inputs.config_error:
+        head[RECORD_CONFIG_ERROR] = inputs.config_error[:200]
     if policy is not None:
         head[RECORD_POLICY] = policy.name
     settled = _settled(pod, head, part, numa_part, numa, policy,
-                       config.architecture_taints.known(taints))
+                       config.architecture_taints.known(inputs.taints))
     told = _exclusion_event(inspection)
     return settled if told is None else replace(settled, events=(*settled.events, told))
 

@@ -80,6 +80,7 @@ from podplacement.rules.config import (
 from podplacement.rules.place.affinity import expression
 from podplacement.rules.place.placement import (
     Outcome,
+    PlacementInputs,
     compact_json,
     placement_facts,
     pod_images,
@@ -184,7 +185,7 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
     out["allowedOk"] = not narrow(common.pairs, policy)[1]
     out["placed"] = out["free"] and (common.empty or common.all_linux) and out["allowedOk"]
     if out["placed"]:
-        facts = placement_facts(_as_gated(pod), results, config, policy=policy)
+        facts = placement_facts(PlacementInputs(_as_gated(pod), results, config, policy=policy))
         assert facts.outcome in (Outcome.SET, Outcome.NO_SUPPORTED_PLATFORM), facts.reason
         out["archs"] = list(facts.architectures)
         effective = policy.applied_to(config) if policy is not None else config
@@ -545,7 +546,7 @@ def test_the_policys_tolerations_are_the_python_rule(own: list[dict[str, Any]] |
         if not values["placed"]:
             assert table[REFS[0]] == "windows/amd64"
             continue
-        facts = placement_facts(_as_gated(pod), _images(table), config)
+        facts = placement_facts(PlacementInputs(_as_gated(pod), _images(table), config))
         want = [{"value": t["value"], "effect": t["effect"]} for t in facts.tolerations]
         assert values["addTolerations"] == want, (table, own)
         assert values["decision"] == compact_json(ap.admission_record(facts))
@@ -584,7 +585,9 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
     assert values["placed"] is True
     assert values["decision"].startswith("{" + admission_mark(uid) + ",")
     config = config_or_defaults(None)[0]
-    facts = placement_facts(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config)
+    facts = placement_facts(
+        PlacementInputs(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config),
+    )
     assert compact_json(ap.admission_record(facts, uid)) == values["decision"]
     # the matchCondition as the controller renders it: this pod skips the webhook, the same
     # annotation from another params object (or none) does not

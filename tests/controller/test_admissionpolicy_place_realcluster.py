@@ -55,6 +55,7 @@ from podplacement.rules.config import (
 )
 from podplacement.rules.monitor.explain import apply_patch
 from podplacement.rules.place.decision import decide
+from podplacement.rules.place.placement import PlacementInputs
 from tests.controller._pods import img
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
@@ -237,7 +238,7 @@ def _controller_result(pod: Mapping[str, Any], pool: Mapping[str, str],
     """``decide()`` on the gated copy, its patch applied."""
     gated = _as_gated(pod)
     images = {i: img(i, *pool[i].split(",")) for i, _ in _pulls(gated)}
-    decision = decide(gated, images, config, nodes=None)
+    decision = decide(PlacementInputs(gated, images, config, nodes=None))
     out: dict[str, Any] = apply_patch(gated, list(decision.patch))
     if out["spec"].get("schedulingGates") == []:
         del out["spec"]["schedulingGates"]

@@ -25,6 +25,7 @@ from podplacement.rules.monitor.admitted import _platform as annotation_platform
 from podplacement.rules.monitor.escape import FIT, UNFIT, classify, record_doubt
 from podplacement.rules.monitor.explain import apply_patch, explain, render_table
 from podplacement.rules.place.affinity import AffinityPlan, expression, platform_requirement
+from podplacement.rules.place.placement import PlacementInputs
 from podplacement.rules.place.plan import plan
 from podplacement.rules.platforms import supported_platforms, windows_build
 from podplacement.rules.podspec import node_ineligibility
@@ -60,7 +61,7 @@ def pod(*images: str, **spec: Any) -> dict[str, Any]:
 
 
 def decide(p: dict[str, Any], images: dict[str, ImageInfo]) -> Any:
-    return plan(p, images, PlacementConfig(), nodes=None, nrts={}, now=0.0)
+    return plan(PlacementInputs(p, images, PlacementConfig()), nodes=None, nrts={}, now=0.0)
 
 
 def _terms(p: dict[str, Any]) -> Any:
