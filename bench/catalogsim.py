@@ -9,7 +9,7 @@ bound, for the pods in each window of ``--windows``:
 
 - ``unbounded``: the hit ratio of a catalog that keeps everything (the ceiling: the rest
   are first sightings, which no catalog can place);
-- ``LRU n``: :class:`rules.imageparams.ParamsStore` with ``max_entries=n`` and the
+- ``LRU n``: :class:`rules.admit.imageparams.ParamsStore` with ``max_entries=n`` and the
   product's byte bound (:data:`rules.config.PARAMS_MAX_BYTES`), entries touched on
   every hit as the admission feed does (:meth:`ParamsStore.touch`);
 - how many entries the byte bound holds for references as long as ``--ref-length``.
@@ -39,8 +39,8 @@ import random  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
+from podplacement.rules.admit.imageparams import ParamsStore  # noqa: E402
 from podplacement.rules.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES  # noqa: E402
-from podplacement.rules.imageparams import ParamsStore  # noqa: E402
 
 #: What every image is recorded with (an amd64+arm64 image: a typical value length).
 PAIRS = (("linux", "amd64"), ("linux", "arm64"))

@@ -704,10 +704,10 @@ def floor_policy(arm: str) -> list[dict[str, Any]]:
 def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[dict[str, Any]]:
     """``floor-product``: deploy/ applied (CRDs, config) and the params object seeded as for
     ``warm``, then the MutatingAdmissionPolicy and binding the controller would create for
-    the config (:func:`podplacement.rules.admissionpolicy.desired_policy`), but no
+    the config (:func:`podplacement.rules.admit.admissionpolicy.desired_policy`), but no
     webhook or controller process: the cost of the product's policy alone."""
-    from podplacement.rules import admissionpolicy
-    from podplacement.rules.webhookconfig import webhook_namespace_selection
+    from podplacement.rules.admit import admissionpolicy
+    from podplacement.rules.admit.webhookconfig import webhook_namespace_selection
 
     install_manifests(plane, REPO / "deploy")
     seed_params(plane, entries, {i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i)))

@@ -13,7 +13,7 @@ the wall time per pod kube-apiserver spent in its MutatingAdmissionPolicy admiss
 
 - ``none``: no policy (the baseline of the round);
 - ``product``: the policy the controller creates for deploy/'s config
-  (:func:`podplacement.rules.admissionpolicy.desired_policy`), which places every
+  (:func:`podplacement.rules.admit.admissionpolicy.desired_policy`), which places every
   pod here (both images are in the params);
 - ``patch-const-vars``: the product's policy with every variable a constant of the value it
   takes for these pods: the cost of its JSONPatch expression alone;
@@ -46,8 +46,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from bench.cluster import CONFIG_PATH, PARAMS_PATH, floor_policy, install_floor  # noqa: E402
-from podplacement.rules import admissionpolicy  # noqa: E402
-from podplacement.rules.webhookconfig import webhook_namespace_selection  # noqa: E402
+from podplacement.rules.admit import admissionpolicy  # noqa: E402
+from podplacement.rules.admit.webhookconfig import webhook_namespace_selection  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     ControlPlane,
     locate_assets,

@@ -7,11 +7,11 @@ The controller's watch of placed pods (:class:`controller.placedwatch.PlacedPods
 watch says ADDED). For each such pod, in the event loop and without a request:
 
 - **use**: each of its images in the admission policy's catalog is marked used
-  (:meth:`rules.imageparams.ParamsStore.touch`), so a full catalog evicts the
+  (:meth:`rules.admit.imageparams.ParamsStore.touch`), so a full catalog evicts the
   least recently used entries first. A touch changes no published byte: no write.
 - **learn**: a pod placed at admission (``"path":"webhook"`` or ``"admission"``) whose
   images are not all in the catalog, and that needs no pull Secret
-  (:func:`rules.admitted.images_to_learn`), queues those images. A few workers
+  (:func:`rules.monitor.admitted.images_to_learn`), queues those images. A few workers
   inspect each one anonymously with the controller's own inspector (its cache and one
   flight per image), off the watch, and record the result with the controller's
   ``publish`` (its rules: exclusions, the config's place branch, learned time =
@@ -22,7 +22,7 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   from which the policy places the next pods of those images.
 - **tell**: the Warning Event of the decision of a pod placed at admission, and its
   ``ExecFormatExclusion`` when an exclusion narrowed it
-  (:func:`rules.admitted.admission_events`: the controller's own Events for
+  (:func:`rules.monitor.admitted.admission_events`: the controller's own Events for
   that pod, same reasons and text), once per pod: the UIDs it was sent for are remembered
   (bounded).
 
@@ -47,7 +47,9 @@ from typing import Any
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
 from podplacement.kubeclient import Informer
-from podplacement.rules.admitted import (
+from podplacement.rules.admit.imageparams import ParamsStore
+from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from podplacement.rules.monitor.admitted import (
     admission_events,
     admission_path,
     always_images,
@@ -55,9 +57,7 @@ from podplacement.rules.admitted import (
     images_to_learn,
     recently_created,
 )
-from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
-from podplacement.rules.imageparams import ParamsStore
-from podplacement.rules.placement import unique_images
+from podplacement.rules.place.placement import unique_images
 from podplacement.rules.platforms import NodeInventory, node_inventory
 from podplacement.rules.policy import PlacementPolicy, policy_for
 
@@ -102,7 +102,7 @@ class AdmissionFeed:
             wait for it.
         clock: unix seconds.
         on_always: called with each image a placed anonymous pod pulls with
-            ``imagePullPolicy: Always`` (:func:`rules.admitted.always_images`;
+            ``imagePullPolicy: Always`` (:func:`rules.monitor.admitted.always_images`;
             the controller keeps checking those tags, :mod:`rules.freshness`).
     """
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import PlacementConfig
 from podplacement.rules.freshness import PullAlwaysFreshness
-from podplacement.rules.imageparams import ParamsStore
 
 log = logging.getLogger(__name__)
 

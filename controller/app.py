@@ -71,7 +71,7 @@ that order, stops them in reverse, and ``/healthz`` names any whose task died.
 A leader that owns the admission objects (the lifecycle runs) also runs the escape monitor
 (:mod:`controller.escapemonitor`): a cache-less watch of the bound pods without the placement
 label, and the labelled ones of the watch of placed pods whose record their spec does not bear
-out (:func:`rules.escape.placement_doubt`: a label a pod's creator wrote hides nothing), its
+out (:func:`rules.monitor.escape.placement_doubt`: a label a pod's creator wrote hides nothing), its
 own generic controller, a ``PlacementEscaped`` Event and a record per pod, and the
 repair that deletes such a pod of a ReplicaSet, StatefulSet or Job when its node can't run
 its images (docs/escaped-pods.md).
@@ -113,6 +113,7 @@ from podplacement.controller.registryrules import RegistryRules
 from podplacement.controller.runnables import Loop, Manager, Runnable, Service
 from podplacement.controller.term import Handler, LeadershipTerm, make_lifecycle
 from podplacement.kubeclient import Informer, KubeAPI, resource_path
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     CONFIG_NAME,
     CONFIG_PLURAL,
@@ -129,10 +130,9 @@ from podplacement.rules.config import (
     ExcludedPlatform,
     PlacementConfig,
 )
-from podplacement.rules.escape import created_at
 from podplacement.rules.findings import FindingsStore
 from podplacement.rules.freshness import PullAlwaysFreshness
-from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.monitor.escape import created_at
 from podplacement.rules.nodeview import node_view
 from podplacement.rules.numa import InFlight
 from podplacement.rules.tolerations import node_arch_taints
@@ -754,7 +754,7 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         credentials=c.reconciler.credentials, inspect_images=c.reconciler.inspect_images,
         own_namespace=o.namespace, watch_timeout=o.watch_timeout,
         active=c._escapes_active)
-    # the labelled pods: a label the pod's creator wrote hides nothing (rules.escape)
+    # the labelled pods: a label the pod's creator wrote hides nothing (rules.monitor.escape)
     placed.subscribe("escape monitor", escapes.on_pod, enabled=escapes.watching)
     return findings, execformat, placed, feed, escapes
 

@@ -36,7 +36,7 @@ async def watch_bindings(
     every candidate; a deleted one holds nothing. Runs until cancelled.
 
     Selects on the label ``podplacement.io/numa=placed`` that the ungate write sets
-    (:func:`rules.decision.decide`), so the API server sends only those pods, not every
+    (:func:`rules.place.decision.decide`), so the API server sends only those pods, not every
     ungated pod of the cluster. No field selector: a placed pod deleted before it was bound
     must reach the accounting too (unbound pods are otherwise ignored by ``observe_pod``).
     A :class:`kubeclient.Informer` without a cache (no memory per pod): one paged list at

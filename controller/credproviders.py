@@ -39,7 +39,7 @@ from podplacement.imageinspect import (
 )
 from podplacement.kubeclient import KubeAPI
 from podplacement.kubeclient.paths import resource_path
-from podplacement.rules.placement import unique_images
+from podplacement.rules.place.placement import unique_images
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,18 @@
 """The escape monitor: finds pods that reached a node with no placement record, reports
 each once, and deletes those its node can't run when their owner will recreate them.
 
-I/O around the pure rules of :mod:`rules.escape` (docs/escaped-pods.md). A
+I/O around the pure rules of :mod:`rules.monitor.escape` (docs/escaped-pods.md). A
 cache-less list+watch (:class:`kubeclient.Informer` with ``keep_cache=False``: nothing kept
 per pod) of the pods the API server selects by
-:func:`rules.escape.watch_params`: bound, not ended, outside the system namespaces
+:func:`rules.monitor.escape.watch_params`: bound, not ended, outside the system namespaces
 and the product's own, without the placement label ``podplacement.io/node-affinity`` and
 without the escape record; and the pods with that label, from the leader's one watch of
 placed pods (:class:`controller.placedwatch.PlacedPods`, which lists them anyway for the
 admission feed: no second list of every placed pod), because the label is what a pod's
 creator can write too. The watch handler applies
-:func:`rules.escape.skip_reason` (pure; a labelled pod is left alone only when its record
+:func:`rules.monitor.escape.skip_reason` (pure; a labelled pod is left alone only when its record
 reproduces from its spec and its node is one its spec admits,
-:func:`rules.escape.placement_doubt`, so an honest placed pod costs a JSON parse and no
+:func:`rules.monitor.escape.placement_doubt`, so an honest placed pod costs a JSON parse and no
 request) and queues a pod's key (:data:`controller.generic.PodKey`) on the monitor's own
 :class:`controller.generic.Controller` (its queue, workers and the loop that turns its watch
 on and off), never on the placement queue. The per-pod reconcile
@@ -23,16 +23,17 @@ with the queue's backoff, ``imageInspection.maxRetries`` times, then the verdict
 ``unknown``), classifies it against its node's labels from the Node informer, and then:
 
 - ``unfit`` with an owner to recreate it and ``deleteUnfitPods`` on
-  (:func:`rules.escape.repair_owner`): deleted with its UID as precondition
+  (:func:`rules.monitor.escape.repair_owner`): deleted with its UID as precondition
   (:func:`controller.poddelete.delete_pod`, the deleter ``deleteFailedPods`` uses), at most
   one round of deletions per owner per minute
-  (:class:`rules.escape.RepairRounds`; a pod that must wait is queued again
+  (:class:`rules.monitor.escape.RepairRounds`; a pod that must wait is queued again
   when the next round may start); the Warning Event says so;
 - otherwise the verdict is written on the pod (label and annotation
   ``podplacement.io/placement-escaped``, one merge patch guarded by ``resourceVersion``), then
-  the condition of the same type through ``pods/status`` (:func:`rules.escape.condition_patch`:
+  the condition of the same type through ``pods/status``
+  (:func:`rules.monitor.escape.condition_patch`:
   the part of the record a pod's creator cannot write, so a label they preset hides nothing,
-  :func:`rules.escape.recorded`), and only then the ``PlacementEscaped`` Event is sent: a
+  :func:`rules.monitor.escape.recorded`), and only then the ``PlacementEscaped`` Event is sent: a
   second run, a relist or a new leader finds the record and stays silent. The watch's
   selector does not leave the recorded pods out (their label proves nothing): a relist hands
   on the escapes recorded so far, a pure check each.
@@ -71,7 +72,7 @@ from podplacement.kubeclient import (
     pod_path,
 )
 from podplacement.rules.config import AFFINITY_LABEL, PlacementConfig
-from podplacement.rules.escape import (
+from podplacement.rules.monitor.escape import (
     FIT,
     REPAIRED,
     RepairRounds,
@@ -85,7 +86,7 @@ from podplacement.rules.escape import (
     skip_reason,
     watch_params,
 )
-from podplacement.rules.plan import parse_time
+from podplacement.rules.place.plan import parse_time
 from podplacement.rules.scope import namespace_opted_out
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ class EscapeMonitor:
         and :class:`controller.placedwatch.PlacedPods` of those with it): queue the pod's
         key when it is an escape to check (pure checks, no request: a labelled pod whose
         record reproduces from its spec and whose node its spec admits is left here,
-        :func:`rules.escape.placement_doubt`; a key already queued or waiting is left as
+        :func:`rules.monitor.escape.placement_doubt`; a key already queued or waiting is left as
         it is)."""
         key = PodKey(pod_key(pod))
         if etype == "DELETED":
@@ -333,7 +334,7 @@ class EscapeMonitor:
             await self.api.request("PATCH", pod_path(ns, name),
                                    body=record_patch(pod, verdict, now=self.clock(),
                                                      not_repaired=not_repaired, doubt=doubt))
-            # the part of the record a pod's creator cannot write (rules.escape.recorded);
+            # the part of the record a pod's creator cannot write (rules.monitor.escape.recorded);
             # if it fails, the queue retries the pod, which is then not recorded yet
             await self.api.request("PATCH", pod_path(ns, name, "status"),
                                    body=condition_patch(verdict, now=self.clock(),

@@ -1,7 +1,7 @@
 """Kubernetes Events about pods, sent in the background so they never delay an ungate.
 
 One Event per decision (Normal ``PlacementDecided`` or a Warning; see
-:mod:`rules.decision`). Events go through a bounded queue drained by a few sender
+:mod:`rules.place.decision`). Events go through a bounded queue drained by a few sender
 tasks; when the queue is full the event is dropped and counted (an event is advice, the
 pod patch is what matters). Written as ``events.k8s.io/v1`` Events (``eventTime`` with
 microseconds, ``reportingController``, ``action``, ``note`` <= 1 kB: the checks the real
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podplacement.kubeclient import ApiError, KubeAPI, resource_path
-from podplacement.rules.decision import EventSpec
+from podplacement.rules.place.decision import EventSpec
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,13 @@ container that fails with an exec format error, verifies the image's binaries on
 digest, learns which (digest, platform) pairs are wrong, and, when asked, deletes a failing
 pod so that its owner recreates it elsewhere.
 
-I/O around the pure rules of :mod:`rules.execformat` (detection, verify on suspicion),
+I/O around the pure rules of :mod:`rules.monitor.execformat` (detection, verify on suspicion),
 :mod:`rules.findings` (what is proof) and :mod:`rules.learn` (exclusions, the
 remedy). The controller's cache-less watch of the pods labelled
 ``podplacement.io/node-affinity`` (:class:`controller.placedwatch.PlacedPods`: every pod the
 product decided about, never all pods; nothing kept per pod; it hands pods to
 :meth:`ExecFormatMonitor.on_pod` while :meth:`ExecFormatMonitor.enabled`) hands each pod
-to :func:`rules.execformat.needs_work`; a pod with something to do is queued by key on
+to :func:`rules.monitor.execformat.needs_work`; a pod with something to do is queued by key on
 its own :class:`controller.generic.Controller` (key type :data:`controller.generic.PodKey`;
 its queue, workers and the learn loop; the placement queue's depth stays the placement's).
 The per-pod reconcile reads the pod again, starts the one verification of each
@@ -73,8 +73,17 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import WARNING, EventSpec
-from podplacement.rules.execformat import (
+from podplacement.rules.findings import FindingsStore, Verification, seen_at
+from podplacement.rules.learn import (
+    DeletedPod,
+    deleted_from_status,
+    describe,
+    exclusions,
+    hit,
+    remedy_owner,
+    status_patch,
+)
+from podplacement.rules.monitor.execformat import (
     PROOF_MESSAGE,
     ExecFormatFinding,
     detect,
@@ -90,16 +99,7 @@ from podplacement.rules.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.rules.findings import FindingsStore, Verification, seen_at
-from podplacement.rules.learn import (
-    DeletedPod,
-    deleted_from_status,
-    describe,
-    exclusions,
-    hit,
-    remedy_owner,
-    status_patch,
-)
+from podplacement.rules.place.decision import WARNING, EventSpec
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ class ExecFormatMonitor:
         The pod's record annotation is not evidence: its creator can write it at creation
         (docs/exec-format-errors.md, "What is evidence"). Only what the controller re-derives
         counts: a container whose *status* shows the runtime's words now
-        (:func:`rules.execformat.detect`), its digest from the status ``imageID``, the
+        (:func:`rules.monitor.execformat.detect`), its digest from the status ``imageID``, the
         architecture from its node's label, in the pod's namespace. The record only says
         that the finding was reported (its ``restartCount``) and when; that time is cut to
         now (:func:`rules.findings.seen_at`). Its ``verified`` part is never read: the

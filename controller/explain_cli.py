@@ -1,5 +1,5 @@
 """The ``podplacement explain`` subcommand: read a pod, the nodes and their NRTs, inspect the
-images (or assume their platforms) and print the dry-run report of :mod:`rules.explain`.
+images (or assume their platforms) and print the dry-run report of :mod:`rules.monitor.explain`.
 
 The pod is a manifest file (``-``: stdin) or ``pod/NAME`` read from the cluster. Nodes and
 NRTs are files as ``kubectl get ... -o yaml`` prints them (``--nodes``/``--nrt``: a ``List``,
@@ -65,10 +65,10 @@ from podplacement.rules.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from podplacement.rules.decision import unique_images
-from podplacement.rules.explain import OUTPUTS, explain, render
+from podplacement.rules.monitor.explain import OUTPUTS, explain, render
 from podplacement.rules.numa import STRATEGIES, QuantityError
-from podplacement.rules.plan import inflight_from_pods
+from podplacement.rules.place.decision import unique_images
+from podplacement.rules.place.plan import inflight_from_pods
 from podplacement.rules.policy import rank
 
 log = logging.getLogger(__name__)
@@ -543,7 +543,7 @@ async def admission_path_dry_run(api: KubeAPI, pod: Mapping[str, Any]) -> str:
 async def numa_placed_pods(api: KubeAPI) -> list[dict[str, Any]]:
     """The pods the controller placed toward NUMA candidates (label
     ``podplacement.io/numa=placed``): their requests are still held on those nodes until the
-    NRTs show them, so explain holds them too (:func:`rules.plan.inflight_from_pods`).
+    NRTs show them, so explain holds them too (:func:`rules.place.plan.inflight_from_pods`).
     Not allowed to list pods cluster-wide (403): a warning, and none are held.
 
     Raises:

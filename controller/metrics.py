@@ -130,7 +130,7 @@ class Metrics:
         escaped_pods: ``podplacement_escaped_pods_total{outcome}``: pods found bound to a
             node with no placement record, by outcome: ``repaired`` (deleted so that their
             owner recreates them), ``unfit`` (their node can't run their images; left),
-            ``fit``, ``unknown`` (:mod:`rules.escape`).
+            ``fit``, ``unknown`` (:mod:`rules.monitor.escape`).
         admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
             pods placed at admission that the controller inspected anonymously to publish
             them in the params object (``ok``: inspected, then published unless the

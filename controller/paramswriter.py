@@ -1,4 +1,4 @@
-"""Publish the :class:`~rules.imageparams.ParamsStore` as the params object.
+"""Publish the :class:`~rules.admit.imageparams.ParamsStore` as the params object.
 
 The admission policy's params object, the ``ImagePlatformCatalog`` named ``cluster`` in the
 product's own namespace (``deploy/crds/imageplatformcatalog.yaml``; docs/how-it-decides.md,
@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound, resource_path
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     API_VERSION,
     DEFAULT_NAMESPACE,
@@ -40,7 +41,6 @@ from podplacement.rules.config import (
     PARAMS_PLURAL,
     VERSION,
 )
-from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.tolerations import ArchTaint
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ DEFAULT_WRITE_BYTES_PER_SECOND = 100_000.0
 
 #: The collection and the object, templates of the namespace (the product's own: the
 #: namespace controller deletes the object as soon as that namespace is being deleted, which
-#: pauses the admission policy, see :mod:`rules.admissionpolicy`).
+#: pauses the admission policy, see :mod:`rules.admit.admissionpolicy`).
 PARAMS_COLLECTION_PATH = resource_path(GROUP, VERSION, PARAMS_PLURAL, namespace="{namespace}")
 PARAMS_PATH = f"{PARAMS_COLLECTION_PATH}/{PARAMS_NAME}"
 

@@ -3,7 +3,7 @@ leader.
 
 Every decision, on every path (the admission policy, the webhook, the controller), writes
 the label ``podplacement.io/node-affinity`` (``set`` or ``not-set``,
-:func:`rules.placement.placed_labels`), so a label selector on it makes the API
+:func:`rules.place.placement.placed_labels`), so a label selector on it makes the API
 server send those pods only, never all pods. Readers subscribe with a handler and an
 ``enabled`` switch: the exec-format-error monitor (while
 ``spec.plugins.execFormatErrorMonitor.enabled``), the admission feed

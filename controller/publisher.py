@@ -1,7 +1,7 @@
 """Publishing to the admission policy's params: what the controller learns goes into the
 params store that :class:`controller.paramswriter.ParamsWriter` writes.
 
-One job: decide whether and what to record in the :class:`rules.imageparams.
+One job: decide whether and what to record in the :class:`rules.admit.imageparams.
 ParamsStore`: anonymous inspection results (while this controller publishes the params), the
 config's cache TTL, the removal of images a learned exclusion takes a platform from, and the
 accepted PodPlacementPolicies. Reads the config (callables) and whether this process leads and
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from podplacement.controller.paramswriter import ParamsWriter
-from podplacement.rules import admissionpolicy
+from podplacement.rules.admit import admissionpolicy
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     ADMISSION_AUTO,
     ExcludedPlatform,
     PlacementConfig,
 )
-from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.learn import touches
 from podplacement.rules.platforms import image_platform_pairs
 from podplacement.rules.policy import Ranking, params_policies

@@ -3,7 +3,7 @@
 One key per pod (``namespace/name/uid``). The reconcile reads the latest pod from the
 informer cache, skips pods that are gone or no longer carry our gate, reads the pod's pull
 secrets from its own namespace (plus the optional global pull secret of the config),
-inspects all images concurrently, decides with :func:`rules.plan.plan` (the pipeline
+inspects all images concurrently, decides with :func:`rules.place.plan.plan` (the pipeline
 ``explain`` shares) and sends its single guarded JSON patch.
 
 Retries belong to the work queue, as in controller-runtime: a reconcile returns None
@@ -14,7 +14,7 @@ which the queue retries at once without counting (:class:`controller.queue.WorkQ
 ``retry_now``), decided again from the informer's newer copy; failed inspections raise
 :class:`RetryLater` until ``imageInspection.maxRetries`` rounds, then the pod falls back.
 Anything unexpected (odd spec, a patch the server rejects as invalid) ends in the
-fallback release (:func:`rules.decision.fallback_ungate`: the fallback
+fallback release (:func:`rules.place.decision.fallback_ungate`: the fallback
 architecture when one applies, the fallback operating systems), and in a plain ungate only
 when the server refuses that too: no pod stays gated forever, none is released to any node
 while its affinity can still be written (docs/how-it-decides.md, failures and fallback).
@@ -44,7 +44,8 @@ from podplacement.kubeclient import (
     secret_path,
 )
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import (
+from podplacement.rules.numa import InFlight
+from podplacement.rules.place.decision import (
     Decision,
     Outcome,
     fallback_ungate,
@@ -54,8 +55,8 @@ from podplacement.rules.decision import (
     unique_images,
     unrecorded,
 )
-from podplacement.rules.numa import InFlight
-from podplacement.rules.plan import hold, parse_time, plan
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import hold, parse_time, plan
 from podplacement.rules.platforms import ImageLike
 from podplacement.rules.podspec import has_gate, pull_secret_refs
 from podplacement.rules.policy import PlacementPolicy, policy_for
@@ -208,8 +209,8 @@ class Reconciler:
         self, pod: Mapping[str, Any], credentials: Sequence[Any]
     ) -> dict[str, Any]:
         """Inspect every distinct image of ``pod`` concurrently → result or exception; none
-        when the pod names more than :data:`rules.decision.MAX_POD_IMAGES` (each gets
-        :func:`rules.decision.too_many_images`' error: the pod takes the fallback)."""
+        when the pod names more than :data:`rules.place.decision.MAX_POD_IMAGES` (each gets
+        :func:`rules.place.decision.too_many_images`' error: the pod takes the fallback)."""
         images = unique_images(pod)
         over = too_many_images(pod)
         if over is not None:
@@ -322,13 +323,13 @@ class Reconciler:
             log.warning("NUMA decision failed: %s", exc)
 
         try:
+            inputs = PlacementInputs(pod, images, config, failures=failures,
+                                     config_error=config_error, policy=self._policy(pod))
             return plan(
-                pod, images, config,
+                inputs,
                 nodes=list(self.nodes.cache.values()) if self.nodes is not None else None,
                 nrts=dict(self.nrts.cache) if self.nrts is not None else {},
-                now=time.time(), inflight=self.inflight, failures=failures,
-                config_error=config_error, on_numa_error=numa_failed,
-                policy=self._policy(pod),
+                now=time.time(), inflight=self.inflight, on_numa_error=numa_failed,
             )
         except Exception as exc:
             log.exception("decision failed; fallback release")
@@ -342,7 +343,7 @@ class Reconciler:
     def release_decision(self, pod: Mapping[str, Any], reason: str,
                          config: PlacementConfig) -> Decision:
         """The fallback release of a pod that is not placed
-        (:func:`rules.decision.fallback_ungate`, with the namespace's policy), or
+        (:func:`rules.place.decision.fallback_ungate`, with the namespace's policy), or
         the plain ungate when even that cannot be computed. Never raises."""
         try:
             return fallback_ungate(pod, reason, config, self._policy(pod))

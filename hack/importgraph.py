@@ -45,7 +45,11 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("podplacement", "localkube")
 
 #: Packages that are a component of their own although their parent package is one too.
-SUBCOMPONENTS: tuple[str, ...] = ()
+SUBCOMPONENTS: tuple[str, ...] = (
+    "podplacement.rules.place",
+    "podplacement.rules.admit",
+    "podplacement.rules.monitor",
+)
 
 _FROM = re.compile(r"\s*from\s+(\.*)([\w.]*)\s+import\b")
 

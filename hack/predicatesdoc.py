@@ -1,4 +1,4 @@
-"""Render the predicate table of ``rules/predicates.py`` into docs/how-it-decides.md
+"""Render the predicate table of ``rules/admit/predicates.py`` into docs/how-it-decides.md
 ("The predicates, side by side"), between its two marker comments, so the page shows every
 predicate's meaning, Python function and CEL exactly as the product has them.
 
@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from podplacement.rules.admit.predicates import PREDICATES, Inputs
 from podplacement.rules.config import admission_mark
-from podplacement.rules.predicates import PREDICATES, Inputs
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "how-it-decides.md"

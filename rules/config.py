@@ -32,6 +32,11 @@ CONFIG_KIND = "PodPlacementConfig"
 CONFIG_PLURAL = "podplacementconfigs"
 CONFIG_NAME = "cluster"
 CONFIG_FINALIZER = f"{GROUP}/finalizer"
+#: The errors of a preferred-platforms entry, shared with the policy's (:mod:`rules.policy`);
+#: ``{!r}`` stands for the value.
+INVALID_ARCHITECTURE = "invalid or duplicate architecture {!r}"
+INVALID_WEIGHT = "weight must be an integer 1..100, got {!r}"
+
 #: The namespaced placement policy (docs/guide/policies.md).
 POLICY_KIND = "PodPlacementPolicy"
 POLICY_PLURAL = "podplacementpolicies"
@@ -54,7 +59,7 @@ POLICY_LABEL = f"{GROUP}/policy"
 EXCLUDE_NAMESPACE_LABEL = f"{GROUP}/exclude-pod-placement"
 NO_SUPPORTED_PLATFORM_KEY = f"{GROUP}/no-supported-platform"
 #: Label set on a pod once a container of it failed with an exec format error; the annotation
-#: of the same key holds what was seen (:mod:`rules.execformat`).
+#: of the same key holds what was seen (:mod:`rules.monitor.execformat`).
 EXEC_FORMAT_LABEL = f"{GROUP}/exec-format-error"
 EXEC_FORMAT_LABEL_TRUE = "true"
 EXEC_FORMAT_ANNOTATION = f"{GROUP}/exec-format-error"
@@ -63,7 +68,7 @@ EXEC_FORMAT_REASON = "ExecFormatError"
 #: Owners whose pods ``deleteFailedPods`` may delete (their controller recreates them).
 REMEDIABLE_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job"})
 #: Label and annotation (same key) the escape monitor writes on a pod that reached a node with
-#: no placement record (:mod:`rules.escape`): the label's value is the verdict
+#: no placement record (:mod:`rules.monitor.escape`): the label's value is the verdict
 #: (``fit``, ``unfit``, ``unknown``), the annotation's compact JSON says why.
 ESCAPE_LABEL = f"{GROUP}/placement-escaped"
 ESCAPE_ANNOTATION = f"{GROUP}/placement-escaped"
@@ -119,13 +124,13 @@ DEFAULT_PULL_ALWAYS_FRESHNESS = 5.0
 #: Its upper bound (also the CRD's CEL rule).
 MAX_PULL_ALWAYS_FRESHNESS = 60.0
 #: Its upper bound (also the CRD's CEL rule): the API server waits for the webhook at most
-#: its configuration's ``timeoutSeconds`` (5 s, ``rules.webhookconfig``) and then
+#: its configuration's ``timeoutSeconds`` (5 s, ``rules.admit.webhookconfig``) and then
 #: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
 MAX_INSPECTION_BUDGET = 4.0
 #: The params object of the admission policy: ``ImagePlatformCatalog`` named ``cluster`` in the
 #: product's namespace, ``spec.images``: image reference as written in pods → sorted,
 #: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
-#: registry answered for it; anonymous inspection results only (:mod:`rules.imageparams`).
+#: registry answered for it; anonymous inspection results only (:mod:`rules.admit.imageparams`).
 PARAMS_KIND = "ImagePlatformCatalog"
 PARAMS_PLURAL = "imageplatformcatalogs"
 PARAMS_NAME = "cluster"
@@ -148,7 +153,7 @@ def admission_mark(catalog_uid: str) -> str:
 
     The webhook configuration's matchCondition skips a pod only when its annotation
     carries the mark of the params object that exists now (written by the controller,
-    :func:`rules.webhookconfig.desired_webhook_configuration`). A pod's creator
+    :func:`rules.admit.webhookconfig.desired_webhook_configuration`). A pod's creator
     can copy a mark from another pod, but only while that params object exists, and while
     it exists the policy runs on every pod it matches and overwrites the annotation (place)
     or sets the gate label (gate), so a copied mark never skips placement; a new params
@@ -165,7 +170,7 @@ ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
 #: The ``kubernetes.io/os`` value of Linux nodes (also assumed for a node without the label,
 #: as the kubelet sets it on every node); the OS a term keeps first when one term cannot name
-#: several OSes exactly (``rules.affinity.platform_requirement``).
+#: several OSes exactly (``rules.place.affinity.platform_requirement``).
 LINUX = "linux"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The ``kubernetes.io/os`` value of Windows nodes.
@@ -184,7 +189,7 @@ ARCHITECTURES = ("amd64", "arm64", "ppc64le", "s390x")
 #: ``spec.fallbackOperatingSystems``).
 OPERATING_SYSTEMS = (LINUX, WINDOWS)
 #: ``spec.fallbackOperatingSystems`` when unset: a pod released without its images'
-#: platforms still requires a Linux node (``rules.fallback``).
+#: platforms still requires a Linux node (``rules.place.fallback``).
 DEFAULT_FALLBACK_OPERATING_SYSTEMS = (LINUX,)
 
 # --- NodeResourceTopology ---------------------------------------------------------------
@@ -427,7 +432,7 @@ class PlacementConfig:
     reached a node with no placement record get the ``PlacementEscaped`` Event, the
     ``podplacement.io/placement-escaped`` record and the metric) and ``delete_unfit_pods``
     its ``deleteUnfitPods`` (default true: such a pod on a node its images can't run is
-    deleted when a ReplicaSet, StatefulSet or Job controls it; :mod:`rules.escape`).
+    deleted when a ReplicaSet, StatefulSet or Job controls it; :mod:`rules.monitor.escape`).
     ``excluded`` is not spec: the exclusions in force that the controller published in
     ``status.execFormatErrorMonitor.excluded`` (:func:`excluded_from_status`), read with the
     object so that every reader of the config (the webhook, ``explain``) places as the
@@ -440,7 +445,7 @@ class PlacementConfig:
     (:class:`rules.tolerations.ArchitectureTaints`).
     ``fallback_operating_systems`` is ``spec.fallbackOperatingSystems``, sorted, never empty:
     the ``kubernetes.io/os`` values a pod released without its images' platforms still requires
-    (:func:`rules.fallback.fallback_requirement`).
+    (:func:`rules.place.fallback.fallback_requirement`).
     """
 
     log_verbosity: str = "Normal"
@@ -482,9 +487,9 @@ class PlacementConfig:
                 path = f"spec.plugins.nodeAffinityScoring.platforms[{i}]"
                 arch, weight = item.get("architecture"), item.get("weight")
                 if not isinstance(arch, str) or arch in seen:
-                    raise ConfigError(path, f"invalid or duplicate architecture {arch!r}")
+                    raise ConfigError(path, INVALID_ARCHITECTURE.format(arch))
                 if not isinstance(weight, int) or not 1 <= weight <= 100:
-                    raise ConfigError(path, f"weight must be an integer 1..100, got {weight!r}")
+                    raise ConfigError(path, INVALID_WEIGHT.format(weight))
                 seen.add(arch)
                 platforms.append(PlatformWeight(arch, weight))
         ii = _mapping(spec, "imageInspection", "spec")

@@ -9,7 +9,7 @@ the backstop): an answer a few seconds old is as safe as a fresh one. So the con
 each such tag *in use* every half of ``spec.admission.pullAlwaysFreshness`` (``window``) and
 publishes, in the params object's ``spec.fresh`` (image reference → digest), the tags it
 confirmed within the last ``window`` seconds; the policy places a pod whose ``Always`` images
-are all there (:data:`rules.predicates.CEL_KNOWN`) and gates the others as
+are all there (:data:`rules.admit.predicates.CEL_KNOWN`) and gates the others as
 before. docs/how-it-decides.md "Placement inside the API server" states the window.
 
 A tag is *in use* while a pod that pulls it with ``Always`` was seen placed (any path) within

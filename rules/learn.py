@@ -15,9 +15,9 @@ Pure (no I/O, no clock: every call takes ``now``). The rule that makes evidence 
   :func:`hit` with the pod's namespace).
 - :func:`learned_images`: an image result whose digest is one the exclusion names loses
   that (os, architecture) pair before the platforms are intersected, on every path that
-  decides: the controller's PATCH (:func:`rules.plan.plan`), the webhook's cache and
-  admission inspection (:func:`rules.admission.admission_placement`, both through
-  :func:`rules.placement.placement_facts`) and ``explain``. The result keeps what was
+  decides: the controller's PATCH (:func:`rules.place.plan.plan`), the webhook's cache and
+  admission inspection (:func:`rules.place.admission.admission_placement`, both through
+  :func:`rules.place.placement.placement_facts`) and ``explain``. The result keeps what was
   left out (:class:`LearnedImage`), which the decision annotation names. A new digest (the
   tag moved, a rebuilt image) matches nothing: it is placed by what its index says.
 - The admission policy's catalog cannot say why, so the controller never publishes an

@@ -16,7 +16,7 @@ Readers of the Node informer's objects, and the fields they read:
 - ``metadata.labels`` (all of them: a pod's ``nodeSelector`` may name any label):
   :func:`rules.podspec.node_eligible` / ``node_ineligibility`` (nodeSelector,
   ``kubernetes.io/os`` / ``arch``), :func:`rules.platforms.node_inventory`,
-  :func:`rules.escape.classify`, the exec-format-error monitor's node platform,
+  :func:`rules.monitor.escape.classify`, the exec-format-error monitor's node platform,
   the admission feed's inventory refresh, the NUMA decision's ``kubernetes.io/hostname``;
 - ``status.allocatable``: the NUMA decision's allocatable resource names
   (:func:`rules.numa._topology.parse_node`);

@@ -12,7 +12,7 @@ rule; :mod:`controller.lifecycle` reads and writes them.
   once the namespace is gone, whether or not a controller was alive to do it.
 - **The dead-man switch.** The admission policy's params object lives in the product's
   namespace (:mod:`controller.paramswriter`); while it is missing the API server skips the
-  policy (:mod:`rules.admissionpolicy`). The namespace controller deletes it as soon as
+  policy (:mod:`rules.admit.admissionpolicy`). The namespace controller deletes it as soon as
   the namespace is being deleted, and the last controller to stop deletes it.
 - **The ordered uninstall survives ``kubectl delete -k deploy/``.** That one command deletes
   the controller's ClusterRole, ClusterRoleBinding and ServiceAccount in the same breath as

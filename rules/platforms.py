@@ -3,7 +3,7 @@
 A pod runs on a node only if every one of its images (init and app containers) has a
 manifest for the node's (os, architecture). So the supported set is the intersection over
 images of their (os, architecture) pairs, and a node is admissible only when its own pair is
-one of them (:func:`rules.affinity.platform_requirement` writes that into the pod).
+one of them (:func:`rules.place.affinity.platform_requirement` writes that into the pod).
 Variants (``arm64/v8``, ``arm/v7``) are recorded for the decision annotation but never
 matched: nodes carry no variant label (``kubernetes.io/arch`` and ``kubernetes.io/os``
 only). Windows entries carrying ``os.version`` add a build constraint per (windows,
@@ -108,7 +108,7 @@ class PlatformSet:
     def all_linux(self) -> bool:
         """True when every supported pair is linux: the one case the admission policy
         places (one term ``arch In [archs]`` AND ``os In [linux]``,
-        :mod:`rules.admissionpolicy`)."""
+        :mod:`rules.admit.admissionpolicy`)."""
         return bool(self.pairs) and all(os_ == LINUX for os_, _ in self.pairs)
 
     def strings(self) -> list[str]:

@@ -34,7 +34,7 @@ webhook and, rendered in CEL, the admission policy):
 
 :func:`params_policies` is the form the controller publishes in the admission policy's params
 object (``spec.policies``: namespace → accepted policies, highest priority first), which the
-policy's CEL reads (:mod:`rules.admissionpolicy`).
+policy's CEL reads (:mod:`rules.admit.admissionpolicy`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ from typing import Any
 
 import orjson
 
-from podplacement.rules.config import ARCHITECTURES, ConfigError, PlacementConfig, PlatformWeight
+from podplacement.rules.config import (
+    ARCHITECTURES,
+    INVALID_ARCHITECTURE,
+    INVALID_WEIGHT,
+    ConfigError,
+    PlacementConfig,
+    PlatformWeight,
+)
 
 __all__ = [
     "CONDITION_ACCEPTED",
@@ -355,9 +362,9 @@ def _weights(scoring: Any) -> tuple[PlatformWeight, ...]:
         arch = item.get("architecture") if isinstance(item, Mapping) else None
         weight = item.get("weight") if isinstance(item, Mapping) else None
         if not isinstance(arch, str) or not arch or any(w.architecture == arch for w in out):
-            raise PolicyError(where, f"invalid or duplicate architecture {arch!r}")
+            raise PolicyError(where, INVALID_ARCHITECTURE.format(arch))
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
-            raise PolicyError(where, f"weight must be an integer 1..100, got {weight!r}")
+            raise PolicyError(where, INVALID_WEIGHT.format(weight))
         out.append(PlatformWeight(_architecture(arch, f"{where}.architecture"), weight))
     return tuple(out)
 
@@ -552,7 +559,7 @@ def fallback_architectures(config: PlacementConfig,
     limit and no fallback inside it, the allowed architectures themselves (a hard limit
     holds for pods whose images could not be inspected, too). Empty: no architecture
     requirement (the fallback operating systems still apply:
-    :func:`rules.fallback.fallback_requirement`)."""
+    :func:`rules.place.fallback.fallback_requirement`)."""
     arch = (policy.fallback_architecture if policy is not None else None) \
         or config.fallback_architecture
     allowed = policy.allowed_architectures if policy is not None else None

@@ -1,5 +1,5 @@
 """Which pods podplacement leaves alone: the rules the webhook's gate
-(:func:`webhook.gating.should_gate`) and the escape monitor (:mod:`rules.escape`)
+(:func:`webhook.gating.should_gate`) and the escape monitor (:mod:`rules.monitor.escape`)
 share, so that a pod the product deliberately does not place is never reported as one that
 escaped placement.
 
@@ -11,7 +11,7 @@ escaped placement.
 - namespaces opted out: the label ``podplacement.io/exclude-pod-placement`` (any value) or
   the config's ``spec.namespaceSelector`` (an opt-out selector; docs/guide/configuration.md).
   The webhook gets these through its configuration's ``namespaceSelector``
-  (:func:`rules.webhookconfig.webhook_namespace_selection`, where the API server
+  (:func:`rules.admit.webhookconfig.webhook_namespace_selection`, where the API server
   applies them); :func:`namespace_opted_out` applies them to a namespace's labels.
 
 Fields with an unexpected type are treated as absent: nothing here raises on odd input.
@@ -132,7 +132,7 @@ def namespace_opted_out(labels: Mapping[str, Any], namespace_selector: Any) -> b
     ``spec.namespaceSelector`` (a metav1.LabelSelector dict, or None) has at least one
     requirement and matches it. An empty selector excludes nothing, and one that does not
     parse excludes nothing either: the webhook then stays broad too
-    (:func:`rules.webhookconfig.negate_selector`)."""
+    (:func:`rules.admit.webhookconfig.negate_selector`)."""
     labels = _map(labels)
     if EXCLUDE_NAMESPACE_LABEL in labels:
         return True

@@ -243,7 +243,7 @@ def without_added(pod: Mapping[str, Any], added: Any) -> Mapping[str, Any]:
     lists (``added``: the record's ``tolerations``, ``kubernetes.io/arch=<arch>:<effect>``
     texts): those entries removed from the end of ``spec.tolerations`` when they are there,
     in order; else ``pod`` itself. For reproducing an admission decision
-    (:mod:`rules.admitted`). Never raises."""
+    (:mod:`rules.monitor.admitted`). Never raises."""
     if not isinstance(added, list) or not added:
         return pod
     wanted: list[dict[str, str]] = []

@@ -43,8 +43,8 @@ def test_parse_duration_rejects_garbage(text: str) -> None:
 
 
 def test_inspection_budget_defaults_to_300ms_and_stays_below_the_webhook_timeout() -> None:
+    from podplacement.rules.admit.webhookconfig import DEFAULT_TIMEOUT_SECONDS
     from podplacement.rules.config import DEFAULT_INSPECTION_BUDGET, MAX_INSPECTION_BUDGET
-    from podplacement.rules.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 
     assert PlacementConfig.from_object({}).admission_inspection_budget == 0.3
     assert DEFAULT_INSPECTION_BUDGET < MAX_INSPECTION_BUDGET < DEFAULT_TIMEOUT_SECONDS

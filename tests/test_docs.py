@@ -248,8 +248,8 @@ def _predicatesdoc() -> ModuleType:
 
 def test_how_it_decides_lists_every_predicate_as_the_table_has_it() -> None:
     """docs/how-it-decides.md's predicate section is what hack/predicatesdoc.py renders from
-    rules/predicates.py: every entry by name, with its Python and its CEL."""
-    from podplacement.rules.predicates import PREDICATES
+    rules/admit/predicates.py: every entry by name, with its Python and its CEL."""
+    from podplacement.rules.admit.predicates import PREDICATES
 
     predicatesdoc = _predicatesdoc()
     page = (DOCS / "how-it-decides.md").read_text()
@@ -321,3 +321,41 @@ def test_the_threat_model_check_sees_a_test_that_is_gone() -> None:
     refs = _threat_model_refs("| x | y | z | `tests/test_docs.py::no_such_test`, `::nor_this` |")
     assert refs == [("tests/test_docs.py", "no_such_test"), ("tests/test_docs.py", "nor_this")]
     assert not re.search(r"^def no_such_test\(", (REPO / "tests/test_docs.py").read_text(), re.M)
+
+
+# --- docs/design.md: the layout names real files ----------------------------------------------
+
+
+def _section(text: str, heading: str) -> str:
+    """The body of the ``## heading`` section of ``text`` (up to the next ``## ``)."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def test_design_where_to_add_names_files_that_exist() -> None:
+    """Every path of "Where to add" in docs/design.md is a file of the tree, and it names the
+    four things a newcomer adds (a predicate, a config field, an auth kind, an admission
+    stage)."""
+    body = _section((DOCS / "design.md").read_text(), "Where to add")
+    for thing in ("A predicate", "A config field", "An auth kind", "An admission stage"):
+        assert f"**{thing}**" in body
+    paths = sorted(set(re.findall(r"`([\w./-]+\.(?:py|yaml|md))`", body)))
+    assert len(paths) >= 15, paths
+    missing = [p for p in paths if not (REPO / p).is_file()]
+    assert not missing, f"docs/design.md, Where to add: no such file {missing}"
+
+
+def test_design_layout_names_the_rooms_of_rules() -> None:
+    """The layout table of docs/design.md has one row per room of ``rules/`` and names every
+    module of each room; every room it names is a package of the tree."""
+    body = _section((DOCS / "design.md").read_text(), "Layout (top level, as the product's "
+                    "design card asks)")
+    rooms = re.findall(r"^\| `rules/(\w+)/` \| ([^|]*) \|", body, re.MULTILINE)
+    assert {r for r, _ in rooms} == {"place", "admit", "monitor"}
+    for room, job in rooms:
+        package = REPO / "rules" / room
+        assert (package / "__init__.py").is_file()
+        modules = {p.stem for p in package.glob("*.py")} - {"__init__"}
+        named = set(re.findall(r"`(\w+)`", job))
+        assert modules <= named, f"rules/{room}/: {sorted(modules - named)} not in the table"

@@ -24,7 +24,7 @@ import pytest
 
 from podplacement.controller.paramswriter import params_path
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
-from podplacement.rules.decision import PLACEMENT_DECIDED, PLATFORM_NOT_IN_CLUSTER
+from podplacement.rules.place.decision import PLACEMENT_DECIDED, PLATFORM_NOT_IN_CLUSTER
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests
 from tests.harness.kube import KubeEnv

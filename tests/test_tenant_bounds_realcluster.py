@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
-from podplacement.rules.placement import MAX_DECISION_BYTES
+from podplacement.rules.place.placement import MAX_DECISION_BYTES
 from podplacement.sandbox.product import Product
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import OCI_INDEX

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from podplacement.rules.config import DECISION_ANNOTATION, EXEC_FORMAT_ANNOTATION
-from podplacement.rules.placement import EXEC_FORMAT_EXCLUSION
+from podplacement.rules.place.placement import EXEC_FORMAT_EXCLUSION
 from podplacement.sandbox.ports import free_port
 from podplacement.sandbox.product import Product, start_product
 from tests.harness.kube import KubeEnv

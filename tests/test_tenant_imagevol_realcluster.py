@@ -174,7 +174,7 @@ def test_server_fact_an_image_volumes_pull_policy_is_defaulted_like_a_containers
 
 def test_server_fact_a_pod_create_cannot_carry_ephemeral_containers(
         cluster: KubeEnv, by_controller: dict[str, Any]) -> None:
-    """Why ``ephemeralContainers`` are not among a pod's images (rules.placement
+    """Why ``ephemeralContainers`` are not among a pod's images (rules.place.placement
     ``CONTAINER_LISTS``): the API server refuses them in a create."""
     pod = _pod("ephemeral", "reg.example/c:1", "reg.example/v:1")
     pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "reg.example/d:1"}]

@@ -76,7 +76,7 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     with a generic top-level name that could collide with another distribution."""
     with zipfile.ZipFile(wheel) as zf:
         tops = {n.split("/")[0] for n in zf.namelist()}
-        for sub in ("rules/placement.py", "webhook/app.py", "imageinspect/cli.py",
+        for sub in ("rules/place/placement.py", "webhook/app.py", "imageinspect/cli.py",
                     "certs/cli.py", "kubeclient/client.py"):
             assert f"podplacement/{sub}" in zf.namelist(), sub
     assert {t for t in tops if not t.endswith(".dist-info")} == {"podplacement"}, tops
@@ -243,7 +243,7 @@ def test_the_sdist_holds_what_its_tests_read(sdist: Path) -> None:
             "localkube/__main__.py"} <= expected
     assert sorted(expected - names) == []
     assert "podplacement/demo/apidouble.py" in names
-    assert "podplacement/rules/placement.py" in names  # the linked folders, as files
+    assert "podplacement/rules/place/placement.py" in names  # the linked folders, as files
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

@@ -3,7 +3,7 @@ one registry inspection per image however many reviews ask at once, results kept
 place cache.
 
 The API server waits for the webhook at most the configuration's ``timeoutSeconds``
-(:data:`rules.webhookconfig.DEFAULT_TIMEOUT_SECONDS`, 5 s) and then applies
+(:data:`rules.admit.webhookconfig.DEFAULT_TIMEOUT_SECONDS`, 5 s) and then applies
 ``failurePolicy: Ignore``: the pod passes unanswered. So an inspection at admission gets a
 *budget* well inside that (:data:`DEFAULT_BUDGET`), after which the caller answers with what
 it has. An inspection is a *flight*, an asyncio task of its own keyed by
@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from podplacement.imageinspect import Denied, NotFound, Unauthorized
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import unique_images
+from podplacement.rules.place.decision import unique_images
 from podplacement.rules.podspec import pull_secret_refs
 from podplacement.webhook.placecache import CacheKey, InspectorLike, cache_keys
 

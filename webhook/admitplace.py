@@ -3,7 +3,7 @@ the config's budget, with one manifest ``HEAD`` for an image pulled with ``Alway
 
 A pod the admission policy gated, or one the webhook would gate, is placed in the webhook's
 answer (gate removed, the controller's own decision,
-:func:`rules.admission.admission_placement`) when the webhook knows every image of it
+:func:`rules.place.admission.admission_placement`) when the webhook knows every image of it
 **from an anonymous inspection** (:mod:`webhook.placecache`: the webhook reads no Secret, so
 an image that needs the pod's pull Secrets is the controller's; docs/security.md).
 What it does not know yet it learns now, anonymously, within
@@ -41,13 +41,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from podplacement.rules.admission import (
+from podplacement.rules.config import PlacementConfig
+from podplacement.rules.place.admission import (
     AdmissionPlacement,
     admission_placement,
     fast_path_applies,
 )
-from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import too_many_images, unique_images
+from podplacement.rules.place.decision import too_many_images, unique_images
 from podplacement.rules.policy import PlacementPolicy, policy_for
 from podplacement.webhook.admitinspect import (
     NotInspectedInTime,

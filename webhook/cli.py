@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from podplacement.cliargs import one_line, positive_float, positive_int
 from podplacement.imageinspect.cli import add_registry_arguments, registry_settings
+from podplacement.rules.admit.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 from podplacement.rules.config import DEFAULT_NAMESPACE
-from podplacement.rules.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 from podplacement.webhook.admitinspect import DEFAULT_BUDGET
 from podplacement.webhook.limits import (
     DEFAULT_BODY_TIMEOUT,

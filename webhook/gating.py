@@ -8,7 +8,7 @@ the pod as the AdmissionReview carries it (a plain dict, already defaulted by th
 fields with an unexpected type are treated as absent, so this module never raises on odd input.
 No I/O, and no import from the controller; the rules it shares are the placement rules':
 :mod:`rules.config`,
-:mod:`rules.predicates` (the pod-level skip rules, written next to the CEL of the
+:mod:`rules.admit.predicates` (the pod-level skip rules, written next to the CEL of the
 admission policy's ``matchConditions``) and :mod:`rules.scope` (the pods the product
 leaves alone, a rule the escape monitor shares).
 """
@@ -19,14 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.rules.config import (
-    PlacementConfig,
-)
-from podplacement.rules.predicates import (
+from podplacement.rules.admit.predicates import (
     REASON_ALREADY_GATED,
     REASON_NO_CONFIG,
     REASON_NODE_NAME_SET,
     gate_skip_reason,
+)
+from podplacement.rules.config import (
+    PlacementConfig,
 )
 from podplacement.rules.scope import (
     REASON_DAEMONSET,
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: Skip reasons (metrics label values), in the order the rules are checked
-#: (:func:`rules.predicates.gate_skip_reason`; the namespace and DaemonSet reasons
+#: (:func:`rules.admit.predicates.gate_skip_reason`; the namespace and DaemonSet reasons
 #: are :mod:`rules.scope`'s).
 #: The reason that goes with ``gate=True``.
 REASON_GATED = "gated"
@@ -109,7 +109,7 @@ def should_gate(
         already carries our gate. No label or annotation of the pod is trusted: a pod the
         admission policy placed reaches the webhook only when the configuration's
         matchCondition did not recognise the current params object's mark
-        (:func:`rules.webhookconfig.match_conditions`), and it is then placed
+        (:func:`rules.admit.webhookconfig.match_conditions`), and it is then placed
         again like any other pod (a mark a pod's creator set never skips placement,
         docs/design.md).
         Every other pod is gated: whether its placement needs a change (an architecture

@@ -87,7 +87,7 @@ class WebhookMetrics:
     * ``released_unplaced_total{reason}``: pods released at admission without their images'
       platforms while no controller runs (the controller's fallback requirement: the
       fallback architecture when one applies, the fallback operating systems; never any
-      node: :mod:`rules.fallback`), by why (:data:`webhook.outage.UNPLACED_REASONS`);
+      node: :mod:`rules.place.fallback`), by why (:data:`webhook.outage.UNPLACED_REASONS`);
     * ``gated_pods_total``: pods the webhook gated;
     * ``errors_total``: internal errors (pod admitted unchanged);
     * ``request_duration_seconds``: histogram of the time spent handling ``/mutate``;

@@ -18,10 +18,10 @@ cluster-wide stall when the controller is down"):
    once we are gone"), so a private image's pod gets the fallback's operating systems
    during an outage where the webhook of 0.2.0 placed it with the pod's pull Secrets
    (docs/security.md, the trade-off);
-3. the controller's decision is answered (:func:`rules.admission.outage_placement`:
+3. the controller's decision is answered (:func:`rules.place.admission.outage_placement`:
    final affinity, labels, decision annotation with ``"path":"webhook"``, gate removed);
    an image without a result in time means the controller's fallback at once
-   (:func:`rules.fallback.fallback_requirement`: the fallback architecture when
+   (:func:`rules.place.fallback.fallback_requirement`: the fallback architecture when
    one applies and always the fallback operating systems, default ``kubernetes.io/os In
    [linux]``), the pod is *released unplaced* and the answer says why
    (:attr:`OutageAnswer.unplaced`).
@@ -40,9 +40,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.rules.admission import WARNING_PREFIX, outage_placement
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import Outcome, unique_images
+from podplacement.rules.place.admission import WARNING_PREFIX, outage_placement
+from podplacement.rules.place.decision import Outcome, unique_images
 from podplacement.rules.policy import PlacementPolicy
 from podplacement.webhook.admitinspect import (
     AdmissionInspector,

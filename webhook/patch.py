@@ -19,7 +19,7 @@ from podplacement.rules.config import (
     GATE_LABEL_GATED,
     SCHEDULING_GATE,
 )
-from podplacement.rules.placement import placed_labels
+from podplacement.rules.place.placement import placed_labels
 from podplacement.rules.podspec import escape_token, gate_index
 
 __all__ = ["CONTROLLER_UNAVAILABLE", "gate_patch", "patch_shape", "release_patch"]
@@ -75,10 +75,10 @@ def release_patch(pod: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
     """The JSONPatch ops that release ``pod`` from our gate at admission (no controller is
     running, and the pod's shape does not fit the decision's patch; :mod:`webhook.outage`):
     remove our entry of ``spec.schedulingGates`` (other gates stay), set the labels of a pod
-    released without affinity (:func:`rules.placement.placed_labels`:
+    released without affinity (:func:`rules.place.placement.placed_labels`:
     ``podplacement.io/scheduling-gate=removed``, ``podplacement.io/node-affinity=not-set``,
     the placement record every path writes; it records no requirement, so the escape monitor
-    still checks the bound pod against its node: :func:`rules.escape.record_doubt`) and the
+    still checks the bound pod against its node: :func:`rules.monitor.escape.record_doubt`) and the
     decision annotation ``{"result": "controller-unavailable", "reason":
     reason}``; ``[]`` when the pod does not carry our gate. Missing label or annotation maps
     are created whole."""

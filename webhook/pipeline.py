@@ -163,7 +163,7 @@ class AdmissionPipeline:
             (:class:`webhook.placecache.PlaceCache`, keyed by image). A pod the webhook
             would gate, or that the admission policy gated, whose images the cache knows
             is placed in the answer (the controller's decision,
-            :func:`rules.admission.admission_placement`: final affinity, labels, annotation
+            :func:`rules.place.admission.admission_placement`: final affinity, labels, annotation
             with ``"path":"webhook"``, gate removed, ``warnings`` for pins the images cannot
             run on), counted as ``admissions_total{path="webhook-placed"}``. On a miss, and
             for images pulled with ``Always``, the images are inspected (revalidated: one

@@ -1,7 +1,7 @@
 """The webhook's cache of **anonymous** image inspection results, filled in the background.
 
 The webhook places a pod at admission when it knows every image of the pod
-(:func:`rules.admission.admission_placement`; docs/how-it-decides.md "The webhook
+(:func:`rules.place.admission.admission_placement`; docs/how-it-decides.md "The webhook
 after the policy"):
 from this cache, or after :mod:`webhook.admitinspect` inspected the missing ones within the
 config's ``inspectionBudget`` and stored them here (:meth:`PlaceCache.store`;
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from podplacement.imageinspect import estimated_bytes
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.decision import unique_images
+from podplacement.rules.place.decision import unique_images
 
 __all__ = ["CacheKey", "InspectorLike", "PlaceCache", "PlaceCacheStats", "cache_keys"]
 

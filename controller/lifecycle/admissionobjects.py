@@ -3,8 +3,8 @@
 the product's namespace) and the MutatingWebhookConfiguration ``podplacement-webhook``.
 
 :class:`AdmissionObjects` converges them to what the config asks for and deletes them; what
-they should be is :mod:`rules.admissionpolicy`'s and
-:mod:`rules.webhookconfig`'s (pure), the upgrade rule for a binding of an earlier
+they should be is :mod:`rules.admit.admissionpolicy`'s and
+:mod:`rules.admit.webhookconfig`'s (pure), the upgrade rule for a binding of an earlier
 release is :func:`rules.legacy.reads_other_params`.
 """
 
@@ -27,7 +27,15 @@ from podplacement.controller.lifecycle.paths import (
 )
 from podplacement.controller.paramswriter import params_collection_path, params_path
 from podplacement.kubeclient import ApiError, KubeRequester, NotFound
-from podplacement.rules import admissionpolicy, legacy
+from podplacement.rules import legacy
+from podplacement.rules.admit import admissionpolicy
+from podplacement.rules.admit.webhookconfig import (
+    CERT_MANAGER_INJECT_ANNOTATION,
+    ServiceRef,
+    WebhookNamespaceSelection,
+    desired_webhook_configuration,
+    webhook_drifted,
+)
 from podplacement.rules.config import (
     ADMISSION_AUTO,
     ADMISSION_POLICY_NAME,
@@ -35,13 +43,6 @@ from podplacement.rules.config import (
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
     admission_mark,
-)
-from podplacement.rules.webhookconfig import (
-    CERT_MANAGER_INJECT_ANNOTATION,
-    ServiceRef,
-    WebhookNamespaceSelection,
-    desired_webhook_configuration,
-    webhook_drifted,
 )
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class AdmissionObjects:
         """Converge the admission policy, then the webhook configuration of ``config``
         (parsed: ``placement``, its namespaces: ``selection``; owned by ``owner``), which
         skips the pods the policy placed from the params object that exists now
-        (:func:`rules.webhookconfig.match_conditions`).
+        (:func:`rules.admit.webhookconfig.match_conditions`).
 
         Returns:
             ``(the webhook's action, what is in force of the policy, the policy's problem)``:

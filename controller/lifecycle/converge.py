@@ -23,8 +23,8 @@ from podplacement.controller.lifecycle.status import (
 )
 from podplacement.kubeclient import ApiError
 from podplacement.rules import ownership
+from podplacement.rules.admit.webhookconfig import webhook_namespace_selection
 from podplacement.rules.config import config_or_defaults
-from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 
 class Convergence:

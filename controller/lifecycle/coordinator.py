@@ -18,7 +18,7 @@ from podplacement.controller.lifecycle.status import ConfigStatus
 from podplacement.controller.lifecycle.withdrawal import UngateRemaining, Withdrawal
 from podplacement.kubeclient import KubeRequester
 from podplacement.rules import ownership
-from podplacement.rules.webhookconfig import ServiceRef
+from podplacement.rules.admit.webhookconfig import ServiceRef
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from podplacement.certs import secretflow
 from podplacement.controller.paramswriter import PARAMS_COLLECTION_PATH, PARAMS_PATH
 from podplacement.kubeclient import group_path, resource_path
-from podplacement.rules import admissionpolicy, legacy, ownership
+from podplacement.rules import legacy, ownership
+from podplacement.rules.admit import admissionpolicy
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,

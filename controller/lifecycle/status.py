@@ -22,6 +22,7 @@ from podplacement.controller.lifecycle.admissionobjects import (
 from podplacement.controller.lifecycle.objects import get_or_none, patch_finalizer
 from podplacement.controller.lifecycle.paths import CONFIG_PATH
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeRequester
+from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     STATUS_ARCH_TAINTS,
@@ -29,7 +30,6 @@ from podplacement.rules.config import (
     PlacementConfig,
 )
 from podplacement.rules.tolerations import ArchTaint, taints_value
-from podplacement.rules.webhookconfig import WebhookNamespaceSelection
 
 COND_AVAILABLE = "Available"
 #: ``status.admission.mechanism``: what adds the gate (and places warm pods) at admission.

@@ -50,6 +50,7 @@ from podplacement.rules.numa._score import (
     score_pod_scope,
 )
 from podplacement.rules.numa._topology import (
+    INVALID_NRT,
     NO_TOPOLOGY,
     POLICY_SINGLE_NUMA_NODE,
     SCOPE_POD,
@@ -427,7 +428,7 @@ def _reference(shape: _Shape, nodes: Sequence[Mapping[str, Any]],
             try:
                 topo = cache.topology(nrt)
             except (QuantityError, TypeError, ValueError) as exc:
-                verdicts.append(NodeVerdict(name, False, f"invalid NodeResourceTopology: {exc}",
+                verdicts.append(NodeVerdict(name, False, INVALID_NRT.format(exc),
                                             None, NO_TOPOLOGY, NO_TOPOLOGY))
                 continue
         if topo.policy == POLICY_SINGLE_NUMA_NODE and shape.aligning:

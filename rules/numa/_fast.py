@@ -26,6 +26,7 @@ from podplacement.rules.numa._fit import ContainerPlan, Request
 from podplacement.rules.numa._quantity import ALWAYS_ALLOCATABLE
 from podplacement.rules.numa._score import MAX_SCORE, ScoreItems
 from podplacement.rules.numa._topology import (
+    INVALID_NRT,
     NO_TOPOLOGY,
     POLICY_SINGLE_NUMA_NODE,
     SCOPE_POD,
@@ -254,7 +255,7 @@ def _read(cache: TopologyCache, node: Mapping[str, Any], nrt: Mapping[str, Any] 
     try:
         return info, cache.topology(nrt), None
     except (QuantityError, TypeError, ValueError) as exc:
-        return info, None, f"invalid NodeResourceTopology: {exc}"
+        return info, None, INVALID_NRT.format(exc)
 
 
 # --- kernels ----------------------------------------------------------------------------

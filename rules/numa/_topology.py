@@ -31,6 +31,8 @@ DEFAULT_MAX_NUMA_NODES = 8
 LIMIT_NUMA_NODES = 1024
 MAX_NUMA_ID = 64
 
+#: The verdict of a node whose NodeResourceTopology does not parse (``{}``: the error).
+INVALID_NRT = "invalid NodeResourceTopology: {}"
 #: Policy/scope shown for a node that has no (readable) NodeResourceTopology.
 NO_TOPOLOGY = "unknown"
 

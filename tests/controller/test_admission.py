@@ -20,13 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.rules.admission import (
-    PATH_WEBHOOK,
-    admission_placement,
-    fast_path_applies,
-    outage_placement,
-)
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -39,7 +32,14 @@ from podplacement.rules.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.rules.decision import (
+from podplacement.rules.place.admission import (
+    PATH_WEBHOOK,
+    admission_placement,
+    fast_path_applies,
+    outage_placement,
+)
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import (
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
@@ -48,7 +48,8 @@ from podplacement.rules.decision import (
     WARNING,
     decide,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import plan
 from podplacement.webhook.patch import gate_patch
 from tests.controller._pods import apply, img
 
@@ -152,8 +153,10 @@ def _controller_path(admission: dict[str, Any], config: PlacementConfig,
     created = copy.deepcopy(created)
     created["metadata"]["resourceVersion"] = "41"
     created["metadata"]["uid"] = "u-1"
-    decision = plan(created, IMAGES if images is None else images, config, nodes=None,
-                    nrts={}, now=0.0, failures=failures)
+    decision = plan(
+        PlacementInputs(created, IMAGES if images is None else images, config, failures=failures),
+        nodes=None, nrts={}, now=0.0,
+    )
     return decision, apply(created, list(decision.patch))
 
 
@@ -307,8 +310,8 @@ def test_an_image_pulled_always_is_left_to_the_controller_unless_revalidated() -
 def test_decide_without_path_writes_no_path() -> None:
     pod = _pod("reg/amd:1", gated=True)
     pod["metadata"]["resourceVersion"] = "3"
-    plain = decide(pod, IMAGES, PlacementConfig())
-    marked = decide(pod, IMAGES, PlacementConfig(), path="webhook")
+    plain = decide(PlacementInputs(pod, IMAGES, PlacementConfig()))
+    marked = decide(PlacementInputs(pod, IMAGES, PlacementConfig(), path="webhook"))
     assert "path" not in json.loads(plain.annotation)
     record = json.loads(marked.annotation)
     assert next(iter(record)) == "path"

@@ -15,14 +15,14 @@ from typing import Any
 from podplacement.controller.admissionfeed import DROPPED, FAILED, INSPECTED, AdmissionFeed
 from podplacement.controller.metrics import Metrics
 from podplacement.imageinspect import Inspector
-from podplacement.rules.admission import admission_placement
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
     PlacementConfig,
 )
-from podplacement.rules.decision import INCOMPATIBLE_NODE_SELECTOR, EventSpec
-from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import INCOMPATIBLE_NODE_SELECTOR, EventSpec
 from podplacement.rules.platforms import image_platform_pairs
 from tests.controller.conftest import eventually
 from tests.controller.test_admission import _json_patch

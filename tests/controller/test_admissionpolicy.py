@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from podplacement.rules import admissionpolicy as ap
+from podplacement.rules.admit import admissionpolicy as ap
+from podplacement.rules.admit.predicates import cel_string
+from podplacement.rules.admit.webhookconfig import webhook_namespace_selection
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
@@ -19,8 +21,6 @@ from podplacement.rules.config import (
     TopologyConfig,
 )
 from podplacement.rules.ownership import namespace_owner
-from podplacement.rules.predicates import cel_string
-from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 CONFIG: dict[str, Any] = {
     "apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementConfig",

@@ -1,13 +1,13 @@
 """The admission policy's plain CEL variables equal the Python rule, evaluated offline.
 
-The policy ``podplacement-gate`` (:func:`rules.admissionpolicy.desired_policy`) computes
-in CEL the facts :func:`rules.placement.placement_facts` computes in Python, for the
+The policy ``podplacement-gate`` (:func:`rules.admit.admissionpolicy.desired_policy`) computes
+in CEL the facts :func:`rules.place.placement.placement_facts` computes in Python, for the
 pods it places (docs/how-it-decides.md, "Placement inside the API server"). Here its
 ``variables`` are evaluated with Google's CEL runtime (``cel-expr-python``: the optional
 library's ``.?``/``orValue``, the strings library's ``split``/``join``) on generated pods and
 params tables, with no cluster, and each one is compared with what the Python rule says:
 
-- ``images``: :func:`rules.placement.pod_images`, initContainers, containers, then image
+- ``images``: :func:`rules.place.placement.pod_images`, initContainers, containers, then image
   volumes (KEP-4639);
 - ``known``: every distinct image (image volumes' too) is in the table and every one
   pulled ``Always`` is fresh;
@@ -21,10 +21,10 @@ params tables, with no cluster, and each one is compared with what the Python ru
 - ``placed``: known, free, allowedOk, and the common platforms linux only or none;
 - for a placed pod, ``archs``, ``weights``, ``preferredArchs`` and ``decision``: the
   architectures, the weights (the policy's or the cluster's), the preferred terms and the
-  annotation (:func:`rules.admissionpolicy.admission_record`,
+  annotation (:func:`rules.admit.admissionpolicy.admission_record`,
   byte for byte) of the Python facts of the same pod once gated.
 
-Every entry of the predicate table (:data:`rules.predicates.PREDICATES`: the
+Every entry of the predicate table (:data:`rules.admit.predicates.PREDICATES`: the
 policy's and the webhook configuration's ``matchConditions``, the eligibility variables and
 the webhook's verdict) is evaluated in CEL against its Python function on generated pods
 (:func:`test_every_predicate_is_its_python_in_cel`), also with fields of an unexpected type,
@@ -53,8 +53,16 @@ from cel_expr_python.ext import ext_optional, ext_strings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podplacement.rules import admissionpolicy as ap
-from podplacement.rules.affinity import expression
+from podplacement.rules.admit import admissionpolicy as ap
+from podplacement.rules.admit.imageparams import platforms_value
+from podplacement.rules.admit.predicates import (
+    CEL_KNOWN,
+    POLICY_MATCH_CONDITIONS,
+    POLICY_VARIABLES,
+    PREDICATES,
+    WEBHOOK_MATCH_CONDITIONS,
+    Inputs,
+)
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -69,9 +77,10 @@ from podplacement.rules.config import (
     admission_mark,
     config_or_defaults,
 )
-from podplacement.rules.imageparams import platforms_value
-from podplacement.rules.placement import (
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.placement import (
     Outcome,
+    PlacementInputs,
     compact_json,
     placement_facts,
     pod_images,
@@ -85,14 +94,6 @@ from podplacement.rules.policy import (
     params_policies,
     policy_for,
     rank,
-)
-from podplacement.rules.predicates import (
-    CEL_KNOWN,
-    POLICY_MATCH_CONDITIONS,
-    POLICY_VARIABLES,
-    PREDICATES,
-    WEBHOOK_MATCH_CONDITIONS,
-    Inputs,
 )
 from podplacement.rules.tolerations import taints_value
 from tests.controller._pods import img
@@ -184,7 +185,7 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
     out["allowedOk"] = not narrow(common.pairs, policy)[1]
     out["placed"] = out["free"] and (common.empty or common.all_linux) and out["allowedOk"]
     if out["placed"]:
-        facts = placement_facts(_as_gated(pod), results, config, policy=policy)
+        facts = placement_facts(PlacementInputs(_as_gated(pod), results, config, policy=policy))
         assert facts.outcome in (Outcome.SET, Outcome.NO_SUPPORTED_PLATFORM), facts.reason
         out["archs"] = list(facts.architectures)
         effective = policy.applied_to(config) if policy is not None else config
@@ -545,7 +546,7 @@ def test_the_policys_tolerations_are_the_python_rule(own: list[dict[str, Any]] |
         if not values["placed"]:
             assert table[REFS[0]] == "windows/amd64"
             continue
-        facts = placement_facts(_as_gated(pod), _images(table), config)
+        facts = placement_facts(PlacementInputs(_as_gated(pod), _images(table), config))
         want = [{"value": t["value"], "effect": t["effect"]} for t in facts.tolerations]
         assert values["addTolerations"] == want, (table, own)
         assert values["decision"] == compact_json(ap.admission_record(facts))
@@ -563,7 +564,7 @@ def test_the_policys_texts_are_the_python_rules() -> None:
     """The place branch writes the labels the controller writes for a placed pod and marks
     its decision as the webhook's configuration recognises it."""
     from podplacement.rules.config import ADMISSION_PATH_MARK
-    from podplacement.rules.placement import RECORD_PATH, placed_labels
+    from podplacement.rules.place.placement import RECORD_PATH, placed_labels
 
     assert compact_json({RECORD_PATH: ap.ADMISSION_PATH})[1:-1] == ADMISSION_PATH_MARK
     patch = ap.place_patch_mutation()
@@ -575,8 +576,8 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
     """The webhook configuration's matchCondition skips a pod whose annotation starts with
     the current params object's mark (rules.config.admission_mark): the policy
     must write exactly that, from ``params.metadata.uid``, and the Python record the same."""
+    from podplacement.rules.admit.webhookconfig import match_conditions
     from podplacement.rules.config import admission_mark
-    from podplacement.rules.webhookconfig import match_conditions
 
     uid = "6f1c2a5e-93a1-4b7e-9d35-0e4d2f8c1a77"
     variables = ap.place_variables(config_or_defaults(None)[0])
@@ -584,7 +585,9 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
     assert values["placed"] is True
     assert values["decision"].startswith("{" + admission_mark(uid) + ",")
     config = config_or_defaults(None)[0]
-    facts = placement_facts(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config)
+    facts = placement_facts(
+        PlacementInputs(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config),
+    )
     assert compact_json(ap.admission_record(facts, uid)) == values["decision"]
     # the matchCondition as the controller renders it: this pod skips the webhook, the same
     # annotation from another params object (or none) does not
@@ -610,7 +613,7 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
 
 # --- every predicate of the table: its CEL is its Python ----------------------------------
 #
-# rules.predicates.PREDICATES writes each admission predicate twice, side by side.
+# rules.admit.predicates.PREDICATES writes each admission predicate twice, side by side.
 # Each entry's CEL is evaluated here as the API server binds it (a policy variable after the
 # ones before it, a matchCondition on ``object`` alone) and compared with its Python, on
 # generated pods that also vary what the skip rules read (nodeName, owners, our gate, the
@@ -729,7 +732,7 @@ def test_the_match_conditions_are_the_table() -> None:
     """The policy's and the webhook configuration's matchConditions are the table's entries,
     in its order, and the webhook's skip reasons follow them (a changed entry is caught by
     the property above)."""
-    from podplacement.rules.webhookconfig import match_conditions
+    from podplacement.rules.admit.webhookconfig import match_conditions
 
     policy = ap.desired_policy(config_or_defaults(None)[0])
     assert [c["name"] for c in policy["spec"]["matchConditions"]] == [

@@ -5,17 +5,17 @@ The policy's plain ``variables`` are also checked offline with a CEL runtime
 (tests/controller/test_admissionpolicy_cel.py); this module checks what only the API server
 evaluates: the typed ``Object{}`` node affinity of the JSONPatch, the whole mutation, the
 ``matchConditions`` (against the webhook's own skip rules, :func:`webhook.gating.should_gate`)
-and the server's facts the module docstring of :mod:`rules.admissionpolicy` lists.
+and the server's facts the module docstring of :mod:`rules.admit.admissionpolicy` lists.
 
 The policy, its binding and an ImagePlatformCatalog params object are installed directly (no
 controller). Each PodPlacementConfig variant gets its own copy of the policy, bound to its
-own namespace (the spec is :func:`rules.admissionpolicy.desired_policy`'s, only the
+own namespace (the spec is :func:`rules.admit.admissionpolicy.desired_policy`'s, only the
 names and the namespace selector differ), so every variant is live at once and the property
 test needs no wait between examples. Pods are created with ``?dryRun=All``: the API server
 runs admission (the policy included) and returns the object it would store.
 
 The oracle is the controller: a pod the policy placed must carry what
-:func:`rules.decision.decide` writes on the same pod once gated (affinity, the two
+:func:`rules.place.decision.decide` writes on the same pod once gated (affinity, the two
 labels, the decision facts); any other pod must carry exactly the gate and the gated label.
 A pod with neither is a CEL error admitted unchanged by ``failurePolicy: Ignore`` (fail
 open), and fails the test.
@@ -35,7 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podplacement.controller.paramswriter import params_collection_path
-from podplacement.rules import admissionpolicy as ap
+from podplacement.rules.admit import admissionpolicy as ap
+from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
 from podplacement.rules.config import (
     API_VERSION,
     ARCH_LABEL,
@@ -52,9 +53,9 @@ from podplacement.rules.config import (
     PlatformWeight,
     TopologyConfig,
 )
-from podplacement.rules.decision import decide
-from podplacement.rules.explain import apply_patch
-from podplacement.rules.webhookconfig import WebhookNamespaceSelection
+from podplacement.rules.monitor.explain import apply_patch
+from podplacement.rules.place.decision import decide
+from podplacement.rules.place.placement import PlacementInputs
 from tests.controller._pods import img
 from tests.controller.conftest import check_bindings
 from tests.harness.kube import KubeEnv
@@ -237,7 +238,7 @@ def _controller_result(pod: Mapping[str, Any], pool: Mapping[str, str],
     """``decide()`` on the gated copy, its patch applied."""
     gated = _as_gated(pod)
     images = {i: img(i, *pool[i].split(",")) for i, _ in _pulls(gated)}
-    decision = decide(gated, images, config, nodes=None)
+    decision = decide(PlacementInputs(gated, images, config, nodes=None))
     out: dict[str, Any] = apply_patch(gated, list(decision.patch))
     if out["spec"].get("schedulingGates") == []:
         del out["spec"]["schedulingGates"]

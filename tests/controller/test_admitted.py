@@ -1,4 +1,4 @@
-"""Pods placed at admission (rules.admitted): which images the controller learns
+"""Pods placed at admission (rules.monitor.admitted): which images the controller learns
 from them for the catalog, and the Warning Event of their decision, which must be the one
 the controller sends for the same pod on its own path (same reason, same text), recomputed
 from the pod as stored and the platforms the decision was taken with."""
@@ -12,20 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from podplacement.rules.admission import admission_placement
-from podplacement.rules.admissionpolicy import admission_record
-from podplacement.rules.admitted import (
-    MAX_CANDIDATES,
-    admission_events,
-    admission_path,
-    admission_warning,
-    before_placement,
-    consistent_cuts,
-    decision_record,
-    images_to_learn,
-    recently_created,
-)
-from podplacement.rules.affinity import expression
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -36,7 +23,20 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.decision import (
+from podplacement.rules.monitor.admitted import (
+    MAX_CANDIDATES,
+    admission_events,
+    admission_path,
+    admission_warning,
+    before_placement,
+    consistent_cuts,
+    decision_record,
+    images_to_learn,
+    recently_created,
+)
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import (
     INCOMPATIBLE_NODE_SELECTOR,
     NO_SUPPORTED_PLATFORM_EVENT,
     PARTIALLY_COMPATIBLE_AFFINITY,
@@ -45,10 +45,10 @@ from podplacement.rules.decision import (
     WARNING,
     EventSpec,
 )
-from podplacement.rules.placement import compact_json, placement_facts
-from podplacement.rules.plan import plan
+from podplacement.rules.place.placement import PlacementInputs, compact_json, placement_facts
+from podplacement.rules.place.plan import plan
+from podplacement.rules.place.render import admission_patch
 from podplacement.rules.platforms import node_inventory
-from podplacement.rules.render import admission_patch
 from tests.controller._pods import img
 from tests.controller.test_admission import (
     IMAGES,
@@ -89,7 +89,7 @@ def _by_policy(admission: dict[str, Any], catalog: dict[str, str],
     controller's facts rendered with the policy's record (the CEL writes both exactly:
     tests/controller/test_admissionpolicy_place_realcluster.py)."""
     results = {i: img(i, *v.split(",")) for i, v in catalog.items()}
-    facts = placement_facts(admission, results, config)
+    facts = placement_facts(PlacementInputs(admission, results, config))
     placed = _json_patch(admission, list(admission_patch(admission, facts)))
     placed["metadata"]["annotations"][DECISION_ANNOTATION] = compact_json(
         admission_record(facts))
@@ -160,7 +160,7 @@ def test_consistent_cuts_are_what_the_placement_appended() -> None:
     results = {i: IMAGES[i] for i in ("reg/all:1",)}
 
     def appends(candidate: dict[str, Any]) -> Any:
-        p = placement_facts(candidate, results, PREFERRING, path="webhook")
+        p = placement_facts(PlacementInputs(candidate, results, PREFERRING, path="webhook"))
         return [t.expressions for t in p.required], p.preferred
 
     # the first term restricted the architecture with In: nothing was appended to it; the
@@ -221,7 +221,7 @@ def test_platform_not_in_cluster_as_the_controller_tells_it() -> None:
     gated = {**copy.deepcopy(admission), "metadata": {
         **admission["metadata"], "resourceVersion": "1"}}
     gated["spec"]["schedulingGates"] = [{"name": "podplacement.io/scheduling-gate"}]
-    decision = plan(gated, IMAGES, config, nodes=nodes, nrts={}, now=0.0)
+    decision = plan(PlacementInputs(gated, IMAGES, config), nodes=nodes, nrts={}, now=0.0)
     assert [e.reason for e in told] == [PLATFORM_NOT_IN_CLUSTER]
     assert told[0] in decision.events
     assert _warning(placed, config, nodes=node_inventory(nodes)) is None

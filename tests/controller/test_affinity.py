@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podplacement.rules.affinity import (
+from podplacement.rules.config import (
+    ARCH_LABEL,
+    HOSTNAME_LABEL,
+    NO_SUPPORTED_PLATFORM_KEY,
+    OS_LABEL,
+)
+from podplacement.rules.place.affinity import (
     AffinityPlan,
     PlatformRequirement,
     arch_preferences,
@@ -18,12 +24,6 @@ from podplacement.rules.affinity import (
     require_architectures,
     require_oses,
     unsatisfiable_marker,
-)
-from podplacement.rules.config import (
-    ARCH_LABEL,
-    HOSTNAME_LABEL,
-    NO_SUPPORTED_PLATFORM_KEY,
-    OS_LABEL,
 )
 from tests.controller._pods import apply, assert_kep3838, gated_pod, required, terms_of
 

@@ -15,11 +15,12 @@ from localkube.patch import apply_patch
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.reconciler import Reconciler, pod_key
 from podplacement.kubeclient import api_error
-from podplacement.rules import decision as d
 from podplacement.rules.config import DECISION_ANNOTATION, PlacementConfig
-from podplacement.rules.placement import (
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.placement import (
     MAX_DECISION_BYTES,
     MAX_POD_IMAGES,
+    PlacementInputs,
     bounded_record,
     compact_json,
 )
@@ -36,7 +37,7 @@ def _wide(ref: str, n: int) -> Any:
 def test_a_decision_of_60_images_of_500_platforms_is_written_compact() -> None:
     images = tuple(f"reg/app:{n}" for n in range(60))
     pod = gated_pod(images=images)
-    dec = d.decide(pod, {i: _wide(i, 500) for i in images}, CFG)
+    dec = d.decide(PlacementInputs(pod, {i: _wide(i, 500) for i in images}, CFG))
     assert dec.outcome == d.Outcome.SET
     full = compact_json(dec.record)
     assert len(full) > 60 * 500 * 60  # the facts: 60 x 500 platform names
@@ -55,7 +56,9 @@ def test_a_decision_of_60_images_of_500_platforms_is_written_compact() -> None:
 
 def test_a_small_decision_is_written_whole() -> None:
     pod = gated_pod(images=("reg/a:1",))
-    dec = d.decide(pod, {"reg/a:1": img("reg/a:1", "linux/amd64", "linux/arm64")}, CFG)
+    dec = d.decide(
+        PlacementInputs(pod, {"reg/a:1": img("reg/a:1", "linux/amd64", "linux/arm64")}, CFG),
+    )
     assert dec.annotation == compact_json(dec.record)
     assert "compact" not in json.loads(dec.annotation)
 
@@ -197,7 +200,7 @@ def test_a_pod_of_too_many_images_falls_back_without_an_inspection() -> None:
 
 
 def test_an_admission_patch_over_its_bound_leaves_the_pod_to_the_controller() -> None:
-    from podplacement.rules.admission import MAX_ADMISSION_PATCH_BYTES, admission_placement
+    from podplacement.rules.place.admission import MAX_ADMISSION_PATCH_BYTES, admission_placement
 
     terms = [{"matchExpressions": [{"key": "example.com/rack", "operator": "In",
                                     "values": [f"r{n}"]}]} for n in range(150)]

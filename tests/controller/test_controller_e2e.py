@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from podplacement.kubeclient import KubeAPI
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -21,6 +20,7 @@ from podplacement.rules.config import (
     SCHEDULING_GATE,
     WINDOWS_BUILD_LABEL,
 )
+from podplacement.rules.place.affinity import expression
 from podplacement.sandbox.controlplane import WINDOWS_BUILD_2022
 from tests.controller.conftest import (
     Images,

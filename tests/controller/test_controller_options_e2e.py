@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from podplacement.kubeclient import ApiError, KubeAPI
-from podplacement.rules.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
+from podplacement.rules.admit.webhookconfig import CERT_MANAGER_INJECT_ANNOTATION
 from tests.controller.conftest import (
     CONFIG_PATH as CONFIG,
 )

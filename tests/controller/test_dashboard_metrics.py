@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podplacement.controller.admissionfeed import AdmissionFeed
 from podplacement.controller.metrics import Metrics
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import DECISION_ANNOTATION, PlacementConfig
-from podplacement.rules.imageparams import ParamsStore
 from tests.controller.test_admissionfeed import T_NOW, Events, _by_controller, _placed
 
 IMAGE = "registry.test/dash/app:v1"

@@ -6,8 +6,6 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podplacement.rules import decision as d
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -22,6 +20,9 @@ from podplacement.rules.config import (
     PlatformWeight,
     TopologyConfig,
 )
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.placement import PlacementInputs
 from podplacement.rules.platforms import NodeInventory
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 
@@ -41,7 +42,7 @@ def _annotation(pod: dict[str, Any]) -> dict[str, Any]:
 
 def test_single_arch_image_sets_affinity_and_ungates() -> None:
     pod = gated_pod()
-    dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG))
     assert dec.outcome == d.Outcome.SET and dec.ungate
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [
@@ -63,7 +64,7 @@ def test_containers_and_init_containers_intersect() -> None:
         "b": img("b", "linux/amd64", "linux/arm64"),
         "i": img("i", "linux/arm64", "linux/s390x", "linux/amd64"),
     }
-    dec = d.decide(pod, images, CFG)
+    dec = d.decide(PlacementInputs(pod, images, CFG))
     assert dec.architectures == ("amd64", "arm64")
     assert [i["image"] for i in json.loads(dec.annotation)["images"]] == ["i", "a", "b"]
 
@@ -101,7 +102,7 @@ def test_an_image_volume_narrows_the_architectures_and_is_named_in_the_annotatio
     pod = _with_image_volume(gated_pod(images=("multi:1",)), "armonly:1")
     images = {"multi:1": img("multi:1", "linux/amd64", "linux/arm64"),
               "armonly:1": img("armonly:1", "linux/arm64")}
-    dec = d.decide(pod, images, CFG)
+    dec = d.decide(PlacementInputs(pod, images, CFG))
     assert dec.outcome == d.Outcome.SET and dec.architectures == ("arm64",)
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [
@@ -110,13 +111,15 @@ def test_an_image_volume_narrows_the_architectures_and_is_named_in_the_annotatio
     assert [(i["image"], i["platforms"]) for i in ann["images"]] == [
         ("multi:1", ["linux/amd64", "linux/arm64"]), ("armonly:1", ["linux/arm64"])]
     # the volume's image not inspected: the pod is not placed from the container's alone
-    missing = d.decide(pod, {"multi:1": images["multi:1"]}, CFG)
+    missing = d.decide(PlacementInputs(pod, {"multi:1": images["multi:1"]}, CFG))
     assert missing.outcome == d.Outcome.RETRY and not missing.ungate
 
 
 def test_empty_intersection_requires_the_marker_and_warns() -> None:
     pod = gated_pod(images=("a", "b"), affinity=required([ZONE]))
-    dec = d.decide(pod, {"a": img("a", "linux/amd64"), "b": img("b", "linux/arm64")}, CFG)
+    dec = d.decide(
+        PlacementInputs(pod, {"a": img("a", "linux/amd64"), "b": img("b", "linux/arm64")}, CFG),
+    )
     assert dec.outcome == d.Outcome.NO_SUPPORTED_PLATFORM and dec.ungate
     new = _apply(pod, dec)
     assert terms_of(new)[0]["matchExpressions"][-1] == {
@@ -128,7 +131,7 @@ def test_empty_intersection_requires_the_marker_and_warns() -> None:
 
 def test_compatible_node_selector_pin_keeps_affinity() -> None:
     pod = gated_pod(node_selector={ARCH_LABEL: "arm64"}, affinity=required([ZONE]))
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, CFG))
     new = _apply(pod, dec)
     # the arch pin is the user's; only the OS (not pinned) is narrowed
     assert terms_of(new) == [{"matchExpressions": [
@@ -139,7 +142,7 @@ def test_compatible_node_selector_pin_keeps_affinity() -> None:
 
 def test_incompatible_node_selector_pin_warns() -> None:
     pod = gated_pod(node_selector={ARCH_LABEL: "s390x"})
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG))
     assert dec.ungate and dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
 
 
@@ -148,7 +151,7 @@ def test_weights_become_preferred_terms_for_supported_archs() -> None:
         CFG, preferred_platforms=(PlatformWeight("arm64", 80), PlatformWeight("s390x", 10))
     )
     pod = gated_pod()
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg))
     new = _apply(pod, dec)
     pref = new["spec"]["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
@@ -170,7 +173,9 @@ def test_user_arch_preference_is_kept() -> None:
     pod = gated_pod(
         affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [mine]}}
     )
-    new = _apply(pod, d.decide(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg))
+    new = _apply(pod, d.decide(
+        PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64", "linux/arm64")}, cfg),
+    ))
     assert new["spec"]["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ] == [mine]
@@ -178,7 +183,7 @@ def test_user_arch_preference_is_kept() -> None:
 
 def test_windows_image_adds_an_os_requirement() -> None:
     pod = gated_pod()
-    dec = d.decide(pod, {"reg/app:1": img("w", "windows/amd64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("w", "windows/amd64")}, CFG))
     exprs = terms_of(_apply(pod, dec))[0]["matchExpressions"]
     assert exprs == [
         expression(ARCH_LABEL, "In", ["amd64"]),
@@ -190,11 +195,13 @@ def test_inspection_error_retries_then_falls_back_to_the_default_os_requirement(
     cfg = replace(CFG, image_inspection=ImageInspectionConfig(max_retries=2))
     pod = gated_pod()
     err = {"reg/app:1": ConnectionError("registry down")}
-    first = d.decide(pod, err, cfg, failures=0)
+    first = d.decide(PlacementInputs(pod, err, cfg, failures=0))
     assert first.outcome == d.Outcome.RETRY and not first.patch
     assert first.events[0].reason == d.IMAGE_INSPECTION_FAILED
-    assert d.decide(pod, err, cfg, failures=1).events == ()  # one warning, not one per retry
-    last = d.decide(pod, err, cfg, failures=2)
+    assert d.decide(
+        PlacementInputs(pod, err, cfg, failures=1),
+    ).events == ()  # one warning, not one per retry
+    last = d.decide(PlacementInputs(pod, err, cfg, failures=2))
     assert last.outcome == d.Outcome.FALLBACK and last.ungate
     new = _apply(pod, last)
     # never released to any node: no fallbackArchitecture, still Linux only
@@ -216,7 +223,7 @@ def test_fallback_architecture_is_required_when_configured() -> None:
         CFG, fallback_architecture="amd64", image_inspection=ImageInspectionConfig(max_retries=0)
     )
     pod = gated_pod()
-    dec = d.decide(pod, {}, cfg)  # image missing from the map counts as an error
+    dec = d.decide(PlacementInputs(pod, {}, cfg))  # image missing from the map counts as an error
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [expression(ARCH_LABEL, "In", ["amd64"]),
                                                    expression(OS_LABEL, "In", ["linux"])]}]
@@ -229,20 +236,22 @@ def test_a_platform_no_node_has_is_placed_and_told_not_warned() -> None:
     """A pool at zero (docs/pools/autoscalers.md): placed for s390x as usual, a Normal
     ``PlatformNotInCluster`` after ``PlacementDecided``, no Warning."""
     nodes = NodeInventory(frozenset({"amd64"}), frozenset({("linux", "amd64")}), 3)
-    dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/s390x")}, CFG, nodes=nodes)
+    dec = d.decide(
+        PlacementInputs(gated_pod(), {"reg/app:1": img("x", "linux/s390x")}, CFG, nodes=nodes),
+    )
     assert dec.outcome == d.Outcome.SET and not dec.warnings
     assert [(e.type, e.reason) for e in dec.events] == [
         (d.NORMAL, d.PLACEMENT_DECIDED), (d.NORMAL, d.PLATFORM_NOT_IN_CLUSTER)]
 
 
 def test_pod_without_our_gate_is_skipped() -> None:
-    dec = d.decide(gated_pod(gates=("other",)), {}, CFG)
+    dec = d.decide(PlacementInputs(gated_pod(gates=("other",)), {}, CFG))
     assert dec.outcome == d.Outcome.SKIP and not dec.patch
 
 
 def test_other_gate_stays() -> None:
     pod = gated_pod(gates=("podplacement.io/scheduling-gate", "example.com/x"))
-    new = _apply(pod, d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG))
+    new = _apply(pod, d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)))
     assert new["spec"]["schedulingGates"] == [{"name": "example.com/x"}]
 
 
@@ -271,7 +280,7 @@ TOPO = replace(CFG, topology=TopologyConfig(enabled=True, max_wait_seconds=60))
 def test_numa_candidates_become_hostname_affinity() -> None:
     numa = Numa(True, ("n2", "n1"), ("h2", "h1"), {"n2": 90, "n1": 0}, verdicts=(Verdict("n1"),))
     pod = gated_pod(affinity=required([ZONE], [ZONE]))
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, TOPO, numa=numa)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64")}, TOPO, numa=numa))
     new = _apply(pod, dec)
     for term in terms_of(new):
         assert term["matchExpressions"][-1] == expression(HOSTNAME_LABEL, "In", ["h2", "h1"])
@@ -294,16 +303,16 @@ def test_numa_candidates_become_hostname_affinity() -> None:
 def test_numa_without_candidates_waits_then_ungates_arch_only() -> None:
     pod = gated_pod()
     images = {"reg/app:1": img("x", "linux/amd64")}
-    wait = d.decide(pod, images, TOPO, numa=Numa(True), numa_waited_seconds=5)
+    wait = d.decide(PlacementInputs(pod, images, TOPO, numa=Numa(True), numa_waited_seconds=5))
     assert wait.outcome == d.Outcome.WAIT_NUMA and not wait.ungate
     waiting = apply(pod, list(wait.patch))
     assert waiting["metadata"]["labels"][NUMA_LABEL] == "waiting"
     assert waiting["spec"]["schedulingGates"]
     assert wait.events[0].reason == d.WAITING_FOR_NUMA
     # already waiting: nothing to write, no second event
-    again = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=6)
+    again = d.decide(PlacementInputs(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=6))
     assert again.outcome == d.Outcome.WAIT_NUMA and again.patch == () and again.events == ()
-    done = d.decide(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=61)
+    done = d.decide(PlacementInputs(waiting, images, TOPO, numa=Numa(True), numa_waited_seconds=61))
     assert done.ungate and done.events[0].reason == d.PLACEMENT_FALLBACK
     new = _apply(waiting, done)
     assert NUMA_LABEL not in new["metadata"]["labels"]
@@ -316,22 +325,24 @@ def test_waiting_pod_that_gets_candidates_is_labelled_placed() -> None:
     selector) and ungates; an arch-only decision never carries the label."""
     pod = gated_pod()
     images = {"reg/app:1": img("x", "linux/amd64")}
-    waiting = apply(pod, list(d.decide(pod, images, TOPO, numa=Numa(True)).patch))
+    waiting = apply(pod, list(d.decide(PlacementInputs(pod, images, TOPO, numa=Numa(True))).patch))
     numa = Numa(True, ("n1",), ("h1",), {"n1": 50})
-    dec = d.decide(waiting, images, TOPO, numa=numa)
+    dec = d.decide(PlacementInputs(waiting, images, TOPO, numa=numa))
     assert dec.ungate and dec.labels[NUMA_LABEL] == "placed"
     new = _apply(waiting, dec)
     assert new["metadata"]["labels"][NUMA_LABEL] == "placed"
     assert "schedulingGates" not in new["spec"]
-    plain = d.decide(pod, images, TOPO)
+    plain = d.decide(PlacementInputs(pod, images, TOPO))
     assert NUMA_LABEL not in _apply(pod, plain)["metadata"]["labels"]
-    unneeded = d.decide(pod, images, TOPO, numa=Numa(False))
+    unneeded = d.decide(PlacementInputs(pod, images, TOPO, numa=Numa(False)))
     assert NUMA_LABEL not in _apply(pod, unneeded)["metadata"]["labels"]
 
 
 def test_numa_unsatisfiable_ungate_does_not_wait() -> None:
     cfg = replace(TOPO, topology=replace(TOPO.topology, unsatisfiable="Ungate"))
-    dec = d.decide(gated_pod(), {"reg/app:1": img("x", "linux/amd64")}, cfg, numa=Numa(True))
+    dec = d.decide(
+        PlacementInputs(gated_pod(), {"reg/app:1": img("x", "linux/amd64")}, cfg, numa=Numa(True)),
+    )
     assert dec.ungate
 
 
@@ -363,7 +374,7 @@ def test_plain_ungate_only_removes_the_gate() -> None:
 
 def test_os_pin_outside_linux_images_warns() -> None:
     pod = gated_pod(node_selector={OS_LABEL: "windows"})
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG))
     assert dec.ungate and dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
     # the arch requirement still goes in (only the pinned key is left to the user)
     assert terms_of(_apply(pod, dec)) == [
@@ -378,7 +389,7 @@ def test_decision_never_raises_on_odd_specs() -> None:
     pod["spec"]["affinity"] = {
         "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [None, {"weight": 1}]}
     }
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/amd64")}, CFG))
     assert dec.ungate and dec.outcome == d.Outcome.SET
 
 
@@ -395,7 +406,7 @@ def test_outcomes_serialise_as_the_plain_strings() -> None:
         assert str(outcome) == f"{outcome}" == "%s" % outcome == outcome.value  # noqa: UP031
         assert type(str(outcome)) is str
     pod = gated_pod()
-    dec = d.decide(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("reg/app:1", "linux/arm64")}, CFG))
     assert isinstance(dec.outcome, d.Outcome) and dec.outcome == "set"
     record = json.loads(dec.annotation)
     assert record["result"] == "set" and '"result":"set"' in dec.annotation
@@ -416,7 +427,7 @@ WORKER = expression("node-role.kubernetes.io/worker", "Exists")
 
 def test_windows_amd64_and_linux_arm64_give_two_exact_terms_never_the_cross_product() -> None:
     pod = gated_pod()
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     assert dec.outcome == d.Outcome.SET
     new = _apply(pod, dec)
     assert terms_of(new) == [
@@ -437,7 +448,7 @@ def test_three_oses_decide_three_terms() -> None:
                        "freebsd/riscv64"),
               "b": img("b", "linux/arm64", "windows/amd64", "freebsd/riscv64", "linux/amd64")}
     pod = gated_pod(images=("a", "b"))
-    new = _apply(pod, d.decide(pod, images, CFG))
+    new = _apply(pod, d.decide(PlacementInputs(pod, images, CFG)))
     assert [(t["matchExpressions"][0]["values"], t["matchExpressions"][1]["values"])
             for t in terms_of(new)] == [
         (["riscv64"], ["freebsd"]), (["amd64", "arm64"], ["linux"]), (["amd64"], ["windows"])]
@@ -447,7 +458,7 @@ def test_three_oses_decide_three_terms() -> None:
 
 def test_linux_only_decision_is_the_one_term_and_the_annotation_of_before() -> None:
     pod = gated_pod()
-    dec = d.decide(pod, {"reg/app:1": img("x", "linux/arm64", "linux/amd64")}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("x", "linux/arm64", "linux/amd64")}, CFG))
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [
         expression(ARCH_LABEL, "In", ["amd64", "arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
@@ -459,7 +470,7 @@ def test_linux_only_decision_is_the_one_term_and_the_annotation_of_before() -> N
 
 def test_existing_term_is_narrowed_to_linux_and_the_left_out_pairs_are_warned() -> None:
     pod = gated_pod(affinity=required([ZONE]))
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     new = _apply(pod, dec)
     assert terms_of(new) == [{"matchExpressions": [
         ZONE, expression(ARCH_LABEL, "In", ["arm64"]), expression(OS_LABEL, "In", ["linux"])]}]
@@ -475,7 +486,7 @@ def test_existing_term_is_narrowed_to_linux_and_the_left_out_pairs_are_warned() 
 def test_several_terms_and_a_windows_pin_keep_every_pair_reachable() -> None:
     pod = gated_pod(affinity=required(
         [ZONE], [WORKER], [expression(OS_LABEL, "In", ["windows"])]))
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     new = _apply(pod, dec)
     terms = terms_of(new)
     assert terms[0]["matchExpressions"][1:] == terms[1]["matchExpressions"][1:] == [
@@ -489,7 +500,7 @@ def test_several_terms_and_a_windows_pin_keep_every_pair_reachable() -> None:
 
 def test_node_selector_naming_a_pair_no_image_has_warns() -> None:
     pod = gated_pod(node_selector={OS_LABEL: "linux", ARCH_LABEL: "amd64"})
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     assert dec.events[0].reason == d.INCOMPATIBLE_NODE_SELECTOR
     assert dec.events[0].message == (
         "nodeSelector kubernetes.io/os=linux, kubernetes.io/arch=amd64 names no platform every "
@@ -499,7 +510,7 @@ def test_node_selector_naming_a_pair_no_image_has_warns() -> None:
 def test_term_pins_naming_only_unsupported_pairs_warn_incompatible() -> None:
     pod = gated_pod(affinity=required([expression(ARCH_LABEL, "In", ["amd64"]),
                                        expression(OS_LABEL, "In", ["linux"])]))
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     assert dec.outcome == d.Outcome.NOT_SET
     assert terms_of(_apply(pod, dec)) == terms_of(pod)
     assert dec.events[0].reason == d.INCOMPATIBLE_NODE_AFFINITY
@@ -510,6 +521,6 @@ def test_a_pinned_pair_beside_a_compatible_term_is_partially_compatible() -> Non
     pod = gated_pod(affinity=required([expression(OS_LABEL, "In", ["windows"])],
                                       [expression(ARCH_LABEL, "In", ["amd64"]),
                                        expression(OS_LABEL, "In", ["linux"])]))
-    dec = d.decide(pod, MIXED, CFG)
+    dec = d.decide(PlacementInputs(pod, MIXED, CFG))
     assert dec.events[0].reason == d.PARTIALLY_COMPATIBLE_AFFINITY
     assert "(linux/amd64; supported: linux/arm64, windows/amd64)" in dec.events[0].message

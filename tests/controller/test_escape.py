@@ -1,4 +1,4 @@
-"""The pure rules of escaped pods (rules/escape.py): which bound pods without a
+"""The pure rules of escaped pods (rules/monitor/escape.py): which bound pods without a
 placement record are checked, the verdict against the node's (os, arch) pair, which of them
 the repair deletes, one round of deletions per owner per minute (fake clock), the Event and
 the record; and the shared scope rules (rules/scope.py)."""
@@ -24,7 +24,7 @@ from podplacement.rules.config import (
     SCHEDULING_GATE,
     ExcludedPlatform,
 )
-from podplacement.rules.escape import (
+from podplacement.rules.monitor.escape import (
     FIT,
     UNFIT,
     UNKNOWN,
@@ -112,7 +112,7 @@ def skip(pod: dict[str, Any], config_created: float | None = CONFIG_CREATED) -> 
 
 def test_the_watch_selects_bound_unrecorded_pods_outside_the_system_namespaces() -> None:
     params = watch_params(NS)
-    # the recorded escapes are judged by rules.escape.recorded, not by their label
+    # the recorded escapes are judged by rules.monitor.escape.recorded, not by their label
     assert params["labelSelector"] == f"!{AFFINITY_LABEL}"
     fields = params["fieldSelector"].split(",")
     assert fields[0] == "spec.nodeName!="

@@ -1,4 +1,4 @@
-"""Which placement records spare a labelled pod the escape check (rules/escape.py
+"""Which placement records spare a labelled pod the escape check (rules/monitor/escape.py
 ``record_doubt``, ``placement_doubt``, ``skip_reason``): every pod the product really placed,
 on every path and with every shape of node affinity, reproduces from its spec (the placement
 is computed and rendered by the product's own code here, then applied); what a pod's creator
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform, RegistryError
-from podplacement.rules.admissionpolicy import admission_record
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -27,8 +27,7 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.decision import decide, fallback_ungate, plain_ungate
-from podplacement.rules.escape import (
+from podplacement.rules.monitor.escape import (
     DOUBT_AFFINITY,
     DOUBT_FALLBACK,
     DOUBT_MARKER,
@@ -43,8 +42,9 @@ from podplacement.rules.escape import (
     record_patch,
     skip_reason,
 )
-from podplacement.rules.explain import apply_patch
-from podplacement.rules.placement import compact_json
+from podplacement.rules.monitor.explain import apply_patch
+from podplacement.rules.place.decision import decide, fallback_ungate, plain_ungate
+from podplacement.rules.place.placement import PlacementInputs, compact_json
 
 NS = "podplacement-system"
 CONFIG_CREATED = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -142,14 +142,14 @@ def test_every_placement_the_product_writes_reproduces_from_the_spec(
         shape: str, platforms: str, config: str) -> None:
     pod = gated(SHAPES[shape])
     for path in (None, "webhook"):  # the controller's PATCH, the webhook's patch
-        decision = decide(pod, PLATFORMS[platforms], CONFIGS[config], path=path)
+        decision = decide(PlacementInputs(pod, PLATFORMS[platforms], CONFIGS[config], path=path))
         assert decision.ungate and decision.record, decision.reason
         assert record_doubt(placed(pod, decision.patch)) is None, (path, decision.reason)
 
 
 def test_the_admission_policys_record_reproduces_too() -> None:
     pod = gated()
-    decision = decide(pod, PLATFORMS["amd64-arm64"], PlacementConfig())
+    decision = decide(PlacementInputs(pod, PLATFORMS["amd64-arm64"], PlacementConfig()))
     after = placed(pod, decision.patch)
     after["metadata"]["annotations"][DECISION_ANNOTATION] = compact_json(
         admission_record(decision, "uid-1"))
@@ -160,12 +160,12 @@ def test_the_admission_policys_record_reproduces_too() -> None:
 def test_no_supported_platform_and_fallback_placements_reproduce(shape: str) -> None:
     pod = gated(SHAPES[shape], images=(IMAGE, OTHER))
     disjoint = {IMAGE: image(IMAGE, "linux/amd64"), OTHER: image(OTHER, "linux/arm64")}
-    none = decide(pod, disjoint, PlacementConfig())
+    none = decide(PlacementInputs(pod, disjoint, PlacementConfig()))
     assert none.record["result"] == "no-supported-platform"
     assert record_doubt(placed(pod, none.patch)) is None
     failed = {IMAGE: RegistryError("registry down"), OTHER: image(OTHER, "linux/arm64")}
     for config in CONFIGS.values():
-        fallback = decide(pod, failed, config, give_up="at admission")
+        fallback = decide(PlacementInputs(pod, failed, config, give_up="at admission"))
         assert fallback.record["result"] == "fallback"
         assert record_doubt(placed(pod, fallback.patch)) is None
         released = fallback_ungate(pod, "uninstall", config)
@@ -174,7 +174,7 @@ def test_no_supported_platform_and_fallback_placements_reproduce(shape: str) -> 
 
 def test_an_honest_pod_on_a_node_its_affinity_admits_is_placed() -> None:
     pod = gated()
-    decision = decide(pod, PLATFORMS["amd64-arm64"], PlacementConfig())
+    decision = decide(PlacementInputs(pod, PLATFORMS["amd64-arm64"], PlacementConfig()))
     after = placed(pod, decision.patch, node="node-arm64")
     after["metadata"]["labels"].update({AFFINITY_LABEL: "set"})
     assert placement_doubt(after, node("node-arm64", "arm64")) is None
@@ -202,7 +202,7 @@ def labelled(spec: dict[str, Any] | None = None, annotation: str | None = None,
 def _copied() -> tuple[str, dict[str, Any]]:
     """The decision annotation and the node affinity of a pod the product placed."""
     pod = gated()
-    after = placed(pod, decide(pod, PLATFORMS["amd64"], PlacementConfig()).patch)
+    after = placed(pod, decide(PlacementInputs(pod, PLATFORMS["amd64"], PlacementConfig())).patch)
     return (after["metadata"]["annotations"][DECISION_ANNOTATION],
             {"affinity": after["spec"]["affinity"]})
 

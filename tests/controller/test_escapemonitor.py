@@ -27,7 +27,7 @@ from podplacement.rules.config import (
     ImageInspectionConfig,
     PlacementConfig,
 )
-from podplacement.rules.decision import EventSpec
+from podplacement.rules.place.decision import EventSpec
 
 IMAGE = "reg.example/app:1"
 AMD64_ONLY = ImageInfo(IMAGE, "sha256:" + "a" * 64, "application/vnd.oci.image.manifest.v1+json",

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 
 from podplacement.controller.events import REPORTING_CONTROLLER, event_body
-from podplacement.rules.decision import EventSpec
+from podplacement.rules.place.decision import EventSpec
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
 NOW = dt.datetime(2026, 11, 22, 5, 55, 15, 0, tzinfo=dt.UTC)

@@ -1,4 +1,4 @@
-"""The exec-format-error rule (rules.execformat) with each runtime's exact words, the
+"""The exec-format-error rule (rules.monitor.execformat) with each runtime's exact words, the
 pod's record, the Event, and the findings store (rules.findings): pure."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from podplacement.rules.config import (
     EXEC_FORMAT_REASON,
     PlacementConfig,
 )
-from podplacement.rules.execformat import (
+from podplacement.rules.findings import FindingsStore, Verification
+from podplacement.rules.monitor.execformat import (
     detect,
     event_spec,
     finding_of,
@@ -26,12 +27,11 @@ from podplacement.rules.execformat import (
     updated_record,
     verification_entry,
 )
-from podplacement.rules.findings import FindingsStore, Verification
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE_ID = f"registry.example/team/app@{DIGEST}"
 
-# Each runtime's words, composed from its source (see rules/execformat.py).
+# Each runtime's words, composed from its source (see rules/monitor/execformat.py).
 RUNC = "exec /bin/sh: exec format error"  # runc internal/linux/linux.go Exec (os.PathError)
 RUNC_1_0 = "standard_init_linux.go:228: exec user process caused: exec format error"
 CRUN = "exec container process `/bin/sh`: Exec format error"  # crun container_init

@@ -23,15 +23,12 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform, PlatformReport, VerifyReport
-from podplacement.rules.admission import admission_placement
-from podplacement.rules.admitted import admission_events, decision_record
 from podplacement.rules.config import (
     EXEC_FORMAT_ANNOTATION,
     ExcludedPlatform,
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import NORMAL, Outcome
 from podplacement.rules.findings import (
     PROOF_ERRORS,
     PROOF_VERIFICATION,
@@ -40,8 +37,11 @@ from podplacement.rules.findings import (
     seen_at,
 )
 from podplacement.rules.learn import exclusions, hit, learned_images
-from podplacement.rules.placement import EXEC_FORMAT_EXCLUSION
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.admitted import admission_events, decision_record
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import NORMAL, Outcome
+from podplacement.rules.place.placement import EXEC_FORMAT_EXCLUSION, PlacementInputs
+from podplacement.rules.place.plan import plan
 from tests.controller import test_execformatmonitor as monitor_tests
 from tests.controller._pods import gated_pod
 from tests.controller.test_admission import _json_patch
@@ -151,8 +151,10 @@ def test_errors_exclude_only_for_their_namespace() -> None:
     assert (x.proof, x.namespace) == (PROOF_ERRORS, "team-a")
     config = replace(PlacementConfig(), excluded=(x,))
     for namespace, archs in (("team-a", ("arm64",)), ("team-b", ("amd64", "arm64"))):
-        decision = plan(in_namespace(gated_pod(), namespace), {"reg/app:1": lying()}, config,
-                        nodes=None, nrts={}, now=T0)
+        decision = plan(
+            PlacementInputs(in_namespace(gated_pod(), namespace), {"reg/app:1": lying()}, config),
+            nodes=None, nrts={}, now=T0,
+        )
         assert decision.architectures == archs, namespace
     assert hit(INDEX, "linux", "amd64", (x,), namespace="team-b") is None
     assert hit(INDEX, "linux", "amd64", (x,), namespace="team-a") is x
@@ -174,8 +176,10 @@ def test_only_a_verification_excludes_for_every_namespace() -> None:
     (x,) = exclusions(store, now=T0, ttl=TTL)  # the namespace's is covered by it
     assert (x.proof, x.namespace) == (PROOF_VERIFICATION, "")
     config = replace(PlacementConfig(), excluded=(x,))
-    decision = plan(in_namespace(gated_pod(), "team-b"), {"reg/app:1": lying()}, config,
-                    nodes=None, nrts={}, now=T0)
+    decision = plan(
+        PlacementInputs(in_namespace(gated_pod(), "team-b"), {"reg/app:1": lying()}, config),
+        nodes=None, nrts={}, now=T0,
+    )
     assert decision.architectures == ("amd64",)
 
 
@@ -260,8 +264,10 @@ def _verified_exclusion() -> ExcludedPlatform:
 
 def test_a_pod_placed_without_an_excluded_platform_is_told_which_and_since_when() -> None:
     config = replace(PlacementConfig(), excluded=(_verified_exclusion(),))
-    decision = plan(in_namespace(gated_pod(), "team-b"), {"reg/app:1": lying()}, config,
-                    nodes=None, nrts={}, now=T0)
+    decision = plan(
+        PlacementInputs(in_namespace(gated_pod(), "team-b"), {"reg/app:1": lying()}, config),
+        nodes=None, nrts={}, now=T0,
+    )
     assert decision.outcome == Outcome.SET and decision.architectures == ("amd64",)
     (told,) = [e for e in decision.events if e.reason == EXEC_FORMAT_EXCLUSION]
     assert told.type == NORMAL
@@ -272,8 +278,10 @@ def test_a_pod_placed_without_an_excluded_platform_is_told_which_and_since_when(
     (entry,) = json.loads(decision.annotation)["images"]
     assert entry["excluded"][0]["since"] == "2027-01-15T07:59:00Z"
     # nothing excluded: no such Event
-    plain = plan(gated_pod(), {"reg/app:1": lying()}, PlacementConfig(), nodes=None,
-                 nrts={}, now=T0)
+    plain = plan(
+        PlacementInputs(gated_pod(), {"reg/app:1": lying()}, PlacementConfig()),
+        nodes=None, nrts={}, now=T0,
+    )
     assert not [e for e in plain.events if e.reason == EXEC_FORMAT_EXCLUSION]
 
 

@@ -28,8 +28,8 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import EventSpec
 from podplacement.rules.findings import FindingsStore
+from podplacement.rules.place.decision import EventSpec
 
 INDEX = "sha256:" + "1" * 64
 AMD_MANIFEST = "sha256:" + "4" * 64

@@ -13,7 +13,7 @@ import yaml
 from podplacement.cli import main
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.rules.config import PlacementConfig, TopologyConfig
-from podplacement.rules.explain import apply_patch, explain, render
+from podplacement.rules.monitor.explain import apply_patch, explain, render
 from tests.controller.numa._build import gpod, node, nrt
 from tests.harness.kube import KubeEnv
 from tests.harness.registry import Registry

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.explain import explain
+from podplacement.rules.monitor.explain import explain
 from tests.controller.conftest import Images, dockerconfig_secret, unique
 from tests.controller.numa._build import node
 from tests.harness.cli import one_line, run_cli

@@ -1,5 +1,5 @@
 """The fallback requirement of a pod released without its images' platforms
-(rules.fallback), on plain data, and as every release path writes it."""
+(rules.place.fallback), on plain data, and as every release path writes it."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podplacement.rules.admission import outage_placement
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
-from podplacement.rules.decision import fallback_ungate
-from podplacement.rules.fallback import fallback_requirement
-from podplacement.rules.placement import placement_facts
+from podplacement.rules.place.admission import outage_placement
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import fallback_ungate
+from podplacement.rules.place.fallback import fallback_requirement
+from podplacement.rules.place.placement import PlacementInputs, placement_facts
+from podplacement.rules.place.render import controller_patch
 from podplacement.rules.policy import PlacementPolicy, parse_policy
-from podplacement.rules.render import controller_patch
 from tests.controller._pods import apply, assert_kep3838, gated_pod, required, terms_of
 
 CLUSTER = PlacementConfig()
@@ -37,8 +37,10 @@ def _policy(name: str = "p", **spec: Any) -> PlacementPolicy:
 def _released(pod: dict[str, Any], config: PlacementConfig,
               policy: PlacementPolicy | None = None) -> dict[str, Any]:
     """``pod`` after the controller's fallback (retries used up), KEP-3838 checked."""
-    facts = placement_facts(pod, FAILED, replace(config, image_inspection=replace(
-        config.image_inspection, max_retries=0)), policy=policy)
+    facts = placement_facts(
+        PlacementInputs(pod, FAILED, replace(config, image_inspection=replace(
+        config.image_inspection, max_retries=0)), policy=policy),
+    )
     decision = fallback_ungate(pod, "x", config, policy)  # the uninstall's release
     by_controller = apply(pod, list(controller_patch(pod, facts)))
     assert_kep3838(pod, by_controller)

@@ -1,4 +1,4 @@
-"""The params object's content (rules.imageparams): TTL of tag references counted from
+"""The params object's content (rules.admit.imageparams): TTL of tag references counted from
 when a registry answered (not from the last record, not from a restart), digest references
 kept, LRU bounds by entries and by JSON bytes of spec.images plus spec.learned, canonical
 values, malformed input skipped, adoption of a live object with its ages, and the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from podplacement.rules.imageparams import ParamsStore, is_pinned, platforms_value
+from podplacement.rules.admit.imageparams import ParamsStore, is_pinned, platforms_value
 
 DIGEST = "sha256:" + "ab" * 32
 TAG_A = "registry.example:5000/team/a:v1"

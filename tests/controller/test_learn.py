@@ -1,5 +1,5 @@
 """Learning from exec format errors (rules.findings' rule, rules.learn),
-verify on suspicion (rules.execformat) and the config's switches: pure."""
+verify on suspicion (rules.monitor.execformat) and the config's switches: pure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform
-from podplacement.rules.admission import admission_placement
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     ConfigError,
@@ -18,27 +18,12 @@ from podplacement.rules.config import (
     PlacementConfig,
     excluded_from_status,
 )
-from podplacement.rules.decision import Outcome
-from podplacement.rules.execformat import (
-    PROOF_VERIFICATION,
-    SUSPECT_MAX_RUN_SECONDS,
-    event_spec,
-    findings_of,
-    needs_work,
-    pending_suspicions,
-    placement_digests,
-    suspicion_of,
-    updated_record,
-    verification_entry,
-)
-from podplacement.rules.explain import explain, render_table
 from podplacement.rules.findings import (
     PROOF_ERRORS,
     FindingsStore,
     Verification,
     proof_of,
 )
-from podplacement.rules.imageparams import ParamsStore
 from podplacement.rules.learn import (
     DeletedPod,
     LearnedImage,
@@ -51,7 +36,23 @@ from podplacement.rules.learn import (
     status_patch,
     touches,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.execformat import (
+    PROOF_VERIFICATION,
+    SUSPECT_MAX_RUN_SECONDS,
+    event_spec,
+    findings_of,
+    needs_work,
+    pending_suspicions,
+    placement_digests,
+    suspicion_of,
+    updated_record,
+    verification_entry,
+)
+from podplacement.rules.monitor.explain import explain, render_table
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import Outcome
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import plan
 from tests.controller._pods import gated_pod
 from tests.controller.test_execformat import pod, status, terminated
 
@@ -165,8 +166,10 @@ def test_adopted_exclusions_keep_their_count_without_double_counting() -> None:
 
 def test_the_controller_leaves_the_excluded_platform_out_and_says_why() -> None:
     config = replace(PlacementConfig(), excluded=(excluded(INDEX, ARM_MANIFEST),))
-    decision = plan(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config,
-                    nodes=None, nrts={}, now=T0)
+    decision = plan(
+        PlacementInputs(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config),
+        nodes=None, nrts={}, now=T0,
+    )
     assert decision.outcome == Outcome.SET and decision.architectures == ("amd64",)
     record = json.loads(decision.annotation)
     (entry,) = record["images"]
@@ -177,8 +180,11 @@ def test_the_controller_leaves_the_excluded_platform_out_and_says_why() -> None:
     assert "linux/arm64 of reg/app:1 excluded: exec format error proven by verification" \
         in record["reason"]
     # without the exclusion: both
-    both = plan(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, PlacementConfig(),
-                nodes=None, nrts={}, now=T0)
+    both = plan(
+        PlacementInputs(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()},
+                        PlacementConfig()),
+        nodes=None, nrts={}, now=T0,
+    )
     assert both.architectures == ("amd64", "arm64")
 
 
@@ -195,8 +201,10 @@ def test_the_webhook_places_as_the_controller_does() -> None:
 
 def test_every_platform_excluded_means_no_supported_platform() -> None:
     config = replace(PlacementConfig(), excluded=(excluded(INDEX), excluded(INDEX, arch="amd64")))
-    decision = plan(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config,
-                    nodes=None, nrts={}, now=T0)
+    decision = plan(
+        PlacementInputs(gated_pod(images=("reg/app:1",)), {"reg/app:1": lying()}, config),
+        nodes=None, nrts={}, now=T0,
+    )
     assert decision.outcome == Outcome.NO_SUPPORTED_PLATFORM
     assert "excluded linux/amd64,linux/arm64" in decision.events[0].message
 

@@ -14,7 +14,8 @@ from podplacement.controller.lifecycle import (
     retired_crd_path,
     retired_object_path,
 )
-from podplacement.rules import admissionpolicy
+from podplacement.rules.admit import admissionpolicy
+from podplacement.rules.admit.webhookconfig import webhook_namespace_selection
 from podplacement.rules.config import PARAMS_NAME, PARAMS_PLURAL
 from podplacement.rules.legacy import (
     IMAGE_PLATFORMS_0_1,
@@ -24,7 +25,6 @@ from podplacement.rules.legacy import (
     retirement_rights,
     rolling_upgrade_rights,
 )
-from podplacement.rules.webhookconfig import webhook_namespace_selection
 
 NS = "podplacement-system"
 

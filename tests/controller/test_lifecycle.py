@@ -25,17 +25,17 @@ from podplacement.controller.lifecycle import (
 )
 from podplacement.controller.queue import WorkQueue
 from podplacement.kubeclient import ApiError, KubeAPI
+from podplacement.rules.admit.webhookconfig import (
+    ServiceRef,
+    desired_webhook_configuration,
+    webhook_drifted,
+)
 from podplacement.rules.config import (
     CONFIG_FINALIZER,
     GATE_LABEL,
     GATE_LABEL_GATED,
     GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
-)
-from podplacement.rules.webhookconfig import (
-    ServiceRef,
-    desired_webhook_configuration,
-    webhook_drifted,
 )
 from tests.harness.kube import KubeEnv
 

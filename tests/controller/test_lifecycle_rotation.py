@@ -23,7 +23,7 @@ from podplacement.controller.lifecycle import (
     ServingCertSecret,
 )
 from podplacement.kubeclient import KubeAPI
-from podplacement.rules.webhookconfig import ServiceRef
+from podplacement.rules.admit.webhookconfig import ServiceRef
 from tests.certs._secrets import (
     CA_PATH,
     HOST,

@@ -1,4 +1,4 @@
-"""rules.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
+"""rules.admit.webhookconfig (pure): the MutatingWebhookConfiguration the controller owns,
 the opt-out namespaceSelector negation and drift detection; controller.lifecycle's condition
 merge."""
 
@@ -13,13 +13,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.lifecycle import ConditionSpec, merge_conditions
-from podplacement.rules.config import (
-    EXCLUDE_NAMESPACE_LABEL,
-    WEBHOOK_CONFIGURATION_NAME,
-    WEBHOOK_NAME,
-)
-from podplacement.rules.ownership import namespace_owner
-from podplacement.rules.webhookconfig import (
+from podplacement.rules.admit.webhookconfig import (
     CERT_MANAGER_INJECT_ANNOTATION,
     NAMESPACE_NAME_LABEL,
     ServiceRef,
@@ -28,6 +22,12 @@ from podplacement.rules.webhookconfig import (
     webhook_drifted,
     webhook_namespace_selection,
 )
+from podplacement.rules.config import (
+    EXCLUDE_NAMESPACE_LABEL,
+    WEBHOOK_CONFIGURATION_NAME,
+    WEBHOOK_NAME,
+)
+from podplacement.rules.ownership import namespace_owner
 from tests.harness.reference import REFERENCE as _REFERENCE_DIR
 
 REFERENCE = _REFERENCE_DIR / "admission-webhook-configuration.json"

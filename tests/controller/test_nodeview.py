@@ -15,11 +15,12 @@ from podplacement.controller.gatedpods import forget_topology
 from podplacement.imageinspect import ImageInfo, Platform
 from podplacement.kubeclient import object_key
 from podplacement.rules.config import SCHEDULING_GATE, PlacementConfig, TopologyConfig
-from podplacement.rules.escape import classify
-from podplacement.rules.explain import explain
+from podplacement.rules.monitor.escape import classify
+from podplacement.rules.monitor.explain import explain
 from podplacement.rules.nodeview import NODE_FIELDS, node_view
 from podplacement.rules.numa import TopologyCache, decide_numa
-from podplacement.rules.plan import plan
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import plan
 from podplacement.rules.platforms import node_inventory
 from podplacement.rules.podspec import node_eligible, node_ineligibility
 from tests.controller.numa._build import gpod, nrt
@@ -184,7 +185,7 @@ def test_every_field_the_node_readers_read_is_kept() -> None:
         for node in nodes:
             node_eligible(node, selector, {("linux", "amd64")})
             node_ineligibility(node, selector, {("linux", "amd64")})
-        plan(pod, images, NUMA, nodes=nodes, nrts=_nrts(), now=1.8e9)
+        plan(PlacementInputs(pod, images, NUMA), nodes=nodes, nrts=_nrts(), now=1.8e9)
         decide_numa(pod, nodes, _nrts(), NUMA.topology, cache=TopologyCache(), reference=True)
         decide_numa(pod, nodes, _nrts(), NUMA.topology, cache=TopologyCache())
         explain(pod, nodes, _nrts(), images, NUMA)
@@ -220,13 +221,19 @@ def test_decisions_on_views_are_the_decisions_on_full_nodes() -> None:
         for config in (NUMA, PlacementConfig()):
             assert explain(pod, views, _nrts(), images, config, now=1.8e9) == \
                 explain(pod, full, _nrts(), images, config, now=1.8e9)
-            assert plan(pod, images, config, nodes=views, nrts=_nrts(), now=1.8e9) == \
-                plan(pod, images, config, nodes=full, nrts=_nrts(), now=1.8e9)
+            assert plan(
+                PlacementInputs(pod, images, config),
+                nodes=views, nrts=_nrts(), now=1.8e9,
+            ) == \
+                plan(PlacementInputs(pod, images, config), nodes=full, nrts=_nrts(), now=1.8e9)
         assert node_inventory(views) == node_inventory(full)
         # the arm64 and s390x nodes' architecture taints reach the decision from the views
         gated = {"metadata": {**pod["metadata"], "resourceVersion": "1"},
                  "spec": {**pod["spec"], "schedulingGates": [{"name": SCHEDULING_GATE}]}}
-        tolerated = plan(gated, images, PlacementConfig(), nodes=views, nrts={}, now=1.8e9)
+        tolerated = plan(
+            PlacementInputs(gated, images, PlacementConfig()),
+            nodes=views, nrts={}, now=1.8e9,
+        )
         assert [t["value"] for t in tolerated.tolerations] == ["arm64"]
         bound = {**pod, "spec": {**pod["spec"], "nodeName": "ibm"}}
         assert classify(bound, views[3], images) == classify(bound, full[3], images)

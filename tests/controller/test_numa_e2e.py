@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from podplacement.kubeclient import ApiError, KubeAPI
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
@@ -19,6 +18,7 @@ from podplacement.rules.config import (
     OS_LABEL,
     SCHEDULING_GATE,
 )
+from podplacement.rules.place.affinity import expression
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
 from tests.controller.conftest import (
     Images,

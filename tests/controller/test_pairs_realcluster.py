@@ -20,9 +20,9 @@ import pytest
 from podplacement.controller.app import Controller, ControllerOptions
 from podplacement.imageinspect import Inspector
 from podplacement.kubeclient import KubeAPI
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, WINDOWS_BUILD_LABEL
-from podplacement.rules.decision import PLATFORMS_LEFT_OUT
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.decision import PLATFORMS_LEFT_OUT
 from podplacement.sandbox.controlplane import WINDOWS_BUILD_2022, FakeNode
 from tests.controller.conftest import (
     create_pod,

@@ -30,12 +30,12 @@ from podplacement.controller.paramswriter import (
 )
 from podplacement.controller.queue import WorkQueue
 from podplacement.kubeclient import KubeAPI, NotFound
+from podplacement.rules.admit.imageparams import ParamsStore, platforms_value
 from podplacement.rules.config import (
     DEFAULT_NAMESPACE,
     PARAMS_MAX_BYTES,
     PARAMS_MAX_ENTRIES,
 )
-from podplacement.rules.imageparams import ParamsStore, platforms_value
 from tests.harness.kube import KubeEnv, start_localkube
 from tests.harness.realcluster import real_cluster
 

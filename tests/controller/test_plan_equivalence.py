@@ -4,8 +4,8 @@ For generated cluster states (nodes of two architectures, NRTs with NUMA zones, 
 random platforms) a stream of gated pods is reconciled one after the other by the real
 :class:`controller.reconciler.Reconciler` (its in-flight NUMA accounting included), with
 in-memory informers and an API double that applies its PATCH. Before each reconcile,
-:func:`rules.explain.explain` is asked about the same pod, with the in-flight holds
-rebuilt from the pods placed so far (:func:`rules.plan.inflight_from_pods`, as the
+:func:`rules.monitor.explain.explain` is asked about the same pod, with the in-flight holds
+rebuilt from the pods placed so far (:func:`rules.place.plan.inflight_from_pods`, as the
 explain command does): its outcome and nodeAffinity must be what the controller then writes.
 """
 
@@ -24,10 +24,10 @@ from localkube.patch import apply_patch
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.reconciler import Reconciler, pod_key
 from podplacement.rules.config import DECISION_ANNOTATION, PlacementConfig, TopologyConfig
-from podplacement.rules.decision import EventSpec
-from podplacement.rules.explain import explain
+from podplacement.rules.monitor.explain import explain
 from podplacement.rules.numa import InFlight
-from podplacement.rules.plan import inflight_from_pods
+from podplacement.rules.place.decision import EventSpec
+from podplacement.rules.place.plan import inflight_from_pods
 from tests.controller._pods import img
 from tests.controller.numa._build import ctr, node, nrt, pod
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from podplacement.rules.config import AFFINITY_LABEL, GATE_LABEL, SCHEDULING_GATE
-from podplacement.rules.podpatch import build_pod_patch
+from podplacement.rules.place.podpatch import build_pod_patch
 from podplacement.rules.podspec import escape_token, gate_index
 from tests.controller._pods import apply, gated_pod
 

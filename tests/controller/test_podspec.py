@@ -244,14 +244,14 @@ def test_podspec_and_webhook_layering() -> None:
     """podspec imports only the standard library and rules.config; the webhook's
     pure rules import nothing from the controller but rules.config,
     rules.podspec, (gating) rules.scope, the skip rules it shares with
-    the escape monitor, and rules.predicates, the predicate table it shares with
-    the admission objects' CEL, and (patch) rules.placement, the labels of a
+    the escape monitor, and rules.admit.predicates, the predicate table it shares with
+    the admission objects' CEL, and (patch) rules.place.placement, the labels of a
     released pod."""
     core = "podplacement.rules"
     allowed = {"podspec.py": {f"{core}.config"},
                "gating.py": {f"{core}.config", f"{core}.podspec", f"{core}.scope",
-                             f"{core}.predicates"},
-               "patch.py": {f"{core}.config", f"{core}.podspec", f"{core}.placement"}}
+                             f"{core}.admit.predicates"},
+               "patch.py": {f"{core}.config", f"{core}.podspec", f"{core}.place.placement"}}
     paths = {"podspec.py": ROOT / "rules" / "podspec.py",
              "gating.py": ROOT / "webhook" / "gating.py",
              "patch.py": ROOT / "webhook" / "patch.py"}

@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localkube.patch import apply_patch
-from podplacement.rules import admissionpolicy as ap
-from podplacement.rules.admission import admission_placement
+from podplacement.rules.admit import admissionpolicy as ap
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -34,13 +33,15 @@ from podplacement.rules.config import (
     PlacementConfig,
     PlatformWeight,
 )
-from podplacement.rules.placement import (
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.placement import (
     ARCHITECTURES_NOT_ALLOWED,
     NO_SUPPORTED_PLATFORM_EVENT,
     Outcome,
+    PlacementInputs,
     placement_facts,
 )
-from podplacement.rules.plan import plan
+from podplacement.rules.place.plan import plan
 from podplacement.rules.policy import (
     MAX_MATCH_LABELS,
     MAX_NAMESPACES,
@@ -154,13 +155,13 @@ def test_the_highest_matching_priority_wins_and_nothing_merges() -> None:
     ])
     web = policy_for(pod_with({"app": "web"}), ranking.of("ns"))
     assert web is not None and web.name == "web"
-    facts = placement_facts(pod_with({"app": "web"}), MULTI, CLUSTER, policy=web)
+    facts = placement_facts(PlacementInputs(pod_with({"app": "web"}), MULTI, CLUSTER, policy=web))
     # web's limit, the cluster's weights (web sets none): nothing taken from "all"
     assert facts.architectures == ("arm64",)
     assert [t["weight"] for t in facts.preferred] == []
     other = policy_for(pod_with({"app": "db"}), ranking.of("ns"))
     assert other is not None and other.name == "all"
-    facts = placement_facts(pod_with({"app": "db"}), MULTI, CLUSTER, policy=other)
+    facts = placement_facts(PlacementInputs(pod_with({"app": "db"}), MULTI, CLUSTER, policy=other))
     assert facts.architectures == ("amd64", "arm64", "s390x")
     assert [(t["preference"]["matchExpressions"][0]["values"], t["weight"])
             for t in facts.preferred] == [(["s390x"], 70)]
@@ -170,7 +171,7 @@ def test_the_highest_matching_priority_wins_and_nothing_merges() -> None:
 
 def test_allowed_architectures_narrow_with_a_warning_naming_the_pairs_removed() -> None:
     policy = parse_policy(obj("no-s390x", 1, allowedArchitectures=["amd64", "arm64"]))
-    facts = placement_facts(pod_with({}), MULTI, CLUSTER, policy=policy)
+    facts = placement_facts(PlacementInputs(pod_with({}), MULTI, CLUSTER, policy=policy))
     assert facts.outcome == Outcome.SET
     assert facts.architectures == ("amd64", "arm64")
     (warning,) = facts.warnings
@@ -182,8 +183,10 @@ def test_allowed_architectures_narrow_with_a_warning_naming_the_pairs_removed() 
 
 def test_nothing_allowed_gives_the_unsatisfiable_marker() -> None:
     policy = parse_policy(obj("arm-only", 1, allowedArchitectures=["arm64"]))
-    decision = plan(pod_with({}), AMD64_ONLY, CLUSTER, nodes=None, nrts={}, now=0.0,
-                    policy=policy)
+    decision = plan(
+        PlacementInputs(pod_with({}), AMD64_ONLY, CLUSTER, policy=policy),
+        nodes=None, nrts={}, now=0.0,
+    )
     assert decision.outcome == Outcome.NO_SUPPORTED_PLATFORM
     assert decision.events[0].reason == NO_SUPPORTED_PLATFORM_EVENT
     assert "linux/amd64" in decision.events[0].message
@@ -202,11 +205,15 @@ def test_the_fallback_stays_inside_the_allowed_architectures() -> None:
     assert fallback_architectures(CLUSTER, None) == ("amd64",)
     assert fallback_architectures(CLUSTER, own) == ("arm64",)
     assert fallback_architectures(CLUSTER, limit) == ("arm64", "s390x")
-    facts = placement_facts(pod_with({}), failed, CLUSTER, policy=limit, give_up="now")
+    facts = placement_facts(
+        PlacementInputs(pod_with({}), failed, CLUSTER, policy=limit, give_up="now"),
+    )
     assert facts.outcome == Outcome.FALLBACK
     assert facts.required[0].expressions[0] == {"key": ARCH_LABEL, "operator": "In",
                                                 "values": ["arm64", "s390x"]}
-    facts = placement_facts(pod_with({}), failed, CLUSTER, policy=own, give_up="now")
+    facts = placement_facts(
+        PlacementInputs(pod_with({}), failed, CLUSTER, policy=own, give_up="now"),
+    )
     assert facts.required[0].expressions[0]["values"] == ["arm64"]
     assert facts.record["fallback"] == "arm64"
 
@@ -295,7 +302,10 @@ def test_the_controller_the_webhook_and_the_policy_apply_a_policy_alike() -> Non
         ranking = rank(policies)
         policy = policy_for(pod, ranking.of("ns"))
         images = {r: img(r, *v.split(",")) for r, v in table.items()}
-        decision = plan(pod, images, CLUSTER, nodes=None, nrts={}, now=0.0, policy=policy)
+        decision = plan(
+            PlacementInputs(pod, images, CLUSTER, policy=policy),
+            nodes=None, nrts={}, now=0.0,
+        )
         by_controller = apply(pod, list(decision.patch))
         created = _object_of(pod)
         answer = admission_placement(created, images, CLUSTER, policy=policy)

@@ -9,7 +9,7 @@ from typing import Any
 
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.policywatch import POLICY_STATUS_PATH, PolicyWatch
-from podplacement.rules.imageparams import ParamsStore
+from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.policy import params_policies
 
 

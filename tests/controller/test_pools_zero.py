@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from podplacement.rules import decision as d
-from podplacement.rules.admissionpolicy import admission_record
-from podplacement.rules.admitted import admission_events, admission_warning, decision_record
-from podplacement.rules.affinity import expression
+from podplacement.rules.admit.admissionpolicy import admission_record
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -22,11 +19,19 @@ from podplacement.rules.config import (
     PlacementConfig,
     TopologyConfig,
 )
-from podplacement.rules.explain import explain, render
-from podplacement.rules.placement import compact_json, no_node_text, placement_facts
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.admitted import admission_events, admission_warning, decision_record
+from podplacement.rules.monitor.explain import explain, render
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.placement import (
+    PlacementInputs,
+    compact_json,
+    no_node_text,
+    placement_facts,
+)
+from podplacement.rules.place.plan import plan
+from podplacement.rules.place.render import admission_patch
 from podplacement.rules.platforms import node_inventory
-from podplacement.rules.render import admission_patch
 from tests.controller._pods import apply, gated_pod, img, required, terms_of
 from tests.controller.numa._build import gpod, node, nrt
 from tests.controller.test_admission import _json_patch
@@ -40,7 +45,7 @@ WAITING = "no node of linux/arm64 exists yet: the pod waits for one (an autoscal
 def _decide(pod: dict[str, Any], images: dict[str, Any],
             nodes: list[dict[str, Any]] | None = AMD_NODES,
             config: PlacementConfig = CFG, nrts: dict[str, Any] | None = None) -> d.Decision:
-    return plan(pod, images, config, nodes=nodes, nrts=nrts or {}, now=0.0)
+    return plan(PlacementInputs(pod, images, config), nodes=nodes, nrts=nrts or {}, now=0.0)
 
 
 def _record(pod: dict[str, Any], dec: d.Decision) -> dict[str, Any]:
@@ -153,7 +158,7 @@ def test_numa_placement_does_not_hold_a_pod_whose_platform_has_no_node() -> None
 def test_the_inventory_counts_pairs_with_linux_as_the_default_os() -> None:
     inventory = node_inventory([{"metadata": {"labels": {ARCH_LABEL: "arm64"}}}])
     assert inventory.pairs == frozenset({("linux", "arm64")})
-    dec = d.decide(gated_pod(), ARM_ONLY, CFG, nodes=inventory)
+    dec = d.decide(PlacementInputs(gated_pod(), ARM_ONLY, CFG, nodes=inventory))
     assert "noNodeYet" not in dec.record
 
 
@@ -186,7 +191,7 @@ def _placed_by_policy(admission: dict[str, Any], catalog: dict[str, str],
     policy's record, which names the params object's uid (``"catalog"``), as the CEL
     writes it (tests/controller/test_admissionpolicy_place_realcluster.py)."""
     results = {i: img(i, *v.split(",")) for i, v in catalog.items()}
-    facts = placement_facts(admission, results, CFG)
+    facts = placement_facts(PlacementInputs(admission, results, CFG))
     placed = _json_patch(admission, list(admission_patch(admission, facts)))
     placed["metadata"]["annotations"][DECISION_ANNOTATION] = compact_json(
         admission_record(facts, catalog_uid))

@@ -10,16 +10,17 @@ from typing import Any
 import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform
-from podplacement.rules.admission import admission_placement
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     SCHEDULING_GATE,
     ConfigError,
     PlacementConfig,
 )
-from podplacement.rules.decision import decide, fallback_ungate
 from podplacement.rules.nodeview import node_view
-from podplacement.rules.plan import plan
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import decide, fallback_ungate
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import plan
 from podplacement.rules.tolerations import (
     ArchitectureTaints,
     ArchTaint,
@@ -140,7 +141,10 @@ def test_config_switch_and_configured_taints() -> None:
 
 def _decide(pod: dict[str, Any], images: dict[str, Any],
             config: PlacementConfig | None = None) -> Any:
-    return plan(pod, images, config or PlacementConfig(), nodes=NODES, nrts={}, now=0)
+    return plan(
+        PlacementInputs(pod, images, config or PlacementConfig()),
+        nodes=NODES, nrts={}, now=0,
+    )
 
 
 def test_multi_arch_pod_gets_the_arm64_toleration_in_its_patch() -> None:
@@ -185,8 +189,10 @@ def test_nodeselector_pin_limits_the_tolerations() -> None:
 def test_configured_taint_for_a_pool_without_nodes() -> None:
     cfg = PlacementConfig.from_object({"spec": {"architectureTaints": {
         "taints": [{"value": "arm64", "effect": "NoSchedule"}]}}})
-    d = plan(gated(ARM.reference), {ARM.reference: ARM}, cfg,
-             nodes=[node("a1", "amd64")], nrts={}, now=0)
+    d = plan(
+        PlacementInputs(gated(ARM.reference), {ARM.reference: ARM}, cfg),
+        nodes=[node("a1", "amd64")], nrts={}, now=0,
+    )
     assert d.tolerations == (ARM_TOLERATION,)
 
 
@@ -196,7 +202,7 @@ def test_webhook_patch_adds_the_same_tolerations() -> None:
     cfg = PlacementConfig.from_object({"status": {"architectureTaints": {"observed": [
         {"value": "arm64", "effect": "NoSchedule"}]}}})
     pod = gated(MULTI.reference)
-    controller = decide(pod, {MULTI.reference: MULTI}, cfg)
+    controller = decide(PlacementInputs(pod, {MULTI.reference: MULTI}, cfg))
     webhook = admission_placement(pod, {MULTI.reference: MULTI}, cfg)
     assert webhook is not None
     ops = [op for op in webhook.patch if op["path"].startswith("/spec/tolerations")]
@@ -208,7 +214,7 @@ def test_webhook_patch_adds_the_same_tolerations() -> None:
 
 
 def test_explain_says_which_tolerations_are_added() -> None:
-    from podplacement.rules.explain import explain, render_table
+    from podplacement.rules.monitor.explain import explain, render_table
 
     report = explain(gated(MULTI.reference), NODES, {}, {MULTI.reference: MULTI},
                      PlacementConfig(), now=0)
@@ -224,8 +230,8 @@ def test_a_decision_taken_at_admission_with_tolerations_is_reproduced() -> None:
     """The controller reproduces an admission decision (its Warning Events, the escape
     monitor's doubt) from the pod as stored: the tolerations the placement appended are
     taken off first, else the reproduced record (without them) would never match."""
-    from podplacement.rules.admitted import _admission_placement
-    from podplacement.rules.explain import apply_patch
+    from podplacement.rules.monitor.admitted import _admission_placement
+    from podplacement.rules.monitor.explain import apply_patch
 
     cfg = PlacementConfig.from_object({"spec": {"architectureTaints": {
         "taints": [{"value": "arm64", "effect": "NoSchedule"}]}}})

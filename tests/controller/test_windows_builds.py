@@ -1,6 +1,6 @@
 """Windows builds (issue #38, item 2): ``os.version`` read from index entries and configs,
 the build rule of :mod:`rules.platforms`, the ``node.kubernetes.io/windows-build`` term of
-:func:`rules.affinity.platform_requirement`, the escape classification, explain and the
+:func:`rules.place.affinity.platform_requirement`, the escape classification, explain and the
 decision annotation (pure code; the real-cluster proof is
 tests/test_pools_windows_realcluster.py)."""
 
@@ -13,8 +13,6 @@ import pytest
 
 from podplacement.imageinspect import ImageInfo, InvalidManifest, Platform
 from podplacement.imageinspect._manifest import parse_config, platforms_from_index
-from podplacement.rules.admitted import _platform as annotation_platform
-from podplacement.rules.affinity import AffinityPlan, expression, platform_requirement
 from podplacement.rules.config import (
     ARCH_LABEL,
     NO_SUPPORTED_PLATFORM_KEY,
@@ -23,9 +21,12 @@ from podplacement.rules.config import (
     WINDOWS_BUILD_LABEL,
     PlacementConfig,
 )
-from podplacement.rules.escape import FIT, UNFIT, classify, record_doubt
-from podplacement.rules.explain import apply_patch, explain, render_table
-from podplacement.rules.plan import plan
+from podplacement.rules.monitor.admitted import _platform as annotation_platform
+from podplacement.rules.monitor.escape import FIT, UNFIT, classify, record_doubt
+from podplacement.rules.monitor.explain import apply_patch, explain, render_table
+from podplacement.rules.place.affinity import AffinityPlan, expression, platform_requirement
+from podplacement.rules.place.placement import PlacementInputs
+from podplacement.rules.place.plan import plan
 from podplacement.rules.platforms import supported_platforms, windows_build
 from podplacement.rules.podspec import node_ineligibility
 
@@ -60,7 +61,7 @@ def pod(*images: str, **spec: Any) -> dict[str, Any]:
 
 
 def decide(p: dict[str, Any], images: dict[str, ImageInfo]) -> Any:
-    return plan(p, images, PlacementConfig(), nodes=None, nrts={}, now=0.0)
+    return plan(PlacementInputs(p, images, PlacementConfig()), nodes=None, nrts={}, now=0.0)
 
 
 def _terms(p: dict[str, Any]) -> Any:

@@ -11,14 +11,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podplacement.rules import decision as d
-from podplacement.rules.affinity import expression
 from podplacement.rules.config import (
     ARCH_LABEL,
     HOSTNAME_LABEL,
     OS_LABEL,
     PlacementConfig,
 )
+from podplacement.rules.place import decision as d
+from podplacement.rules.place.affinity import expression
+from podplacement.rules.place.placement import PlacementInputs
 from tests.controller._pods import apply, assert_kep3838, gated_pod, img, required, terms_of
 
 CFG = PlacementConfig()
@@ -73,7 +74,7 @@ NODES = [_node("amd", "amd64"), _node("arm", "arm64"), _node("ibm", "s390x"),
 
 
 def _decide(pod: dict[str, Any], *plats: str) -> tuple[d.Decision, dict[str, Any]]:
-    dec = d.decide(pod, {"reg/app:1": img("reg/app:1", *plats)}, CFG)
+    dec = d.decide(PlacementInputs(pod, {"reg/app:1": img("reg/app:1", *plats)}, CFG))
     new = apply(pod, list(dec.patch))
     assert_kep3838(pod, new)
     return dec, new

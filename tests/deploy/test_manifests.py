@@ -23,6 +23,11 @@ import pytest
 import yaml
 
 from podplacement.controller import app, leader, lifecycle
+from podplacement.rules.admit.webhookconfig import (
+    NAMESPACE_NAME_LABEL,
+    ServiceRef,
+    desired_webhook_configuration,
+)
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     CONFIG_NAME,
@@ -39,11 +44,6 @@ from podplacement.rules.legacy import (
     rolling_upgrade_rights,
 )
 from podplacement.rules.ownership import UNINSTALL_RBAC_NAME, uninstall_rules
-from podplacement.rules.webhookconfig import (
-    NAMESPACE_NAME_LABEL,
-    ServiceRef,
-    desired_webhook_configuration,
-)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -109,7 +109,7 @@ BASE_PERMISSIONS = (
     | _rows(_C, "cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings",
             "get update delete", ADMISSION_POLICY_NAME)
     # get of every ImagePlatformCatalog: the API server's condition for creating a policy with
-    # that paramKind (rules/admissionpolicy.py)
+    # that paramKind (rules/admit/admissionpolicy.py)
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "create get list watch")
     | _rows(_C, "cluster", "podplacement.io", "imageplatformcatalogs", "update delete", PARAMS_NAME)
     # upgrades: retiring what earlier releases left, and their controllers' own rights on it
@@ -586,9 +586,9 @@ USER_COMMANDS = frozenset({"controller/explain_cli.py"})
 
 def _constants() -> dict[str, str]:
     """The string constants a path may be built of: :mod:`rules.config`'s and
-    :mod:`rules.admissionpolicy`'s."""
-    from podplacement.rules import admissionpolicy
+    :mod:`rules.admit.admissionpolicy`'s."""
     from podplacement.rules import config as cfg
+    from podplacement.rules.admit import admissionpolicy
 
     return {k: str(v) for module in (cfg, admissionpolicy) for k, v in vars(module).items()
             if k.isupper() and isinstance(v, str)}

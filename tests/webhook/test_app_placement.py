@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from localkube.patch import apply_patch
-from podplacement.rules.admission import admission_placement
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -24,7 +23,8 @@ from podplacement.rules.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.rules.decision import unique_images
+from podplacement.rules.place.admission import admission_placement
+from podplacement.rules.place.decision import unique_images
 from podplacement.webhook.app import create_app
 from podplacement.webhook.configsource import StaticConfigSource
 from podplacement.webhook.placecache import PlaceCache

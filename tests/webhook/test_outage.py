@@ -310,7 +310,7 @@ async def test_an_internal_error_allows_the_pod_unchanged_and_is_counted(
 
 def test_the_budget_flag_stays_below_the_webhook_timeout() -> None:
     from podplacement.cli import build_parser
-    from podplacement.rules.webhookconfig import DEFAULT_TIMEOUT_SECONDS
+    from podplacement.rules.admit.webhookconfig import DEFAULT_TIMEOUT_SECONDS
 
     parser = build_parser()
     args = parser.parse_args(["webhook"])

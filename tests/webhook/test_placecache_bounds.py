@@ -10,7 +10,7 @@ import pytest
 
 from podplacement.imageinspect import ImageInfo, Platform, estimated_bytes
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.placement import MAX_POD_IMAGES
+from podplacement.rules.place.placement import MAX_POD_IMAGES
 from podplacement.webhook.admitplace import place_at_admission
 from podplacement.webhook.placecache import PlaceCache
 

@@ -2,7 +2,7 @@
 them, and the one repair (docs/escaped-pods.md).
 
 Every placing path writes the label ``podplacement.io/node-affinity`` (``set`` / ``not-set``,
-:func:`rules.placement.placed_labels`): the admission policy, the webhook, the
+:func:`rules.place.placement.placed_labels`): the admission policy, the webhook, the
 controller's PATCH, a plain ungate. A pod bound to a node without it escaped placement:
 admitted while the webhook was unreachable with ``spec.admission.mechanism: Webhook``
 (``failurePolicy: Ignore``), created before the admission objects existed, or created with
@@ -22,7 +22,7 @@ cannot tell them apart; they are reported like the others and never deleted, see
   admits; any other is checked like a pod without the label (DESIGN: "no label ... hides a
   pod from a monitor").
 - :func:`classify`: the node's ``(kubernetes.io/os, kubernetes.io/arch)`` pair against the
-  pairs every image supports (:func:`rules.plan.pod_platforms`, with the exec
+  pairs every image supports (:func:`rules.place.plan.pod_platforms`, with the exec
   format exclusions in force: :func:`rules.learn.learned_images`): ``fit``,
   ``unfit`` or ``unknown`` (an image not inspectable, the node gone or without an
   architecture label).
@@ -49,13 +49,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.rules.admitted import decision_record
-from podplacement.rules.affinity import (
-    admits_node,
-    platform_requirement,
-    required_terms,
-    term_has_key,
-)
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -72,10 +65,18 @@ from podplacement.rules.config import (
     WINDOWS_BUILD_LABEL,
     ExcludedPlatform,
 )
-from podplacement.rules.decision import NORMAL, WARNING, EventSpec
-from podplacement.rules.fallback import decided_by_pod
 from podplacement.rules.learn import learned_images, remedy_owner
-from podplacement.rules.placement import (
+from podplacement.rules.monitor.admitted import decision_record
+from podplacement.rules.place.affinity import (
+    admits_node,
+    platform_requirement,
+    required_terms,
+    term_has_key,
+)
+from podplacement.rules.place.decision import NORMAL, WARNING, EventSpec
+from podplacement.rules.place.fallback import decided_by_pod
+from podplacement.rules.place.placement import (
+    REASON_NO_SUPPORTED_PLATFORM,
     RECORD_ARCHS,
     RECORD_PLATFORMS,
     RECORD_RESULT,
@@ -86,7 +87,7 @@ from podplacement.rules.placement import (
     short_error,
     unique_images,
 )
-from podplacement.rules.plan import parse_time, pod_platforms
+from podplacement.rules.place.plan import parse_time, pod_platforms
 from podplacement.rules.platforms import ImageLike, PlatformSet
 from podplacement.rules.podspec import has_gate
 from podplacement.rules.scope import pod_skip_reason
@@ -280,7 +281,7 @@ def record_doubt(pod: Mapping[str, Any]) -> str | None:
     """Why ``pod``'s placement record does not reproduce from its spec, or None when it
     does: its ``podplacement.io/decision`` annotation records a requirement and the pod's
     node affinity already carries it, so that applying that decision again would write
-    nothing (the renderers only append: :mod:`rules.render`, KEP-3838).
+    nothing (the renderers only append: :mod:`rules.place.render`, KEP-3838).
 
     The label ``podplacement.io/node-affinity`` and the annotation are what a pod's
     creator can write too (DESIGN: "no label or annotation they can write hides a pod
@@ -288,19 +289,19 @@ def record_doubt(pod: Mapping[str, Any]) -> str | None:
     counts only when what it says was written is there, by the decision's result:
 
     - ``set`` / ``not-set``: its ``platforms`` (the pairs every image supports, as the
-      decision took them) are non-empty and :func:`rules.affinity.platform_requirement`
+      decision took them) are non-empty and :func:`rules.place.affinity.platform_requirement`
       of the pod as stored, for those pairs, appends no expression: every required term
       (or the ``nodeSelector``) already admits only such pairs, as the placement left it
       (new terms ``arch In`` AND ``os In``, or those ANDed into the user's terms, or the
       user's own pins, kept as written).
     - ``no-supported-platform``: every required term carries the unsatisfiable marker
-      (:func:`rules.affinity.unsatisfiable_marker`), and there are terms.
+      (:func:`rules.place.affinity.unsatisfiable_marker`), and there are terms.
     - ``fallback``: the pod decides the OS, and the architecture when the decision
-      records ``archs``, itself (:func:`rules.fallback.decided_by_pod`): what the
-      fallback writes (:func:`rules.fallback.fallback_requirement`) or the user's pins
+      records ``archs``, itself (:func:`rules.place.fallback.decided_by_pod`): what the
+      fallback writes (:func:`rules.place.fallback.fallback_requirement`) or the user's pins
       it keeps.
     - anything else (no annotation, not JSON, a release without affinity such as the
-      webhook's ``controller-unavailable`` or :func:`rules.placement.ungate_only`): no
+      webhook's ``controller-unavailable`` or :func:`rules.place.placement.ungate_only`): no
       requirement was written, so the label proves nothing.
 
     What the record claims about the images is not checked (that would take a registry
@@ -344,7 +345,7 @@ def placement_doubt(pod: Mapping[str, Any], node: Mapping[str, Any] | None) -> s
     the label may only skip the check (and its registry requests) for a pod whose record
     reproduces from its spec (:func:`record_doubt`) and whose node, ``node`` (the Node
     dict; None: not known, not judged), is one that spec admits on the labels a placement
-    writes (:data:`PLACEMENT_KEYS`, :func:`rules.affinity.admits_node`): the scheduler
+    writes (:data:`PLACEMENT_KEYS`, :func:`rules.place.affinity.admits_node`): the scheduler
     binds only there, so a node outside it was named by the pod's creator
     (``spec.nodeName``).
 
@@ -478,7 +479,7 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None,
         why = (f"its images list {platform}, but it is excluded for their digest after "
                f"exec format errors; they support {_listed(learned)}")
     elif learned.empty:
-        why = "no platform is supported by every image of the pod"
+        why = REASON_NO_SUPPORTED_PLATFORM
     else:
         why = f"its images support only {_listed(learned)}"
     return Verdict(UNFIT, node_name, platform, supported,

@@ -2,9 +2,9 @@
 
 Which pods get our gate, and which ones the admission policy places at once, is decided in
 three places: the webhook (:func:`webhook.gating.should_gate`, in Python), the
-MutatingAdmissionPolicy (:mod:`rules.admissionpolicy`: its ``matchConditions`` and
+MutatingAdmissionPolicy (:mod:`rules.admit.admissionpolicy`: its ``matchConditions`` and
 ``variables``, in CEL) and the MutatingWebhookConfiguration
-(:mod:`rules.webhookconfig`: its ``matchConditions``, in CEL). :data:`PREDICATES`
+(:mod:`rules.admit.webhookconfig`: its ``matchConditions``, in CEL). :data:`PREDICATES`
 holds every predicate they share, with its meaning, its Python function and its CEL text
 next to each other; the three read it from here (the webhook's skip rules are
 :func:`gate_skip_reason`, the policy's ``matchConditions`` :data:`POLICY_MATCH_CONDITIONS`,
@@ -20,7 +20,7 @@ nothing here raises on odd input. A predicate's CEL reads ``object`` (the pod), 
 
 The namespace rules (the system namespaces, the product's own, the opt-out label and the
 config's selector) are no CEL: the API server applies them as a label selector
-(:func:`rules.webhookconfig.webhook_namespace_selection`), and the webhook as
+(:func:`rules.admit.webhookconfig.webhook_namespace_selection`), and the webhook as
 :func:`rules.scope.namespace_skip_reason`. Pure: no I/O.
 """
 
@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podplacement.rules.admit.imageparams import value_pairs
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -41,8 +42,7 @@ from podplacement.rules.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.rules.imageparams import value_pairs
-from podplacement.rules.placement import (
+from podplacement.rules.place.placement import (
     CONTAINER_LISTS,
     IMAGE_VOLUME,
     IMAGE_VOLUME_PULL_POLICY,
@@ -246,7 +246,7 @@ def should_gate(pod: Mapping[str, Any], inputs: Inputs) -> bool:
 
 def images(pod: Mapping[str, Any], inputs: Inputs) -> list[str]:
     """The image references of initContainers, containers, then image volumes, as
-    written (:func:`rules.placement.pod_images`)."""
+    written (:func:`rules.place.placement.pod_images`)."""
     return [c.image for c in pod_images(pod)]
 
 
@@ -263,7 +263,7 @@ def fresh(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
 def known(pod: Mapping[str, Any], inputs: Inputs) -> bool:
     """The pod has an image, every image (its image volumes' too) is in ``table``, and
     every image a container pulls with ``imagePullPolicy: Always`` (an image volume with
-    ``pullPolicy: Always``) is in ``fresh`` (:func:`rules.placement.unique_images`)."""
+    ``pullPolicy: Always``) is in ``fresh`` (:func:`rules.place.placement.unique_images`)."""
     wanted = unique_images(pod)
     return (bool(wanted) and all(i in inputs.table for i in wanted)
             and all(i in inputs.fresh for i, always in wanted.items() if always))
@@ -296,7 +296,7 @@ def placed(pod: Mapping[str, Any], inputs: Inputs) -> bool:
 #: ``.?``/``orValue``: a field a pod may lack never raises (an error would admit the pod
 #: unchanged: failurePolicy Ignore).
 #: Image volumes (KEP-4639) come after the containers, as in
-#: :func:`rules.placement.pod_images`: a volume without ``image`` is no image volume.
+#: :func:`rules.place.placement.pod_images`: a volume without ``image`` is no image volume.
 _CEL_VOLUMES = f"object.spec.?{VOLUMES}.orValue([]).filter(v, v.?{IMAGE_VOLUME}.hasValue())"
 CEL_IMAGES = " + ".join(
     [f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS]
@@ -323,7 +323,7 @@ CEL_KNOWN = (
 CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
     f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
     for key in (ARCH_LABEL, OS_LABEL))
-#: ``pairs`` and ``allowedOk`` are :mod:`rules.admissionpolicy`'s variables (the
+#: ``pairs`` and ``allowedOk`` are :mod:`rules.admit.admissionpolicy`'s variables (the
 #: intersection and the policy's limit, checked offline against the Python rule too).
 CEL_PLACED = (
     "variables.known && variables.free"
@@ -331,7 +331,7 @@ CEL_PLACED = (
     " && variables.allowedOk"
 )
 
-#: The policy's variables of this table, by name (:func:`rules.admissionpolicy.
+#: The policy's variables of this table, by name (:func:`rules.admit.admissionpolicy.
 #: place_variables` puts them in its evaluation order).
 POLICY_VARIABLES: tuple[Predicate, ...] = (
     Predicate("images", "the image references of initContainers, containers, then image "
@@ -358,7 +358,7 @@ def not_placed_at_admission(pod: Mapping[str, Any], inputs: Inputs) -> bool:
     """The API server calls the webhook for the pod: always while no place policy is in
     force (``placed_mark`` None), else unless the pod carries the label
     ``scheduling-gate=removed``, a decision annotation starting with the current mark, and
-    not our gate (:func:`rules.webhookconfig.match_conditions`)."""
+    not our gate (:func:`rules.admit.webhookconfig.match_conditions`)."""
     if inputs.placed_mark is None:
         return True
     metadata = _map(pod.get("metadata"))

@@ -6,7 +6,7 @@ at admission while no controller runs, or the ordered uninstall and the last con
 stand-down release the pods still gated. Such a pod is never released to any node: it keeps
 what is known (docs/how-it-decides.md, item 7). :func:`fallback_requirement` is the one
 rule; the controller's decision, the webhook's outage answer and the uninstall's release
-all import it (through :mod:`rules.placement`).
+all import it (through :mod:`rules.place.placement`).
 
 - ``kubernetes.io/arch In [the fallback]``: the namespace PodPlacementPolicy's
   ``fallbackArchitecture``, else the cluster's, kept inside the policy's
@@ -17,7 +17,7 @@ all import it (through :mod:`rules.placement`).
   key the pod's ``nodeSelector`` pins; each expression is ANDed into every required
   nodeSelectorTerm that does not restrict its key with ``In`` (never a new ORed term, which
   would loosen the user's terms; a pod without terms gets one new term:
-  :meth:`rules.affinity.AffinityPlan.require`).
+  :meth:`rules.place.affinity.AffinityPlan.require`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podplacement.rules.affinity import allowed_values, expression, required_terms
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
+from podplacement.rules.place.affinity import allowed_values, expression, required_terms
 from podplacement.rules.policy import PlacementPolicy, fallback_architectures
 
 __all__ = ["FallbackRequirement", "decided_by_pod", "fallback_requirement"]
@@ -64,7 +64,7 @@ class FallbackRequirement:
     @property
     def required(self) -> tuple[tuple[dict[str, Any], None], ...]:
         """:attr:`expressions` as ``(expression, unless_key)`` pairs for
-        :meth:`rules.affinity.AffinityPlan.require` (None: the expression's own key)."""
+        :meth:`rules.place.affinity.AffinityPlan.require` (None: the expression's own key)."""
         return tuple((e, None) for e in self.expressions)
 
 
@@ -82,7 +82,7 @@ def decided_by_pod(pod: Mapping[str, Any], key: str) -> bool:
     ``os``) everywhere: its ``nodeSelector`` pins it, or every one of its required terms
     restricts it with ``In``. :func:`fallback_requirement` then writes nothing for ``key``,
     so a pod the fallback released decides both keys it wrote (the escape monitor's check
-    that a fallback record reproduces, :func:`rules.escape.record_doubt`)."""
+    that a fallback record reproduces, :func:`rules.monitor.escape.record_doubt`)."""
     spec = pod.get("spec")
     raw = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
     return _pinned(pod, raw if isinstance(raw, Mapping) else {}, key)

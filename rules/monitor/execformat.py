@@ -82,7 +82,7 @@ from podplacement.rules.config import (
     EXEC_FORMAT_REASON,
     LINUX,
 )
-from podplacement.rules.decision import WARNING, EventSpec, pod_images
+from podplacement.rules.place.decision import WARNING, EventSpec, pod_images
 
 #: The text every runtime's message carries (Go: "exec format error"; glibc strerror:
 #: "Exec format error").

@@ -7,8 +7,8 @@ the cluster's node inventory and, when NUMA placement applies, a NUMA decision.
 architecture) pairs, the expressions ANDed into each required term (or the new terms), the
 preferred terms, the labels, the decision annotation's facts, the outcome, reason and
 warnings. Three renderers write the same facts (DESIGN "one rule, three renderers"): the
-controller's PATCH and the webhook's admission patch (:mod:`rules.render`), and the
-admission policy's CEL (:mod:`rules.admissionpolicy`), which imports its texts from here.
+controller's PATCH and the webhook's admission patch (:mod:`rules.place.render`), and the
+admission policy's CEL (:mod:`rules.admit.admissionpolicy`), which imports its texts from here.
 
 Rules (docs/how-it-decides.md, "The controller: one gated pod"):
 
@@ -16,7 +16,7 @@ Rules (docs/how-it-decides.md, "The controller: one gated pod"):
   (:mod:`rules.platforms`).
 - Never a node the images can't run on: a node is admissible only when its (os,
   architecture) pair is one every image supports. The required affinity is
-  :func:`rules.affinity.platform_requirement`: required terms are ORed and the
+  :func:`rules.place.affinity.platform_requirement`: required terms are ORed and the
   expressions of a term ANDed (scheduler NodeSelectorTerm semantics), so ``arch In A`` AND
   ``os In O`` is exact only for OSes that support the same architectures. A pod without
   required terms gets one new term per such OS group (linux-only images: the one term
@@ -45,7 +45,7 @@ Rules (docs/how-it-decides.md, "The controller: one gated pod"):
   the pod already prefers an architecture.
 - Inspection failures: outcome ``retry`` (Warning ``ImageInspectionFailed`` on the first
   one) until ``imageInspection.maxRetries`` failed rounds, then ``fallback``: the
-  requirement of :func:`rules.fallback.fallback_requirement` (the fallback
+  requirement of :func:`rules.place.fallback.fallback_requirement` (the fallback
   architecture when one applies, always the fallback operating systems, default
   ``kubernetes.io/os In [linux]``; never released to any node). The webhook, deciding at
   admission while no controller runs, falls back at once (``give_up``): no later attempt
@@ -77,18 +77,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from podplacement.rules.affinity import (
-    AffinityPlan,
-    Pair,
-    PlatformRequirement,
-    TermRestriction,
-    arch_preferences,
-    expression,
-    hostname_requirement,
-    platform_requirement,
-    required_terms,
-    unsatisfiable_marker,
-)
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     AFFINITY_LABEL_NOT_SET,
@@ -105,7 +93,6 @@ from podplacement.rules.config import (
     RECORD_CATALOG,  # written by the admission policy only (config.admission_mark)
     PlacementConfig,
 )
-from podplacement.rules.fallback import fallback_requirement
 from podplacement.rules.learn import (
     LearnedImage,
     describe,
@@ -113,6 +100,19 @@ from podplacement.rules.learn import (
     iso,
     learned_images,
 )
+from podplacement.rules.place.affinity import (
+    AffinityPlan,
+    Pair,
+    PlatformRequirement,
+    TermRestriction,
+    arch_preferences,
+    expression,
+    hostname_requirement,
+    platform_requirement,
+    required_terms,
+    unsatisfiable_marker,
+)
+from podplacement.rules.place.fallback import fallback_requirement
 from podplacement.rules.platforms import (
     ImageLike,
     NodeInventory,
@@ -175,6 +175,8 @@ _CANNOT_RUN = frozenset(
     {NO_SUPPORTED_PLATFORM_EVENT, INCOMPATIBLE_NODE_SELECTOR, INCOMPATIBLE_NODE_AFFINITY}
 )
 
+#: The end of both ``IncompatibleNodeSelector`` notes (written once).
+_CANNOT_RUN_THERE = "; the pod cannot run there"
 #: How lists are joined in reasons ("required architectures amd64, arm64").
 LIST_SEPARATOR = ", "
 #: Reasons; ``{}`` stands for the :data:`LIST_SEPARATOR`-joined values.
@@ -333,7 +335,7 @@ def bounded_record(record: Mapping[str, Any],
     when even that is over the limit (thousands of images, a huge NUMA record), form 2: the
     path, catalog, policy, fallback, result and reason, the number of images
     (``imageCount``) and ``"compact":2``, well under 2 kB. Readers of the annotation
-    (:mod:`rules.admitted`) take an entry without ``platforms`` as unknown. Pure."""
+    (:mod:`rules.monitor.admitted`) take an entry without ``platforms`` as unknown. Pure."""
     if len(compact_json(record).encode()) <= limit:
         return record
     images = record.get(RECORD_IMAGES)
@@ -410,8 +412,8 @@ class NumaLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """The facts of one pod's placement; renderers write them (:mod:`rules.render`,
-    :mod:`rules.admissionpolicy`).
+    """The facts of one pod's placement; renderers write them (:mod:`rules.place.render`,
+    :mod:`rules.admit.admissionpolicy`).
 
     Attributes:
         outcome: an :class:`Outcome`: ``set``, ``not-set``, ``fallback``,
@@ -423,7 +425,7 @@ class Placement:
             the supported (os, architecture) pairs (:attr:`pairs`).
         architectures: the architectures required (empty: none).
         requirement: the platform requirement written into the required node affinity
-            (:func:`rules.affinity.platform_requirement`: the exact (os, architecture)
+            (:func:`rules.place.affinity.platform_requirement`: the exact (os, architecture)
             pairs per term and those left out), or None when the images gave none
             (inspection failed, no images, no common platform).
         required: the restriction of each required term: the expressions ANDed into each
@@ -491,7 +493,7 @@ def pod_images(pod: Mapping[str, Any]) -> list[ContainerImage]:
     ``initContainers``, of ``containers``, then the image volumes' ``image.reference``
     (KEP-4639; ``pullPolicy`` in the role of ``imagePullPolicy``). The one enumeration of
     a pod's images: the controller, the webhook, the admission policy's ``images``
-    (:data:`rules.predicates.CEL_IMAGES`), ``explain``, the catalog feed and the monitors
+    (:data:`rules.admit.predicates.CEL_IMAGES`), ``explain``, the catalog feed and the monitors
     read it (through :func:`unique_images`). ``ephemeralContainers`` do not count (see
     :data:`CONTAINER_LISTS`). Entries of an unexpected type, and an empty image or
     reference, are skipped (never raises)."""
@@ -649,7 +651,7 @@ class _Part:
 def _fallback(pod: Mapping[str, Any], inspection: _Inspection, config: PlacementConfig,
               when: str, policy: PlacementPolicy | None) -> _Part:
     """Inspection given up: outcome ``fallback``, the requirement of
-    :func:`rules.fallback.fallback_requirement` (the fallback architecture when one
+    :func:`rules.place.fallback.fallback_requirement` (the fallback architecture when one
     applies, the fallback operating systems, the user's pins kept) ANDed into every term."""
     fallback = fallback_requirement(pod, config, policy)
     names = LIST_SEPARATOR.join(inspection.errors)
@@ -721,7 +723,7 @@ def platforms_without_node(requirement: PlatformRequirement,
     yet (a pool that starts at zero, docs/pools/autoscalers.md), else ``()``.
 
     The pod may run on the pairs its written required terms admit
-    (:attr:`rules.affinity.PlatformRequirement.pairs`, the ``nodeSelector`` included). The
+    (:attr:`rules.place.affinity.PlatformRequirement.pairs`, the ``nodeSelector`` included). The
     pod is placed for them all the same and stays Pending until a node of one registers:
     cluster-autoscaler and Karpenter read its required ``kubernetes.io/arch``/``os`` terms
     to choose what to create, and they act only on a pod the scheduler marked unschedulable,
@@ -729,7 +731,7 @@ def platforms_without_node(requirement: PlatformRequirement,
     "Scheduling"), so holding it gated would keep that node from ever coming.
 
     Args:
-        requirement: the platform requirement written (:func:`rules.affinity.
+        requirement: the platform requirement written (:func:`rules.place.affinity.
             platform_requirement`).
         nodes: the cluster's node inventory, or None when unknown (the admission paths):
             nothing is said then, nor while no node at all is known (``node_count`` 0: a
@@ -835,7 +837,7 @@ def platform_warnings(requirement: PlatformRequirement, node_selector: Mapping[s
       supports (kept: the user may rely on emulation), or pin a supported os and a
       supported architecture that no image supports together.
 
-    Rule sources: docs/how-it-decides.md, :func:`rules.affinity.platform_requirement`.
+    Rule sources: docs/how-it-decides.md, :func:`rules.place.affinity.platform_requirement`.
     """
     if not requirement.selected:
         return _selector_warnings(requirement, node_selector)
@@ -865,14 +867,13 @@ def _selector_warnings(requirement: PlatformRequirement,
         if pin is not None and str(pin) not in known:
             out.append(_warning(INCOMPATIBLE_NODE_SELECTOR,
                                 f"nodeSelector {key}={pin} is not among the {noun} supported "
-                                f"by every image ({', '.join(known)}); the pod cannot run "
-                                "there"))
+                                f"by every image ({', '.join(known)}){_CANNOT_RUN_THERE}"))
     if out:
         return out
     pins = ", ".join(f"{k}={node_selector.get(k)}" for k in (OS_LABEL, ARCH_LABEL))
     return [_warning(INCOMPATIBLE_NODE_SELECTOR,
                      f"nodeSelector {pins} names no platform every image supports "
-                     f"({_listed(requirement.supported)}); the pod cannot run there")]
+                     f"({_listed(requirement.supported)}){_CANNOT_RUN_THERE}")]
 
 
 def _incompatible_affinity(requirement: PlatformRequirement) -> EventSpec:
@@ -989,7 +990,7 @@ def _current_labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def _restrictions(pod: Mapping[str, Any], parts: Sequence[_Part | _Numa]
                   ) -> tuple[tuple[TermRestriction, ...], tuple[dict[str, Any], ...]]:
     """What the parts AND into the required terms, in order (the platform requirement
-    first), and the preferred terms they append (:class:`rules.affinity.AffinityPlan`)."""
+    first), and the preferred terms they append (:class:`rules.place.affinity.AffinityPlan`)."""
     terms = AffinityPlan(pod)
     for part in parts:
         if isinstance(part, _Part) and part.requirement is not None:
@@ -1063,27 +1064,19 @@ def _settled(pod: Mapping[str, Any], head: Mapping[str, Any], part: _Part,
         warnings=warnings, events=events, numa=numa)
 
 
-def placement_facts(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    *,
-    nodes: NodeInventory | None = None,
-    numa: NumaLike | None = None,
-    failures: int = 0,
-    numa_waited_seconds: float = 0.0,
-    config_error: str | None = None,
-    platforms: PlatformSet | None = None,
-    path: str | None = None,
-    give_up: str | None = None,
-    policy: PlacementPolicy | None = None,
-    taints: Sequence[ArchTaint] | None = None,
-) -> Placement:
-    """The placement of ``pod``, as facts (the module docstring's rules).
+@dataclass(frozen=True)
+class PlacementInputs:
+    """What a placement decision reads, built once per path (the controller's
+    :func:`rules.place.plan.plan`, the webhook's :mod:`rules.place.admission`, the admission
+    feed's :mod:`rules.monitor.admitted`) and passed whole to :func:`placement_facts`,
+    :func:`rules.place.decision.decide` and the admission renderer.
 
-    Args:
+    Only ``pod``, ``images`` and ``config`` are required; every other field has the value
+    that means "not known" or "not this path".
+
+    Fields:
         pod: the Pod (dict): the gated pod the controller reads, or the object being
-            created (the webhook); its gate is not consulted here.
+            created (the webhook); its gate is not consulted by :func:`placement_facts`.
         images: result per distinct image reference of the pod (``ImageInfo`` or the
             exception raised inspecting it). Images missing from the map count as errors.
         config: the parsed PodPlacementConfig (defaults when none exists).
@@ -1091,12 +1084,13 @@ def placement_facts(
             ``noNodeYet``, :func:`platforms_without_node`); None: unknown.
         numa: the NUMA decision for the pod, or None when topology placement is off.
         failures: inspection rounds of this pod that already failed before this one.
-        numa_waited_seconds: how long the pod has waited for NUMA candidates so far.
+        numa_waited_seconds: how long the pod has waited for NUMA candidates so far
+            (seconds).
         config_error: the PodPlacementConfig could not be parsed (defaults are used; the
             annotation mentions it).
         platforms: the supported platforms of the pod's images when the caller already
-            computed them (:func:`rules.plan.plan` does, once per pod); else computed
-            here.
+            computed them (:func:`rules.place.plan.plan` does, once per pod); else computed
+            by :func:`placement_facts`.
         path: the admission path that places the pod, written first into the annotation
             as ``"path"`` (``"webhook"``, docs/how-it-decides.md "The webhook after the
             policy"); None (the controller) writes no ``path``.
@@ -1111,6 +1105,29 @@ def placement_facts(
             those the controller published in the config's status (the admission paths).
             With the configured ones (``spec.architectureTaints``,
             :meth:`rules.tolerations.ArchitectureTaints.known`) they give the tolerations.
+    """
+
+    pod: Mapping[str, Any]
+    images: Mapping[str, ImageLike | BaseException]
+    config: PlacementConfig
+    nodes: NodeInventory | None = None
+    numa: NumaLike | None = None
+    failures: int = 0
+    numa_waited_seconds: float = 0.0
+    config_error: str | None = None
+    platforms: PlatformSet | None = None
+    path: str | None = None
+    give_up: str | None = None
+    policy: PlacementPolicy | None = None
+    taints: Sequence[ArchTaint] | None = None
+
+
+def placement_facts(inputs: PlacementInputs) -> Placement:
+    """The placement of ``inputs.pod``, as facts (the module docstring's rules).
+
+    Args:
+        inputs: what the decision reads (:class:`PlacementInputs`, whose fields say what
+            each one means).
 
     Exclusions: the platforms of ``config.excluded`` are left out of the results whose
     digest they name (:func:`rules.learn.learned_images`;
@@ -1120,6 +1137,8 @@ def placement_facts(
     Returns:
         the :class:`Placement`. Never raises for odd pod specs: they end in an ungate.
     """
+    pod, images, config, policy = inputs.pod, inputs.images, inputs.config, inputs.policy
+    failures, give_up, numa = inputs.failures, inputs.give_up, inputs.numa
     if policy is not None:
         config = policy.applied_to(config)
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -1128,24 +1147,24 @@ def placement_facts(
     if inspection.errors and give_up is None and failures < max_retries:
         return _retry(inspection, failures, max_retries)
     when = give_up if give_up is not None else f"after {failures + 1} attempts"
-    part = _platform_part(pod, inspection, config, nodes=nodes, platforms=platforms, when=when,
-                          policy=policy)
+    part = _platform_part(pod, inspection, config, nodes=inputs.nodes,
+                          platforms=inputs.platforms, when=when, policy=policy)
     learned = _learned_note(inspection)
     if learned and part.outcome != Outcome.FALLBACK:
         part = replace(part, reason=f"{part.reason}; {learned}")
     numa_part = None
     if numa is not None and numa.needed and part.outcome != Outcome.NO_SUPPORTED_PLATFORM:
-        numa_part = _numa_part(numa, config, numa_waited_seconds)
+        numa_part = _numa_part(numa, config, inputs.numa_waited_seconds)
         if numa_part.waiting is not None:
             return _waiting(pod, part, numa, numa_part.waiting)
-    head: dict[str, Any] = {} if path is None else {RECORD_PATH: path}
+    head: dict[str, Any] = {} if inputs.path is None else {RECORD_PATH: inputs.path}
     head[RECORD_IMAGES] = [_image_entry(i, inspection.results[i]) for i in inspection.wanted]
-    if config_error:
-        head[RECORD_CONFIG_ERROR] = config_error[:200]
+    if inputs.config_error:
+        head[RECORD_CONFIG_ERROR] = inputs.config_error[:200]
     if policy is not None:
         head[RECORD_POLICY] = policy.name
     settled = _settled(pod, head, part, numa_part, numa, policy,
-                       config.architecture_taints.known(taints))
+                       config.architecture_taints.known(inputs.taints))
     told = _exclusion_event(inspection)
     return settled if told is None else replace(settled, events=(*settled.events, told))
 
@@ -1153,7 +1172,7 @@ def placement_facts(
 def fallback_release(pod: Mapping[str, Any], reason: str, config: PlacementConfig,
                      policy: PlacementPolicy | None = None) -> Placement:
     """Our gate removed without the images' platforms, keeping what is known: outcome
-    ``fallback``, the requirement of :func:`rules.fallback.fallback_requirement`
+    ``fallback``, the requirement of :func:`rules.place.fallback.fallback_requirement`
     ANDed into every required term (a pod without terms gets one), the Warning
     ``PlacementFallback``; for the ordered uninstall and the stand-down (pods not placed
     within their deadline) and for a pod whose decision failed.

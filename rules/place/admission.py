@@ -5,9 +5,9 @@ A pod whose images the webhook already knows (from its cache of anonymous result
 and PATCHed by the controller later: no second write, which is what halves pod throughput
 (docs/how-it-decides.md, "The webhook after the policy"). The rule is not re-implemented
 here: :func:`admission_placement` takes the facts of
-:func:`rules.placement.placement_facts`, the same the controller would write on the
+:func:`rules.place.placement.placement_facts`, the same the controller would write on the
 gated pod, and renders them for the object being created
-(:func:`rules.render.admission_patch`: no resourceVersion ``test``, the gate ops only
+(:func:`rules.place.render.admission_patch`: no resourceVersion ``test``, the gate ops only
 when the admission policy already added our gate), with ``"path":"webhook"`` in the decision
 annotation. Only placements that leave the pod ungated and need no cluster view take this
 path: never NUMA placement (it needs the nodes' NRTs and in-flight holds), never a fallback
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podplacement.rules.config import FAST_PATHS_ENABLED, PlacementConfig
-from podplacement.rules.placement import (
+from podplacement.rules.place.placement import (
     ARCHITECTURES_NOT_ALLOWED,
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
@@ -34,13 +34,14 @@ from podplacement.rules.placement import (
     WARNING,
     Outcome,
     Placement,
+    PlacementInputs,
     compact_json,
     placement_facts,
     unique_images,
 )
+from podplacement.rules.place.render import admission_patch
 from podplacement.rules.platforms import ImageLike
 from podplacement.rules.policy import PlacementPolicy
-from podplacement.rules.render import admission_patch
 
 __all__ = [
     "PATH_WEBHOOK",
@@ -143,7 +144,7 @@ def admission_placement(
         ``set``/``not-set``/``no-supported-platform``, or an object that is not the shape
         the API gives. Otherwise the :class:`AdmissionPlacement`: the same affinity, labels
         and decision (plus ``"path":"webhook"``) as the controller's PATCH of the gated pod
-        (the facts of :func:`rules.placement.placement_facts`: KEP-3838 narrowing
+        (the facts of :func:`rules.place.placement.placement_facts`: KEP-3838 narrowing
         rules and exact (os, architecture) pairs).
 
     None too when the admission patch would be over :data:`MAX_ADMISSION_PATCH_BYTES`.
@@ -159,7 +160,8 @@ def admission_placement(
             # imagePullPolicy Always: the controller revalidates the tag with the registry
             # for every pod; a cached result cannot (the admission policy gates these).
             return None
-    return _decided_at_admission(pod, images, config, _PLACED, give_up=None, policy=policy)
+    return _decided_at_admission(
+        PlacementInputs(pod, images, config, path=PATH_WEBHOOK, policy=policy), _PLACED)
 
 
 def outage_placement(
@@ -174,10 +176,10 @@ def outage_placement(
     only one left to decide, so it decides once and for all (docs/how-it-decides.md "No
     cluster-wide stall when the controller is down").
 
-    The controller's facts (:func:`rules.placement.placement_facts`), as in
+    The controller's facts (:func:`rules.place.placement.placement_facts`), as in
     :func:`admission_placement`, with two differences. An image without a result (an
     exception or missing) means the controller's fallback at once
-    (``give_up``: :func:`rules.fallback.fallback_requirement`, the fallback
+    (``give_up``: :func:`rules.place.fallback.fallback_requirement`, the fallback
     architecture when one applies and the fallback operating systems; outcome ``fallback``,
     a ``PlacementFallback`` warning). And ``fastPaths`` is not consulted, nor NUMA placement
     (no node view at admission: the architecture requirement only, as the controller's own
@@ -198,8 +200,9 @@ def outage_placement(
         ``no-supported-platform`` or ``fallback``), or None for an object that is not the
         shape the API gives. Never raises for odd pod specs.
     """
-    return _decided_at_admission(pod, images, config, _PLACED | {Outcome.FALLBACK},
-                                 give_up=give_up, policy=policy)
+    return _decided_at_admission(
+        PlacementInputs(pod, images, config, path=PATH_WEBHOOK, give_up=give_up, policy=policy),
+        _PLACED | {Outcome.FALLBACK})
 
 
 def admission_warnings(placement: Placement) -> tuple[str, ...]:
@@ -209,24 +212,17 @@ def admission_warnings(placement: Placement) -> tuple[str, ...]:
                  if e.type == WARNING and e.reason in _WARNED)
 
 
-def _decided_at_admission(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    outcomes: frozenset[Outcome],
-    *,
-    give_up: str | None,
-    policy: PlacementPolicy | None = None,
-) -> AdmissionPlacement | None:
-    """The facts of ``pod`` (:func:`rules.placement.placement_facts`, as the
+def _decided_at_admission(inputs: PlacementInputs,
+                          outcomes: frozenset[Outcome]) -> AdmissionPlacement | None:
+    """The facts of ``inputs.pod`` (:func:`rules.place.placement.placement_facts`, as the
     controller decides the gated pod) rendered as its admission patch; None for an outcome
     outside ``outcomes`` or an object that is not the shape the API gives."""
+    pod = inputs.pod
     spec, meta = pod.get("spec", {}), pod.get("metadata", {})
     if (not isinstance(spec, Mapping) or not isinstance(meta, Mapping)
             or not isinstance(spec.get("schedulingGates", []), list)):
         return None
-    placement = placement_facts(pod, images, config, path=PATH_WEBHOOK, give_up=give_up,
-                                policy=policy)
+    placement = placement_facts(inputs)
     if placement.outcome not in outcomes or not placement.ungate:
         return None
     patch = admission_patch(pod, placement)

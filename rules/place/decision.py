@@ -2,25 +2,25 @@
 writes them (pure, no I/O).
 
 :func:`decide` is what the reconciler, ``explain`` and the tests call through
-:func:`rules.plan.plan`: the facts of
-:func:`rules.placement.placement_facts` (the rules, in small named steps, are
+:func:`rules.place.plan.plan`: the facts of
+:func:`rules.place.placement.placement_facts` (the rules, in small named steps, are
 described there), rendered as the controller's one JSON patch by
-:func:`rules.render.controller_patch`. The reconciler does the reading and
+:func:`rules.place.render.controller_patch`. The reconciler does the reading and
 the writing (STYLE.md, controller-runtime habits).
 
 The names of the decision vocabulary (:class:`Outcome`, the Event reasons, ``EventSpec``,
-``unique_images``) live in :mod:`rules.placement` and are re-exported here for the
+``unique_images``) live in :mod:`rules.place.placement` and are re-exported here for the
 modules that import them from the decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from podplacement.rules.config import PlacementConfig
-from podplacement.rules.placement import (
+from podplacement.rules.place.placement import (
     IMAGE_INSPECTION_FAILED,
     INCOMPATIBLE_NODE_AFFINITY,
     INCOMPATIBLE_NODE_SELECTOR,
@@ -41,6 +41,7 @@ from podplacement.rules.placement import (
     NumaLike,
     Outcome,
     Placement,
+    PlacementInputs,
     event_message,
     fallback_release,
     placement_facts,
@@ -50,11 +51,9 @@ from podplacement.rules.placement import (
     ungate_only,
     unique_images,
 )
-from podplacement.rules.platforms import ImageLike, NodeInventory, PlatformSet
+from podplacement.rules.place.render import controller_patch
 from podplacement.rules.podspec import has_gate
 from podplacement.rules.policy import PlacementPolicy
-from podplacement.rules.render import controller_patch
-from podplacement.rules.tolerations import ArchTaint
 
 __all__ = [
     "IMAGE_INSPECTION_FAILED",
@@ -76,6 +75,7 @@ __all__ = [
     "EventSpec",
     "NumaLike",
     "Outcome",
+    "PlacementInputs",
     "decide",
     "fallback_ungate",
     "invalid_pull_secret_event",
@@ -90,10 +90,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Decision(Placement):
-    """The decision for one gated pod: the :class:`~rules.placement.Placement` facts
+    """The decision for one gated pod: the :class:`~rules.place.placement.Placement` facts
     (outcome, reason, supported pairs, restriction per term, preferred terms, labels,
     annotation facts, warnings and the Event) and ``patch``, the controller's JSON-patch
-    ops writing them (:func:`rules.render.controller_patch`; empty when nothing is
+    ops writing them (:func:`rules.place.render.controller_patch`; empty when nothing is
     written: ``retry``, ``skip``, a pod already waiting for NUMA candidates)."""
 
     patch: tuple[dict[str, Any], ...] = ()
@@ -118,51 +118,30 @@ def invalid_pull_secret_event(namespace: str, name: str, error: BaseException) -
     ), "Inspect")
 
 
-def decide(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
-    *,
-    nodes: NodeInventory | None = None,
-    numa: NumaLike | None = None,
-    failures: int = 0,
-    numa_waited_seconds: float = 0.0,
-    config_error: str | None = None,
-    platforms: PlatformSet | None = None,
-    path: str | None = None,
-    give_up: str | None = None,
-    policy: PlacementPolicy | None = None,
-    taints: Sequence[ArchTaint] | None = None,
-) -> Decision:
-    """Decide placement for the gated ``pod``: ``skip`` when it no longer carries our gate,
-    else the facts of :func:`rules.placement.placement_facts` (same arguments, see
-    there) with the controller's PATCH.
+def decide(inputs: PlacementInputs) -> Decision:
+    """Decide placement for the gated ``inputs.pod``: ``skip`` when it no longer carries our
+    gate, else the facts of :func:`rules.place.placement.placement_facts` (the same
+    ``inputs``) with the controller's PATCH.
 
     Args:
-        pod: the gated Pod (dict, with ``metadata.resourceVersion``).
-        images, config, nodes, numa, failures, numa_waited_seconds, config_error,
-            platforms, path, give_up, policy, taints: as
-            :func:`rules.placement.placement_facts`.
+        inputs: what the decision reads (:class:`rules.place.placement.PlacementInputs`;
+            its ``pod`` is the gated Pod, with ``metadata.resourceVersion``).
 
     Returns:
         a :class:`Decision`. Never raises for odd pod specs: they end in an ungate.
 
     Raises:
-        ValueError: something is written and ``pod`` has no ``metadata.resourceVersion``.
+        ValueError: something is written and the pod has no ``metadata.resourceVersion``.
     """
-    if not has_gate(pod):
+    if not has_gate(inputs.pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
-    facts = placement_facts(
-        pod, images, config, nodes=nodes, numa=numa, failures=failures,
-        numa_waited_seconds=numa_waited_seconds, config_error=config_error,
-        platforms=platforms, path=path, give_up=give_up, policy=policy, taints=taints)
-    return _rendered(pod, facts)
+    return _rendered(inputs.pod, placement_facts(inputs))
 
 
 def fallback_ungate(pod: Mapping[str, Any], reason: str, config: PlacementConfig,
                     policy: PlacementPolicy | None = None) -> Decision:
     """A decision that removes our gate without the images' platforms and keeps what is
-    known (:func:`rules.placement.fallback_release`: the fallback architecture
+    known (:func:`rules.place.placement.fallback_release`: the fallback architecture
     when one applies, the fallback operating systems): for the ordered uninstall and the
     stand-down (pods not placed within their deadline) and for a pod whose decision failed.
     ``skip`` when the pod no longer carries our gate.
@@ -187,7 +166,7 @@ def unrecorded(decision: Decision, pod: Mapping[str, Any]) -> Decision:
 def plain_ungate(pod: Mapping[str, Any], reason: str) -> Decision:
     """A decision that only removes our gate (labels + annotation say why): the last resort
     when the API server refused even :func:`fallback_ungate`'s affinity, or when it could not
-    be computed (:func:`rules.placement.ungate_only`)."""
+    be computed (:func:`rules.place.placement.ungate_only`)."""
     if not has_gate(pod):
         return Decision(Outcome.SKIP, REASON_NOT_GATED)
     return _rendered(pod, ungate_only(pod, reason))

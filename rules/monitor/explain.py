@@ -5,7 +5,7 @@ inject.
 
 Pure: the caller supplies the pod, the Nodes, the NRTs (dicts as ``kubectl get -o yaml``
 prints them) and the inspection result per image; :func:`explain` runs the same decision code
-as the controller (:func:`rules.plan.plan`, with the same in-flight NUMA holds when given)
+as the controller (:func:`rules.place.plan.plan`, with the same in-flight NUMA holds when given)
 on a gated copy of the pod, applies the resulting JSON patch to that copy and reads the
 affinity back. Renderers turn the report into a table, JSON or YAML.
 """
@@ -27,17 +27,18 @@ from podplacement.rules.config import (
     SCHEDULING_GATE,
     PlacementConfig,
 )
-from podplacement.rules.decision import Decision, NumaLike, Outcome, unique_images
-from podplacement.rules.execformat import recorded
 from podplacement.rules.learn import LearnedImage, describe, learned_images
+from podplacement.rules.monitor.execformat import recorded
 from podplacement.rules.numa import InFlight
-from podplacement.rules.placement import (
+from podplacement.rules.place.decision import Decision, NumaLike, Outcome, unique_images
+from podplacement.rules.place.placement import (
     RECORD_NO_NODE,
+    PlacementInputs,
     allowed_platforms,
     no_node_text,
     toleration_text,
 )
-from podplacement.rules.plan import plan, pod_platforms
+from podplacement.rules.place.plan import plan, pod_platforms
 from podplacement.rules.platforms import ImageLike, PlatformSet, os_version_of
 from podplacement.rules.podspec import has_gate, node_ineligibility, unescape_pointer
 from podplacement.rules.policy import PlacementPolicy, policy_for
@@ -184,7 +185,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             (``imageinspect.ImageInfo`` or anything with ``platforms``) or the exception.
         config: the PodPlacementConfig to apply (``topology`` decides the NUMA part).
         inflight: pods already ungated toward NUMA candidates, held as the controller holds
-            them (:func:`rules.plan.inflight_from_pods` rebuilds them from the pods).
+            them (:func:`rules.place.plan.inflight_from_pods` rebuilds them from the pods).
         now: UNIX seconds (default: the clock), for the NUMA wait of a gated pod.
         policies: the accepted PodPlacementPolicies of the pod's namespace, highest
             priority first (:meth:`rules.policy.Ranking.of`); the one matching the pod
@@ -202,7 +203,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         "execFormatErrors": {...} | None}``;
         ``noNodeYet`` lists the pairs the pod may run on when no node of any of them exists
         yet (the decision annotation's ``noNodeYet``,
-        :func:`rules.placement.platforms_without_node`; empty otherwise), and ``waiting``
+        :func:`rules.place.placement.platforms_without_node`; empty otherwise), and ``waiting``
         says so in a sentence (``no node of linux/arm64 exists yet: the pod waits for one
         (an autoscaler can create it)``), None otherwise; ``tolerations`` are those added
         for architecture taints (:mod:`rules.tolerations`: the nodes' and the configured
@@ -218,7 +219,7 @@ def explain(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         images carry in ``os.version`` (the node label
         ``node.kubernetes.io/windows-build`` must be one; a node of another build says
         "windows build X not supported"), ``pairs`` those the written required terms admit
-        (:attr:`rules.affinity.PlatformRequirement.pairs`; empty without a platform
+        (:attr:`rules.place.affinity.PlatformRequirement.pairs`; empty without a platform
         requirement). Image-inspection failures are decided
         as after the last retry (the controller's fallback); the reason then says that
         explain inspected once and how often the controller would retry first.
@@ -276,11 +277,12 @@ def _decide(gated: Mapping[str, Any], results: Mapping[str, ImageLike | BaseExce
             inflight: InFlight | None, policy: PlacementPolicy | None) -> Decision:
     """The controller's decision for the gated copy, an image not inspected counting as a
     failure after the last retry (``now``: UNIX seconds, None for the clock)."""
-    return plan(
-        gated, {k: v if v is not None else LookupError("not inspected")
-                for k, v in results.items()},
-        config, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
-        inflight=inflight, failures=config.image_inspection.max_retries, policy=policy)
+    images = {k: v if v is not None else LookupError("not inspected")
+              for k, v in results.items()}
+    inputs = PlacementInputs(gated, images, config,
+                             failures=config.image_inspection.max_retries, policy=policy)
+    return plan(inputs, nodes=nodes, nrts=nrts, now=time.time() if now is None else now,
+                inflight=inflight)
 
 
 def _node_reasons(nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, Any],

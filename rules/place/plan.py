@@ -5,10 +5,10 @@ a dry run of the whole decision"), so ``explain`` cannot disagree with what the 
 then does: the supported platforms are computed once per pod, the NUMA candidates come from
 :func:`rules.numa.decide_numa` with the same node eligibility (the supported (os,
 architecture) pairs, less those the platform requirement of
-:func:`rules.affinity.platform_requirement` leaves out of every term) and the same
-in-flight holds, and :func:`rules.decision.decide` builds the one patch. The admission
+:func:`rules.place.affinity.platform_requirement` leaves out of every term) and the same
+in-flight holds, and :func:`rules.place.decision.decide` builds the one patch. The admission
 paths, which have no cluster view (no NUMA), take the same facts directly
-(:mod:`rules.admission`). Pure: no I/O, no clock (``now`` is an argument).
+(:mod:`rules.place.admission`). Pure: no I/O, no clock (``now`` is an argument).
 
 :func:`inflight_from_pods` rebuilds the in-flight holds from the pods themselves (their
 ``podplacement.io/numa=placed`` label and decision annotation), for a process that did not
@@ -20,16 +20,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from podplacement.rules.affinity import platform_requirement
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NUMA_LABEL,
     NUMA_LABEL_PLACED,
-    PlacementConfig,
 )
-from podplacement.rules.decision import Decision, decide, unique_images
 from podplacement.rules.learn import learned_images
 from podplacement.rules.numa import (
     InFlight,
@@ -37,7 +35,9 @@ from podplacement.rules.numa import (
     decide_numa,
     effective_requests,
 )
-from podplacement.rules.placement import allowed_platforms
+from podplacement.rules.place.affinity import platform_requirement
+from podplacement.rules.place.decision import Decision, decide, unique_images
+from podplacement.rules.place.placement import PlacementInputs, allowed_platforms
 from podplacement.rules.platforms import (
     ImageLike,
     PlatformSet,
@@ -45,7 +45,6 @@ from podplacement.rules.platforms import (
     supported_platforms,
 )
 from podplacement.rules.podspec import node_eligible
-from podplacement.rules.policy import PlacementPolicy
 from podplacement.rules.tolerations import node_arch_taints
 
 #: A NUMA decision that failed (odd quantities, unknown strategy) is reported here; without
@@ -77,28 +76,24 @@ def pod_platforms(pod: Mapping[str, Any],
 
 
 def plan(
-    pod: Mapping[str, Any],
-    images: Mapping[str, ImageLike | BaseException],
-    config: PlacementConfig,
+    inputs: PlacementInputs,
     *,
     nodes: Sequence[Mapping[str, Any]] | None,
     nrts: Mapping[str, Mapping[str, Any]],
     now: float,
     inflight: InFlight | None = None,
-    failures: int = 0,
-    config_error: str | None = None,
     on_numa_error: NumaErrorHandler | None = None,
-    path: str | None = None,
-    give_up: str | None = None,
-    policy: PlacementPolicy | None = None,
 ) -> Decision:
     """Decide the placement of one gated pod.
 
     Args:
-        pod: the gated Pod dict.
-        images: per distinct image reference, the inspection result (``ImageInfo``-like)
-            or the exception inspecting it raised; a missing image counts as failed.
-        config: the PodPlacementConfig in force.
+        inputs: what the decision reads (:class:`rules.place.placement.PlacementInputs`):
+            the gated Pod, its images' results, the config, ``failures``, ``config_error``,
+            ``path``, ``give_up`` and ``policy`` as the caller knows them (``policy``: NUMA
+            candidates are then sought only among the pairs it allows). The fields the
+            cluster gives (``nodes``, ``numa``, ``numa_waited_seconds``, ``platforms``,
+            ``taints``) are filled here from the arguments below, and ``images`` loses the
+            platforms ``config.excluded`` names.
         nodes: the cluster's Node dicts, or None when unknown (no NUMA placement and no
             ``PlatformNotInCluster`` Event then; the architecture taints are then those the
             config's status publishes). Their taints keyed ``kubernetes.io/arch``
@@ -109,20 +104,10 @@ def plan(
             candidates is ``now`` minus its ``creationTimestamp``).
         inflight: the pods already ungated toward NUMA candidates (their requests are held
             on those nodes; the controller's own accounting, or :func:`inflight_from_pods`).
-        failures: failed inspection rounds of this pod before this one.
-        config_error: the config could not be parsed (defaults in force; annotated).
         on_numa_error: see :data:`NumaErrorHandler`.
-        path: the admission path placing the pod (``"webhook"``), written as ``"path"``
-            into the decision annotation (:func:`rules.decision.decide`); None for
-            the controller.
-        give_up: no later attempt follows: an image without a result falls back at once
-            (:func:`rules.decision.decide`, whose reason then says these words).
-        policy: the namespace's placement policy matching the pod
-            (:func:`rules.policy.policy_for`), or None; NUMA candidates are then
-            sought only among the pairs it allows.
 
     Returns:
-        the :class:`rules.decision.Decision`; its ``numa`` carries the typed NUMA
+        the :class:`rules.place.decision.Decision`; its ``numa`` carries the typed NUMA
         decision (candidates, hostnames, scores, verdicts) when NUMA placement applied.
         The platforms ``config.excluded`` names are left out of the images' results first
         (:func:`rules.learn.learned_images`), for the NUMA eligibility as well.
@@ -130,8 +115,9 @@ def plan(
     Raises:
         ValueError, QuantityError: the NUMA decision failed and ``on_numa_error`` is None.
     """
+    pod, config, policy = inputs.pod, inputs.config, inputs.policy
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-    images = learned_images(images, config.excluded, namespace=namespace)
+    images = learned_images(inputs.images, config.excluded, namespace=namespace)
     platforms = pod_platforms(pod, images)
     allowed = allowed_platforms(platforms, policy)[0] if platforms is not None else None
     numa: NumaDecision | None = None
@@ -160,13 +146,12 @@ def plan(
             on_numa_error(exc)
     created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
     waited = max(0.0, now - created) if created is not None else 0.0
-    return decide(
-        pod, images, config,
+    return decide(replace(
+        inputs, images=images,
         nodes=node_inventory(nodes) if nodes is not None else None,
-        numa=numa, failures=failures, numa_waited_seconds=waited,
-        config_error=config_error, platforms=platforms, path=path, give_up=give_up,
-        policy=policy, taints=node_arch_taints(nodes) if nodes is not None else None,
-    )
+        numa=numa, numa_waited_seconds=waited, platforms=platforms,
+        taints=node_arch_taints(nodes) if nodes is not None else None,
+    ))
 
 
 def hold(inflight: InFlight, pod: Mapping[str, Any], decision: Decision) -> bool:

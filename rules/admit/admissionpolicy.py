@@ -15,7 +15,7 @@ and only while the API server serves ``mutatingadmissionpolicies`` in
 
 The skip rules are the webhook's (:func:`webhook.gating.should_gate`; the pod-level ones,
 the eligibility variables ``images`` to ``free`` and ``placed``, and their Python are the
-table :data:`rules.predicates.PREDICATES`): the binding's
+table :data:`rules.admit.predicates.PREDICATES`): the binding's
 ``matchResources.namespaceSelector`` is the webhook's namespace selection (system namespaces,
 own namespace, the opt-out label and the config's selector), and ``matchConditions`` exclude a
 pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
@@ -24,14 +24,14 @@ carrying our gate.
 For each other pod the policy does one of two things (docs/how-it-decides.md, "Placement
 inside the API server"):
 
-- **place**: every image (init, app and image volume: :func:`rules.placement.pod_images`) is
+- **place**: every image (init, app and image volume: :func:`rules.place.placement.pod_images`) is
   a key of the params object (the ImagePlatformCatalog ``cluster``: image reference → sorted
   "os/arch" pairs), each one pulled with ``imagePullPolicy: Always`` (an image volume's
   ``pullPolicy: Always``) is in its ``spec.fresh`` (its digest confirmed by the
   controller within ``spec.admission.pullAlwaysFreshness``), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
   nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
-  A JSONPatch mutation then writes exactly the facts :func:`rules.placement.
+  A JSONPatch mutation then writes exactly the facts :func:`rules.place.placement.
   placement_facts` decides for the pod once gated, rendered in CEL (every text imported
   from the Python rule): one required term ``kubernetes.io/arch In [archs]`` AND
   ``kubernetes.io/os In [linux]`` (or the unsatisfiable marker), the preferred weights of
@@ -91,13 +91,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from podplacement.rules.affinity import (
-    AFFINITY_PATH,
-    NODE_AFFINITY_PATH,
-    arch_preference,
-    group_expressions,
-    unsatisfiable_marker,
+from podplacement.rules.admit.predicates import (
+    PLACED_OS,
+    POLICY_MATCH_CONDITIONS,
+    POLICY_VARIABLES,
+    cel_string,
 )
+from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
 from podplacement.rules.config import (
     ADMISSION_POLICY_NAME,
     API_VERSION,
@@ -113,7 +113,14 @@ from podplacement.rules.config import (
     PlacementConfig,
     config_or_defaults,
 )
-from podplacement.rules.placement import (
+from podplacement.rules.place.affinity import (
+    AFFINITY_PATH,
+    NODE_AFFINITY_PATH,
+    arch_preference,
+    group_expressions,
+    unsatisfiable_marker,
+)
+from podplacement.rules.place.placement import (
     LIST_SEPARATOR,
     REASON_NO_SUPPORTED_PLATFORM,
     REASON_REQUIRED_ARCHITECTURES,
@@ -130,14 +137,7 @@ from podplacement.rules.placement import (
     Placement,
     placed_labels,
 )
-from podplacement.rules.predicates import (
-    PLACED_OS,
-    POLICY_MATCH_CONDITIONS,
-    POLICY_VARIABLES,
-    cel_string,
-)
 from podplacement.rules.tolerations import ARCH_TAINT_KEY, ArchTaint, toleration_of
-from podplacement.rules.webhookconfig import WebhookNamespaceSelection
 
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
 POLICY_KIND = "MutatingAdmissionPolicy"
@@ -149,7 +149,7 @@ BINDING_RESOURCE = "mutatingadmissionpolicybindings"
 ADMISSION_PATH = "admission"
 
 #: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``
-#: (:data:`rules.predicates.POLICY_MATCH_CONDITIONS`).
+#: (:data:`rules.admit.predicates.POLICY_MATCH_CONDITIONS`).
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = tuple(
     {"name": p.name, "expression": p.cel()} for p in POLICY_MATCH_CONDITIONS)
 
@@ -163,10 +163,10 @@ GATE_MUTATION = (
 
 # --- the place branch, in CEL: the third renderer of the placement facts -----------------
 #
-# The policy's ``variables`` compute, in CEL, the facts :func:`rules.placement.
+# The policy's ``variables`` compute, in CEL, the facts :func:`rules.place.placement.
 # placement_facts` computes for the pods the policy places (every image in the params, no
 # node affinity, no os/arch pin, linux-only or no common platform); the JSONPatch writes
-# them as :func:`rules.render.controller_patch` would. Every text (label keys and
+# them as :func:`rules.place.render.controller_patch` would. Every text (label keys and
 # values, annotation fields, outcomes, reasons, expression keys and operators) comes from
 # the Python rule, and the typed node affinity is rendered from the values the Python
 # builders return (:func:`cel_typed` with :class:`Cel` holes). Variables are listed by
@@ -224,7 +224,7 @@ def _json_text(text: str) -> str:
 
 
 def cel_template(template: str, values: str) -> str:
-    """A ``REASON_*`` template of :mod:`rules.placement` in CEL: its ``{}`` replaced
+    """A ``REASON_*`` template of :mod:`rules.place.placement` in CEL: its ``{}`` replaced
     by the CEL string expression ``values``."""
     before, _, after = template.partition("{}")
     parts = [cel_string(_json_text(before)) if before else "", values,
@@ -346,7 +346,7 @@ CEL_TOLERATES = (
 #: ``addTolerations``: the taints whose tolerations the placed pod gets.
 CEL_ADD_TOLERATIONS = ("variables.archTaints.filter(t, t.value in variables.archs && "
                        f"!variables.ownTolerations.exists(o, {CEL_TOLERATES}))")
-#: The decision's ``tolerations`` entries (:func:`rules.placement.toleration_text`).
+#: The decision's ``tolerations`` entries (:func:`rules.place.placement.toleration_text`).
 CEL_TOLERATION_TEXTS = (f"variables.addTolerations.map(t, {cel_string(ARCH_TAINT_KEY + '=')}"
                         " + t.value + ':' + t.effect)")
 _ANY_TOLERATIONS = "size(variables.addTolerations) > 0"
@@ -412,10 +412,10 @@ CEL_DECISION = _cel_record()
 
 def admission_record(placement: Placement, catalog_uid: str = "") -> dict[str, Any]:
     """The decision annotation the policy writes for a pod it places, from the Python
-    facts of the same pod (:func:`rules.placement.placement_facts`): ``"path":
+    facts of the same pod (:func:`rules.place.placement.placement_facts`): ``"path":
     "admission"``, ``"catalog"``: the params object's uid ``catalog_uid``, and the facts'
     :data:`POLICY_RECORD_FIELDS`. What ``variables.decision`` must equal, byte for byte,
-    once compact (:func:`rules.placement.compact_json`); it starts with
+    once compact (:func:`rules.place.placement.compact_json`); it starts with
     :func:`rules.config.admission_mark` of ``catalog_uid``."""
     record = {RECORD_PATH: ADMISSION_PATH, RECORD_CATALOG: catalog_uid, **placement.record}
     return {k: record[k] for k in POLICY_RECORD_FIELDS if k in record}
@@ -621,7 +621,7 @@ def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: s
                     owner: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The MutatingAdmissionPolicyBinding ``podplacement-gate``: the policy applies in the
     namespaces the webhook is called for (``selection``, from
-    :func:`rules.webhookconfig.webhook_namespace_selection`).
+    :func:`rules.admit.webhookconfig.webhook_namespace_selection`).
 
     ``paramRef`` names the ImagePlatformCatalog ``cluster`` in ``params_namespace`` (the
     product's namespace) with ``parameterNotFoundAction: Allow``: while that object is

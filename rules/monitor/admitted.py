@@ -11,12 +11,12 @@ itself from every path"; docs/reference/labels-events-metrics.md "Events"):
 - :func:`images_to_learn`: the images the controller inspects itself, anonymously, to
   publish in the admission policy's catalog: those of a pod placed at admission that the
   catalog lacks, when the pod has no pull Secret and the config no global one (the
-  catalog's "anonymous only" rule, :mod:`rules.imageparams`). The annotation is
+  catalog's "anonymous only" rule, :mod:`rules.admit.imageparams`). The annotation is
   never trusted for platforms: a pod's creator can write it. It only makes the controller
   look; what is published is what the controller's own inspection says.
 - :func:`admission_warning`: the Warning Event of the pod's decision, the one the
   controller sends for its own decisions: the facts of
-  :func:`rules.placement.placement_facts` for the pod as it was before placement,
+  :func:`rules.place.placement.placement_facts` for the pod as it was before placement,
   recomputed from the platforms the decision was taken with (the webhook records each
   image's in the annotation; the policy read the catalog, whose entries the controller
   keeps). The pod as created is not stored: the placement appended to its node affinity
@@ -42,14 +42,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from podplacement.imageinspect import OS_VERSION_RE, ImageInfo, Platform
-from podplacement.rules.admission import PATH_WEBHOOK
-from podplacement.rules.admissionpolicy import ADMISSION_PATH, admission_record
-from podplacement.rules.affinity import (
-    node_affinity,
-    preferred_terms,
-    required_terms,
-    restriction_ops,
-)
+from podplacement.rules.admit.admissionpolicy import ADMISSION_PATH, admission_record
+from podplacement.rules.admit.imageparams import value_pairs
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -58,9 +52,15 @@ from podplacement.rules.config import (
     RECORD_CATALOG,
     PlacementConfig,
 )
-from podplacement.rules.explain import apply_patch
-from podplacement.rules.imageparams import value_pairs
-from podplacement.rules.placement import (
+from podplacement.rules.monitor.explain import apply_patch
+from podplacement.rules.place.admission import PATH_WEBHOOK
+from podplacement.rules.place.affinity import (
+    node_affinity,
+    preferred_terms,
+    required_terms,
+    restriction_ops,
+)
+from podplacement.rules.place.placement import (
     EXEC_FORMAT_EXCLUSION,
     PLATFORM_NOT_IN_CLUSTER,
     RECORD_IMAGES,
@@ -69,6 +69,7 @@ from podplacement.rules.placement import (
     WARNING,
     EventSpec,
     Placement,
+    PlacementInputs,
     compact_json,
     placement_facts,
     unique_images,
@@ -99,7 +100,7 @@ ADMISSION_PATHS = (ADMISSION_PATH, PATH_WEBHOOK)
 #: own tells nothing beyond that: :func:`before_placement`).
 MAX_CANDIDATES = 64
 #: Expressions a placement appends to one existing required term, at most: ``arch In``
-#: then ``os In`` (:func:`rules.affinity.platform_requirement`), or the
+#: then ``os In`` (:func:`rules.place.affinity.platform_requirement`), or the
 #: unsatisfiable marker.
 _MAX_APPENDED = 2
 _APPENDED_KEYS = frozenset({ARCH_LABEL, OS_LABEL, NO_SUPPORTED_PLATFORM_KEY})
@@ -252,7 +253,7 @@ def _appendable(term: Mapping[str, Any]) -> int:
 
 def _arch_preferences(preferred: Sequence[Mapping[str, Any]]) -> int:
     """How many trailing preferred terms have the shape a placement appends: one
-    ``kubernetes.io/arch In [one value]`` (:func:`rules.affinity.arch_preference`)."""
+    ``kubernetes.io/arch In [one value]`` (:func:`rules.place.affinity.arch_preference`)."""
     count = 0
     for term in reversed(preferred):
         exprs = (term.get("preference") or {}).get("matchExpressions") or []
@@ -279,11 +280,11 @@ def consistent_cuts(pod: Mapping[str, Any], appends: Appends
 
     A cut counts only when the placement of the pod so cut appends exactly the cut
     expressions to that term (or exactly the cut preferred terms), as ``appends`` (the
-    placement of a candidate: :func:`rules.placement.placement_facts`, its ``required``
+    placement of a candidate: :func:`rules.place.placement.placement_facts`, its ``required``
     and ``preferred``) says. What a placement appends to a term depends on that term, the
-    ``nodeSelector`` and the platforms alone (:func:`rules.affinity.platform_requirement`,
-    :meth:`rules.affinity.AffinityPlan.require`), and its preferred terms on the pod's own
-    preferred terms alone (:func:`rules.affinity.arch_preferences`), so every term is
+    ``nodeSelector`` and the platforms alone (:func:`rules.place.affinity.platform_requirement`,
+    :meth:`rules.place.affinity.AffinityPlan.require`), and its preferred terms on the pod's own
+    preferred terms alone (:func:`rules.place.affinity.arch_preferences`), so every term is
     judged in the same few probes: probe ``n`` cuts each term by its ``n``-th possible cut
     (at most :data:`MAX_CANDIDATES` probes, each one call of ``appends``). Were that
     independence ever broken, a cut would be missed and the decision tell nothing (the
@@ -321,7 +322,7 @@ def before_placement(pod: Mapping[str, Any], path: str, appends: Appends | None 
     pod had none, else up to two expressions at the end of each of its terms, and
     architecture preferences after its own preferred terms when it had none on the
     architecture. The policy places only pods without node affinity
-    (:mod:`rules.admissionpolicy`), so for ``"admission"`` there is one
+    (:mod:`rules.admit.admissionpolicy`), so for ``"admission"`` there is one
     candidate. With ``appends`` (the placement of a candidate), only the cuts
     :func:`consistent_cuts` keeps are combined; without it, every cut of the appended keys
     is (their product soon passes the bound with several terms). The caller keeps the
@@ -360,8 +361,8 @@ def _cut(terms: Sequence[Mapping[str, Any]], cuts: Sequence[int]) -> list[dict[s
 def _renders(candidate: Mapping[str, Any], placement: Placement, pod: Mapping[str, Any],
              path: str, annotation: str, catalog_uid: str = "") -> bool:
     """True when ``placement`` of ``candidate`` writes exactly ``pod``'s annotation and node
-    affinity (the renderers of :mod:`rules.render` and
-    :func:`rules.admissionpolicy.admission_record`; ``catalog_uid``: the params object's
+    affinity (the renderers of :mod:`rules.place.render` and
+    :func:`rules.admit.admissionpolicy.admission_record`; ``catalog_uid``: the params object's
     uid the policy's record names, which only says which catalog it read)."""
     record = (placement.annotation if path == PATH_WEBHOOK
               else compact_json(admission_record(placement, catalog_uid)))
@@ -406,7 +407,8 @@ def _admission_placement(
 
     def placed(candidate: Mapping[str, Any]) -> Placement:
         # the admission paths see no node: the record is reproduced without them
-        return placement_facts(candidate, results, config, path=decided, policy=policy)
+        return placement_facts(PlacementInputs(candidate, results, config, path=decided,
+                                               policy=policy))
 
     def appends(candidate: Mapping[str, Any]) -> tuple[
             list[tuple[dict[str, Any], ...]], tuple[dict[str, Any], ...]]:
@@ -423,8 +425,8 @@ def _admission_placement(
             if nodes is None:
                 return placement
             try:  # the same decision with the nodes: its Events say what the nodes tell
-                return placement_facts(candidate, results, config, nodes=nodes, path=decided,
-                                       policy=policy)
+                return placement_facts(PlacementInputs(candidate, results, config, nodes=nodes,
+                                                       path=decided, policy=policy))
             except Exception:
                 return placement
     except Exception:  # an odd spec: it tells nothing

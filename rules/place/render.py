@@ -1,12 +1,12 @@
 """Two renderers of one placement's facts as RFC 6902 JSON patches (pure, no I/O).
 
-The facts (:class:`rules.placement.Placement`) say what to write; these functions say
+The facts (:class:`rules.place.placement.Placement`) say what to write; these functions say
 how, for the two objects it is written to (DESIGN "one rule, three renderers"):
 
 - :func:`controller_patch`: the controller's one PATCH of the gated pod: ``test
   /metadata/resourceVersion`` (optimistic concurrency), the affinity ``add`` ops, the
   labels, the decision annotation, then ``test`` + ``remove`` of our gate
-  (:mod:`rules.podpatch`);
+  (:mod:`rules.place.podpatch`);
 - :func:`admission_patch`: the webhook's patch of the pod being created (an AdmissionReview's
   ``request.object``): the same ops without the resourceVersion ``test`` (the object has
   none yet), and the gate ops only when the object carries our gate (the admission policy
@@ -14,7 +14,7 @@ how, for the two objects it is written to (DESIGN "one rule, three renderers"):
 
 Both derive every path from the object they patch, so the pod the webhook's patch makes of
 the admission object is the pod the controller's PATCH makes of the gated pod created from
-it. The third renderer, the admission policy's CEL, is :mod:`rules.admissionpolicy`.
+it. The third renderer, the admission policy's CEL, is :mod:`rules.admit.admissionpolicy`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from podplacement.rules.affinity import restriction_ops
 from podplacement.rules.config import DECISION_ANNOTATION
-from podplacement.rules.placement import Placement
-from podplacement.rules.podpatch import (
+from podplacement.rules.place.affinity import restriction_ops
+from podplacement.rules.place.placement import Placement
+from podplacement.rules.place.podpatch import (
     Op,
     gate_removal_ops,
     map_ops,

@@ -44,13 +44,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from podplacement.rules.admit.predicates import WEBHOOK_MATCH_CONDITIONS, Inputs
 from podplacement.rules.config import (
     EXCLUDE_NAMESPACE_LABEL,
     SYSTEM_NAMESPACES,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
-from podplacement.rules.predicates import WEBHOOK_MATCH_CONDITIONS, Inputs
 
 #: Label the API server puts on every Namespace (value = the namespace name).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -192,7 +192,7 @@ def match_conditions(placed_mark: str | None) -> list[dict[str, str]]:
         object exists the policy overwrites any mark a pod's creator set
         (:func:`rules.config.admission_mark`). A CEL error skips the webhook
         (failurePolicy Ignore). The condition, and its Python, are
-        :data:`rules.predicates.WEBHOOK_MATCH_CONDITIONS`.
+        :data:`rules.admit.predicates.WEBHOOK_MATCH_CONDITIONS`.
     """
     if placed_mark is None:
         return []
