@@ -280,6 +280,10 @@ class FindingsStore:
         if proof == PROOF_VERIFICATION and (verification is None
                                             or verification.checked_at < last_seen):
             verification = Verification("mismatch", reason, last_seen)
+        elif proof == PROOF_VERIFICATION and verification.status == "mismatch":
+            # a new leader's verification that ran before this took the exclusion back
+            # only confirms it: it keeps the published time (as in record_verification)
+            verification = replace(verification, checked_at=last_seen)
         first = since if 0 < since <= last_seen else last_seen
         return self._put(key, replace(
             current, errors=max(counted, floor), last_seen=max(current.last_seen, last_seen),

@@ -70,3 +70,22 @@ def test_evidence_is_found_under_any_digest_of_its_content() -> None:
     store.record_error(HIGH, "arm64", ("uid2", "app", 0), 1011.0, namespace="team-b")
     store.record_error(HIGH, "amd64", ("uid3", "app", 0), 1011.0, namespace="team-a")
     assert len(store) == 3
+
+
+@pytest.mark.parametrize(("index", "manifest"), [(HIGH, LOW), (LOW, HIGH)],
+                         ids=["index-sorts-last", "index-sorts-first"])
+def test_a_verification_before_the_take_back_does_not_make_it_young(
+        index: str, manifest: str) -> None:
+    first = FindingsStore()
+    _verify(first, index, manifest, 1000.0)
+    (published,) = exclusions(first, now=1000.0, ttl=TTL)
+    obj = {"status": status_patch([published], [])["status"]}
+
+    leader = FindingsStore()
+    _verify(leader, index, manifest, 1009.0)  # the new leader verified before it adopted
+    _adopt(leader, obj, 1010.0)
+
+    (again,) = exclusions(leader, now=1011.0, ttl=TTL)
+    assert len(leader) == 1
+    assert (again.since, again.last_seen, again.expires) == (
+        published.since, published.last_seen, published.expires)
