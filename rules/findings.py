@@ -280,7 +280,8 @@ class FindingsStore:
         if proof == PROOF_VERIFICATION and (verification is None
                                             or verification.checked_at < last_seen):
             verification = Verification("mismatch", reason, last_seen)
-        elif proof == PROOF_VERIFICATION and verification.status == "mismatch":
+        elif proof == PROOF_VERIFICATION and verification is not None and \
+                verification.status in PROVING_STATUSES:
             # a new leader's verification that ran before this took the exclusion back
             # only confirms it: it keeps the published time (as in record_verification)
             verification = replace(verification, checked_at=last_seen)
