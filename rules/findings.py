@@ -170,6 +170,26 @@ class FindingsStore:
     #: key → (errors counted here, the floor adopted from a published exclusion)
     _counts: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
 
+    def _key(self, digests: Iterable[str], architecture: str,
+             namespace: str) -> tuple[str, str, str]:
+        """The key of the entry about the content ``digests`` name, for ``architecture``
+        and ``namespace``: the entry keyed by one of them, else the first entry (least
+        recently updated first) whose :attr:`Evidence.aliases` name one of them, else a new
+        key under the first of ``digests``. The one rule that makes one content one entry,
+        whichever of its digests the evidence arrives under (an adopted exclusion is keyed
+        by its sorted first digest, a verification by the pod's ``imageID`` digest, which
+        may be an alias of it). Linear in the entries when no key matches (at most
+        ``max_entries``; evidence arrives once per error or verification)."""
+        wanted = list(dict.fromkeys(digests))
+        for d in wanted:
+            if (d, architecture, namespace) in self._items:
+                return (d, architecture, namespace)
+        names = set(wanted)
+        for key, e in self._items.items():
+            if key[1] == architecture and key[2] == namespace and e.aliases & names:
+                return key
+        return (wanted[0], architecture, namespace)
+
     def _put(self, key: tuple[str, str, str], value: Evidence) -> Evidence:
         self._items[key] = value
         self._items.move_to_end(key)
@@ -199,10 +219,11 @@ class FindingsStore:
         """
         if not namespace:
             raise ValueError("an exec format error is evidence for one namespace")
-        key = (digest, architecture, namespace)
+        key = self._key([digest], architecture, namespace)
         current = (self._items.get(key)
                    or Evidence(digest, architecture, os=os, namespace=namespace))
-        current = replace(current, aliases=current.aliases | (set(aliases) - {digest}),
+        current = replace(current, aliases=current.aliases
+                          | (({digest} | set(aliases)) - {current.digest}),
                           image=current.image or image)
         seen = self._seen.setdefault(key, OrderedDict())
         if observation in seen:
@@ -223,8 +244,10 @@ class FindingsStore:
         digests of that platform's content, ``aliases``; ``image``: a reference that names
         it, kept when none is yet), for every namespace. A verification that finds what the
         kept one found (a new leader verifying again what it took back) keeps the kept
-        one's time: it confirms, it is not younger evidence."""
-        key = (digest, architecture, EVERY_NAMESPACE)
+        one's time: it confirms, it is not younger evidence. The entry is the one naming
+        ``digest`` as its key or an alias (:meth:`_key`): an exclusion taken back under
+        another digest of the same content is confirmed, not doubled."""
+        key = self._key([digest], architecture, EVERY_NAMESPACE)
         current = self._items.get(key) or Evidence(digest, architecture, os=os)
         kept = current.verification
         if kept is not None and kept.status == verification.status:
@@ -232,21 +255,23 @@ class FindingsStore:
                                    checked_at=min(kept.checked_at, verification.checked_at))
         return self._put(key, replace(
             current, verification=verification, image=current.image or image,
-            aliases=current.aliases | (set(aliases) - {digest})))
+            aliases=current.aliases | (({digest} | set(aliases)) - {current.digest})))
 
     def adopt(self, digests: Iterable[str], architecture: str, *, os: str, proof: str,
               errors: int, last_seen: float, image: str = "", reason: str = "",
               namespace: str = EVERY_NAMESPACE, since: float = 0.0) -> Evidence:
         """Take back a published exclusion (a controller restart, a new leader): the entry
-        of its first digest and ``namespace`` gets its error count as a floor, its last
+        of its content and ``namespace`` gets its error count as a floor, its last
         evidence time, and a verification ``mismatch`` when that was the proof (kept for
         every namespace); an entry already known keeps its own, newer facts. The caller
-        cuts the times to its clock (:func:`seen_at`)."""
+        cuts the times to its clock (:func:`seen_at`). The entry is the one that already
+        names one of ``digests`` (:meth:`_key`), so a verification arriving later under
+        another digest of the same content confirms it instead of making a second one."""
         ordered = sorted(set(digests))
         if proof == PROOF_VERIFICATION:
             namespace = EVERY_NAMESPACE
-        key = (ordered[0], architecture, namespace)
-        current = self._items.get(key) or Evidence(ordered[0], architecture, os=os,
+        key = self._key(ordered, architecture, namespace)
+        current = self._items.get(key) or Evidence(key[0], architecture, os=os,
                                                    image=image, namespace=namespace)
         counted, floor = self._counts.get(key, (0, 0))
         floor = max(floor, errors if namespace else 0)
@@ -255,16 +280,22 @@ class FindingsStore:
         if proof == PROOF_VERIFICATION and (verification is None
                                             or verification.checked_at < last_seen):
             verification = Verification("mismatch", reason, last_seen)
+        elif proof == PROOF_VERIFICATION and verification is not None and \
+                verification.status in PROVING_STATUSES:
+            # a new leader's verification that ran before this took the exclusion back
+            # only confirms it: it keeps the published time (as in record_verification)
+            verification = replace(verification, checked_at=last_seen)
         first = since if 0 < since <= last_seen else last_seen
         return self._put(key, replace(
             current, errors=max(counted, floor), last_seen=max(current.last_seen, last_seen),
             first_seen=current.first_seen or first, verification=verification,
-            aliases=current.aliases | (set(ordered) - {ordered[0]})))
+            aliases=current.aliases | (set(ordered) - {current.digest})))
 
     def get(self, digest: str, architecture: str,
             namespace: str = EVERY_NAMESPACE) -> Evidence | None:
-        """The evidence of (digest, architecture, namespace), or None."""
-        return self._items.get((digest, architecture, namespace))
+        """The evidence of (digest, architecture, namespace), or None; ``digest`` may be
+        any digest of the entry's content (its key or an alias)."""
+        return self._items.get(self._key([digest], architecture, namespace))
 
     def verified(self, digest: str) -> bool:
         """Whether any platform of ``digest`` has a verification recorded."""
@@ -275,7 +306,7 @@ class FindingsStore:
                      namespace: str = EVERY_NAMESPACE, min_errors: int = MIN_ERRORS) -> bool:
         """Whether the pair is proven wrong (:func:`proof_of`) for every namespace, or, with
         ``namespace``, by the errors seen there."""
-        e = self._items.get((digest, architecture, namespace))
+        e = self.get(digest, architecture, namespace)
         return e is not None and proof_of(e, min_errors=min_errors) is not None
 
     def expire(self, now: float, ttl: float) -> int:
