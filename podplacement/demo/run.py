@@ -312,8 +312,8 @@ def start_real_cluster(work: Path, assets: Assets, debs: Path | None = None) -> 
                  "are simulated", node.name, node.describe())
     else:
         log.warning("real node: none, every node is simulated and no pod runs (%s)", note)
-    arm64, arm64_note = (_start_arm64_node(plane, work, debs, node, plane.stop)
-                         if node is not None else (None, "no real amd64 node"))
+    arm64, arm64_note = (_start_arm64_node(plane, work, debs, node) if node is not None
+                         else (None, "no real amd64 node"))
 
     def stop() -> None:
         for real in (arm64, node):
@@ -326,11 +326,11 @@ def start_real_cluster(work: Path, assets: Assets, debs: Path | None = None) -> 
                      arm64_note=arm64_note)
 
 
-def _start_arm64_node(plane: ControlPlane, work: Path, debs: Path | None, amd64: RealNode,
-                      stop_plane: Callable[[], None]) -> tuple[RealNode | None, str]:
+def _start_arm64_node(plane: ControlPlane, work: Path, debs: Path | None,
+                      amd64: RealNode) -> tuple[RealNode | None, str]:
     """The emulated arm64 node beside ``amd64`` (:func:`start_real_cluster`), or None and
-    the one-line reason it does not run (logged); on Ctrl-C the amd64 node and the plane
-    (``stop_plane``) are stopped before the interrupt goes on."""
+    the one-line reason it does not run (logged as a warning); on Ctrl-C the amd64 node and
+    the plane are stopped before the interrupt goes on."""
     try:
         arm64 = start_real_node(plane, work / "node-arm64", arch="arm64", debs=debs)
     except NodeUnavailable as exc:
@@ -339,7 +339,7 @@ def _start_arm64_node(plane: ControlPlane, work: Path, debs: Path | None, amd64:
         note = f"it did not start: {exc}"
     except BaseException:
         amd64.stop()
-        stop_plane()
+        plane.stop()
         raise
     else:
         log.info("real arm64 node: %s (%s, emulated: qemu-user), where the pods placed on "
