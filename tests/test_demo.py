@@ -31,7 +31,7 @@ from podplacement.rules.config import (
     PlacementConfig,
 )
 from podplacement.sandbox.controlplane import AssetsNotFound, locate_assets
-from tests.harness.realnode import missing_real_node
+from tests.harness.realnode import missing_arm64_node, missing_real_node
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRIES = DemoRegistries("127.0.0.1:5000", "127.0.0.1:5443", "user", "pass")
@@ -83,6 +83,10 @@ def test_arch_expectations_are_the_intersection_of_the_image_platforms() -> None
         spec = w.pod["spec"]
         tags = [_tag_of(c["image"]) for c in spec.get("initContainers", []) + spec["containers"]]
         common = set.intersection(*(_platform_pairs(t) for t in tags))
+        chosen = (spec.get("nodeSelector") or {}).get(ARCH)
+        if chosen is not None:  # the pod's own arch selector decides: nothing is added
+            assert ("linux", chosen) in common and w.expect.archs is None, w.name
+            continue
         if not common:
             assert w.expect.no_supported_platform and w.expect.archs is None, w.name
             assert w.expect.event == "NoSupportedPlatform"
@@ -141,6 +145,34 @@ def test_numa_pods_fit_as_the_demo_claims_under_the_product_numa_model() -> None
     now = decide_numa(dict(by_name[workloads.WAITING_POD].pod), nodes, freed, config)
     assert now.candidates == workloads.AFTER_FREEING.hostnames
     assert by_name[workloads.WAITING_POD].expect.waiting
+
+
+def test_the_fake_arm64_node_is_tainted_only_while_the_real_arm64_node_runs() -> None:
+    """Issue #41: with the emulated arm64 node, the fake ``demo-arm64`` must not take the
+    pods placed on arm64 (they would never run); without it, it must (else they'd pend)."""
+    by_name = {n.name: n for n in workloads.NODES}
+    taint = [workloads.SIMULATED_TAINT]
+    assert workloads.node_taints(by_name["demo-arm64"], True, real_arm64=True) == taint
+    assert workloads.node_taints(by_name["demo-arm64"], True) is None
+    assert workloads.node_taints(by_name["demo-arm64"], False) is None
+    assert workloads.node_taints(by_name["demo-ppc64le"], True, real_arm64=True) is None
+    assert workloads.node_taints(by_name["demo-amd64-a"], True, real_arm64=True) == taint
+    # the pods placed on arm64 only tolerate no taint
+    for w in workloads.workloads(REGISTRIES):
+        if w.name in ("arm64-only", "multi-arch-arm64"):
+            assert "tolerations" not in w.pod["spec"], w.name
+
+
+def test_nodes_line_names_every_real_node() -> None:
+    nodes = [{"metadata": {"name": name, "labels": {ARCH: arch}}}
+             for name, arch in (("127.0.0.1", "amd64"), ("127.0.0.2", "arm64"),
+                                ("demo-arm64", "arm64"))]
+    assert report.nodes_line(nodes, ["127.0.0.1", "127.0.0.2"]) == (
+        "nodes: real: 127.0.0.1 (amd64), 127.0.0.2 (arm64); simulated (no kubelet): "
+        "demo-arm64 (arm64)")
+    assert report.nodes_line(nodes, []) == (
+        "nodes: real: none; simulated (no kubelet): 127.0.0.1 (amd64), 127.0.0.2 (arm64), "
+        "demo-arm64 (arm64)")
 
 
 def test_nrt_requires_zones() -> None:
@@ -667,13 +699,19 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
     _assert_cleaned_up(marker, stderr)
 
 
-#: The real node's name (:mod:`podplacement.sandbox.realnode`).
+#: The real nodes' names (:mod:`podplacement.sandbox.realnode`).
 REAL_NODE = "127.0.0.1"
+REAL_ARM64_NODE = "127.0.0.2"
+#: The pods placed on arm64 only (the emulated arm64 node runs them).
+ARM64_PODS = ("arm64-only", "multi-arch-arm64")
 
 
-def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) -> None:
+def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False,
+                       real_arm64: bool = False) -> None:
     """The table and summary of a full demo run on the demo's fake cluster; with a
-    ``real_node``, the pods bound to it run and their log lines are shown."""
+    ``real_node``, the pods bound to it run and their log lines are shown; with
+    ``real_arm64`` (issue #41) the pods placed on arm64 run on the emulated arm64 node
+    (``uname -m``: ``aarch64``), the multi-arch image's on both real nodes."""
     table_text = out.split("\n\n", 1)[0]
     assert table_text.splitlines()[0].split() == list(report.HEADERS)
     table = parse_table(table_text)
@@ -685,6 +723,13 @@ def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) ->
                        "EVENTS": "PlacementDecided"},
         "single-arch": {"PLATFORMS": "s390x", "AFFINITY": "arch In [s390x] & os In [linux]",
                         "EVENTS": "PlacementDecided"},
+        "arm64-only": {"IMAGES": "demo/busybox:arm64", "PLATFORMS": "arm64",
+                       "AFFINITY": "arch In [arm64] & os In [linux]; prefer(arm64:30)",
+                       "EVENTS": "PlacementDecided"},
+        # its own nodeSelector kubernetes.io/arch=arm64 decides the architecture
+        "multi-arch-arm64": {"IMAGES": "demo/busybox:multi",
+                             "PLATFORMS": "amd64,arm64,ppc64le,s390x",
+                             "AFFINITY": "os In [linux]", "EVENTS": "PlacementDecided"},
         "mixed-init": {"IMAGES": "init:demo/busybox:list, demo/busybox:multi",
                        "PLATFORMS": "amd64,arm64",
                        "AFFINITY": f"arch In [amd64,arm64] & os In [linux]; {prefer}"},
@@ -701,15 +746,20 @@ def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) ->
     }
     nodes_by_arch: dict[str, set[str]] = {}
     for n in workloads.NODES:
-        # with a real node, the NUMA nodes are tainted for the NUMA pods only
-        if not (real_node and n.zones):
+        # with a real node, the NUMA nodes are tainted for the NUMA pods only, and with the
+        # real arm64 node the fake arm64 one
+        if not (real_node and n.zones) and not (real_arm64 and n.architecture == "arm64"):
             nodes_by_arch.setdefault(n.architecture, set()).add(n.name)
     if real_node:
         nodes_by_arch["amd64"] = {REAL_NODE}
+    if real_arm64:
+        nodes_by_arch["arm64"] = {REAL_ARM64_NODE}
     # where a scheduler may bind each pod (its required affinity), "-" when it cannot
     bindable = {
         "multi-arch": set().union(*nodes_by_arch.values()),
         "single-arch": nodes_by_arch["s390x"],
+        "arm64-only": nodes_by_arch["arm64"],
+        "multi-arch-arm64": nodes_by_arch["arm64"],
         "mixed-init": nodes_by_arch["amd64"] | nodes_by_arch["arm64"],
         "no-common-platform": {"-"},
         "private-image": nodes_by_arch["amd64"] | nodes_by_arch["arm64"],
@@ -729,7 +779,7 @@ def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) ->
                 assert value in row[header].split(", "), row
             else:
                 assert row[header] == value, f"{pod} {header}: {row[header]!r} != {value!r}"
-    assert "7 of 7 workloads placed as expected" in out
+    assert "9 of 9 workloads placed as expected" in out
     why = out.split("why numa-fits-nowhere waits (podplacement explain):\n", 1)
     assert len(why) == 2, out
     assert "demo-amd64-b" in why[1].split("\n\n\n", 1)[0]
@@ -748,21 +798,32 @@ def _check_demo_output(out: str, *, scheduler: bool, real_node: bool = False) ->
 
     nodes = re.search(r"^nodes: real: (.*?); simulated \(no kubelet\): (.*)$", out, re.M)
     assert nodes is not None, out
-    assert nodes.group(1) == (f"{REAL_NODE} (amd64)" if real_node else "none")
+    assert nodes.group(1) == (", ".join(
+        [f"{REAL_NODE} (amd64)"] * real_node + [f"{REAL_ARM64_NODE} (arm64)"] * real_arm64
+    ) or "none")
     assert {n.name for n in workloads.NODES} == {
         x.split(" (")[0] for x in nodes.group(2).split(", ")}
-    if real_node:  # the pods bound to the real node run and say so in their log
-        running = out.split("(phase, first line of their log):\n", 1)
-        assert len(running) == 2, out
-        rows = parse_table(running[1].split("\n\n", 1)[0], report.RUN_HEADERS)
-        on_real = [name for name, row in table.items() if row["NODE"] == REAL_NODE]
+    running = out.split("(phase, first line of their log):\n")
+    assert len(running) == 1 + real_node + real_arm64, out
+    real = [(REAL_NODE, "amd64", "x86_64")] * real_node + [
+        (REAL_ARM64_NODE, "arm64", "aarch64")] * real_arm64
+    for (node, arch, machine), text in zip(real, running[1:], strict=True):
+        # the pods bound to each real node run their own entry and say so in their log
+        assert f"on the real {arch} node {node} (" in running[0 if arch == "amd64" else 1], out
+        rows = parse_table(text.split("\n\n", 1)[0], report.RUN_HEADERS)
+        on_real = [name for name, row in table.items() if row["NODE"] == node]
         assert on_real and sorted(rows) == sorted(on_real), (rows, on_real)
         for name, row in rows.items():
             assert (row["NODE"], row["PHASE"], row["LOG"]) == (
-                REAL_NODE, "Running", f"{name}: busybox on x86_64"), row
+                node, "Running", f"{name}: busybox on {machine}"), row
             assert f"{name:<20} runs on the real node: ok" in out
-    else:
+        if arch == "arm64":  # the arm64-only image, and the multi-arch image on both nodes
+            assert set(rows) == set(ARM64_PODS), rows
+            assert table["multi-arch"]["NODE"] == REAL_NODE
+    if not real:
         assert "runs on the real node" not in out
+    assert out.rstrip().splitlines()[-1] == "real nodes: " + (
+        ", ".join(arch for _, arch, _ in real) or "none")
 
     metrics = re.search(r"^controller: pods processed (.*?);", out, re.M)
     assert metrics is not None, out
@@ -782,7 +843,7 @@ def test_demo_runs_end_to_end_and_leaves_nothing_running() -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     _assert_cleaned_up(marker, proc.stderr)
     _check_demo_output(proc.stdout, scheduler=False)
-    assert proc.stderr.rstrip().splitlines()[-1].endswith("; real node: no")
+    assert proc.stderr.rstrip().splitlines()[-1].endswith("; real nodes: none")
 
 
 @pytest.mark.slow
@@ -801,13 +862,18 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     assert "API server: the real control plane" in proc.stderr.splitlines()[0]
     _assert_cleaned_up(marker, proc.stderr)
     real_node = missing_real_node() is None
+    real_arm64 = real_node and missing_arm64_node() is None
     last = proc.stderr.rstrip().splitlines()[-1]
-    assert last.endswith(f"; real node: {'yes' if real_node else 'no'}"), last
+    archs = ["amd64"] * real_node + ["arm64"] * real_arm64
+    assert last.endswith(f"; real nodes: {', '.join(archs) or 'none'}"), last
     if not real_node:  # one line says why
         assert len([line for line in proc.stderr.splitlines()
                     if "real node: none" in line]) == 1, proc.stderr
+    if real_node and not real_arm64:  # one line says why, and the demo goes on
+        assert len([line for line in proc.stderr.splitlines()
+                    if "arm64 node: none" in line]) == 1, proc.stderr
     _check_demo_output(proc.stdout, scheduler=assets.binary("kube-scheduler") is not None,
-                       real_node=real_node)
+                       real_node=real_node, real_arm64=real_arm64)
     # every component's start and stop is logged, and the API server stops within seconds
     for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
                  "webhook", "controller"):
@@ -820,9 +886,11 @@ def test_demo_on_the_real_control_plane_binds_pods_where_they_can_run() -> None:
     page = (REPO / "docs" / "guide" / "demo.md").read_text()
     sample = page.split("A run looks like this", 1)[1].split("```", 2)[1]
     claims = [line.strip() for line in sample.splitlines()
-              if ("cannot align" in line or " of 7 workloads placed" in line
+              if ("cannot align" in line or " of 9 workloads placed" in line
                   or line.endswith(": ok"))
-              and (real_node or "on the real node" not in line)]
+              and (real_node or "on the real node" not in line)
+              and (real_arm64 or "on the real node" not in line
+                   or line.split()[0] not in ARM64_PODS)]
     assert len(claims) >= 10, sample
     printed = {" ".join(line.split()) for line in proc.stdout.splitlines()}
     for claim in claims:
@@ -848,7 +916,7 @@ def test_existing_cluster_mode_fakes_nothing_and_deletes_its_namespace(
     table = parse_table(proc.stdout.split("\n\n", 1)[0])
     assert list(table) == [w.name for w in workloads.workloads(REGISTRIES)]
     assert {row["STATE"] for row in table.values()} == {"not-gated"}
-    assert "0 of 7 workloads decided (API server: existing" in proc.stdout
+    assert "0 of 9 workloads decided (API server: existing" in proc.stdout
     assert kube.get("/api/v1/nodes")["items"] == []
     nrts = kube.get("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies")
     assert nrts["items"] == []

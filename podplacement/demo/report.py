@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -291,17 +291,17 @@ def run_rows(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str]) -> list
     return rows
 
 
-def nodes_line(nodes: Sequence[Mapping[str, Any]], real: str | None) -> str:
-    """``nodes: real: NAME (arch); simulated (no kubelet): NAME (arch), ...`` for the Node
-    objects ``nodes`` (``real``: the real node's name, or None when every node is
+def nodes_line(nodes: Sequence[Mapping[str, Any]], real: Collection[str]) -> str:
+    """``nodes: real: NAME (arch), ...; simulated (no kubelet): NAME (arch), ...`` for the
+    Node objects ``nodes`` (``real``: the real nodes' names, empty when every node is
     simulated)."""
     def label(node: Mapping[str, Any]) -> str:
         meta = node.get("metadata") or {}
         labels = meta.get("labels") or {}
         return f"{meta.get('name')} ({labels.get(ARCH_LABEL) or '?'})"
 
-    real_nodes = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") == real]
-    simulated = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") != real]
+    real_nodes = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") in real]
+    simulated = [label(n) for n in nodes if (n.get("metadata") or {}).get("name") not in real]
     return (f"nodes: real: {', '.join(real_nodes) or 'none'}; simulated (no kubelet): "
             f"{', '.join(simulated) or 'none'}")
 

@@ -20,7 +20,9 @@ log line, and say which nodes are real and which are simulated; then free CPUs i
 (a NodeResourceTopology update) and show the waiting pod placed there; print a summary of the
 controller's ``/metrics``; stop everything it started (processes terminated and waited for, the
 real node's host effects undone, the work directory removed), also on Ctrl-C and errors. The
-last log line says whether a real node ran.
+output and the last log line end with the real nodes that ran (``real nodes: amd64, arm64``,
+the emulated arm64 node of ``start_real_node(arch="arm64")`` beside the amd64 one when this
+machine runs it: the pods placed arm64-only run there).
 Exit code: 0 when everything went as expected, 1 when a pod did not, 2 when a step failed,
 130 when interrupted.
 
@@ -82,6 +84,7 @@ from podplacement.sandbox.controlplane import (
     K8S_VERSION,
     Assets,
     AssetsNotFound,
+    ControlPlane,
     ControlPlaneError,
     locate_assets,
     start_control_plane,
@@ -224,7 +227,8 @@ class ApiServer:
     ``existing``), whether a scheduler binds pods, how to stop it (None: not ours), the
     process behind it when the demo started one (to report its log if it dies), and the
     real node beside the real control plane (None: every node is simulated; ``node_note``
-    says why)."""
+    says why) and the emulated arm64 node beside it (None: the pods placed on arm64 go to
+    the simulated ``demo-arm64``; ``arm64_note`` says why)."""
 
     kubeconfig: Path
     kind: str
@@ -233,6 +237,18 @@ class ApiServer:
     child: Child | None = None
     node: RealNode | None = None
     node_note: str = ""
+    arm64_node: RealNode | None = None
+    arm64_note: str = ""
+
+    @property
+    def real_nodes(self) -> list[RealNode]:
+        """The real nodes that run: the amd64 one first, then the arm64 one."""
+        return [n for n in (self.node, self.arm64_node) if n is not None]
+
+    def real_nodes_line(self) -> str:
+        """``real nodes: amd64, arm64`` (the architectures of the real nodes), or
+        ``real nodes: none``."""
+        return f"real nodes: {', '.join(n.arch for n in self.real_nodes) or 'none'}"
 
 
 def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> ApiServer:
@@ -265,10 +281,13 @@ def start_localkube(work: Path, log_dir: Path, ready_seconds: float = 30.0) -> A
                      node_note=note)
 
 
-def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
+def start_real_cluster(work: Path, assets: Assets, debs: Path | None = None) -> ApiServer:
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager of ``assets``
     (:mod:`podplacement.sandbox.controlplane`), and the real amd64 node when this machine
-    runs one (:mod:`podplacement.sandbox.realnode`; one line says so, or why not).
+    runs one (:mod:`podplacement.sandbox.realnode`; one line says so, or why not); beside
+    it the emulated arm64 node (``arch="arm64"``, its packages in ``debs``, as
+    ``hack/fetch-debs.sh`` downloads them) when this machine runs that too (one line says
+    so, or why not: the demo goes on without it).
 
     Raises:
         DemoError: the control plane did not start.
@@ -293,14 +312,42 @@ def start_real_cluster(work: Path, assets: Assets) -> ApiServer:
                  "are simulated", node.name, node.describe())
     else:
         log.warning("real node: none, every node is simulated and no pod runs (%s)", note)
+    arm64, arm64_note = (_start_arm64_node(plane, work, debs, node) if node is not None
+                         else (None, "no real amd64 node"))
 
     def stop() -> None:
-        if node is not None:
-            node.stop()
+        for real in (arm64, node):
+            if real is not None:
+                real.stop()
         plane.stop()
 
     return ApiServer(plane.kubeconfig, "real", scheduler="kube-scheduler" in plane.processes,
-                     stop=stop, node=node, node_note=note)
+                     stop=stop, node=node, node_note=note, arm64_node=arm64,
+                     arm64_note=arm64_note)
+
+
+def _start_arm64_node(plane: ControlPlane, work: Path, debs: Path | None,
+                      amd64: RealNode) -> tuple[RealNode | None, str]:
+    """The emulated arm64 node beside ``amd64`` (:func:`start_real_cluster`), or None and
+    the one-line reason it does not run (logged as a warning); on Ctrl-C the amd64 node and
+    the plane are stopped before the interrupt goes on."""
+    try:
+        arm64 = start_real_node(plane, work / "node-arm64", arch="arm64", debs=debs)
+    except NodeUnavailable as exc:
+        note = str(exc)
+    except (NodeError, OSError) as exc:
+        note = f"it did not start: {exc}"
+    except BaseException:
+        amd64.stop()
+        plane.stop()
+        raise
+    else:
+        log.info("real arm64 node: %s (%s, emulated: qemu-user), where the pods placed on "
+                 "arm64 run", arm64.name, arm64.describe())
+        return arm64, ""
+    log.warning("arm64 node: none, the pods placed on arm64 go to the simulated demo-arm64 "
+                "(%s)", note)
+    return None, note
 
 
 #: Why the demo cannot fall back to localkube in an installed wheel.
@@ -413,10 +460,10 @@ async def install_crds(api: KubeAPI) -> None:
 
 
 async def install_cluster_objects(api: KubeAPI, config: dict[str, Any],
-                                  real_node: bool = False) -> None:
+                                  real_node: bool = False, real_arm64: bool = False) -> None:
     """Namespaces, nodes (made Ready and untainted, as a kubelet would; with a
-    ``real_node``, the NUMA nodes tainted :data:`workloads.SIMULATED_TAINT`), NRTs, and the
-    PodPlacementConfig ``config``."""
+    ``real_node``, the NUMA nodes tainted :data:`workloads.SIMULATED_TAINT`, with
+    ``real_arm64`` the arm64 one too), NRTs, and the PodPlacementConfig ``config``."""
     await create(api, "/api/v1/namespaces", workloads.namespace_object(DEFAULT_NAMESPACE))
     for node in workloads.NODES:
         await create(api, "/api/v1/nodes", workloads.node_object(node))
@@ -428,7 +475,8 @@ async def install_cluster_objects(api: KubeAPI, config: dict[str, Any],
         # would never bind there.
         with contextlib.suppress(ApiError):
             await api.request("PATCH", path, body={"spec": {
-                "taints": workloads.node_taints(node, real_node)}}, content_type=MERGE_PATCH)
+                "taints": workloads.node_taints(node, real_node, real_arm64)}},
+                content_type=MERGE_PATCH)
     for nrt in workloads.nrt_objects():
         await create(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}", nrt)
     await create(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}", config)
@@ -575,11 +623,10 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
     print(f"\n{len(items) - failures} of {len(items)} workloads placed as expected ({kind})\n",
           file=out)
     out.flush()
-    if server.node is not None:
-        failures += await show_real_node(api, server.node, options, watch)
+    for real in server.real_nodes:
+        failures += await show_real_node(api, real, options, watch)
     nodes = (await api.request("GET", "/api/v1/nodes")).get("items") or []
-    print(report.nodes_line(nodes, server.node.name if server.node else None) + "\n",
-          file=out)
+    print(report.nodes_line(nodes, [n.name for n in server.real_nodes]) + "\n", file=out)
     out.flush()
 
     waiting = workloads.WAITING_POD
@@ -591,12 +638,16 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
         summary = report.metrics_summary(exposition) if exposition else ""
         if summary:
             print(f"controller: {summary}", file=out)
+    print(server.real_nodes_line(), file=out)
     out.flush()
     return 0 if failures == 0 else 1
 
 
-#: Seconds the pods on the real node get to run (first pulls included: about 2 s each).
+#: Seconds the pods on the real node get to run (first pulls included: about 2 s each);
+#: the emulated arm64 node gets :data:`ARM64_RUN_TIMEOUT` (its containerd and the
+#: containers' programs run under qemu-user).
 RUN_TIMEOUT = 30.0
+ARM64_RUN_TIMEOUT = 60.0
 
 
 async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
@@ -614,7 +665,8 @@ async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
                    for p in state["pods"])
 
     with contextlib.suppress(DemoError):
-        await wait_for(f"the pods on the real node {node.name} to run", running, RUN_TIMEOUT,
+        await wait_for(f"the pods on the real node {node.name} to run", running,
+                       ARM64_RUN_TIMEOUT if node.arch == "arm64" else RUN_TIMEOUT,
                        interval=0.3, alive=watch)
     pods = state["pods"]
     logs = {}
@@ -622,8 +674,8 @@ async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
         name = pod["metadata"]["name"]
         logs[name] = await asyncio.to_thread(node.pod_log, ns, name, "app")
     out = options.out
-    print(f"on the real node {node.name} ({node.describe()}): the pods placed there run "
-          "(phase, first line of their log):", file=out)
+    print(f"on the real {node.arch} node {node.name} ({node.describe()}): the pods placed "
+          "there run (phase, first line of their log):", file=out)
     rows = report.run_rows(pods, logs)
     print(report.render_table(rows, report.RUN_HEADERS, {}) + "\n", file=out)
     failures = 0 if rows else 1
@@ -807,7 +859,8 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
 
         await install_crds(api)
         config = workloads.placement_config(max_wait_seconds=options.max_wait_seconds)
-        await install_cluster_objects(api, config, real_node=server.node is not None)
+        await install_cluster_objects(api, config, real_node=server.node is not None,
+                                      real_arm64=server.arm64_node is not None)
         await install_namespace(api, registries)
         log.info("cluster objects applied (%d nodes, %d NodeResourceTopologies, config %s)",
                  len(workloads.NODES), len(workloads.nrt_objects()), CONFIG_NAME)
@@ -916,7 +969,7 @@ def run_demo(options: DemoOptions) -> int:
                 pool = concurrent.futures.ThreadPoolExecutor(1, "api-server")
                 starting = pool.submit(
                     start_real_cluster if assets is not None else start_localkube, work,
-                    *((assets,) if assets is not None else (work / "logs",)))
+                    *((assets, options.debs) if assets is not None else (work / "logs",)))
                 pool.shutdown(wait=False)
             busybox = prepare_busybox(options.debs, download=options.download)
             log.info("busybox binaries: %s", ", ".join(
@@ -931,9 +984,9 @@ def run_demo(options: DemoOptions) -> int:
             else:
                 server = starting.result()
                 starting = None
-            if server.node is not None:
+            for real in server.real_nodes:
                 for registry in (pair.public, pair.private):
-                    server.node.trust_registry(registry)
+                    real.trust_registry(registry)
             code = asyncio.run(scenario(options, pair, server, work, children))
         except KeyboardInterrupt:
             log.warning("interrupted; stopping everything")
@@ -952,9 +1005,8 @@ def run_demo(options: DemoOptions) -> int:
                     server = _started_anyway(starting)
                 if work is not None:
                     _cleanup(options, work, children, server, pair)
-    real = server is not None and server.node is not None
-    log.info("demo finished in %.1f s (exit code %d); real node: %s",
-             time.monotonic() - started, code, "yes" if real else "no")
+    log.info("demo finished in %.1f s (exit code %d); %s", time.monotonic() - started, code,
+             server.real_nodes_line() if server is not None else "real nodes: none")
     return code
 
 

@@ -13,6 +13,7 @@ Tags (names from :mod:`podplacement.demo.workloads`):
   BuildKit-style attestation entry (platform ``unknown/unknown``);
 - ``demo/busybox:list`` Docker manifest list: amd64, arm64/v8;
 - ``demo/busybox:s390x`` a single Docker v2 image;
+- ``demo/busybox:arm64`` a single Docker v2 image (arm64/v8);
 - ``demo/winonly:1`` an OCI index with only a windows/amd64 entry (its layer is a placeholder:
   no Windows busybox exists; only the platform matters to placement);
 - ``private/busybox:1`` on the private registry: OCI index amd64 + arm64/v8.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from podplacement.demo.images import BusyboxBinary
-from podplacement.demo.workloads import LIST, MULTI, PRIVATE, S390X, WINONLY, DemoRegistries
+from podplacement.demo.workloads import ARM64, LIST, MULTI, PRIVATE, S390X, WINONLY, DemoRegistries
 from podplacement.sandbox.oci import Pushed, Pusher, parse_platform
 from podplacement.sandbox.registry import Registry, start_registry
 
@@ -131,6 +132,11 @@ def push_images(pair: DemoRegistryPair, busybox: Mapping[str, BusyboxBinary]) ->
         digests[S390X] = pusher.image(repo, tag, architecture="s390x", fmt="docker",
                                       layers=[busybox["s390x"].layer],
                                       process=SHELL).digest
+
+        repo, tag = _split(ARM64)
+        b = busybox["arm64"]
+        digests[ARM64] = pusher.image(repo, tag, architecture="arm64", variant=b.variant,
+                                      fmt="docker", layers=[b.layer], process=SHELL).digest
 
         repo, tag = _split(WINONLY)
         windows = parse_platform("windows/amd64")

@@ -11,7 +11,11 @@ Nodes: five fake nodes of four architectures (labels ``kubernetes.io/arch``, ``o
 :mod:`podplacement.sandbox.realnode`, where the pods placed on amd64 run (their containers print
 one line, then sleep). The fake amd64 nodes then stand in for NUMA hardware only: they carry
 :data:`SIMULATED_TAINT`, which the two Guaranteed NUMA pods tolerate, so that every other pod
-placed on amd64 is bound to the real node. The two amd64 nodes carry a NodeResourceTopology
+placed on amd64 is bound to the real node. When the emulated arm64 node of
+:mod:`podplacement.sandbox.realnode` runs too, the fake ``demo-arm64`` node carries the same
+taint (no sample pod tolerates it there: it has no NodeResourceTopology), so that the pods placed
+on arm64 only (``arm64-only``, and ``multi-arch-arm64`` by its own ``nodeSelector``) run on the
+real arm64 node, each its own image entry. The two amd64 nodes carry a NodeResourceTopology
 (``topology.node.k8s.io/v1alpha2``) with two zones of type ``Node`` named ``node-0``/``node-1``
 and Topology Manager policy ``single-numa-node`` (container scope), with different free
 capacity, so that a Guaranteed pod asking for 6 CPUs fits one node only and one asking for 12
@@ -48,6 +52,7 @@ MANAGED_BY_DEMO = "podplacement-demo"
 MULTI = "demo/busybox:multi"
 LIST = "demo/busybox:list"
 S390X = "demo/busybox:s390x"
+ARM64 = "demo/busybox:arm64"
 WINONLY = "demo/winonly:1"
 PRIVATE = "private/busybox:1"
 
@@ -56,6 +61,7 @@ IMAGE_PLATFORMS: dict[str, tuple[str, ...]] = {
     MULTI: ("linux/amd64", "linux/arm64/v8", "linux/ppc64le", "linux/s390x"),
     LIST: ("linux/amd64", "linux/arm64/v8"),
     S390X: ("linux/s390x",),
+    ARM64: ("linux/arm64/v8",),
     WINONLY: ("windows/amd64",),
     PRIVATE: ("linux/amd64", "linux/arm64/v8"),
 }
@@ -225,11 +231,14 @@ def node_status(node: DemoNode) -> dict[str, Any]:
     }
 
 
-def node_taints(node: DemoNode, real_node: bool) -> list[dict[str, str]] | None:
+def node_taints(node: DemoNode, real_node: bool,
+                real_arm64: bool = False) -> list[dict[str, str]] | None:
     """The node's ``spec.taints``: :data:`SIMULATED_TAINT` on a node with NUMA zones while a
-    real node runs, else none (None: the merge patch that clears the ``not-ready`` taint the
+    real node runs, and on the arm64 node while the real arm64 node runs (``real_arm64``),
+    else none (None: the merge patch that clears the ``not-ready`` taint the
     TaintNodesByCondition admission plugin adds to a node created without a kubelet)."""
-    return [dict(SIMULATED_TAINT)] if real_node and node.zones else None
+    tainted = (real_node and bool(node.zones)) or (real_arm64 and node.architecture == "arm64")
+    return [dict(SIMULATED_TAINT)] if tainted else None
 
 
 def node_objects() -> list[dict[str, Any]]:
@@ -384,6 +393,7 @@ def _pod(
     pull_secrets: list[str] | None = None,
     namespace: str = DEMO_NAMESPACE,
     numa: bool = False,
+    node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": containers,
@@ -392,6 +402,8 @@ def _pod(
     }
     if numa:
         spec["tolerations"] = [{**SIMULATED_TAINT, "operator": "Equal"}]
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
     if init:
         spec["initContainers"] = init
     if pull_secrets:
@@ -408,7 +420,7 @@ ALL_ARCHS = ("amd64", "arm64", "ppc64le", "s390x")
 
 
 def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> list[Workload]:
-    """The seven sample pods, in the order they are created and reported."""
+    """The nine sample pods, in the order they are created and reported."""
     r = registries.ref
     return [
         Workload(
@@ -422,6 +434,21 @@ def workloads(registries: DemoRegistries, namespace: str = DEMO_NAMESPACE) -> li
             "single-arch Docker v2 image (s390x)",
             _pod("single-arch", [_container("app", r(S390X))], namespace=namespace),
             Expectation(("s390x",)),
+        ),
+        Workload(
+            "arm64-only",
+            "single-arch Docker v2 image (arm64): runs on an arm64 node",
+            _pod("arm64-only", [_container("app", r(ARM64))], namespace=namespace),
+            Expectation(("arm64",)),
+        ),
+        Workload(
+            "multi-arch-arm64",
+            "the 4-arch index again, on arm64 by the pod's own nodeSelector",
+            _pod("multi-arch-arm64", [_container("app", r(MULTI))], namespace=namespace,
+                 node_selector={ARCH_LABEL: "arm64"}),
+            # the pod's own kubernetes.io/arch selector decides: podplacement adds no arch
+            # requirement of its own (only os In [linux])
+            Expectation(None),
         ),
         Workload(
             "mixed-init",
