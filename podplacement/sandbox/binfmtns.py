@@ -73,7 +73,15 @@ def registration(interpreter: str, name: str = "qemu-aarch64") -> bytes:
         return b"".join(b"\\x%02x" % b for b in data)
 
     return (b":" + name.encode() + b":M::" + esc(AARCH64_MAGIC) + b":" + esc(AARCH64_MASK)
-            + b":" + interpreter.encode() + b":F")
+            + b":" + interpreter.encode() + b":" + flags(interpreter))
+
+
+def flags(interpreter: str) -> bytes:
+    """The registration's flags: ``F`` (the interpreter is opened now), and ``P`` (keep the
+    program's own ``argv[0]``) for Debian's ``*-binfmt-P`` names of qemu, which read the
+    program's name from the argument the kernel then adds (Debian's binfmts file for
+    qemu-user-static: ``preserve yes``)."""
+    return b"FP" if interpreter.endswith("-binfmt-P") else b"F"
 
 
 def _check(ret: int, what: str) -> None:

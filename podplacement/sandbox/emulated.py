@@ -76,6 +76,16 @@ class EmulatedRoot:
         return self.root / "usr" / "bin" / "qemu-aarch64-static"
 
     @property
+    def binfmt_interpreter(self) -> Path:
+        """What ``binfmt_misc`` runs arm64 programs with: Debian's
+        ``usr/libexec/qemu-binfmt/aarch64-binfmt-P``, a link to :attr:`qemu` whose name tells
+        qemu that the kernel keeps the program's own ``argv[0]`` (flag ``P``, as Debian's
+        ``usr/share/binfmts/qemu-aarch64`` registers it: ``preserve yes``). Without it a
+        program that runs itself again under another name (busybox's shell running an
+        applet through ``/proc/self/exe``) gets the first program's name instead."""
+        return self.root / "usr" / "libexec" / "qemu-binfmt" / "aarch64-binfmt-P"
+
+    @property
     def containerd(self) -> Path:
         """Debian's arm64 containerd."""
         return self.root / "usr" / "bin" / "containerd"

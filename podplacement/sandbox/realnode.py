@@ -461,7 +461,8 @@ def _install_arch_policy(plane: ControlPlane, name: str, arch: str) -> None:
 def _start_emulation(node: RealNode, root: emulated.EmulatedRoot) -> str:
     """Start the arm64 node's ``binfmtns`` holder and exec guard; write the runc wrapper.
     Returns the wrapper's path."""
-    holder = binfmtns.start_holder(node.rundir / "binfmt", root.qemu, libroot=root.root,
+    holder = binfmtns.start_holder(node.rundir / "binfmt", root.binfmt_interpreter,
+                                   libroot=root.root,
                                    log=node.log_path("binfmtns"))
     node.helpers["binfmtns"] = holder
     socket_path = node.rundir / "execguard.sock"

@@ -66,6 +66,9 @@ def test_the_registration_line_is_qemus_aarch64_entry_with_flag_f() -> None:
     for bad in ("relative/qemu", "/a:b", "/a\nb"):
         with pytest.raises(ValueError):
             binfmtns.registration(bad)
+    # Debian's *-binfmt-P name of qemu keeps the program's own argv[0] (flag P)
+    line = binfmtns.registration("/cache/usr/libexec/qemu-binfmt/aarch64-binfmt-P")
+    assert line.rsplit(b":", 1)[1] == b"FP"
 
 
 def test_kernel_releases() -> None:
@@ -150,9 +153,11 @@ def test_arm64_runs_in_the_namespace_and_x86_is_refused_with_runcs_words(
     for f in ("busybox", "x86"):
         (rootfs / "bin" / f).chmod(0o755)
     (rootfs / "bin" / "sh").symlink_to("busybox")
+    (rootfs / "bin" / "sleep").symlink_to("busybox")
     subprocess.run([runc, "spec", "-b", str(tmp_path / "bundle")], check=True)
     config = json.loads((tmp_path / "bundle" / "config.json").read_text())
-    holder = binfmtns.start_holder(tmp_path / "binfmt", root.qemu, libroot=root.root)
+    holder = binfmtns.start_holder(tmp_path / "binfmt", root.binfmt_interpreter,
+                                   libroot=root.root)
     guard = subprocess.Popen([sys.executable, "-m", "podplacement.sandbox.execguard",
                               str(tmp_path / "guard.sock")], stdout=subprocess.PIPE, text=True)
     try:
@@ -164,6 +169,9 @@ def test_arm64_runs_in_the_namespace_and_x86_is_refused_with_runcs_words(
             "syscalls": [{"names": ["execve", "execveat"], "action": "SCMP_ACT_NOTIFY"}]}
         results = {}
         for name, args in (("arm", ["/bin/sh", "-c", "echo on $(uname -m)"]),
+                           # busybox's shell runs an applet as /proc/self/exe under the
+                           # applet's name: the name must survive binfmt_misc (flag P)
+                           ("applet", ["/bin/sh", "-c", "sleep 0 && echo slept"]),
                            ("x86", ["/bin/x86", "uname", "-m"])):
             config["process"]["args"] = args
             (tmp_path / "bundle" / "config.json").write_text(json.dumps(config))
@@ -173,6 +181,8 @@ def test_arm64_runs_in_the_namespace_and_x86_is_refused_with_runcs_words(
                  f"t-{name}-{os.getpid()}"], capture_output=True, text=True,
                 errors="replace", timeout=60, check=False)
         assert (results["arm"].returncode, results["arm"].stdout) == (0, "on aarch64\n")
+        assert (results["applet"].returncode, results["applet"].stdout) == (0, "slept\n"), \
+            results["applet"].stderr
         assert results["x86"].returncode == 1
         assert results["x86"].stderr.strip().endswith("exec /bin/x86: exec format error")
         with pytest.raises(OSError) as refused:
