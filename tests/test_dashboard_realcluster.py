@@ -36,10 +36,10 @@ import yaml
 
 from podplacement.rules.config import DECISION_ANNOTATION
 from podplacement.sandbox.ports import free_port
-from podplacement.sandbox.product import Product, start_product
+from podplacement.sandbox.product import Product
 from tests.conftest import in_ci
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import NO_STAND_DOWN, installed_cluster, wait_for
+from tests.harness.realcluster import installed_cluster, product_with_metrics, wait_for
 from tests.harness.registry import Registry
 from tests.test_tenant_execformat_realcluster import _push, _terminated, _write_status
 
@@ -69,19 +69,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 def product(cluster: KubeEnv, registry: Registry,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Product, int]]:
     """The installed product; the controller's /metrics port on 127.0.0.1."""
-    assert cluster.plane is not None
-    port = free_port()
-    options = ["--insecure-registry", registry.host]
-    prod = start_product(cluster.plane, tmp_path_factory.mktemp("dashboard-product"),
-                         controller_options=[*options, "--metrics-port", str(port),
-                                             "--metrics-address", "127.0.0.1",
-                                             *NO_STAND_DOWN],
-                         webhook_options=options)
-    try:
-        yield prod, port
-    finally:
-        prod.stop()
-    assert prod.forbidden() == [], "RBAC denials in the product's logs"
+    yield from product_with_metrics(cluster, registry, tmp_path_factory, "dashboard")
 
 
 def _get(url: str, timeout: float = 10) -> Any:

@@ -36,14 +36,13 @@ from podplacement.rules.config import (
     EXEC_FORMAT_REASON,
     SCHEDULING_GATE,
 )
-from podplacement.sandbox.ports import free_port
-from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
+from podplacement.sandbox.product import NAMESPACE, Product, install_manifests
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher
 from tests.harness.realcluster import (
-    NO_STAND_DOWN,
     REPO,
     checked_namespace,
+    product_with_metrics,
     real_cluster,
     wait_for,
 )
@@ -74,19 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 def product(cluster: KubeEnv, registry: Registry,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Product, int]]:
     """The installed product; the controller's /metrics on 127.0.0.1 (its port returned)."""
-    assert cluster.plane is not None
-    port = free_port()
-    options = ["--insecure-registry", registry.host]
-    prod = start_product(cluster.plane, tmp_path_factory.mktemp("learn-product"),
-                         controller_options=[*options, "--metrics-port", str(port),
-                                             "--metrics-address", "127.0.0.1",
-                                             *NO_STAND_DOWN],
-                         webhook_options=options)
-    try:
-        yield prod, port
-    finally:
-        prod.stop()
-    assert prod.forbidden() == [], "RBAC denials in the product's logs"
+    yield from product_with_metrics(cluster, registry, tmp_path_factory, "learn")
 
 
 @pytest.fixture

@@ -37,10 +37,9 @@ from podplacement.rules.config import (
     ESCAPE_CONDITION,
     ESCAPE_LABEL,
 )
-from podplacement.sandbox.ports import free_port
-from podplacement.sandbox.product import Product, start_product
+from podplacement.sandbox.product import Product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import NO_STAND_DOWN, installed_cluster, wait_for
+from tests.harness.realcluster import installed_cluster, product_with_metrics, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -65,19 +64,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 def product(cluster: KubeEnv, registry: Registry,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Product, int]]:
     """The installed product; the controller's /metrics on 127.0.0.1 (its port returned)."""
-    assert cluster.plane is not None
-    port = free_port()
-    options = ["--insecure-registry", registry.host]
-    prod = start_product(cluster.plane, tmp_path_factory.mktemp("tenant-escapes"),
-                         controller_options=[*options, "--metrics-port", str(port),
-                                             "--metrics-address", "127.0.0.1",
-                                             *NO_STAND_DOWN],
-                         webhook_options=options)
-    try:
-        yield prod, port
-    finally:
-        prod.stop()
-    assert prod.forbidden() == [], "RBAC denials in the product's logs"
+    yield from product_with_metrics(cluster, registry, tmp_path_factory, "tenant-escapes")
 
 
 @pytest.fixture(scope="module")

@@ -96,3 +96,28 @@ def running_product(cluster: KubeEnv, registry: Any, tmp_path_factory: pytest.Te
     finally:
         prod.stop()
     assert prod.forbidden() == [], "RBAC denials in the product's logs"
+
+
+def product_with_metrics(cluster: KubeEnv, registry: Any,
+                         tmp_path_factory: pytest.TempPathFactory, name: str
+                         ) -> Iterator[tuple[Any, int]]:
+    """The product started on ``cluster`` as processes (the registry trusted as insecure, no
+    stand-down), the controller's ``/metrics`` on 127.0.0.1: yields ``(Product, port)``,
+    stops it after, and fails when the product's logs show RBAC denials. For a module's
+    ``product`` fixture."""
+    from podplacement.sandbox.ports import free_port
+    from podplacement.sandbox.product import start_product
+
+    assert cluster.plane is not None
+    port = free_port()
+    options = ["--insecure-registry", registry.host]
+    prod = start_product(cluster.plane, tmp_path_factory.mktemp(f"{name}-product"),
+                         controller_options=[*options, "--metrics-port", str(port),
+                                             "--metrics-address", "127.0.0.1",
+                                             *NO_STAND_DOWN],
+                         webhook_options=options)
+    try:
+        yield prod, port
+    finally:
+        prod.stop()
+    assert prod.forbidden() == [], "RBAC denials in the product's logs"
