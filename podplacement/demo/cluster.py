@@ -10,13 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podplacement.demo.apidouble import LocalkubeMissing, localkube_available, localkube_command
-from podplacement.demo.common import (
-    CRD_FILES,
-    Child,
-    DemoError,
-    DemoOptions,
-    start_child,
-)
+from podplacement.demo.common import CRD_FILES, Child, DemoError, DemoOptions, start_child
 from podplacement.sandbox.controlplane import (
     HOW_TO_GET,
     K8S_VERSION,

@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from podplacement.kubeclient import ApiError, KubeAPI
-from podplacement.rules.config import (
-    WEBHOOK_CONFIGURATION_NAME,
-)
+from podplacement.rules.config import WEBHOOK_CONFIGURATION_NAME
 
 log = logging.getLogger("podplacement.demo")
 
@@ -167,7 +165,8 @@ async def wait_for(what: str, check: Callable[[], Awaitable[bool]], limit: float
         await asyncio.sleep(interval)
 
 
-async def _ok(api: KubeAPI, path: str) -> bool:
+async def api_ok(api: KubeAPI, path: str) -> bool:
+    """True when a GET of ``path`` succeeds (False on any :class:`ApiError`)."""
     try:
         await api.request("GET", path)
     except ApiError:
@@ -187,7 +186,7 @@ async def create(api: KubeAPI, path: str, obj: dict[str, Any]) -> dict[str, Any]
         return await api.request("GET", f"{path}/{name}")
 
 
-def _http_text(url: str) -> str:
+def http_text(url: str) -> str:
     """GET ``url`` and return the body as text ("" on any error)."""
     import urllib.error
     import urllib.request
@@ -199,7 +198,9 @@ def _http_text(url: str) -> str:
         return ""
 
 
-def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    """True when a GET of ``url`` (TLS with ``ctx``, 2 s timeout) answers 200; False on
+    any error."""
     import urllib.error
     import urllib.request
 

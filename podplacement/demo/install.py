@@ -22,16 +22,14 @@ from podplacement.demo.common import (
     WORKDIR,
     Child,
     DemoError,
-    _https_ok,
-    _ok,
+    api_ok,
     create,
+    https_ok,
     podplacement_args,
     start_child,
     wait_for,
 )
-from podplacement.demo.seed import (
-    DemoRegistryPair,
-)
+from podplacement.demo.seed import DemoRegistryPair
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.rules.config import (
     API_VERSION,
@@ -57,8 +55,8 @@ async def install_crds(api: KubeAPI) -> None:
                 await create(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
 
     async def served() -> bool:
-        return (await _ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}")
-                and await _ok(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"))
+        return (await api_ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}")
+                and await api_ok(api, f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}"))
 
     await wait_for("the CRDs to be served", served, 30.0)
 
@@ -148,7 +146,7 @@ async def wait_webhook_ready(webhook: Child, port: int, ca_pem: bytes,
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
 
     async def ready() -> bool:
-        return await asyncio.to_thread(_https_ok, f"https://127.0.0.1:{port}/readyz", ctx)
+        return await asyncio.to_thread(https_ok, f"https://127.0.0.1:{port}/readyz", ctx)
 
     await wait_for("the webhook's /readyz", ready, 30.0, interval=0.2,
                    alive=[webhook, *watch])

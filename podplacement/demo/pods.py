@@ -14,29 +14,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from podplacement.demo import report, workloads
-from podplacement.demo.cluster import (
-    ApiServer,
-)
+from podplacement.demo.cluster import ApiServer
 from podplacement.demo.common import (
     WORKDIR,
     Child,
     DemoError,
     DemoOptions,
-    _http_text,
+    http_text,
     podplacement_args,
     wait_for,
 )
-from podplacement.demo.seed import (
-    DemoRegistryPair,
-)
+from podplacement.demo.seed import DemoRegistryPair
 from podplacement.demo.shownodes import show_real_node
 from podplacement.demo.workloads import Expectation
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
-from podplacement.rules.config import (
-    NRT_GROUP,
-    NRT_PLURAL,
-    NRT_VERSION,
-)
+from podplacement.rules.config import NRT_GROUP, NRT_PLURAL, NRT_VERSION
 
 log = logging.getLogger("podplacement.demo")
 
@@ -176,7 +168,7 @@ async def run_workloads(api: KubeAPI, registries: workloads.DemoRegistries, serv
         failures += await free_capacity(api, options, watch, server.scheduler)
 
     if metrics_url:
-        exposition = await asyncio.to_thread(_http_text, metrics_url)
+        exposition = await asyncio.to_thread(http_text, metrics_url)
         summary = report.metrics_summary(exposition) if exposition else ""
         if summary:
             print(f"controller: {summary}", file=out)

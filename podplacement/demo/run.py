@@ -51,14 +51,7 @@ from podplacement.demo.cluster import (
     start_localkube,
     start_real_cluster,
 )
-from podplacement.demo.common import (
-    Child,
-    DemoError,
-    DemoOptions,
-    _ok,
-    start_child,
-    wait_for,
-)
+from podplacement.demo.common import Child, DemoError, DemoOptions, api_ok, start_child, wait_for
 from podplacement.demo.images import DemoImageError, prepare_busybox
 from podplacement.demo.install import (
     controller_args,
@@ -70,28 +63,17 @@ from podplacement.demo.install import (
     wait_webhook_ready,
     wait_webhook_registered,
 )
-from podplacement.demo.pods import (
-    explain_pod,
-    run_workloads,
-)
-from podplacement.demo.seed import (
-    DemoRegistryPair,
-    push_images,
-    start_registries,
-)
+from podplacement.demo.pods import explain_pod, run_workloads
+from podplacement.demo.seed import DemoRegistryPair, push_images, start_registries
 from podplacement.demo.teardown import (
-    _cleanup,
-    _log_tails,
-    _signals_ignored,
-    _started_anyway,
-    _terminate_as_interrupt,
+    cleanup,
+    log_tails,
+    signals_ignored,
+    started_anyway,
+    terminate_as_interrupt,
 )
 from podplacement.kubeclient import ApiError, KubeAPI
-from podplacement.rules.config import (
-    API_VERSION,
-    CONFIG_NAME,
-    CONFIG_PLURAL,
-)
+from podplacement.rules.config import API_VERSION, CONFIG_NAME, CONFIG_PLURAL
 
 log = logging.getLogger("podplacement.demo")
 
@@ -104,10 +86,10 @@ async def scenario(options: DemoOptions, pair: DemoRegistryPair, server: ApiServ
     registries = pair.names
     api = await KubeAPI.from_kubeconfig(str(server.kubeconfig))
     try:
-        await wait_for("the API server", lambda: _ok(api, "/version"), 30.0,
+        await wait_for("the API server", lambda: api_ok(api, "/version"), 30.0,
                        alive=[server.child] if server.child else [])
         if server.kind == "existing":
-            if not await _ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"):
+            if not await api_ok(api, f"/apis/{API_VERSION}/{CONFIG_PLURAL}/{CONFIG_NAME}"):
                 raise DemoError(
                     "the cluster has no PodPlacementConfig 'cluster': install podplacement "
                     "first (kubectl apply -k deploy/; kubectl create -f "
@@ -157,7 +139,7 @@ def run_demo(options: DemoOptions) -> int:
     starting: concurrent.futures.Future[ApiServer] | None = None
     work: Path | None = None
     code = 2
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         try:
             assets = choose_api_server(options)
             work = Path(tempfile.mkdtemp(prefix="podplacement-demo-"))
@@ -191,18 +173,18 @@ def run_demo(options: DemoOptions) -> int:
             code = 130
         except (DemoError, DemoImageError, ApiError) as exc:
             log.error("demo failed: %s", exc)
-            _log_tails(children, server)
+            log_tails(children, server)
             code = 2
         except Exception as exc:
             log.exception("demo failed: %s", exc)
-            _log_tails(children, server)
+            log_tails(children, server)
             code = 2
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 if starting is not None:  # interrupted or failed while it started
-                    server = _started_anyway(starting)
+                    server = started_anyway(starting)
                 if work is not None:
-                    _cleanup(options, work, children, server, pair)
+                    cleanup(options, work, children, server, pair)
     log.info("demo finished in %.1f s (exit code %d); %s", time.monotonic() - started, code,
              server.real_nodes_line() if server is not None else "real nodes: none")
     return code

@@ -10,12 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from podplacement.demo import report, workloads
-from podplacement.demo.common import (
-    Child,
-    DemoError,
-    DemoOptions,
-    wait_for,
-)
+from podplacement.demo.common import Child, DemoError, DemoOptions, wait_for
 from podplacement.kubeclient import KubeAPI
 from podplacement.sandbox.realnode import RealNode
 

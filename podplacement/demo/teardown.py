@@ -14,23 +14,16 @@ from pathlib import Path
 from types import FrameType
 
 from podplacement.demo import workloads
-from podplacement.demo.cluster import (
-    ApiServer,
-)
-from podplacement.demo.common import (
-    Child,
-    DemoOptions,
-)
-from podplacement.demo.seed import (
-    DemoRegistryPair,
-)
+from podplacement.demo.cluster import ApiServer
+from podplacement.demo.common import Child, DemoOptions
+from podplacement.demo.seed import DemoRegistryPair
 from podplacement.kubeclient import KubeAPI
 
 log = logging.getLogger("podplacement.demo")
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
+def terminate_as_interrupt() -> Iterator[None]:
     """Turn SIGTERM, and SIGINT even when the parent started us with it ignored (Python
     then keeps it ignored: e.g. under a pytest-xdist worker), into KeyboardInterrupt while
     the demo runs, so its cleanup runs."""
@@ -52,7 +45,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
+def signals_ignored() -> Iterator[None]:
     """Ignore SIGINT/SIGTERM during cleanup: a second Ctrl-C must not leave processes."""
     try:
         previous = {sig: signal.signal(sig, signal.SIG_IGN)
@@ -67,7 +60,7 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _started_anyway(starting: concurrent.futures.Future[ApiServer]) -> ApiServer | None:
+def started_anyway(starting: concurrent.futures.Future[ApiServer]) -> ApiServer | None:
     """The API server a background start produced (waited for: it is bounded by its own
     readiness limit), to be stopped; None when the start failed (it stopped what it had
     started)."""
@@ -78,14 +71,14 @@ def _started_anyway(starting: concurrent.futures.Future[ApiServer]) -> ApiServer
         return None
 
 
-def _log_tails(children: Sequence[Child], server: ApiServer | None) -> None:
+def log_tails(children: Sequence[Child], server: ApiServer | None) -> None:
     """Show the end of every child's log (what failed is usually there)."""
     every = list(children) + ([server.child] if server is not None and server.child else [])
     for child in every:
         log.error("last lines of %s (%s):\n%s", child.name, child.log, child.tail(15))
 
 
-def _cleanup(options: DemoOptions, work: Path, children: list[Child], server: ApiServer | None,
+def cleanup(options: DemoOptions, work: Path, children: list[Child], server: ApiServer | None,
              pair: DemoRegistryPair | None) -> None:
     """Stop what was started, clients before servers: the controller, then the API server
     (it calls the webhook and holds keep-alive connections to it, which would make the
