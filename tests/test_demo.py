@@ -401,7 +401,7 @@ def test_check_accepts_what_was_expected_and_names_every_mismatch() -> None:
 def test_registries_conf_marks_only_the_public_registry_insecure() -> None:
     from types import SimpleNamespace
 
-    from podplacement.demo.run import registries_conf
+    from podplacement.demo.install import registries_conf
     from podplacement.imageinspect import RegistriesConfig
 
     pair = SimpleNamespace(public=SimpleNamespace(host="127.0.0.1:5000"),
@@ -412,7 +412,7 @@ def test_registries_conf_marks_only_the_public_registry_insecure() -> None:
 
 
 def test_child_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path) -> None:
-    from podplacement.demo.run import start_child
+    from podplacement.demo.common import start_child
 
     code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(60)")
@@ -428,7 +428,7 @@ def test_child_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path) -> None
 
 
 async def test_waiting_stops_when_a_watched_process_dies(tmp_path: Path) -> None:
-    from podplacement.demo.run import DemoError, start_child, wait_for
+    from podplacement.demo.common import DemoError, start_child, wait_for
 
     child = start_child("short", [sys.executable, "-c", "print('bye')"], tmp_path)
     child.popen.wait(timeout=30)
@@ -574,12 +574,13 @@ def test_in_a_checkout_the_demo_starts_localkube_through_its_imported_entry_poin
     import httpx
     import yaml
 
-    from podplacement.demo import apidouble, run
+    from podplacement.demo import apidouble, cluster, common
     from podplacement.rules.config import API_VERSION, CONFIG_PLURAL
 
     assert apidouble.localkube_available()
-    assert apidouble.localkube_command(tmp_path / "kc", run.CRD_FILES)[1:3] == ["-m", "localkube"]
-    server = run.start_localkube(tmp_path, tmp_path / "logs")
+    command = apidouble.localkube_command(tmp_path / "kc", common.CRD_FILES)
+    assert command[1:3] == ["-m", "localkube"]
+    server = cluster.start_localkube(tmp_path, tmp_path / "logs")
     try:
         assert server.kind == "localkube" and not server.scheduler
         kubeconfig = yaml.safe_load(server.kubeconfig.read_text())

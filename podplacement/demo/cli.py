@@ -55,8 +55,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit code 0 when every workload was placed as expected, 1 when some
     were not, 2 when a step failed, 130 when interrupted."""
+    from podplacement.demo.common import WORKDIR
     from podplacement.demo.images import default_debs_dir
-    from podplacement.demo.run import WORKDIR, DemoOptions, run_demo
+    from podplacement.demo.run import DemoOptions, run_demo
 
     options = DemoOptions(
         debs=args.debs or default_debs_dir(WORKDIR),
