@@ -29,6 +29,7 @@ from podplacement.demo.shownodes import show_real_node
 from podplacement.demo.workloads import Expectation
 from podplacement.kubeclient import MERGE_PATCH, ApiError, KubeAPI
 from podplacement.rules.config import NRT_GROUP, NRT_PLURAL, NRT_VERSION
+from podplacement.rules.place.placement import WAITING_FOR_NUMA
 
 log = logging.getLogger("podplacement.demo")
 
@@ -47,11 +48,14 @@ async def list_demo(api: KubeAPI) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 async def settle(api: KubeAPI, names: set[str], limit: float, watch: Sequence[Child],
                  scheduler: bool, done_states: tuple[str, ...] = ("ungated", "waiting"),
+                 stale_reasons: frozenset[str] = frozenset(),
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Wait (bounded by ``limit`` s) until every pod of ``names`` is in one of
     ``done_states`` (see :func:`report.state_cell`; a pod the webhook never gated counts as
     done too), then (bounded) for their Events, which the controller sends after the ungate,
-    and, with a scheduler, for the bindings of the pods that can run somewhere. Returns the
+    and, with a scheduler, for the bindings of the pods that can run somewhere. An Event whose
+    reason is in ``stale_reasons`` (one sent before, e.g. ``WaitingForNUMAResources`` of a
+    pod decided again) does not count as the decision's. Returns the
     last pods and events read; a timeout is logged, not raised (the table shows the state
     reached)."""
     ns = workloads.DEMO_NAMESPACE
@@ -70,8 +74,8 @@ async def settle(api: KubeAPI, names: set[str], limit: float, watch: Sequence[Ch
     async def reported() -> bool:
         ours = await read()
         reasons = report.events_by_pod(state["events"])
-        return all(reasons.get((ns, p["metadata"]["name"])) for p in ours
-                   if report.state_cell(p) in ("ungated", "waiting"))
+        return all(set(reasons.get((ns, p["metadata"]["name"])) or ()) - stale_reasons
+                   for p in ours if report.state_cell(p) in ("ungated", "waiting"))
 
     async def bound() -> bool:
         return all(p["spec"].get("nodeName") for p in await read()
@@ -188,7 +192,9 @@ async def free_capacity(api: KubeAPI, options: DemoOptions, watch: Sequence[Chil
     await api.request("PATCH", f"/apis/{NRT_GROUP}/{NRT_VERSION}/{NRT_PLURAL}/{node.name}",
                       body=workloads.freed_capacity_patch(), content_type=MERGE_PATCH)
     name = workloads.WAITING_POD
-    pods, events = await settle(api, {name}, 30.0, watch, scheduler, ("ungated",))
+    # the pod's WaitingForNUMAResources Event is older than the decision awaited here
+    pods, events = await settle(api, {name}, 30.0, watch, scheduler, ("ungated",),
+                                stale_reasons=frozenset({WAITING_FOR_NUMA}))
     pods = [p for p in pods if p["metadata"]["name"] == name]
     for pod in pods:
         if report.state_cell(pod) == "waiting":  # not re-decided within the bound
