@@ -95,7 +95,7 @@ def test_the_demo_finds_its_crds_outside_the_checkout(wheel: Path, tmp_path: Pat
         "getattr(f, '__module__', '') and 'editable' not in type(f).__module__]\n"
         f"sys.path[:] = [{str(site)!r}] + [p for p in sys.path if p and "
         f"p.rstrip('/') != {str(REPO)!r}]\n"
-        "from podplacement.demo import run\n"
+        "from podplacement.demo import common as run\n"
         "assert run.__file__.startswith(sys.path[0]), run.__file__\n"
         "print(json.dumps({'workdir': str(run.WORKDIR), "
         "'crds': [[str(p), p.is_file()] for p in run.CRD_FILES]}))\n"
@@ -199,7 +199,7 @@ def test_the_wheel_runs_its_demo_outside_the_checkout(wheel: Path, tmp_path: Pat
         assert "generated stand-in" in proc.stderr, proc.stderr[-3000:]
     else:
         assert "stand-in" not in used.group(1), used.group(1)
-    assert "7 of 7 workloads placed as expected" in proc.stdout, proc.stdout
+    assert "9 of 9 workloads placed as expected" in proc.stdout, proc.stdout
 
 
 # --- the sdist ------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ log = logging.getLogger("podplacement.demo")
 #: containers' programs run under qemu-user).
 RUN_TIMEOUT = 30.0
 ARM64_RUN_TIMEOUT = 60.0
+#: Seconds to wait, once the pods run, for the first line of each Running pod's log.
+LOG_TIMEOUT = 15.0
 
 
 async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
@@ -42,10 +44,20 @@ async def show_real_node(api: KubeAPI, node: RealNode, options: DemoOptions,
                        ARM64_RUN_TIMEOUT if node.arch == "arm64" else RUN_TIMEOUT,
                        interval=0.3, alive=watch)
     pods = state["pods"]
-    logs = {}
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        logs[name] = await asyncio.to_thread(node.pod_log, ns, name, "app")
+    logs: dict[str, str] = {}
+
+    async def logged() -> bool:
+        # a container can be Running a moment before its first line is in its log
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if not logs.get(name, "").strip():
+                logs[name] = await asyncio.to_thread(node.pod_log, ns, name, "app")
+        return all(logs[p["metadata"]["name"]].strip() for p in pods
+                   if (p.get("status") or {}).get("phase") == "Running")
+
+    with contextlib.suppress(DemoError):
+        await wait_for(f"the logs of the pods on the real node {node.name}", logged,
+                       LOG_TIMEOUT, interval=0.5, alive=watch)
     out = options.out
     print(f"on the real {node.arch} node {node.name} ({node.describe()}): the pods placed "
           "there run (phase, first line of their log):", file=out)
