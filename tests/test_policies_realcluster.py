@@ -158,11 +158,22 @@ def _published(cluster: KubeEnv, ns: str) -> list[str]:
 
 def _warm(cluster: KubeEnv, ns: str, image: str) -> None:
     """A first pod of ``image``: gated, inspected and placed by the controller, which
-    publishes the image in the params object."""
+    publishes the image in the params object; returns once the admission policy places a
+    dry-run pod of it."""
     cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"warm-{abs(hash(image)) % 999}",
                                                           image, {"warm": "yes"}))
     wait_for(lambda: image in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {}),
              30)
+
+    def policy_places() -> bool:
+        # the API server reads the params object through its own informer: a moment after
+        # the write, a pod may still be gated; a dry-run create shows what the policy sees
+        r = cluster.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All",
+                            json=_pod("probe", image, {"warm": "probe"}))
+        annotation = (r.json()["metadata"].get("annotations") or {}).get(DECISION_ANNOTATION)
+        return bool(annotation) and json.loads(annotation).get("path") == "admission"
+
+    wait_for(policy_places, 30)
 
 
 def test_the_highest_priority_match_applies_on_every_path(
