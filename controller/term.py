@@ -114,8 +114,11 @@ class LeadershipTerm:
         self.lifecycle: Lifecycle | None = None
 
     def failures(self, key: str) -> int:
-        """The failure count of ``key`` in the queue serving it."""
-        return (self.final_queue or self.queue).failures(key)
+        """The failure count of ``key`` in the queue serving it: the final queue while
+        :meth:`serve_to_end` runs (tested against None: an idle queue has length 0 and
+        is falsy), else the main queue."""
+        queue = self.final_queue if self.final_queue is not None else self.queue
+        return queue.failures(key)
 
     async def start_leading(self) -> None:
         """Start a term (the leader elector's ``on_started_leading``; no-op while leading)."""

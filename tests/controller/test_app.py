@@ -218,3 +218,36 @@ async def test_a_runnable_that_dies_is_named_by_healthz_and_the_rest_stop_cleanl
         await asyncio.wait_for(ctl.runtime.stop(), 10)
         await api.close()
     assert ctl.runtime.running() == ()
+
+
+async def test_a_failing_last_pass_gives_up_after_its_final_attempts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lifecycle key served to its end whose pass keeps failing is given up after
+    FINAL_ATTEMPTS passes (the final queue's failure count), well before final_seconds:
+    the count is read from the queue serving the key, even while that queue is empty."""
+    import asyncio
+
+    from podplacement.controller import lifecycle
+    from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult, coordinator
+
+    monkeypatch.setattr(coordinator, "FINAL_MARGIN_SECONDS", 30.0)
+    api = KubeAPI.from_url("http://127.0.0.1:9")
+    ctl = Controller(api, ControllerOptions(
+        leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",
+        cert_dir=str(tmp_path), retry_base_delay=0.05))
+    try:
+        lc = ctl._make_lifecycle()
+        assert lc is not None
+        ctl.lifecycle = lc
+        ctl._handlers = dict.fromkeys(lifecycle.KEYS, lc.handle)
+        passes: list[str] = []
+
+        async def failing() -> ReconcileResult:
+            passes.append("pass")
+            raise RuntimeError("the API server is gone")
+
+        lc.last_stop = failing  # type: ignore[method-assign]
+        await asyncio.wait_for(ctl.term.serve_to_end(LAST_STOP_KEY), 10)
+        assert len(passes) == coordinator.FINAL_ATTEMPTS
+    finally:
+        await api.close()
