@@ -239,7 +239,7 @@ _T_GATE = "Object.spec.schedulingGates"
 _ANY_PAIRS = "size(variables.pairs) > 0"
 
 #: ``lists``: the "os/arch" pairs of each image (only read once ``known`` holds).
-CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
+CEL_LISTS = "variables.codes.map(c, variables.sets[c].platforms.split(','))"
 
 #: ``pairs``: the intersection over images (``rules.platforms.supported_platforms``),
 #: in the first image's order: the params values are sorted, so the result is sorted too.
@@ -530,7 +530,8 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
     weights = {p.architecture: p.weight for p in config.preferred_platforms}
     table = {p.name: p.cel() for p in POLICY_VARIABLES}
     out = [
-        *((n, table.pop(n)) for n in ("images", "table", "fresh", "known", "free")),
+        *((n, table.pop(n)) for n in ("images", "repos", "sets", "refs", "codes", "fresh",
+                                      "known", "free")),
         ("policies", CEL_POLICIES),
         ("labels", CEL_LABELS),
         ("matched", CEL_MATCHED),
@@ -644,14 +645,15 @@ def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: s
 
 
 def params_object(namespace: str) -> dict[str, Any]:
-    """An empty ImagePlatformCatalog ``cluster`` in ``namespace`` (``spec.images: {}``), to create
-    when absent before the policy is bound: while the object is missing, the API server
-    skips the policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at
-    all. With it, every pod is gated until the controller publishes inspection results."""
+    """An empty ImagePlatformCatalog ``cluster`` in ``namespace``
+    (``spec.repositories: {}``), to create when absent before the policy is bound: while
+    the object is missing, the API server skips the policy (``parameterNotFoundAction:
+    Allow``) and admits pods with no gate at all. With it, every pod is gated until the
+    controller publishes inspection results."""
     return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
             "metadata": {"name": PARAMS_NAME, "namespace": namespace,
                          "labels": {"app.kubernetes.io/name": "podplacement"}},
-            "spec": {"images": {}}}
+            "spec": {"repositories": {}}}
 
 
 def never_drifted(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:

@@ -36,6 +36,12 @@ from hypothesis import strategies as st
 
 from podplacement.controller.paramswriter import params_collection_path
 from podplacement.rules.admit import admissionpolicy as ap
+from podplacement.rules.admit.imageparams import (
+    ParamsStore,
+    catalog_maps,
+    flat_catalog,
+    value_pairs,
+)
 from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
 from podplacement.rules.config import (
     API_VERSION,
@@ -46,7 +52,7 @@ from podplacement.rules.config import (
     GATE_LABEL_GATED,
     OS_LABEL,
     PARAMS_KIND,
-    PARAMS_MAX_ENTRIES,
+    PARAMS_MAX_BYTES,
     PARAMS_NAME,
     SCHEDULING_GATE,
     PlacementConfig,
@@ -108,7 +114,7 @@ def _pool(rnd: random.Random) -> dict[str, str]:
 @dataclass(frozen=True)
 class World:
     """The installed pieces: the params (pool entries the tests pick from, plus filler up to
-    :data:`PARAMS_MAX_ENTRIES`), and the namespace of each config variant."""
+    the byte bound :data:`PARAMS_MAX_BYTES`), and the namespace of each config variant."""
 
     env: KubeEnv
     pool: Mapping[str, str]
@@ -137,9 +143,12 @@ def _install(env: KubeEnv, variant: str, config: PlacementConfig, namespace: str
 
 
 def _params_object(entries: Mapping[str, str]) -> dict[str, Any]:
+    """The params object of a flat table, in the dense layout the controller writes (one
+    learned time for every tag reference)."""
+    learned = {ref: 1_700_000_000 for ref in entries if "@" not in ref}
     return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
             "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS},
-            "spec": {"images": dict(entries)}}
+            "spec": catalog_maps(entries, learned)}
 
 
 def _dry_create(env: KubeEnv, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,10 +183,17 @@ def world(cluster: KubeEnv) -> World:
     rnd = random.Random(14)
     pool = _pool(rnd)
     entries = dict(pool)
+    # filler until the catalog is within 2 KB of the byte bound (as the controller's
+    # ParamsStore measures it)
+    size = ParamsStore(1e12)
+    for ref, value in pool.items():
+        size.record(ref, value_pairs(value) or [], 1.7e9)
     i = 1000
-    while len(entries) < PARAMS_MAX_ENTRIES:
+    while size.json_size < PARAMS_MAX_BYTES - 2_000:
         entries[_long_ref(i)] = ",".join(sorted(rnd.sample(LINUX, rnd.randint(1, 4))))
+        size.record(_long_ref(i), value_pairs(entries[_long_ref(i)]) or [], 1.7e9)
         i += 1
+    assert not size.evictions and len(size) == len(entries)
     cluster.ensure_namespace(PARAMS_NS)
     r = cluster.request("POST", PARAMS, json=_params_object(entries))
     assert r.status_code == 201, r.text[:500]
@@ -369,16 +385,20 @@ def test_every_placed_pod_equals_the_controllers_decision_and_the_rest_are_gated
 
 
 def test_full_size_params_and_a_ten_image_pod_stay_within_cel_cost(world: World) -> None:
-    """5,000 entries of ~100-character references, 13 images (2 init, 3 image volumes beside
-    an emptyDir): placed, not an evaluation error admitted unchanged."""
+    """A catalog at the byte bound (thousands of ~100-character references), 13 images (2
+    init, 3 image volumes beside an emptyDir): placed, not an evaluation error admitted
+    unchanged."""
     refs = [_long_ref(i) for i in range(1000, 1013)]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big"}, "spec": {
         "initContainers": [{"name": f"i{n}", "image": r} for n, r in enumerate(refs[:2])],
         "containers": [{"name": f"c{n}", "image": r} for n, r in enumerate(refs[2:10])],
         "volumes": [{"name": "e", "emptyDir": {}}] + [
             {"name": f"v{n}", "image": {"reference": r}} for n, r in enumerate(refs[10:])]}}
-    entries = world.env.get(f"{PARAMS}/{PARAMS_NAME}")["spec"]["images"]
-    assert len(entries) == PARAMS_MAX_ENTRIES and len(refs[0]) >= 100
+    spec = world.env.get(f"{PARAMS}/{PARAMS_NAME}")["spec"]
+    entries = flat_catalog(spec)[0]
+    size = sum(len(json.dumps(spec[k], separators=(",", ":"))) for k in
+               ("repositories", "platformSets", "learnedAt"))
+    assert PARAMS_MAX_BYTES - 2_000 <= size <= PARAMS_MAX_BYTES and len(refs[0]) >= 100
     got = _dry_create(world.env, world.namespaces["weighted"], pod)
     assert _check(pod, got, entries, CONFIGS["weighted"]) == "placed"
     assert DECISION_ANNOTATION in got["metadata"]["annotations"]
@@ -442,7 +462,7 @@ def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> N
     gated = _dry_create(env, world.namespaces["plain"], probe)
     assert [g["name"] for g in gated["spec"]["schedulingGates"]] == [SCHEDULING_GATE]
     current = env.get(f"{PARAMS}/{PARAMS_NAME}")
-    restored = {**_params_object(saved["spec"]["images"]),
+    restored = {**_params_object(flat_catalog(saved["spec"])[0]),
                 "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
                              "resourceVersion": current["metadata"]["resourceVersion"]}}
     r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)
