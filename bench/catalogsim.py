@@ -102,7 +102,12 @@ class FlatLRU:
     def __init__(self, max_entries: int, max_bytes: int = PARAMS_MAX_BYTES) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self.entries: OrderedDict[str, int] = OrderedDict()
-        self.bytes = 4  # two empty maps
+        self.items = 0  # the entries' bytes (each item with its separator)
+
+    @property
+    def bytes(self) -> int:
+        """The two maps' compact JSON size ({...} is 1 + its items, {} is 2)."""
+        return self.items + (2 if self.entries else 4)
 
     @staticmethod
     def entry_bytes(ref: str, value: str = "linux/amd64,linux/arm64") -> int:
@@ -119,9 +124,9 @@ class FlatLRU:
     def record(self, ref: str) -> None:
         size = self.entry_bytes(ref)
         self.entries[ref] = size
-        self.bytes += size
+        self.items += size
         while len(self.entries) > self.max_entries or self.bytes > self.max_bytes:
-            self.bytes -= self.entries.popitem(last=False)[1]
+            self.items -= self.entries.popitem(last=False)[1]
 
 
 Catalog = ParamsStore | FlatLRU | None
@@ -174,7 +179,7 @@ def capacity(shape: Callable[[int], str]) -> tuple[int, float, int, float]:
         store.record(shape(i), PAIRS, NOW, learned=NOW)
         if store.evictions:
             break
-    return (flat_held, (flat.bytes - 4) / max(1, flat_held),
+    return (flat_held, flat.items / max(1, flat_held),
             len(store), (store.json_size - 6) / max(1, len(store)))
 
 
