@@ -46,7 +46,23 @@ from typing import Any
 import orjson
 
 from podplacement.imageinspect import InvalidReference, parse_reference
-from podplacement.rules.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES, PARAMS_MAX_SETS
+from podplacement.rules.config import (
+    LINUX,
+    PARAMS_MAX_BYTES,
+    PARAMS_MAX_ENTRIES,
+    PARAMS_MAX_SETS,
+)
+from podplacement.rules.place.placement import (
+    LIST_SEPARATOR,
+    REASON_REQUIRED_ARCHITECTURES,
+    RECORD_ARCHS,
+    RECORD_OSES,
+    RECORD_PLATFORMS,
+    RECORD_REASON,
+    RECORD_RESULT,
+    Outcome,
+    compact_json,
+)
 from podplacement.rules.tolerations import ArchTaint, taints_value
 
 #: One ``os`` or ``architecture`` as the CRD's value pattern allows it
@@ -189,9 +205,41 @@ def _code_index(code: str) -> int | None:
     return n - 1
 
 
-def platform_set(value: str) -> dict[str, str]:
-    """The ``spec.platformSets`` item of a ``"os/arch,..."`` value."""
-    return {"platforms": value}
+#: The decision fields the admission policy takes from a platform set (its ``head``, then,
+#: after the pod's tolerations, its ``tail``), in the order of the decision annotation;
+#: :mod:`rules.admit.admissionpolicy` checks that order against its record's.
+SET_HEAD_FIELDS = (RECORD_PLATFORMS, RECORD_OSES, RECORD_ARCHS)
+SET_TAIL_FIELDS = (RECORD_RESULT, RECORD_REASON)
+
+
+def platform_set(value: str) -> dict[str, Any]:
+    """The ``spec.platformSets`` item of a ``"os/arch,..."`` value (:func:`platforms_value`):
+    the value, and what the admission policy would otherwise compute from it for every pod
+    whose images all have this set (docs/how-it-decides.md, "Placement inside the API
+    server"):
+
+    - ``platforms``: the value itself (what a reader of the catalog reads);
+    - ``pairs``: its ``os/arch`` pairs, a list in the value's (sorted) order;
+    - ``archs``: the architecture of each pair, in that order;
+    - ``linux``: every pair is a linux one (only such a set is placed by the policy);
+    - for a linux set, ``head`` and ``tail``: the text of the decision annotation's fields
+      :data:`SET_HEAD_FIELDS` and :data:`SET_TAIL_FIELDS` for a pod placed on this set,
+      each with its leading comma, exactly as :func:`rules.place.placement.compact_json`
+      writes them (``,"platforms":[...],"oses":["linux"],"archs":[...]`` and
+      ``,"result":"set","reason":"required architectures ..."``).
+    """
+    pairs = value.split(",")
+    archs = [p.partition("/")[2] for p in pairs]
+    linux = all(p.partition("/")[0] == LINUX for p in pairs)
+    item: dict[str, Any] = {"platforms": value, "pairs": pairs, "archs": archs, "linux": linux}
+    if linux:
+        facts: dict[str, Any] = {
+            RECORD_PLATFORMS: pairs, RECORD_OSES: [LINUX], RECORD_ARCHS: archs,
+            RECORD_RESULT: str(Outcome.SET),
+            RECORD_REASON: REASON_REQUIRED_ARCHITECTURES.format(LIST_SEPARATOR.join(archs))}
+        for name, fields in (("head", SET_HEAD_FIELDS), ("tail", SET_TAIL_FIELDS)):
+            item[name] = "," + compact_json({f: facts[f] for f in fields})[1:-1]
+    return item
 
 
 def _item_bytes(key: str, value_json_len: int) -> int:

@@ -368,13 +368,10 @@ CEL_KNOWN = (
 CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
     f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
     for key in (ARCH_LABEL, OS_LABEL))
-#: ``pairs`` and ``allowedOk`` are :mod:`rules.admit.admissionpolicy`'s variables (the
-#: intersection and the policy's limit, checked offline against the Python rule too).
-CEL_PLACED = (
-    "variables.known && variables.free"
-    f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
-    " && variables.allowedOk"
-)
+#: ``linuxOnly`` and ``allowedOk`` are :mod:`rules.admit.admissionpolicy`'s variables (the
+#: intersection's pairs all linux, and the policy's limit, checked offline against the
+#: Python rule too).
+CEL_PLACED = "variables.known && variables.free && variables.linuxOnly && variables.allowedOk"
 
 #: The policy's variables of this table, by name (:func:`rules.admit.admissionpolicy.
 #: place_variables` puts them in its evaluation order).

@@ -68,8 +68,8 @@ def test_variables_are_declared_before_use() -> None:
     variables = ap.desired_policy(WEIGHTED)["spec"]["variables"]
     names = [v["name"] for v in variables]
     assert names == ["images", "repos", "sets", "refs", "codes", "fresh", "known", "free",
-                     "policies", "labels", "matched",
-                     "hasPolicy", "lists", "pairs", "allowedOk", "placed", "archs", "weights",
+                     "policies", "labels", "matched", "hasPolicy", "single", "first", "lists",
+                     "pairs", "archs", "linuxOnly", "allowedOk", "placed", "weights",
                      "preferredArchs", "archTaints", "ownTolerations", "addTolerations",
                      "decision"]
     for i, var in enumerate(variables):

@@ -187,8 +187,10 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
         return out
     results = _images(table)
     out["lists"] = [table[c.image].split(",") for c in pod_images(pod)]
+    out["single"] = len({table[c.image] for c in pod_images(pod)}) == 1
     common = supported_platforms([results[i] for i in images])
     out["pairs"] = common.strings()
+    out["linuxOnly"] = common.empty or common.all_linux
     out["allowedOk"] = not narrow(common.pairs, policy)[1]
     out["placed"] = out["free"] and (common.empty or common.all_linux) and out["allowedOk"]
     if out["placed"]:
@@ -385,6 +387,14 @@ LINUX_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
 EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
     (LINUX_POD, {REFS[0]: "linux/amd64,linux/arm64,linux/s390x"}),
     (LINUX_POD, {REFS[0]: "linux/amd64,windows/amd64"}),
+    # two platform sets: the general path (intersection, then the decision built whole),
+    # placed on the common linux pairs; then a common pair that is not linux (gated)
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]},
+                                           {"name": "d", "image": REFS[1]}]}},
+     {REFS[0]: "linux/amd64,linux/arm64,linux/s390x", REFS[1]: "linux/arm64,linux/s390x"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]},
+                                           {"name": "d", "image": REFS[1]}]}},
+     {REFS[0]: "linux/amd64,windows/amd64", REFS[1]: "windows/amd64"}),
     # a reference by digest and one with neither tag nor digest, in the same repository
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[8]},
                                            {"name": "d", "image": "reg.example/team/pinned"}]}},
@@ -446,11 +456,17 @@ MUTATIONS = (
     ("refs", "? i.lastIndexOf(':') : size(i)", "? size(i) : size(i)"),
     ("codes", "[?r[1]]", "[?r[0]]"),
     ("known", "c in variables.sets", "c != 'zz'"),
-    ("lists", ".platforms.split(',')", ".platforms.split('/')"),
+    ("lists", ".pairs)", ".archs)"),
     ("free", f" && !('{OS_LABEL}' in object.spec.?nodeSelector.orValue({{}}))", ""),
     ("pairs", "variables.lists.all(", "variables.lists.exists("),
-    # the one-image shortcut
-    ("pairs", "variables.lists[0] :", "variables.lists[0].filter(p, p != 'linux/amd64') :"),
+    # the one-set shortcut: its pairs, archs, linux flag and decision texts
+    ("pairs", "variables.first.pairs :", "variables.first.pairs.filter(p, p != 'linux/amd64') :"),
+    ("single", "c == variables.codes[0]", "true"),
+    ("single", "c == variables.codes[0]", "false"),
+    ("archs", "variables.first.archs :", "variables.first.pairs :"),
+    ("linuxOnly", "variables.first.linux :", "true :"),
+    ("linuxOnly", "p.startsWith('linux/')", "true"),
+    ("decision", "variables.first.tail", "variables.first.head"),
     ("placed", "variables.free && ", ""),
     ("archs", "[1]", "[0]"),
     ("weights", "'arm64': 60", "'arm65': 60"),

@@ -18,6 +18,7 @@ from podplacement.rules.admit.imageparams import (
     ParamsStore,
     flat_catalog,
     is_pinned,
+    platform_set,
     platforms_value,
     set_code,
     split_reference,
@@ -298,12 +299,11 @@ def test_the_byte_bound_holds_for_the_json_of_the_three_maps() -> None:
     assert len(store) == 3 and store.json_size == _json_size(store) == bound
     store.record("r/i-03:1", AMD, now=3)
     assert sorted(store.images()) == ["r/i-01:1", "r/i-02:1", "r/i-03:1"]
-    # a new platform set (its item, with a longer value) for the most recent entry pushes
-    # out the least recent ones; the set nobody uses any more goes with them
-    store.record("r/i-03:1", [*AMD_ARM, ("linux", "s390x")], now=4)
+    # a new platform set (its item) for the most recent entry pushes out the least recent
+    # ones; the set nobody uses any more goes with them
+    store.record("r/i-03:1", AMD_ARM, now=4)
     assert sorted(store.images()) == ["r/i-03:1"]
-    assert store.catalog()["platformSets"] == {
-        "b": {"platforms": "linux/amd64,linux/arm64,linux/s390x"}}
+    assert store.catalog()["platformSets"] == {"b": platform_set("linux/amd64,linux/arm64")}
     assert store.json_size == _json_size(store) <= bound
 
 
@@ -499,8 +499,8 @@ def test_a_repository_is_written_once_for_its_tags() -> None:
     assert store.catalog() == {
         "repositories": {"nginx": {"": "a"},
                          "reg.example:5000/team/a": {":v1": "a", ":v2": "b", f"@{DIGEST}": "a"}},
-        "platformSets": {"a": {"platforms": "linux/amd64"},
-                         "b": {"platforms": "linux/amd64,linux/arm64"}},
+        "platformSets": {"a": platform_set("linux/amd64"),
+                         "b": platform_set("linux/amd64,linux/arm64")},
         "learnedAt": {"nginx": {"": 103}, "reg.example:5000/team/a": {":v1": 100, ":v2": 101}},
     }
     assert store.code_of("nginx") == "a" and store.code_of("nginx:1") is None
@@ -521,7 +521,7 @@ def test_codes_are_stable_while_used_and_a_set_nobody_uses_goes_away() -> None:
     # free code (a code names one set in one written object, never across objects' reads)
     store.record("r/a:1", [("linux", "riscv64")], now=2)
     assert store.code_of("r/a:1") == "a"
-    assert store.catalog()["platformSets"]["a"] == {"platforms": "linux/riscv64"}
+    assert store.catalog()["platformSets"]["a"]["platforms"] == "linux/riscv64"
     assert len(store.catalog()["platformSets"]) == 3
 
 
@@ -643,3 +643,18 @@ def test_set_codes_are_short_and_distinct() -> None:
     codes = [set_code(n) for n in range(1000)]
     assert codes[:3] == ["a", "b", "c"] and codes[25] == "z" and codes[26] == "aa"
     assert len(set(codes)) == 1000 and max(map(len, codes)) == 3
+
+
+def test_a_platform_set_carries_what_the_policy_reads_of_it() -> None:
+    """The per-set facts: pairs, archs, the linux flag and, for a linux set, the decision's
+    texts exactly as the controller's record writes them (the offline CEL checks compare
+    whole decisions; this pins the item)."""
+    assert platform_set("linux/amd64,linux/arm64") == {
+        "platforms": "linux/amd64,linux/arm64", "pairs": ["linux/amd64", "linux/arm64"],
+        "archs": ["amd64", "arm64"], "linux": True,
+        "head": ',"platforms":["linux/amd64","linux/arm64"],"oses":["linux"],'
+                '"archs":["amd64","arm64"]',
+        "tail": ',"result":"set","reason":"required architectures amd64, arm64"'}
+    assert platform_set("linux/arm64,windows/amd64") == {
+        "platforms": "linux/arm64,windows/amd64", "pairs": ["linux/arm64", "windows/amd64"],
+        "archs": ["arm64", "amd64"], "linux": False}
