@@ -25,12 +25,15 @@ For each other pod the policy does one of two things (docs/how-it-decides.md, "P
 inside the API server"):
 
 - **place**: every image (init, app and image volume: :func:`rules.place.placement.pod_images`) is
-  a key of the params object (the ImagePlatformCatalog ``cluster``: image reference → sorted
-  "os/arch" pairs), each one pulled with ``imagePullPolicy: Always`` (an image volume's
-  ``pullPolicy: Always``) is in its ``spec.fresh`` (its digest confirmed by the
-  controller within ``spec.admission.pullAlwaysFreshness``), the pod has no
+  in the params object's catalog (the ImagePlatformCatalog ``cluster``: image reference →
+  sorted "os/arch" pairs, found by two map lookups: :mod:`rules.admit.imageparams`), each
+  one pulled with ``imagePullPolicy: Always`` (an image volume's ``pullPolicy: Always``) is
+  in its ``spec.fresh`` (its digest confirmed by the controller within
+  ``spec.admission.pullAlwaysFreshness``), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
-  nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
+  nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only
+  (a pod whose images all have one platform set reads that set's pairs, architectures and
+  decision texts from the params: :func:`rules.admit.imageparams.platform_set`).
   A JSONPatch mutation then writes exactly the facts :func:`rules.place.placement.
   placement_facts` decides for the pod once gated, rendered in CEL (every text imported
   from the Python rule): one required term ``kubernetes.io/arch In [archs]`` AND
@@ -75,8 +78,10 @@ test_admissionpolicy_place_realcluster.py):
   (422 otherwise; RBAC ``resourceNames`` do not satisfy it), and a binding's ``paramRef``
   needs ``get`` on the named object (on every resource when the policy has no
   ``paramKind``); a ``paramRef`` on a binding of a policy without ``paramKind`` is ignored;
-- with 5,000 entries of ~100-character references and pods of 10 to 200 images the policy
-  is accepted and evaluates within the CEL cost limits (no fail-open).
+- with a catalog at its byte bound (~100-character references) and pods of 10 to 200 images
+  the policy is accepted and evaluates within the CEL cost limits (no fail-open);
+- a list of strings read from the params (a platform set's ``archs``) converts as a value
+  inside a typed ``Object{}`` of a JSONPatch (the required term's ``values``).
 
 ``failurePolicy: Ignore``: a CEL error admits the pod unchanged (the product never denies a
 pod). Escape hatch, one line: ``kubectl delete mutatingadmissionpolicybinding
