@@ -50,6 +50,7 @@ from podplacement.rules.config import (
     DEFAULT_NAMESPACE,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
     OS_LABEL,
     PARAMS_KIND,
     PARAMS_MAX_BYTES,
@@ -437,6 +438,64 @@ def test_the_scheduler_binds_placed_pods_only_to_supported_architectures(
     finally:
         for name in created:
             env.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+#: Odd references the catalog holds for :func:`test_the_split_of_odd_references_on_the_server`
+#: (none of them the controller would record: the lookup rule must hold for any string), and
+#: near misses that share a repository or a suffix with one of them but are not in it.
+ODD_RECORDED = ("reg.example:5000/odd/app", "reg.example/odd/app:1@sha256:" + "ab" * 32,
+                "reg.example/odd/é:ü", "reg.example/odd/a@b@c", "odd:7", "reg.example/odd/x:y:z")
+ODD_MISSES = ("reg.example:5000/odd/app:", "reg.example/odd/app:1", "reg.example/odd/é",
+              "reg.example/odd/a@b", "odd", "reg.example/odd/x:y", "reg.example:5000/odd/ap")
+
+
+def test_the_split_of_odd_references_on_the_server(world: World) -> None:
+    """kube-apiserver v1.36.2's CEL splits references as :func:`rules.admit.imageparams.
+    split_reference` does (checked offline with another CEL runtime): with odd references in
+    the catalog (no tag behind a registry port, tag and digest, non-ASCII, two ``@``, two
+    ``:``), a pod of each is placed (arm64, their set) and a pod of each near miss is gated."""
+    env = world.env
+    saved = env.get(f"{PARAMS}/{PARAMS_NAME}")
+    entries = {**flat_catalog(saved["spec"])[0], **dict.fromkeys(ODD_RECORDED, "linux/arm64")}
+    odd = {**_params_object(entries),
+           "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
+                        "resourceVersion": saved["metadata"]["resourceVersion"]}}
+    r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=odd)
+    assert r.status_code == 200, r.text[:300]
+    ns = world.namespaces["plain"]
+    try:
+        # the API server reads the params through its informer: a moment after the write
+        wait_for(lambda: _placed(_dry_create(env, ns, _odd_probe(ODD_RECORDED[1]))), 30)
+        for image in ODD_RECORDED:
+            got = _dry_create(env, ns, _odd_probe(image))
+            assert _placed(got), (image, got["metadata"].get("labels"))
+            assert '"archs":["arm64"]' in got["metadata"]["annotations"][DECISION_ANNOTATION]
+        for image in ODD_MISSES:
+            got = _dry_create(env, ns, _odd_probe(image))
+            assert [g["name"] for g in got["spec"].get("schedulingGates", [])] == [
+                SCHEDULING_GATE], (image, got["metadata"].get("labels"))
+    finally:
+        current = env.get(f"{PARAMS}/{PARAMS_NAME}")
+        restored = {**_params_object(flat_catalog(saved["spec"])[0]),
+                    "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
+                                 "resourceVersion": current["metadata"]["resourceVersion"]}}
+        r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)
+        assert r.status_code == 200, r.text[:300]
+
+
+def _odd_probe(image: str) -> dict[str, Any]:
+    """:func:`_probe` pulled ``IfNotPresent``: the API server defaults a reference without a
+    tag to ``Always``, which the policy places only from ``spec.fresh``."""
+    pod = _probe(image)
+    pod["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    return pod
+
+
+def _placed(pod: Mapping[str, Any]) -> bool:
+    """The policy placed the pod (its labels say so, no gate)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return (labels.get(GATE_LABEL) == GATE_LABEL_REMOVED
+            and not (pod.get("spec") or {}).get("schedulingGates"))
 
 
 def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> None:
