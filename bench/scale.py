@@ -53,7 +53,8 @@ all bound, and it prints:
   checkpoint and over the last product stretches, separately for ``Always`` pods, and the
   **catalog's hit ratio** (pods placed by the policy over the pods not pulled with Always),
   next to what an unbounded catalog updated at once would reach (the pod's tag was named by
-  an earlier pod) and an exact LRU of 5,000 entries (the params object's bound);
+  an earlier pod) and the catalog's ceiling: the product's ``ParamsStore`` with its bounds fed
+  at once with the same references (:func:`bench.catalogsim.ceiling`);
 - the **params object**: its bytes and entries, and its writes per second and KB/s since
   the previous checkpoint (a watch of it in this process);
 - **start to serving**: a fresh controller process started at that size, seconds until its
@@ -111,7 +112,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from collections import Counter, OrderedDict  # noqa: E402
+from collections import Counter  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -121,6 +122,7 @@ from urllib.parse import urlsplit  # noqa: E402
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
+from bench.catalogsim import ceiling  # noqa: E402
 from bench.cluster import (  # noqa: E402
     CONFIG_PATH,
     PARAMS_PATH,
@@ -152,7 +154,6 @@ from podplacement.rules.config import (  # noqa: E402
     NRT_GROUP,
     NRT_PLURAL,
     NRT_VERSION,
-    PARAMS_MAX_ENTRIES,
     SCHEDULING_GATE,
 )
 from podplacement.sandbox.controlplane import (  # noqa: E402
@@ -729,23 +730,18 @@ def run_measured(plane: ControlPlane, phase: Phase, procs: Mapping[str, int],
 
 
 # --- hit ratios an ideal catalog would reach --------------------------------------------------
-def ideal_hits(work: Workload, total: int, capacity: int) -> tuple[list[bool], list[bool]]:
+def ideal_hits(work: Workload, total: int) -> tuple[list[bool], list[bool]]:
     """For each product pod ``i < total``: whether its tag was named by an earlier pod (an
-    unbounded catalog updated at once), and whether it is among the ``capacity`` tags named
-    most recently before it (an exact LRU of ``capacity`` entries)."""
+    unbounded catalog updated at once), and whether the product's catalog with its bounds,
+    fed at once, holds it (:func:`bench.catalogsim.ceiling`, the same references: the
+    catalog's ceiling)."""
     seen: set[str] = set()
-    lru: OrderedDict[str, None] = OrderedDict()
-    unbounded, bounded = [], []
+    unbounded = []
     for i in range(total):
         image = work.images[i]
         unbounded.append(image in seen)
-        bounded.append(image in lru)
         seen.add(image)
-        lru[image] = None
-        lru.move_to_end(image)
-        if len(lru) > capacity:
-            lru.popitem(last=False)
-    return unbounded, bounded
+    return unbounded, ceiling(work.images[:total])
 
 
 @dataclass
@@ -789,8 +785,8 @@ class PathShares:
         all_paths = self.paths + self.always_paths
         return (f"{self.pods} pods: {shares(all_paths)} | not Always: {shares(self.paths)} | "
                 f"Always: {shares(self.always_paths)} | catalog hit {self.hit:.1%} "
-                f"(unbounded, at once: {self.ideal:.1%}; LRU of {PARAMS_MAX_ENTRIES}: "
-                f"{self.lru:.1%})")
+                f"(unbounded, at once: {self.ideal:.1%}; the catalog's ceiling, "
+                f"bench/catalogsim.py: {self.lru:.1%})")
 
 
 # --- the handover -----------------------------------------------------------------------------
@@ -1376,7 +1372,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds = args.stretch_rounds if args.stretch > 0 else 0
         total = checkpoints[-1] + len(checkpoints) * rounds * args.stretch
         work = workload("skewed", images, total, None)
-        unbounded, bounded = ideal_hits(work, total, PARAMS_MAX_ENTRIES)
+        unbounded, bounded = ideal_hits(work, total)
         next_pod, next_bare, probes = 0, 0, [0]
         cps: list[Checkpoint] = []
         last_t = time.monotonic()

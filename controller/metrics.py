@@ -84,8 +84,9 @@ class _Sources(Collector):
             yield o
         if self.catalog is not None:
             size, evictions = self.catalog()
-            b = GaugeMetricFamily(P + "params_bytes", "Bytes of spec.images and spec.learned "
-                                  "of the admission policy's params object, as compact JSON "
+            b = GaugeMetricFamily(P + "params_bytes", "Bytes of the catalog (spec.repositories, "
+                                  "spec.platformSets, spec.learnedAt) of the admission "
+                                  "policy's params object, as compact JSON "
                                   "(the catalog held now; the bound is 1,000,000)")
             b.add_metric([], float(size))
             yield b

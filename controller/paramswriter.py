@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from podplacement.kubeclient import ApiError, Conflict, KubeRequester, NotFound, resource_path
-from podplacement.rules.admit.imageparams import ParamsStore
+from podplacement.rules.admit.imageparams import ParamsStore, flat_catalog
 from podplacement.rules.config import (
     API_VERSION,
     DEFAULT_NAMESPACE,
@@ -45,7 +45,8 @@ from podplacement.rules.tolerations import ArchTaint
 
 log = logging.getLogger(__name__)
 
-#: Bytes of ``spec.images`` per second of pacing between two writes (module docstring).
+#: Bytes of the catalog (:attr:`ParamsStore.json_size`) per second of pacing between two
+#: writes (module docstring).
 DEFAULT_WRITE_BYTES_PER_SECOND = 100_000.0
 
 #: The collection and the object, templates of the namespace (the product's own: the
@@ -159,7 +160,7 @@ class ParamsWriter:
         min_interval: seconds between the starts of two ticks of :meth:`reconcile`, so at
             most one write per ``min_interval`` (a re-read after a lost race shares its
             tick).
-        write_bytes_per_second: after a tick that wrote N bytes of ``spec.images``, the next
+        write_bytes_per_second: after a tick that wrote N bytes of catalog, the next
             tick starts ``max(min_interval, N / write_bytes_per_second)`` seconds after it.
         metrics: optional :class:`ParamsMetrics`.
         clock: the monotonic clock that paces the ticks (``time.monotonic``).
@@ -328,11 +329,12 @@ class ParamsWriter:
         self._adopted = True
         self.adopted.set()
         spec = obj.get("spec") or {}
-        images = spec.get("images") or {}
-        learned = spec.get("learned") or {}
-        adopted = self.store.adopt(images if isinstance(images, dict) else {},
-                                   self.wall_clock(),
-                                   learned=learned if isinstance(learned, dict) else {})
+        if not isinstance(spec, dict):
+            spec = {}
+        # The dense catalog, or the flat one of the release before (an in-place upgrade
+        # keeps the catalog; the next write is in the dense layout).
+        images, _learned = flat_catalog(spec)
+        adopted = self.store.adopt_spec(spec, self.wall_clock())
         entries = (obj.get("status") or {}).get("entries")
         # spec.fresh is never adopted: its digests were confirmed by the writer's previous
         # owner, which no longer checks them (rules.freshness); a non-empty one is
@@ -348,16 +350,16 @@ class ParamsWriter:
 
     async def _write(self) -> str:
         version = self.store.version
-        images = self.store.images()
+        catalog = self.store.catalog()
         body: dict[str, Any] = {
             "apiVersion": API_VERSION,
             "kind": PARAMS_KIND,
             "metadata": (dict(self._meta) if self._meta is not None
                          else {"name": PARAMS_NAME, "namespace": self.namespace}),
-            "spec": {"images": images, "learned": self.store.learned(),
+            "spec": {**catalog,
                      "fresh": self.store.fresh(), "policies": self.store.policies(),
                      "architectureTaints": self.store.arch_taints()},
-            "status": {"entries": len(images)},
+            "status": {"entries": len(self.store)},
         }
         creating = self._meta is None
         try:
@@ -381,7 +383,7 @@ class ParamsWriter:
         result = WRITE_CREATED if creating else WRITE_UPDATED
         self._count(result)
         if self.metrics is not None:
-            self.metrics.entries.set(len(images))
+            self.metrics.entries.set(len(self.store))
         return result
 
     def _count(self, result: str) -> None:

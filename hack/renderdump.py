@@ -70,8 +70,13 @@ def dump() -> dict[str, Any]:
     store.record("reg.example/a:1", [("linux", "amd64"), ("linux", "arm64")], 1000.0,
                  learned=990.0)
     store.record("reg.example/b@sha256:" + "0" * 64, [("linux", "arm64")], 1000.0)
-    out["params"] = {"object": ap.params_object("podplacement"), "images": store.images(),
-                     "learned": store.learned(), "value": ip.platforms_value(
+    store.record("reg.example/a:2", [("linux", "amd64")], 1000.0, learned=995.0)
+    store.record("reg.example:5000/c", [("linux", "arm64")], 1000.0)
+    # the dense catalog (repositories, platformSets, learnedAt); the flat one before it
+    catalog = (store.catalog() if hasattr(store, "catalog")
+               else {"images": store.images(), "learned": store.learned()})
+    out["params"] = {"object": ap.params_object("podplacement"), **catalog,
+                     "value": ip.platforms_value(
                          [("linux", "arm64"), ("windows", "amd64"), ("linux", "amd64")])}
     return out
 

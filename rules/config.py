@@ -128,16 +128,26 @@ MAX_PULL_ALWAYS_FRESHNESS = 60.0
 #: applies ``failurePolicy: Ignore``; 1 s stays for the connection, the body and the answer.
 MAX_INSPECTION_BUDGET = 4.0
 #: The params object of the admission policy: ``ImagePlatformCatalog`` named ``cluster`` in the
-#: product's namespace, ``spec.images``: image reference as written in pods → sorted,
-#: comma-separated ``os/arch`` platforms; ``spec.learned``: tag reference → unix second a
-#: registry answered for it; anonymous inspection results only (:mod:`rules.admit.imageparams`).
+#: product's namespace; its catalog (:mod:`rules.admit.imageparams`): ``spec.repositories``
+#: (repository → tag or digest suffix → platform-set code), ``spec.platformSets`` (code →
+#: sorted, comma-separated ``os/arch`` platforms) and ``spec.learnedAt`` (repository → tag
+#: suffix → unix second a registry answered for it); anonymous inspection results only.
 PARAMS_KIND = "ImagePlatformCatalog"
 PARAMS_PLURAL = "imageplatformcatalogs"
 PARAMS_NAME = "cluster"
-#: Bounds of the params object (also in the CRD's schema): entries, and bytes of the
-#: ``spec.images`` and ``spec.learned`` maps together.
-PARAMS_MAX_ENTRIES = 5000
+#: Bounds of the params object (also in the CRD's schema): entries (references), and bytes
+#: of the ``spec.repositories``, ``spec.platformSets`` and ``spec.learnedAt`` maps together.
+#: The byte bound binds first: a tag reference costs at least about 25 bytes there (its
+#: suffix with its code, and its suffix with a ten-digit time), so 1,000,000 bytes hold
+#: fewer than 40,000; the CRD's ``maxProperties`` of each map is :data:`PARAMS_MAX_ENTRIES`.
+PARAMS_MAX_ENTRIES = 50_000
 PARAMS_MAX_BYTES = 1_000_000
+#: ``maxProperties`` of ``spec.platformSets`` in the CRD (distinct platform sets in use:
+#: a handful in practice; a set beyond it is not recorded).
+PARAMS_MAX_SETS = 1000
+#: ``maxProperties`` of the previous release's flat ``spec.images``/``spec.learned`` (still
+#: read on an upgrade, never written).
+PARAMS_LEGACY_MAX_ENTRIES = 5000
 FIELD_MANAGER = "podplacement"
 #: What the admission policy's place branch writes first into the decision annotation.
 ADMISSION_PATH_MARK = '"path":"admission"'

@@ -151,7 +151,7 @@ MAX_NAMESPACES = 1000
 #: Bytes of compact JSON: one policy's published entry (:func:`params_entry`: no schema can
 #: bound it, a policy within every count above can take 85 KB); one namespace's share of
 #: ``spec.policies``; and all of ``spec.policies``, which shares the params object with
-#: ``spec.images`` and ``spec.learned`` (``rules.config.PARAMS_MAX_BYTES``, 1,000,000) and
+#: the catalog (``rules.config.PARAMS_MAX_BYTES``, 1,000,000) and
 #: ``spec.fresh`` under the API server's 1.5 MiB object limit (etcd's request size).
 POLICY_MAX_BYTES = 16_384
 NAMESPACE_MAX_BYTES = 32_768

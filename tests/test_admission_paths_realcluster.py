@@ -42,6 +42,7 @@ import httpx
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.controller.conftest import check_bindings
@@ -204,7 +205,7 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
     # public: the first pod is gated and placed by the controller, which publishes the image
     first = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("pub-first", public))
     assert _gated(first)
-    wait_for(lambda: public in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {}),
+    wait_for(lambda: public in flat_catalog(cluster.get(PARAMS).get("spec") or {})[0],
              30)
     assert cluster.get(f"/api/v1/namespaces/{ns}/pods/pub-first")["metadata"][
         "annotations"][DECISION_ANNOTATION]
@@ -247,7 +248,7 @@ def test_first_pod_by_the_controller_replicas_by_the_policy_private_ones_by_the_
 
     for placed in wait_for(placed_by_the_controller, 30):
         assert _path(placed) == "controller" and _archs(placed) == {"arm64"}
-    assert private not in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {})
+    assert private not in flat_catalog(cluster.get(PARAMS).get("spec") or {})[0]
 
     # the webhook killed: the policy still gates a cold pod and places a warm one
     product.webhook.stop(signal.SIGKILL)
@@ -324,7 +325,7 @@ def _config(cluster: KubeEnv, spec: dict[str, Any]) -> None:
 
 
 def _catalog(cluster: KubeEnv) -> dict[str, str]:
-    images: dict[str, str] = (cluster.get(PARAMS).get("spec") or {}).get("images") or {}
+    images: dict[str, str] = flat_catalog(cluster.get(PARAMS).get("spec") or {})[0]
     return images
 
 

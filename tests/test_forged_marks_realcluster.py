@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import (
     AFFINITY_LABEL,
     DECISION_ANNOTATION,
@@ -100,7 +101,7 @@ def ns(cluster: KubeEnv, product: Product, image: str) -> str:
 
 def _catalog(cluster: KubeEnv) -> dict[str, str]:
     r = cluster.request("GET", PARAMS)
-    return dict((r.json().get("spec") or {}).get("images") or {}) if r.is_success else {}
+    return dict(flat_catalog(r.json().get("spec") or {})[0]) if r.is_success else {}
 
 
 def _pod(name: str, image: str, labels: dict[str, str] | None = None,

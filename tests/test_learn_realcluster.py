@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     EXEC_FORMAT_LABEL,
@@ -192,7 +193,7 @@ def _excluded(cluster: KubeEnv, image: str) -> list[dict[str, Any]]:
 
 
 def _catalog(cluster: KubeEnv) -> dict[str, str]:
-    found: dict[str, str] = (cluster.get(PARAMS).get("spec") or {}).get("images") or {}
+    found: dict[str, str] = flat_catalog(cluster.get(PARAMS).get("spec") or {})[0]
     return found
 
 

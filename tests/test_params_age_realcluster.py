@@ -4,7 +4,7 @@ and the controller as processes (:mod:`podplacement.sandbox.product`).
 
 With ``imageInspection.cacheTTL: 20s``: a tag is warmed as amd64+arm64 through a pod (the
 controller publishes it in ImagePlatformCatalog ``cluster``, with its learned time in
-``spec.learned``), then re-pushed amd64-only, and the controller is restarted twice with the
+``spec.learnedAt``), then re-pushed amd64-only, and the controller is restarted twice with the
 params object left in place: a rolling restart (a new controller process starts, the leader
 stops gracefully and the new one takes over) and a crash (the leader killed, a new process
 leads once the Lease expired). The only controller stopping gracefully is no such case: it
@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
@@ -131,9 +132,9 @@ class _ParamsWatch:
             while not self._stop.is_set():
                 r = c.get(PARAMS)
                 if r.status_code == 200:
-                    spec = r.json().get("spec") or {}
-                    self.seen.append((time.time(), (spec.get("images") or {}).get(self.image),
-                                      (spec.get("learned") or {}).get(self.image)))
+                    images, learned = flat_catalog(r.json().get("spec") or {})
+                    self.seen.append((time.time(), images.get(self.image),
+                                      learned.get(self.image)))
                 self._stop.wait(0.1)
 
     def gone_after(self, since: float) -> float | None:
@@ -143,11 +144,12 @@ class _ParamsWatch:
 
 
 def _learned(cluster: KubeEnv, image: str) -> int | None:
-    """``spec.learned`` of ``image`` in the live params object (None: no entry)."""
-    spec = cluster.get(PARAMS).get("spec") or {}
-    if image not in (spec.get("images") or {}):
+    """The learned time of ``image`` in the live params object (``spec.learnedAt``; None:
+    no entry)."""
+    images, learned = flat_catalog(cluster.get(PARAMS).get("spec") or {})
+    if image not in images:
         return None
-    value = (spec.get("learned") or {}).get(image)
+    value = learned.get(image)
     return value if isinstance(value, int) else None
 
 
@@ -177,11 +179,11 @@ def test_a_moved_tag_leaves_the_params_object_within_its_ttl_across_two_restarts
 
     def published() -> dict[str, Any] | None:
         spec = cluster.get(PARAMS).get("spec") or {}
-        return spec if image in (spec.get("images") or {}) else None
+        return spec if image in flat_catalog(spec)[0] else None
 
-    spec = wait_for(published, 30)
+    published_spec = wait_for(published, 30)
     seen_published = time.time()
-    assert spec["images"][image] == "linux/amd64,linux/arm64"
+    assert flat_catalog(published_spec)[0][image] == "linux/amd64,linux/arm64"
 
     with _ParamsWatch(cluster, image) as watch:
         # the tag moves: amd64 only from now on
@@ -217,7 +219,7 @@ def test_a_moved_tag_leaves_the_params_object_within_its_ttl_across_two_restarts
              if _path(pod) in AT_ADMISSION and "arm64" in _archs(pod)]
     latest_stale = max((t for t, _ in stale), default=None)
     gone = watch.gone_after(moved)
-    learned = spec.get("learned", {}).get(image)
+    learned = flat_catalog(published_spec)[1].get(image)
     since = learned or seen_published  # what the ages below are counted from
     print(f"\ncacheTTL {TTL:.0f}s, two restarts (done {restarted - moved:.1f} s after the "
           f"move); learned {learned}, first seen published {seen_published - before_first:.2f}"
@@ -249,9 +251,10 @@ def test_a_moved_tag_leaves_the_params_object_within_its_ttl_across_two_restarts
         assert "arm64" not in _archs(pod) or _path(pod) not in AT_ADMISSION, pod["metadata"]
 
     def republished() -> bool:
-        live = cluster.get(PARAMS).get("spec") or {}
-        return (live.get("images") or {}).get(image) == "linux/amd64" and (
-            live.get("learned") or {}).get(image, 0) > learned
+        images, times = flat_catalog(cluster.get(PARAMS).get("spec") or {})
+        seconds = times.get(image, 0)
+        return (images.get(image) == "linux/amd64" and isinstance(seconds, int)
+                and seconds > learned)
 
     wait_for(republished, 30)
     for name in [pod["metadata"]["name"] for pod in later]:

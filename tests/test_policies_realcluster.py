@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import (
     DECISION_ANNOTATION,
     NO_SUPPORTED_PLATFORM_KEY,
@@ -162,7 +163,7 @@ def _warm(cluster: KubeEnv, ns: str, image: str) -> None:
     dry-run pod of it."""
     cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod(f"warm-{abs(hash(image)) % 999}",
                                                           image, {"warm": "yes"}))
-    wait_for(lambda: image in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {}),
+    wait_for(lambda: image in flat_catalog(cluster.get(PARAMS).get("spec") or {})[0],
              30)
 
     def policy_places() -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.rules.place.decision import PLACEMENT_DECIDED, PLATFORM_NOT_IN_CLUSTER
 from podplacement.sandbox.controlplane import FakeNode, add_nodes
@@ -171,7 +172,7 @@ def test_arm64_pods_wait_placed_for_a_node_that_does_not_exist_yet_then_bind_to_
     assert _required_archs(ctl) == [{"arm64"}]
 
     # the admission policy's path, once the controller published the image in the catalog
-    wait_for(lambda: image in ((cluster.get(PARAMS).get("spec") or {}).get("images") or {}),
+    wait_for(lambda: image in flat_catalog(cluster.get(PARAMS).get("spec") or {})[0],
              30)
 
     def by_policy() -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
@@ -118,7 +119,7 @@ ARM64_ONLY = [{"matchExpressions": [
 
 def _catalog(cluster: KubeEnv) -> dict[str, str]:
     r = cluster.request("GET", PARAMS)
-    return dict((r.json().get("spec") or {}).get("images") or {}) if r.is_success else {}
+    return dict(flat_catalog(r.json().get("spec") or {})[0]) if r.is_success else {}
 
 
 @pytest.fixture(scope="module")

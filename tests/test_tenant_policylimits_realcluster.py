@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import POLICY_PLURAL
 from podplacement.rules.policy import (
     MAX_MATCH_EXPRESSIONS,
@@ -241,7 +242,7 @@ def test_a_stored_policy_over_the_limits_is_skipped_and_the_catalog_goes_on(
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "new-image"},
         "spec": {"containers": [{"name": "c", "image": image}],
                  "terminationGracePeriodSeconds": 0}})
-    wait_for(lambda: image in (_spec(cluster).get("images") or {}), 30)
+    wait_for(lambda: image in flat_catalog(_spec(cluster))[0], 30)
     failed = [line for proc in product.controllers for line in proc.log().splitlines()
               if "params object cluster: write failed" in line]
     assert failed == []

@@ -25,12 +25,15 @@ For each other pod the policy does one of two things (docs/how-it-decides.md, "P
 inside the API server"):
 
 - **place**: every image (init, app and image volume: :func:`rules.place.placement.pod_images`) is
-  a key of the params object (the ImagePlatformCatalog ``cluster``: image reference → sorted
-  "os/arch" pairs), each one pulled with ``imagePullPolicy: Always`` (an image volume's
-  ``pullPolicy: Always``) is in its ``spec.fresh`` (its digest confirmed by the
-  controller within ``spec.admission.pullAlwaysFreshness``), the pod has no
+  in the params object's catalog (the ImagePlatformCatalog ``cluster``: image reference →
+  sorted "os/arch" pairs, found by two map lookups: :mod:`rules.admit.imageparams`), each
+  one pulled with ``imagePullPolicy: Always`` (an image volume's ``pullPolicy: Always``) is
+  in its ``spec.fresh`` (its digest confirmed by the controller within
+  ``spec.admission.pullAlwaysFreshness``), the pod has no
   ``spec.affinity.nodeAffinity``, its ``nodeSelector`` pins neither ``kubernetes.io/arch``
-  nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only.
+  nor ``kubernetes.io/os``, and the intersection of the images' pairs is empty or linux only
+  (a pod whose images all have one platform set reads that set's pairs, architectures and
+  decision texts from the params: :func:`rules.admit.imageparams.platform_set`).
   A JSONPatch mutation then writes exactly the facts :func:`rules.place.placement.
   placement_facts` decides for the pod once gated, rendered in CEL (every text imported
   from the Python rule): one required term ``kubernetes.io/arch In [archs]`` AND
@@ -75,8 +78,10 @@ test_admissionpolicy_place_realcluster.py):
   (422 otherwise; RBAC ``resourceNames`` do not satisfy it), and a binding's ``paramRef``
   needs ``get`` on the named object (on every resource when the policy has no
   ``paramKind``); a ``paramRef`` on a binding of a policy without ``paramKind`` is ignored;
-- with 5,000 entries of ~100-character references and pods of 10 to 200 images the policy
-  is accepted and evaluates within the CEL cost limits (no fail-open).
+- with a catalog at its byte bound (~100-character references) and pods of 10 to 200 images
+  the policy is accepted and evaluates within the CEL cost limits (no fail-open);
+- a list of strings read from the params (a platform set's ``archs``) converts as a value
+  inside a typed ``Object{}`` of a JSONPatch (the required term's ``values``).
 
 ``failurePolicy: Ignore``: a CEL error admits the pod unchanged (the product never denies a
 pod). Escape hatch, one line: ``kubectl delete mutatingadmissionpolicybinding
@@ -88,9 +93,11 @@ podplacement-gate`` (the controller re-creates it within its resync unless the c
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from podplacement.rules.admit.imageparams import SET_HEAD_FIELDS, SET_TAIL_FIELDS
 from podplacement.rules.admit.predicates import (
     PLACED_OS,
     POLICY_MATCH_CONDITIONS,
@@ -238,17 +245,32 @@ _T_NODE_AFFINITY = _T_AFFINITY + ".nodeAffinity"
 _T_GATE = "Object.spec.schedulingGates"
 _ANY_PAIRS = "size(variables.pairs) > 0"
 
-#: ``lists``: the "os/arch" pairs of each image (only read once ``known`` holds).
-CEL_LISTS = "variables.images.map(i, variables.table[i].split(','))"
+# The per-set facts (``spec.platformSets``: :func:`rules.admit.imageparams.platform_set`):
+# a pod whose images all have one platform set (``single``: a pod of one image, most pods)
+# reads its pairs, architectures, linux flag and decision texts from the params instead of
+# computing them; the other pods take the general path (split, intersect, join).
+
+#: ``single``: every image has the same platform set (only read once ``known`` holds).
+CEL_SINGLE = "variables.codes.all(c, c == variables.codes[0])"
+#: ``first``: the first image's platform set (``{platforms, pairs, archs, linux[, head,
+#: tail]}``).
+CEL_FIRST = "variables.sets[variables.codes[0]]"
+#: ``lists``: the "os/arch" pairs of each image (only read on the general path).
+CEL_LISTS = "variables.codes.map(c, variables.sets[c].pairs)"
 
 #: ``pairs``: the intersection over images (``rules.platforms.supported_platforms``),
 #: in the first image's order: the params values are sorted, so the result is sorted too.
-#: A pod of one image (most pods) takes its list as it is, without the filter.
-CEL_PAIRS = ("size(variables.lists) == 1 ? variables.lists[0] : "
+#: A pod of one platform set takes its pairs as they are, without the filter.
+CEL_PAIRS = ("variables.single ? variables.first.pairs : "
              "variables.lists[0].filter(p, variables.lists.all(l, p in l))")
 
-#: ``archs``: the supported architectures, sorted (the pairs are sorted and all linux).
-CEL_ARCHS = "variables.pairs.map(p, p.split('/')[1])"
+#: ``archs``: the supported architectures, sorted (when the pairs are all linux, which is
+#: when the policy places).
+CEL_ARCHS = ("variables.single ? variables.first.archs : "
+             "variables.pairs.map(p, p.split('/')[1])")
+#: ``linuxOnly``: the supported pairs are linux ones (or none).
+CEL_LINUX_ONLY = ("variables.single ? variables.first.linux : "
+                  f"variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))")
 
 
 def _weights_literal(weights: Mapping[str, int]) -> str:
@@ -296,7 +318,7 @@ CEL_HAS_POLICY = "size(variables.matched) > 0"
 #: When they do, the pod takes the gate branch: the webhook or the controller then places
 #: it with the Warning that names the pairs removed (a policy cannot warn).
 CEL_ALLOWED_OK = ("!variables.hasPolicy || !has(variables.matched[0].allowed) || "
-                  "variables.pairs.all(p, p.split('/')[1] in variables.matched[0].allowed)")
+                  "variables.archs.all(a, a in variables.matched[0].allowed)")
 
 
 def cel_weights(weights: Mapping[str, int]) -> str:
@@ -391,18 +413,54 @@ _RECORD: dict[str, tuple[str, str | None]] = {
 POLICY_RECORD_FIELDS = tuple(f for f in RECORD_FIELDS if f in _RECORD)
 
 
-def _cel_record() -> str:
-    """``decision``: the compact JSON of :data:`POLICY_RECORD_FIELDS`, in order (the first
-    is always written, so every later one starts with its comma)."""
+def _cel_record_parts(fields: Sequence[str]) -> list[str]:
+    """The CEL of each of ``fields`` (a run of :data:`POLICY_RECORD_FIELDS`) as JSON text,
+    each but the record's first with its leading comma."""
     parts = []
-    for n, name in enumerate(POLICY_RECORD_FIELDS):
+    for name in fields:
         value, condition = _RECORD[name]
-        if n == 0 and condition is not None:
+        first = name == POLICY_RECORD_FIELDS[0]
+        if first and condition is not None:
             raise ValueError("the first field of the policy's decision must always be written")
-        key = cel_string(("," if n else "{") + json.dumps(name) + ":")
+        key = cel_string(("{" if first else ",") + json.dumps(name) + ":")
         parts.append(f"{key} + {value}" if condition is None
                      else f"({condition} ? {key} + {value} : '')")
-    return " + ".join([*parts, "'}'"])
+    return parts
+
+
+def _cel_record() -> str:
+    """``decision``: the compact JSON of :data:`POLICY_RECORD_FIELDS`, in order (the first
+    is always written, so every later one starts with its comma). A pod of one platform set
+    (``single``) takes the set's fields from its precomputed ``head`` and ``tail``
+    (:func:`rules.admit.imageparams.platform_set`: the same text, written once per set);
+    the others build every field."""
+    fields = list(POLICY_RECORD_FIELDS)
+    general = " + ".join([*_cel_record_parts(fields), "'}'"])
+    head, tail = fields.index(SET_HEAD_FIELDS[0]), fields.index(SET_TAIL_FIELDS[0])
+    if (tuple(fields[head:head + len(SET_HEAD_FIELDS)]) != SET_HEAD_FIELDS
+            or tuple(fields[tail:tail + len(SET_TAIL_FIELDS)]) != SET_TAIL_FIELDS
+            or tail < head + len(SET_HEAD_FIELDS)):
+        raise ValueError("the platform set's decision fields are not runs of the record's")
+    single = " + ".join([
+        *_cel_record_parts(fields[:head]), "variables.first.head",
+        *_cel_record_parts(fields[head + len(SET_HEAD_FIELDS):tail]), "variables.first.tail",
+        *_cel_record_parts(fields[tail + len(SET_TAIL_FIELDS):]), "'}'"])
+    return _fold_literals(f"variables.single ? {single} : {general}")
+
+
+_ADJACENT_LITERALS = re.compile(r"'([^'\\]*)' \+ '([^'\\]*)'")
+
+
+def _fold_literals(cel: str) -> str:
+    """``cel`` with each ``'a' + 'b'`` of plain single-quoted literals written ``'ab'`` (the
+    API server concatenates them on every evaluation otherwise); concatenation is
+    associative and binds tighter than any other operator the record uses, so the value
+    is the same (the offline checks compare it byte for byte)."""
+    while True:
+        folded = _ADJACENT_LITERALS.sub(lambda m: f"'{m.group(1)}{m.group(2)}'", cel)
+        if folded == cel:
+            return cel
+        cel = folded
 
 
 #: ``decision``: the compact JSON of the ``podplacement.io/decision`` annotation with the
@@ -530,16 +588,20 @@ def place_variables(config: PlacementConfig) -> list[dict[str, str]]:
     weights = {p.architecture: p.weight for p in config.preferred_platforms}
     table = {p.name: p.cel() for p in POLICY_VARIABLES}
     out = [
-        *((n, table.pop(n)) for n in ("images", "table", "fresh", "known", "free")),
+        *((n, table.pop(n)) for n in ("images", "repos", "sets", "refs", "codes", "fresh",
+                                      "known", "free")),
         ("policies", CEL_POLICIES),
         ("labels", CEL_LABELS),
         ("matched", CEL_MATCHED),
         ("hasPolicy", CEL_HAS_POLICY),
+        ("single", CEL_SINGLE),
+        ("first", CEL_FIRST),
         ("lists", CEL_LISTS),
         ("pairs", CEL_PAIRS),
+        ("archs", CEL_ARCHS),
+        ("linuxOnly", CEL_LINUX_ONLY),
         ("allowedOk", CEL_ALLOWED_OK),
         ("placed", table.pop("placed")),
-        ("archs", CEL_ARCHS),
         ("weights", cel_weights(weights)),
         ("preferredArchs", CEL_PREFERRED_ARCHS),
         ("archTaints", CEL_ARCH_TAINTS),
@@ -644,14 +706,15 @@ def desired_binding(selection: WebhookNamespaceSelection, *, params_namespace: s
 
 
 def params_object(namespace: str) -> dict[str, Any]:
-    """An empty ImagePlatformCatalog ``cluster`` in ``namespace`` (``spec.images: {}``), to create
-    when absent before the policy is bound: while the object is missing, the API server
-    skips the policy (``parameterNotFoundAction: Allow``) and admits pods with no gate at
-    all. With it, every pod is gated until the controller publishes inspection results."""
+    """An empty ImagePlatformCatalog ``cluster`` in ``namespace``
+    (``spec.repositories: {}``), to create when absent before the policy is bound: while
+    the object is missing, the API server skips the policy (``parameterNotFoundAction:
+    Allow``) and admits pods with no gate at all. With it, every pod is gated until the
+    controller publishes inspection results."""
     return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
             "metadata": {"name": PARAMS_NAME, "namespace": namespace,
                          "labels": {"app.kubernetes.io/name": "podplacement"}},
-            "spec": {"images": {}}}
+            "spec": {"repositories": {}}}
 
 
 def never_drifted(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:

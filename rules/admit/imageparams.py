@@ -1,18 +1,32 @@
 """The content of the admission policy's params object: image reference → platforms.
 
 The MutatingAdmissionPolicy ``podplacement-gate`` reads the ``ImagePlatformCatalog`` object
-named ``cluster`` (docs/how-it-decides.md, "Placement inside the API server"), whose
-``spec.images`` maps an image reference, exactly as written in pod specs, to its sorted,
-de-duplicated, comma-separated ``os/arch`` pairs (``"linux/amd64,linux/arm64"``), and whose
-``spec.learned`` maps each tag reference of ``spec.images`` to when the controller learned it:
-the unix second at which a registry answered for it. :class:`ParamsStore` keeps those entries
-in memory: tag references expire ``cacheTTL`` after that moment (a restart, a new leader or a
-re-record of a cached copy never makes them younger), references by digest (content-addressed)
-do not, and both maps together are bounded in entries and in JSON bytes with the least recently
-used entry out first: an entry is used when it is recorded and when a pod using the image is
-seen placed (:meth:`ParamsStore.touch`, which changes no published byte and so asks for no
-write). It is pure (no I/O, no clock of its own: every call takes ``now``);
-:mod:`controller.paramswriter` publishes it.
+named ``cluster`` (docs/how-it-decides.md, "Placement inside the API server"). Its catalog is
+written densely, a repository once for all its tags (:func:`split_reference`):
+
+- ``spec.repositories``: repository (the reference up to its tag or digest, as written) →
+  suffix (``":tag"``, ``"@sha256:..."``, ``":tag@sha256:..."`` or ``""``: repository +
+  suffix is the image reference exactly as written in pod specs) → platform-set code;
+- ``spec.platformSets``: code (a short string the controller assigns, stable while an entry
+  uses it; a set nobody uses goes away) → ``{"platforms": "linux/amd64,linux/arm64"}``, the
+  sorted, de-duplicated, comma-separated ``os/arch`` pairs;
+- ``spec.learnedAt``: repository → suffix → when the controller learned that tag reference:
+  the unix second at which a registry answered for it (references by digest have no item).
+
+The policy's CEL finds an image with two map lookups (``repositories[?repo][?suffix]``) and
+one more for its set; no list of entries is ever iterated. The release before wrote the
+flat ``spec.images`` (reference → pairs) and ``spec.learned`` (reference → seconds): the
+CRD keeps them, :meth:`ParamsStore.adopt_spec` reads them (an in-place upgrade keeps the
+catalog), and the controller writes only the dense layout (:meth:`ParamsStore.catalog`).
+
+:class:`ParamsStore` keeps the entries in memory: tag references expire ``cacheTTL`` after
+they were learned (a restart, a new leader or a re-record of a cached copy never makes them
+younger), references by digest (content-addressed) do not, and the catalog is bounded in
+entries and in JSON bytes of its three maps with the least recently used entry out first: an
+entry is used when it is recorded and when a pod using the image is seen placed
+(:meth:`ParamsStore.touch`, which changes no published byte and so asks for no write). It is
+pure (no I/O, no clock of its own: every call takes ``now``); :mod:`controller.paramswriter`
+publishes it.
 
 Only anonymous results may be recorded: the caller records an image only when it inspected
 the pod with no credentials at all (no pull secret, no global pull secret), so that no
@@ -32,7 +46,23 @@ from typing import Any
 import orjson
 
 from podplacement.imageinspect import InvalidReference, parse_reference
-from podplacement.rules.config import PARAMS_MAX_BYTES, PARAMS_MAX_ENTRIES
+from podplacement.rules.config import (
+    LINUX,
+    PARAMS_MAX_BYTES,
+    PARAMS_MAX_ENTRIES,
+    PARAMS_MAX_SETS,
+)
+from podplacement.rules.place.placement import (
+    LIST_SEPARATOR,
+    REASON_REQUIRED_ARCHITECTURES,
+    RECORD_ARCHS,
+    RECORD_OSES,
+    RECORD_PLATFORMS,
+    RECORD_REASON,
+    RECORD_RESULT,
+    Outcome,
+    compact_json,
+)
 from podplacement.rules.tolerations import ArchTaint, taints_value
 
 #: One ``os`` or ``architecture`` as the CRD's value pattern allows it
@@ -110,47 +140,224 @@ def learned_value(raw: object) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _entry_bytes(image: str, value: str, learned: int | None) -> int:
-    # "key":"value" plus its separator (a comma, or for the first entry one of the braces):
-    # the JSON object {"k1":"v1","k2":"v2"} is 1 + the sum of these. A tag reference has
-    # such an item in spec.learned as well ("key":1732612345).
-    size = len(orjson.dumps(image)) + len(orjson.dumps(value)) + 2
-    if learned is not None:
-        size += len(orjson.dumps(image)) + len(str(learned)) + 2
-    return size
+# --- the split of a reference into (repository, suffix): one rule, Python and CEL ----------
+
+#: The code of a platform set: what :func:`set_code` assigns (and what an adopted object's
+#: code must look like to be kept).
+_CODE_RE = re.compile(r"[a-z]{1,8}")
+_CODE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+#: ``maxLength`` of a code in the CRD (``spec.repositories`` values, ``spec.platformSets`` keys).
+CODE_MAX_LENGTH = 8
+
+
+def split_reference(image: str) -> tuple[str, str]:
+    """The (repository, suffix) of ``image``, as the catalog's keys; ``repository + suffix ==
+    image`` for every string.
+
+    The rule (its CEL is :func:`cel_split_cut`, checked against this offline on hostile
+    strings): the cut is at the first ``@`` when there is one (a reference by digest; a
+    ``name:tag@digest`` keeps ``name:tag`` as its repository, the tag being ignored by the
+    runtime then), else at the last ``:`` when it comes after the last ``/`` (the tag: a
+    registry's port is followed by a ``/``), else at the end (no tag: suffix ``""``).
+    Positions count code points, as CEL's ``indexOf`` does. Because the two parts
+    concatenate back to the string, two different strings never share a (repository,
+    suffix): a lookup by the split finds exactly the reference recorded.
+    """
+    at = image.find("@")
+    if at >= 0:
+        cut = at
+    else:
+        colon = image.rfind(":")
+        cut = colon if colon > image.rfind("/") else len(image)
+    return image[:cut], image[cut:]
+
+
+def cel_split_cut(var: str) -> str:
+    """The CEL of :func:`split_reference`'s cut (an int) for the string variable ``var``;
+    the repository is ``var.substring(0, cut)`` and the suffix ``var.substring(cut,
+    size(var))``. Only ``indexOf``/``lastIndexOf`` without offsets, ``size`` and
+    ``substring`` within bounds (kube-apiserver's strings library, v1.36.2)."""
+    return (f"({var}.indexOf('@') >= 0 ? {var}.indexOf('@') : "
+            f"{var}.lastIndexOf(':') > {var}.lastIndexOf('/') ? {var}.lastIndexOf(':') : "
+            f"size({var}))")
+
+
+def set_code(index: int) -> str:
+    """The ``index``-th platform-set code (0 → ``"a"``, 25 → ``"z"``, 26 → ``"aa"``, ...:
+    bijective base 26), the shortest codes first."""
+    if index < 0:
+        raise ValueError(f"a code index is not negative, not {index}")
+    out = ""
+    n = index + 1
+    while n:
+        n, rest = divmod(n - 1, 26)
+        out = _CODE_LETTERS[rest] + out
+    return out
+
+
+def _code_index(code: str) -> int | None:
+    """The index :func:`set_code` maps to ``code``, or None for a string that is none."""
+    if not _CODE_RE.fullmatch(code):
+        return None
+    n = 0
+    for ch in code:
+        n = n * 26 + _CODE_LETTERS.index(ch) + 1
+    return n - 1
+
+
+#: The decision fields the admission policy takes from a platform set (its ``head``, then,
+#: after the pod's tolerations, its ``tail``), in the order of the decision annotation;
+#: :mod:`rules.admit.admissionpolicy` checks that order against its record's.
+SET_HEAD_FIELDS = (RECORD_PLATFORMS, RECORD_OSES, RECORD_ARCHS)
+SET_TAIL_FIELDS = (RECORD_RESULT, RECORD_REASON)
+
+
+def platform_set(value: str) -> dict[str, Any]:
+    """The ``spec.platformSets`` item of a ``"os/arch,..."`` value (:func:`platforms_value`):
+    the value, and what the admission policy would otherwise compute from it for every pod
+    whose images all have this set (docs/how-it-decides.md, "Placement inside the API
+    server"):
+
+    - ``platforms``: the value itself (what a reader of the catalog reads);
+    - ``pairs``: its ``os/arch`` pairs, a list in the value's (sorted) order;
+    - ``archs``: the architecture of each pair, in that order;
+    - ``linux``: every pair is a linux one (only such a set is placed by the policy);
+    - for a linux set, ``head`` and ``tail``: the text of the decision annotation's fields
+      :data:`SET_HEAD_FIELDS` and :data:`SET_TAIL_FIELDS` for a pod placed on this set,
+      each with its leading comma, exactly as :func:`rules.place.placement.compact_json`
+      writes them (``,"platforms":[...],"oses":["linux"],"archs":[...]`` and
+      ``,"result":"set","reason":"required architectures ..."``).
+    """
+    pairs = value.split(",")
+    archs = [p.partition("/")[2] for p in pairs]
+    linux = all(p.partition("/")[0] == LINUX for p in pairs)
+    item: dict[str, Any] = {"platforms": value, "pairs": pairs, "archs": archs, "linux": linux}
+    if linux:
+        facts: dict[str, Any] = {
+            RECORD_PLATFORMS: pairs, RECORD_OSES: [LINUX], RECORD_ARCHS: archs,
+            RECORD_RESULT: str(Outcome.SET),
+            RECORD_REASON: REASON_REQUIRED_ARCHITECTURES.format(LIST_SEPARATOR.join(archs))}
+        for name, fields in (("head", SET_HEAD_FIELDS), ("tail", SET_TAIL_FIELDS)):
+            item[name] = "," + compact_json({f: facts[f] for f in fields})[1:-1]
+    return item
+
+
+def _item_bytes(key: str, value_json_len: int) -> int:
+    # "key":value plus its separator (a comma, or for the first item one of the braces):
+    # the JSON object {"k1":v1,"k2":v2} is 1 + the sum of these; an empty one is 2 bytes.
+    return len(orjson.dumps(key)) + 1 + value_json_len + 1
+
+
+def _map_bytes(items: int, total: int) -> int:
+    return 1 + total if items else 2
+
+
+def catalog_maps(images: Mapping[str, str], learned: Mapping[str, int] | None = None
+                 ) -> dict[str, Any]:
+    """The dense catalog (``repositories``, ``platformSets``, ``learnedAt``) of a flat one:
+    ``images`` (reference → ``"os/arch,..."``) and ``learned`` (tag reference → unix
+    seconds), codes assigned to the sets in sorted order of their values. What the policy
+    reads for a given table (the offline CEL checks build their params with it);
+    :meth:`ParamsStore.catalog` is the same layout, with codes stable across changes."""
+    codes = {value: set_code(n) for n, value in enumerate(sorted(set(images.values())))}
+    repositories: dict[str, dict[str, str]] = {}
+    learned_at: dict[str, dict[str, int]] = {}
+    for image in sorted(images):
+        repo, suffix = split_reference(image)
+        repositories.setdefault(repo, {})[suffix] = codes[images[image]]
+        if learned is not None and image in learned:
+            learned_at.setdefault(repo, {})[suffix] = learned[image]
+    return {"repositories": repositories,
+            "platformSets": {code: platform_set(value) for value, code in codes.items()},
+            "learnedAt": learned_at}
+
+
+def flat_catalog(spec: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, object]]:
+    """The flat (``images``, ``learned``) of a params object's ``spec`` in either layout:
+    the dense one (``repositories``, ``platformSets``, ``learnedAt``) and the previous
+    release's (``images``, ``learned``), the dense one winning for an image in both.
+    Malformed parts (not maps, a code with no set, a set without ``platforms``) are left
+    out; values are not checked here (:meth:`ParamsStore.adopt` does). For readers of a
+    live object: the controller's adoption, explain, benchmarks and tests."""
+    def as_map(value: object) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    images: dict[str, str] = {}
+    learned: dict[str, object] = {}
+    for image, value in as_map(spec.get("images")).items():
+        if isinstance(value, str):
+            images[image] = value
+    learned.update(as_map(spec.get("learned")))
+    sets = as_map(spec.get("platformSets"))
+    learned_at = as_map(spec.get("learnedAt"))
+    for repo, suffixes in as_map(spec.get("repositories")).items():
+        seconds = as_map(learned_at.get(repo))
+        for suffix, code in as_map(suffixes).items():
+            value = as_map(sets.get(code)).get("platforms") if isinstance(code, str) else None
+            if not isinstance(value, str):
+                continue
+            images[repo + suffix] = value
+            if suffix in seconds:
+                learned[repo + suffix] = seconds[suffix]
+            else:
+                learned.pop(repo + suffix, None)
+    return images, learned
 
 
 class _Entry:
-    __slots__ = ("digest", "learned", "pinned", "size", "value")
+    __slots__ = ("code", "digest", "learned", "pinned", "repo", "size", "suffix", "value")
 
-    def __init__(self, value: str, learned: float, size: int, pinned: bool,
+    def __init__(self, image: str, value: str, learned: float, pinned: bool,
                  digest: str | None = None) -> None:
+        self.repo, self.suffix = split_reference(image)
         self.value = value
+        self.code = ""  # its platform set's code, set when it enters the store
         self.learned = learned  # unix seconds: when a registry answered for it
-        self.size = size
+        self.size = 0  # its items' bytes in spec.repositories and spec.learnedAt
         self.pinned = pinned
         self.digest = digest  # of the result recorded (not published); None: unknown
 
     @property
     def published_learned(self) -> int | None:
-        """The ``spec.learned`` value: whole seconds, rounded down (an entry read back
+        """The ``spec.learnedAt`` value: whole seconds, rounded down (an entry read back
         after a restart is at most a second older, never younger); None for a digest."""
         return None if self.pinned else math.floor(self.learned)
 
+    def item_bytes(self) -> int:
+        """Its items' bytes: ``"suffix":"code"`` in its repository's map of
+        ``spec.repositories`` and, for a tag, ``"suffix":seconds`` in ``spec.learnedAt``."""
+        size = _item_bytes(self.suffix, len(self.code) + 2)
+        if not self.pinned:
+            size += _item_bytes(self.suffix, len(str(self.published_learned)))
+        return size
+
+
+class _Repo:
+    """A repository's entries (suffix → entry) and how many are tag references."""
+
+    __slots__ = ("entries", "key_bytes", "tags")
+
+    def __init__(self, repo: str) -> None:
+        self.entries: dict[str, _Entry] = {}
+        self.tags = 0
+        # "repo":{...} and its separator, less the inner map's own bytes
+        self.key_bytes = len(orjson.dumps(repo)) + 2
+
 
 class ParamsStore:
-    """The entries of ``ImagePlatformCatalog/cluster`` (``spec.images``, ``spec.learned``), kept
-    by the controller.
+    """The entries of ``ImagePlatformCatalog/cluster``'s catalog (``spec.repositories``,
+    ``spec.platformSets``, ``spec.learnedAt``: the module docstring), kept by the controller.
 
     Rules (docs/how-it-decides.md, "Placement inside the API server"): an entry is what the
     controller learned by inspecting the image anonymously; a tag reference expires ``ttl_seconds``
     after the moment a registry answered for it (the config's
     ``imageInspection.cacheTTL``), which the caller passes as ``learned``: re-recording a
     result the inspector served from its own cache keeps the entry's age, and so does a
-    controller restart (:meth:`adopt` reads ``spec.learned``). A reference by digest does
+    controller restart (:meth:`adopt_spec` reads ``spec.learnedAt``, or the previous
+    release's ``spec.learned``). A reference by digest does
     not expire by age (its content cannot change) but is evicted like any other by the
-    bounds; it has no ``spec.learned`` item. At most ``max_entries`` entries and at most
-    ``max_bytes`` bytes of compact JSON for ``spec.images`` and ``spec.learned`` together,
+    bounds; it has no ``spec.learnedAt`` item. At most ``max_entries`` entries and at most
+    ``max_bytes`` bytes of compact JSON for the three maps together,
     the least recently used entries out first: :meth:`record` and :meth:`touch` (a pod of
     the image seen placed, by any path) make an entry the most recently used. The order is
     kept in memory only: it changes no published byte, so a touch never makes the store
@@ -166,8 +373,8 @@ class ParamsStore:
     method awaits).
 
     Publishing: :attr:`version` grows on every change of the published content (including
-    a learned time); a writer takes ``version = store.version``, ``store.images()`` and
-    ``store.learned()``, writes them, and after a successful write calls
+    a learned time); a writer takes ``version = store.version`` and ``store.catalog()``,
+    writes it, and after a successful write calls
     :meth:`mark_clean(version) <mark_clean>`. :attr:`dirty` stays true after a failed write
     (``mark_clean`` was not called) and after a record that happened while the write was in
     flight (the version moved past the written one).
@@ -178,13 +385,15 @@ class ParamsStore:
             the start (and :meth:`set_ttl` on every config change).
         max_entries: the bound on entries (default
             :data:`rules.config.PARAMS_MAX_ENTRIES`, the CRD's ``maxProperties``).
-        max_bytes: the bound on the compact JSON size of ``spec.images`` plus
-            ``spec.learned`` (default :data:`rules.config.PARAMS_MAX_BYTES`), far below
-            the API server's 1.5 MiB object limit.
+        max_bytes: the bound on the compact JSON size of the three maps of
+            :meth:`catalog` (default :data:`rules.config.PARAMS_MAX_BYTES`), far below the
+            API server's 1.5 MiB object limit. At most
+            :data:`rules.config.PARAMS_MAX_SETS` platform sets: an image of another set
+            is not recorded then.
 
     Raises:
-        ValueError: a negative TTL, or a bound below 1 (``max_bytes`` below 4, the size of
-            two ``{}``).
+        ValueError: a negative TTL, or a bound below 1 (``max_bytes`` below 6, the size of
+            three ``{}``).
     """
 
     def __init__(
@@ -196,8 +405,8 @@ class ParamsStore:
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, not {max_entries}")
-        if max_bytes < 4:
-            raise ValueError(f"max_bytes must be at least 4, not {max_bytes}")
+        if max_bytes < 6:
+            raise ValueError(f"max_bytes must be at least 6, not {max_bytes}")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._ttl = 0.0
@@ -207,8 +416,17 @@ class ParamsStore:
         # (learned, image) of tag references, oldest first; an item whose entry is gone or
         # was learned again since is stale and skipped (rebuilt when stale ones pile up).
         self._ages: list[tuple[float, str]] = []
-        self._bytes = 0  # sum of _Entry.size over _entries
-        self._tag_count = 0  # entries that are tag references (items of spec.learned)
+        # The dense layout: repository -> its entries; platform sets by value and by code.
+        self._repos: dict[str, _Repo] = {}
+        self._tag_repos = 0  # repositories with a tag reference (keys of spec.learnedAt)
+        self._set_code: dict[str, str] = {}  # value -> code
+        self._set_users: dict[str, int] = {}  # value -> entries using it
+        self._code_value: dict[str, str] = {}  # code -> value
+        self._free_codes: list[int] = []  # indexes of codes given back (a heap)
+        self._next_code = 0  # the first code index never given yet
+        # Bytes of the three maps' items: entries (_Entry.size), repository keys (in
+        # spec.repositories and, with a tag, spec.learnedAt) and platform sets.
+        self._bytes = 0
         self._version = 0
         self._clean_version = 0
         self._latest_now = -math.inf  # the largest `now` seen (clock steps back: see above)
@@ -283,15 +501,16 @@ class ParamsStore:
         return entry.learned if entry is not None else None
 
     def images(self) -> dict[str, str]:
-        """The ``spec.images`` map to publish: image reference → sorted, comma-separated
-        ``os/arch`` pairs, keys in sorted order (a stable object, whatever the LRU order)."""
+        """The catalog flat: image reference → sorted, comma-separated ``os/arch`` pairs,
+        keys in sorted order (the previous release's ``spec.images``; what
+        :func:`flat_catalog` reads back from :meth:`catalog`)."""
         entries = self._entries
         return {image: entries[image].value for image in sorted(entries)}
 
     def learned(self) -> dict[str, int]:
-        """The ``spec.learned`` map to publish: each tag reference of :meth:`images` → the
-        unix second it was learned (rounded down), keys in sorted order. References by
-        digest have no item (they never expire by age)."""
+        """The learned times flat: each tag reference of :meth:`images` → the unix second
+        it was learned (rounded down), keys in sorted order (the previous release's
+        ``spec.learned``). References by digest have no item (they never expire by age)."""
         entries = self._entries
         out: dict[str, int] = {}
         for image in sorted(entries):
@@ -300,14 +519,43 @@ class ParamsStore:
                 out[image] = seconds
         return out
 
+    def catalog(self) -> dict[str, Any]:
+        """The dense catalog to publish (the module docstring): ``{"repositories": {repo:
+        {suffix: code}}, "platformSets": {code: {"platforms": "os/arch,..."}},
+        "learnedAt": {repo: {suffix: seconds}}}``, keys in sorted order (a stable object,
+        whatever the LRU order); seconds rounded down; references by digest have no
+        ``learnedAt`` item. Its compact JSON size is :attr:`json_size`."""
+        repositories: dict[str, dict[str, str]] = {}
+        learned_at: dict[str, dict[str, int]] = {}
+        for name in sorted(self._repos):
+            entries = self._repos[name].entries
+            codes: dict[str, str] = {}
+            seconds: dict[str, int] = {}
+            for suffix in sorted(entries):
+                entry = entries[suffix]
+                codes[suffix] = entry.code
+                published = entry.published_learned
+                if published is not None:
+                    seconds[suffix] = published
+            repositories[name] = codes
+            if seconds:
+                learned_at[name] = seconds
+        sets = {code: platform_set(self._code_value[code]) for code in sorted(self._code_value)}
+        return {"repositories": repositories, "platformSets": sets, "learnedAt": learned_at}
+
+    def code_of(self, image: str) -> str | None:
+        """The platform-set code of ``image``'s entry, or None when absent."""
+        entry = self._entries.get(image)
+        return entry.code if entry is not None else None
+
     @property
     def json_size(self) -> int:
-        """The size in bytes of ``spec.images`` plus ``spec.learned`` as compact JSON
+        """The size in bytes of the catalog's three maps (:meth:`catalog`:
+        ``spec.repositories``, ``spec.platformSets``, ``spec.learnedAt``) as compact JSON
         (``orjson.dumps`` of each), kept as a running count (never re-serialised)."""
         # {...} is 1 + the sum of its items; an empty map is 2 bytes.
-        images = 1 if self._entries else 2
-        learned = 1 if self._tag_count else 2
-        return self._bytes + images + learned
+        return (self._bytes + (1 if self._repos else 2) + (1 if self._tag_repos else 2)
+                + (1 if self._set_code else 2))
 
     @property
     def version(self) -> int:
@@ -322,7 +570,7 @@ class ParamsStore:
 
     def mark_clean(self, version: int) -> None:
         """Record that the content of ``version`` (the :attr:`version` read before taking
-        :meth:`images` and :meth:`learned`) was written. Changes made since keep the store
+        :meth:`catalog`) was written. Changes made since keep the store
         dirty."""
         self._clean_version = version
 
@@ -422,10 +670,9 @@ class ParamsStore:
                 return False
             if not pinned and learned <= now - self._ttl:
                 return False  # already expired: never published
-            entry = _Entry(value, learned, 0, pinned,
+            entry = _Entry(image, value, learned, pinned,
                            digest or (reference_digest(image) if pinned else None))
-            entry.size = _entry_bytes(image, value, entry.published_learned)
-            if entry.size + (2 if pinned else 3) > self.max_bytes:
+            if self._solo_size(entry) > self.max_bytes or not self._set_room(value):
                 return False
             self._add(image, entry)
             self._version += 1
@@ -442,11 +689,13 @@ class ParamsStore:
             self._push_age(image, entry)
         if (value, entry.published_learned) == published:
             return False
-        size = _entry_bytes(image, value, entry.published_learned)
-        if size + (2 if entry.pinned else 3) > self.max_bytes:
-            return self.remove(image)
-        self._bytes += size - entry.size
-        entry.value, entry.size = value, size
+        self._detach(entry)
+        entry.value = value
+        if self._solo_size(entry) > self.max_bytes or not self._set_room(value):
+            del self._entries[image]
+            self._version += 1
+            return True
+        self._attach(entry)
         self._version += 1
         self._evict()
         return True
@@ -466,7 +715,7 @@ class ParamsStore:
         entry = self._entries.pop(image, None)
         if entry is None:
             return False
-        self._forget(entry)
+        self._detach(entry)
         self._version += 1
         return True
 
@@ -485,8 +734,33 @@ class ParamsStore:
                 removed += 1
         return removed
 
+    def adopt_spec(self, spec: Mapping[str, Any], now: float) -> int:
+        """:meth:`adopt` the catalog of a live object's ``spec`` in either layout
+        (:func:`flat_catalog`: the dense one, or the flat ``spec.images``/``spec.learned``
+        the release before wrote), keeping the live codes of the platform sets where it
+        can. The store becomes dirty unless the live object holds exactly the dense
+        catalog it would write (:meth:`catalog`) and no flat maps: an upgraded object is
+        rewritten in the dense layout at the next write. Returns the entries adopted."""
+        images, learned = flat_catalog(spec)
+        hints: dict[str, str] = {}
+        sets = spec.get("platformSets")
+        if isinstance(sets, Mapping):
+            for code, item in sets.items():
+                value = item.get("platforms") if isinstance(item, Mapping) else None
+                if isinstance(value, str) and isinstance(code, str):
+                    hints.setdefault(value, code)
+        version = self._version
+        adopted = self.adopt(images, now, learned=learned, codes=hints)
+        if self._version == version:
+            published = self.catalog()
+            if (spec.get("images") or spec.get("learned")
+                    or any((spec.get(k) or {}) != v for k, v in published.items())):
+                self._version += 1
+        return adopted
+
     def adopt(self, images: Mapping[str, object], now: float, *,
-              learned: Mapping[str, object] | None = None) -> int:
+              learned: Mapping[str, object] | None = None,
+              codes: Mapping[str, str] | None = None) -> int:
         """Take over the entries of a live object (``spec.images``, ``spec.learned``) when
         the controller starts leading, keeping their ages.
 
@@ -510,6 +784,8 @@ class ParamsStore:
             images: the live ``spec.images`` (values other than strings are malformed).
             now: unix seconds (``time.time()``).
             learned: the live ``spec.learned`` (image → unix seconds; None: absent).
+            codes: platform-set value → the code to give its set when that code is free
+                (the live object's, so that an unchanged catalog reads back unchanged).
 
         Returns:
             The number of entries adopted (after the bounds, which may evict some).
@@ -537,14 +813,17 @@ class ParamsStore:
                 differs = differs or image in learned
             elif seconds > now:
                 seconds, differs = now, True
-            entry = _Entry(value, seconds, 0, pinned,
+            entry = _Entry(image, value, seconds, pinned,
                            reference_digest(image) if pinned else None)
-            entry.size = _entry_bytes(image, value, entry.published_learned)
             fresh.append((image, entry))
         # Put them in front of the recorded entries (least recent), the oldest first.
         fresh.sort(key=lambda item: item[1].learned)
+        hints = codes or {}
         for image, entry in reversed(fresh):
-            self._add(image, entry)
+            if not self._set_room(entry.value):
+                differs = True
+                continue
+            self._add(image, entry, hints.get(entry.value))
             self._entries.move_to_end(image, last=False)
         if differs:
             self._version += 1
@@ -565,24 +844,107 @@ class ParamsStore:
                 entry.learned = now
                 self._push_age(image, entry)
                 if entry.published_learned != before:
-                    size = _entry_bytes(image, entry.value, entry.published_learned)
+                    size = entry.item_bytes()
                     self._bytes += size - entry.size
                     entry.size = size
                     self._version += 1
 
-    def _add(self, image: str, entry: _Entry) -> None:
+    def _add(self, image: str, entry: _Entry, code_hint: str | None = None) -> None:
         """Add a new entry at the most recent end (no version change, no bounds)."""
         self._entries[image] = entry
-        self._bytes += entry.size
-        if not entry.pinned:
-            self._tag_count += 1
+        self._attach(entry, code_hint)
         self._push_age(image, entry)
 
-    def _forget(self, entry: _Entry) -> None:
-        """Account for an entry just taken out of ``_entries`` (its age item goes stale)."""
+    def _attach(self, entry: _Entry, code_hint: str | None = None) -> None:
+        """Put ``entry`` (already in ``_entries``) into its repository and platform set,
+        and count its bytes."""
+        entry.code = self._use_set(entry.value, code_hint)
+        entry.size = entry.item_bytes()
+        repo = self._repos.get(entry.repo)
+        if repo is None:
+            repo = self._repos[entry.repo] = _Repo(entry.repo)
+            self._bytes += repo.key_bytes + 1
+        if not entry.pinned:
+            if not repo.tags:
+                self._tag_repos += 1
+                self._bytes += repo.key_bytes + 1
+            repo.tags += 1
+        repo.entries[entry.suffix] = entry
+        self._bytes += entry.size
+
+    def _detach(self, entry: _Entry) -> None:
+        """Take ``entry`` out of its repository and platform set (the reverse of
+        :meth:`_attach`); its age item goes stale."""
+        repo = self._repos[entry.repo]
+        del repo.entries[entry.suffix]
         self._bytes -= entry.size
         if not entry.pinned:
-            self._tag_count -= 1
+            repo.tags -= 1
+            if not repo.tags:
+                self._tag_repos -= 1
+                self._bytes -= repo.key_bytes + 1
+        if not repo.entries:
+            del self._repos[entry.repo]
+            self._bytes -= repo.key_bytes + 1
+        self._release_set(entry.value)
+
+    def _use_set(self, value: str, code_hint: str | None) -> str:
+        """The code of ``value``'s platform set, creating the set (with ``code_hint`` when
+        that is a free code, else the first free one) when no entry uses it yet."""
+        code = self._set_code.get(value)
+        if code is None:
+            hint = _code_index(code_hint) if code_hint is not None else None
+            if hint is not None and code_hint not in self._code_value:
+                code = code_hint
+            else:
+                while self._free_codes and set_code(self._free_codes[0]) in self._code_value:
+                    heapq.heappop(self._free_codes)
+                if self._free_codes:
+                    code = set_code(heapq.heappop(self._free_codes))
+                else:
+                    while set_code(self._next_code) in self._code_value:
+                        self._next_code += 1
+                    code = set_code(self._next_code)
+                    self._next_code += 1
+            assert code is not None
+            self._set_code[value] = code
+            self._code_value[code] = value
+            self._set_users[value] = 0
+            self._bytes += self._set_bytes(code, value)
+        self._set_users[value] += 1
+        return code
+
+    def _set_room(self, value: str) -> bool:
+        """``value`` has a platform set, or there is room for one more
+        (:data:`rules.config.PARAMS_MAX_SETS`, the CRD's ``maxProperties``)."""
+        return value in self._set_code or len(self._set_code) < PARAMS_MAX_SETS
+
+    def _release_set(self, value: str) -> None:
+        self._set_users[value] -= 1
+        if self._set_users[value]:
+            return
+        code = self._set_code.pop(value)
+        del self._set_users[value], self._code_value[code]
+        self._bytes -= self._set_bytes(code, value)
+        index = _code_index(code)
+        if index is not None and index < self._next_code:
+            heapq.heappush(self._free_codes, index)
+
+    @staticmethod
+    def _set_bytes(code: str, value: str) -> int:
+        return _item_bytes(code, len(orjson.dumps(platform_set(value))))
+
+    def _solo_size(self, entry: _Entry) -> int:
+        """The JSON bytes of a catalog holding ``entry`` alone (code ``a``)."""
+        key = len(orjson.dumps(entry.repo)) + 2
+        code = entry.code or set_code(0)
+        items = _item_bytes(entry.suffix, len(code) + 2)
+        size = 1 + key + 1 + items
+        if entry.pinned:
+            size += 2
+        else:
+            size += 1 + key + 1 + _item_bytes(entry.suffix, len(str(entry.published_learned)))
+        return size + 1 + self._set_bytes(code, entry.value)
 
     def _push_age(self, image: str, entry: _Entry) -> None:
         if entry.pinned:
@@ -600,7 +962,7 @@ class ParamsStore:
             len(self._entries) > self.max_entries or self.json_size > self.max_bytes
         ):
             _image, entry = self._entries.popitem(last=False)
-            self._forget(entry)
+            self._detach(entry)
             evicted += 1
         if evicted:
             self._version += 1

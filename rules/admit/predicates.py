@@ -31,7 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podplacement.rules.admit.imageparams import value_pairs
+from podplacement.rules.admit.imageparams import (
+    catalog_maps,
+    cel_split_cut,
+    split_reference,
+    value_pairs,
+)
 from podplacement.rules.config import (
     ARCH_LABEL,
     DECISION_ANNOTATION,
@@ -61,12 +66,15 @@ from podplacement.rules.scope import (
 )
 
 __all__ = [
+    "CEL_CODES",
     "CEL_FREE",
     "CEL_FRESH",
     "CEL_IMAGES",
     "CEL_KNOWN",
     "CEL_PLACED",
-    "CEL_TABLE",
+    "CEL_REFS",
+    "CEL_REPOS",
+    "CEL_SETS",
     "PLACED_OS",
     "POLICY_MATCH_CONDITIONS",
     "PREDICATES",
@@ -108,7 +116,9 @@ class Inputs:
         namespace: the pod's namespace (``request.namespace``).
         own_namespace: the namespace the product runs in.
         config: the parsed PodPlacementConfig ``cluster``, None when there is none.
-        table: ``spec.images`` of the params object (image reference → ``"os/arch,..."``).
+        table: the catalog of the params object, flat (image reference →
+            ``"os/arch,..."``); the policy reads it in its dense layout
+            (:func:`rules.admit.imageparams.catalog_maps` of it).
         fresh: ``spec.fresh`` of the params object (image reference → digest).
         policy: the PodPlacementPolicy that applies to the pod
             (:func:`rules.policy.policy_for`), or None.
@@ -250,9 +260,31 @@ def images(pod: Mapping[str, Any], inputs: Inputs) -> list[str]:
     return [c.image for c in pod_images(pod)]
 
 
-def table(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
-    """The params object's ``spec.images``."""
-    return inputs.table
+def repos(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, Any]:
+    """The params object's ``spec.repositories`` (repository → suffix → set code)."""
+    return dict(catalog_maps(inputs.table)["repositories"])
+
+
+def sets(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, Any]:
+    """The params object's ``spec.platformSets`` (set code → ``{"platforms": ...}``)."""
+    return dict(catalog_maps(inputs.table)["platformSets"])
+
+
+def refs(pod: Mapping[str, Any], inputs: Inputs) -> list[list[str]]:
+    """Per image of :func:`images`, ``[image, suffix]``
+    (:func:`rules.admit.imageparams.split_reference`: the repository is the rest)."""
+    return [[i, split_reference(i)[1]] for i in images(pod, inputs)]
+
+
+def codes(pod: Mapping[str, Any], inputs: Inputs) -> list[str]:
+    """Per image of :func:`images`, its platform-set code in the params' catalog, ``""``
+    when the catalog lacks it."""
+    catalog = catalog_maps(inputs.table)["repositories"]
+    out = []
+    for image in images(pod, inputs):
+        repo, suffix = split_reference(image)
+        out.append(catalog.get(repo, {}).get(suffix, ""))
+    return out
 
 
 def fresh(pod: Mapping[str, Any], inputs: Inputs) -> Mapping[str, str]:
@@ -302,13 +334,26 @@ CEL_IMAGES = " + ".join(
     [f"object.spec.?{kind}.orValue([]).map(c, c.?image.orValue(''))" for kind in CONTAINER_LISTS]
     + [f"{_CEL_VOLUMES}.map(v, v.{IMAGE_VOLUME}.?{IMAGE_VOLUME_REFERENCE}.orValue(''))"])
 #: The ``null`` guard is defensive: v1.36.2 skips the policy when the object is missing.
-CEL_TABLE = "params == null ? {} : params.?spec.?images.orValue({})"
+CEL_REPOS = "params == null ? {} : params.?spec.?repositories.orValue({})"
+CEL_SETS = "params == null ? {} : params.?spec.?platformSets.orValue({})"
+#: ``refs``: per image ``[image, suffix]``, the cut of
+#: :func:`rules.admit.imageparams.split_reference` computed once per image. (The suffix
+#: by ``substring(start)`` and the repository below by ``substring(0, end)`` with ``end``
+#: short of the string's end: the offline CEL runtime of the tests, cel-expr-python 0.1.3,
+#: errs on ``s.substring(a, size(s))`` for ``a < size(s)``; kube-apiserver does not. The
+#: ``dyn()``: kube-apiserver v1.36.2 types ``i`` as ``dyn`` and refuses a list literal of
+#: ``dyn`` and ``string``.)
+CEL_REFS = f"variables.images.map(i, [i, dyn(i.substring({cel_split_cut('i')}))])"
+#: ``codes``: per image its set code, ``''`` when the catalog lacks it: two map lookups,
+#: never an iteration over the catalog's entries.
+CEL_CODES = ("variables.refs.map(r, variables.repos[?(size(r[1]) == 0 ? r[0] : "
+             "r[0].substring(0, size(r[0]) - size(r[1])))][?r[1]].orValue(''))")
 CEL_FRESH = "params == null ? {} : params.?spec.?fresh.orValue({})"
 #: An Always tag's digest is checked by the webhook and the controller on every pod; the
 #: policy takes the controller's check of the last few seconds (``fresh``) instead, or gates
 #: the pod.
 CEL_KNOWN = (
-    "size(variables.images) > 0 && variables.images.all(i, i in variables.table)"
+    "size(variables.codes) > 0 && variables.codes.all(c, c in variables.sets)"
     + "".join(f" && !object.spec.?{kind}.orValue([]).exists("
               f"c, c.?imagePullPolicy.orValue('') == {cel_string(PULL_ALWAYS)}"
               " && !(c.?image.orValue('') in variables.fresh))"
@@ -323,13 +368,10 @@ CEL_KNOWN = (
 CEL_FREE = "!object.spec.?affinity.?nodeAffinity.hasValue()" + "".join(
     f" && !({cel_string(key)} in object.spec.?nodeSelector.orValue({{}}))"
     for key in (ARCH_LABEL, OS_LABEL))
-#: ``pairs`` and ``allowedOk`` are :mod:`rules.admit.admissionpolicy`'s variables (the
-#: intersection and the policy's limit, checked offline against the Python rule too).
-CEL_PLACED = (
-    "variables.known && variables.free"
-    f" && variables.pairs.all(p, p.startsWith({cel_string(PLACED_OS + '/')}))"
-    " && variables.allowedOk"
-)
+#: ``linuxOnly`` and ``allowedOk`` are :mod:`rules.admit.admissionpolicy`'s variables (the
+#: intersection's pairs all linux, and the policy's limit, checked offline against the
+#: Python rule too).
+CEL_PLACED = "variables.known && variables.free && variables.linuxOnly && variables.allowedOk"
 
 #: The policy's variables of this table, by name (:func:`rules.admit.admissionpolicy.
 #: place_variables` puts them in its evaluation order).
@@ -337,8 +379,14 @@ POLICY_VARIABLES: tuple[Predicate, ...] = (
     Predicate("images", "the image references of initContainers, containers, then image "
               "volumes",
               images, _text(CEL_IMAGES), "policy.variables"),
-    Predicate("table", "the params object's spec.images (image → os/arch pairs)",
-              table, _text(CEL_TABLE), "policy.variables"),
+    Predicate("repos", "the params object's spec.repositories (repository → suffix → "
+              "set code)", repos, _text(CEL_REPOS), "policy.variables"),
+    Predicate("sets", "the params object's spec.platformSets (set code → platforms)",
+              sets, _text(CEL_SETS), "policy.variables"),
+    Predicate("refs", "per image [image, suffix]: the split of the reference",
+              refs, _text(CEL_REFS), "policy.variables"),
+    Predicate("codes", "per image its set code in the catalog, '' when absent",
+              codes, _text(CEL_CODES), "policy.variables"),
     Predicate("fresh", "the params object's spec.fresh (Always tags with a fresh digest)",
               fresh, _text(CEL_FRESH), "policy.variables"),
     Predicate("known", "every image is in the table and every Always image is fresh",

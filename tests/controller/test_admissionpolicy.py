@@ -67,8 +67,9 @@ def test_default_config_places_or_gates_with_one_json_patch() -> None:
 def test_variables_are_declared_before_use() -> None:
     variables = ap.desired_policy(WEIGHTED)["spec"]["variables"]
     names = [v["name"] for v in variables]
-    assert names == ["images", "table", "fresh", "known", "free", "policies", "labels", "matched",
-                     "hasPolicy", "lists", "pairs", "allowedOk", "placed", "archs", "weights",
+    assert names == ["images", "repos", "sets", "refs", "codes", "fresh", "known", "free",
+                     "policies", "labels", "matched", "hasPolicy", "single", "first", "lists",
+                     "pairs", "archs", "linuxOnly", "allowedOk", "placed", "weights",
                      "preferredArchs", "archTaints", "ownTolerations", "addTolerations",
                      "decision"]
     for i, var in enumerate(variables):
@@ -164,7 +165,7 @@ def test_a_config_change_is_drift() -> None:
 def test_the_empty_params_object_is_the_bindings_param_and_is_never_reverted() -> None:
     obj = ap.params_object(NS)
     assert (obj["apiVersion"], obj["kind"]) == (API_VERSION, PARAMS_KIND)
-    assert obj["metadata"]["name"] == PARAMS_NAME and obj["spec"] == {"images": {}}
+    assert obj["metadata"]["name"] == PARAMS_NAME and obj["spec"] == {"repositories": {}}
     assert obj["metadata"]["namespace"] == NS
-    live = {**obj, "spec": {"images": {"reg/a:1": "linux/amd64"}}}
+    live = {**obj, "spec": {"repositories": {"reg/a": {":1": "a"}}}}
     assert not ap.never_drifted(live, obj)

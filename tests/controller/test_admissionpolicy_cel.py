@@ -54,7 +54,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podplacement.rules.admit import admissionpolicy as ap
-from podplacement.rules.admit.imageparams import platforms_value
+from podplacement.rules.admit.imageparams import (
+    catalog_maps,
+    platforms_value,
+    split_reference,
+)
 from podplacement.rules.admit.predicates import (
     CEL_KNOWN,
     POLICY_MATCH_CONDITIONS,
@@ -126,7 +130,7 @@ def evaluate(variables: Sequence[Mapping[str, str]], pod: Mapping[str, Any],
     and the variables before it. A variable whose evaluation is an
     error (``variables.table[i]`` for an image not in the table) is left out, as the API
     server would never read it (``&&`` short-circuits on a false ``known``)."""
-    params: dict[str, Any] = {"spec": {"images": dict(table), "fresh": fresh_of(table),
+    params: dict[str, Any] = {"spec": {**catalog_maps(table), "fresh": fresh_of(table),
                                        "policies": params_policies(ranking),
                                        "architectureTaints": [dict(t) for t in taints]}}
     if catalog_uid is not None:
@@ -168,6 +172,9 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
     policy = policy_for(pod, ranking.of(pod["metadata"].get("namespace", "")))
     out: dict[str, Any] = {
         "images": [c.image for c in pod_images(pod)],
+        "refs": [[c.image, split_reference(c.image)[1]] for c in pod_images(pod)],
+        "codes": [catalog_maps(table)["repositories"].get(split_reference(c.image)[0], {})
+                  .get(split_reference(c.image)[1], "") for c in pod_images(pod)],
         "fresh": fresh_of(table),
         "known": bool(images) and all(i in table for i in images)
         and all(i in fresh_of(table) for i, always in images.items() if always),
@@ -180,8 +187,10 @@ def expected(pod: Mapping[str, Any], table: Mapping[str, str],
         return out
     results = _images(table)
     out["lists"] = [table[c.image].split(",") for c in pod_images(pod)]
+    out["single"] = len({table[c.image] for c in pod_images(pod)}) == 1
     common = supported_platforms([results[i] for i in images])
     out["pairs"] = common.strings()
+    out["linuxOnly"] = common.empty or common.all_linux
     out["allowedOk"] = not narrow(common.pairs, policy)[1]
     out["placed"] = out["free"] and (common.empty or common.all_linux) and out["allowedOk"]
     if out["placed"]:
@@ -378,6 +387,18 @@ LINUX_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
 EXAMPLES: tuple[tuple[dict[str, Any], dict[str, str]], ...] = (
     (LINUX_POD, {REFS[0]: "linux/amd64,linux/arm64,linux/s390x"}),
     (LINUX_POD, {REFS[0]: "linux/amd64,windows/amd64"}),
+    # two platform sets: the general path (intersection, then the decision built whole),
+    # placed on the common linux pairs; then a common pair that is not linux (gated)
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]},
+                                           {"name": "d", "image": REFS[1]}]}},
+     {REFS[0]: "linux/amd64,linux/arm64,linux/s390x", REFS[1]: "linux/arm64,linux/s390x"}),
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0]},
+                                           {"name": "d", "image": REFS[1]}]}},
+     {REFS[0]: "linux/amd64,windows/amd64", REFS[1]: "windows/amd64"}),
+    # a reference by digest and one with neither tag nor digest, in the same repository
+    ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[8]},
+                                           {"name": "d", "image": "reg.example/team/pinned"}]}},
+     {REFS[8]: "linux/arm64", "reg.example/team/pinned": "linux/amd64,linux/arm64"}),
     ({**LINUX_POD, "spec": {"containers": [{"name": "c", "image": REFS[0],
                                              "imagePullPolicy": "Always"}]}},
      {REFS[0]: "linux/amd64"}),
@@ -430,10 +451,22 @@ MUTATIONS = (
      "&& !(c.?image.orValue('') in variables.fresh))",
      "containers.orValue([]).exists(c, false)"),
     ("fresh", "params.?spec.?fresh", "params.?spec.?images"),
+    # the split of a reference: a digest cut at the end, a tag left in the repository
+    ("refs", "? i.indexOf('@') :", "? size(i) :"),
+    ("refs", "? i.lastIndexOf(':') : size(i)", "? size(i) : size(i)"),
+    ("codes", "[?r[1]]", "[?r[0]]"),
+    ("known", "c in variables.sets", "c != 'zz'"),
+    ("lists", ".pairs)", ".archs)"),
     ("free", f" && !('{OS_LABEL}' in object.spec.?nodeSelector.orValue({{}}))", ""),
     ("pairs", "variables.lists.all(", "variables.lists.exists("),
-    # the one-image shortcut
-    ("pairs", "variables.lists[0] :", "variables.lists[0].filter(p, p != 'linux/amd64') :"),
+    # the one-set shortcut: its pairs, archs, linux flag and decision texts
+    ("pairs", "variables.first.pairs :", "variables.first.pairs.filter(p, p != 'linux/amd64') :"),
+    ("single", "c == variables.codes[0]", "true"),
+    ("single", "c == variables.codes[0]", "false"),
+    ("archs", "variables.first.archs :", "variables.first.pairs :"),
+    ("linuxOnly", "variables.first.linux :", "true :"),
+    ("linuxOnly", "p.startsWith('linux/')", "true"),
+    ("decision", "variables.first.tail", "variables.first.head"),
     ("placed", "variables.free && ", ""),
     ("archs", "[1]", "[0]"),
     ("weights", "'arm64': 60", "'arm65': 60"),
@@ -669,7 +702,7 @@ def evaluate_predicates(pod: Mapping[str, Any], inputs: Inputs, config: Placemen
     (an entry's value is :data:`CEL_ERROR` when its evaluation fails), the matchConditions
     on the pod alone; ``changed`` replaces the CEL of the entries it names."""
     changed = changed or {}
-    params = {"spec": {"images": dict(inputs.table), "fresh": dict(inputs.fresh),
+    params = {"spec": {**catalog_maps(inputs.table), "fresh": dict(inputs.fresh),
                        "policies": params_policies(ranking)}}
     data = {"object": pod, "params": params, "request": {"namespace": inputs.namespace}}
     values: dict[str, Any] = {}
@@ -805,13 +838,15 @@ DIFFERENT_VALUES: dict[str, frozenset[str]] = {
     # CEL: a nodeName that is not "" is set (0 != ''); Python: a falsy nodeName is unset.
     # The API server's Pod has a string nodeName: 0 does not decode.
     "nodeName 0": frozenset({"not-bound", "should-gate"}),
-    # CEL lists '' for the container (never in the table: the pod is gated, not placed);
-    # Python skips it. The API server rejects such a pod at validation, after admission.
-    "a container without an image": frozenset({"images", "known", "placed"}),
-    "an empty image": frozenset({"images", "known", "placed"}),
+    # CEL lists '' for the container (never in the table: the pod is gated, not placed;
+    # ``refs``/``codes`` follow ``images``); Python skips it. The API server rejects such a
+    # pod at validation, after admission.
+    "a container without an image": frozenset({"images", "refs", "codes", "known", "placed"}),
+    "an empty image": frozenset({"images", "refs", "codes", "known", "placed"}),
     # The same for an image volume without a reference (validation rejects it too).
-    "an image volume without a reference": frozenset({"images", "known", "placed"}),
-    "an empty reference": frozenset({"images", "known", "placed"}),
+    "an image volume without a reference": frozenset({"images", "refs", "codes", "known",
+                                                      "placed"}),
+    "an empty reference": frozenset({"images", "refs", "codes", "known", "placed"}),
     # CEL lists the number, Python its text; a number does not decode.
     "a reference not a string": frozenset({"images"}),
     # CEL lists the number, Python its text; a number does not decode.
@@ -878,7 +913,8 @@ def _differs(name: str, case: tuple[dict[str, Any], Inputs, PlacementConfig, Ran
 
 
 #: A changed CEL per entry: booleans negated, the others emptied.
-CHANGED_CEL = {"images": "[]", "table": "{}", "fresh": "{}"}
+CHANGED_CEL = {"images": "[]", "repos": "{}", "sets": "{}", "refs": "[]", "codes": "[]",
+               "fresh": "{}"}
 
 
 def test_a_changed_predicate_is_caught() -> None:
@@ -906,3 +942,56 @@ def test_a_changed_predicate_is_caught() -> None:
 
         assert not any(_differs(name, case, {}) for case in cases), name
         assert any(_differs(name, case, changed) for case in cases), name
+
+
+# --- the split of a reference: its Python and its CEL on hostile strings -----------------
+
+HOSTILE_REFERENCES = (
+    "", "nginx", "nginx:1.25", "library/nginx", "docker.io/library/nginx:latest",
+    "registry.example:5000/team/app", "registry.example:5000/team/app:v1",
+    "registry.example:5000/app@sha256:" + "ab" * 32,
+    "registry.example:5000/app:v1@sha256:" + "cd" * 32,
+    "localhost:5000", "host:5000/", ":", "@", "/", ":/", "/:", "a@b@c", "a:b:c", "a/b:c/d",
+    "a:b/c@d:e/f", "@sha256:x", "repo@", "repo:", "é/ü:ö", "日本/イメージ:タグ", "a b:c d",
+    "x\ty:z", "a'b:c\"d", "UPPER/Case:V1",
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(image=st.one_of(st.sampled_from(HOSTILE_REFERENCES),
+                       st.text(alphabet=st.sampled_from("ab:/@.9é"), max_size=12),
+                       st.text(max_size=12).filter(lambda t: t.isprintable())))
+def test_the_split_of_a_reference_is_the_same_in_cel(image: str) -> None:
+    """:func:`split_reference` and its CEL (:func:`cel_split_cut`, as the policy's ``refs``
+    and ``codes`` use it) give the same (repository, suffix) on hostile strings, and the two parts
+    always concatenate back to the string."""
+    repo, suffix = split_reference(image)
+    assert repo + suffix == image
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": image}]}}
+    variables = [v for v in ap.place_variables(CONFIGS[0]) if v["name"] in ("images", "refs")]
+    values = evaluate(variables, pod, {})
+    assert values["refs"] == [[image, suffix]], image
+    # the repository, as ``codes`` computes it from ``refs``
+    got = _program("size(variables.s) == 0 ? variables.i : "
+                   "variables.i.substring(0, size(variables.i) - size(variables.s))").eval(
+        data={"object": {}, "params": {}, "request": {}, "variables": {"i": image, "s": suffix}})
+    assert got.plain_value() == repo, image
+
+
+def test_a_lookup_finds_exactly_the_recorded_reference() -> None:
+    """``codes`` of a pod whose images are recorded, and of strings that split into
+    pieces of recorded ones (a repository's tag on another repository, a tag and digest
+    apart) but are not recorded: only the recorded references have a code."""
+    table = {"reg.example/a:1": "linux/amd64", "reg.example/b": "linux/arm64",
+             "reg.example/a@sha256:" + "ab" * 32: "linux/amd64,linux/arm64"}
+    unknown = ["reg.example/a", "reg.example/b:1", "reg.example/a:1@sha256:" + "ab" * 32,
+               "reg.example/a:", "reg.example/", "reg.example/a:1:1"]
+    pod = {"metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"containers": [{"name": f"c{n}", "image": i}
+                                   for n, i in enumerate([*table, *unknown])]}}
+    variables = [v for v in ap.place_variables(CONFIGS[0])
+                 if v["name"] in ("images", "repos", "sets", "refs", "codes")]
+    values = evaluate(variables, pod, table)
+    codes = catalog_maps(table)["repositories"]
+    assert values["codes"] == [codes[split_reference(i)[0]][split_reference(i)[1]]
+                               for i in table] + [""] * len(unknown)

@@ -36,6 +36,12 @@ from hypothesis import strategies as st
 
 from podplacement.controller.paramswriter import params_collection_path
 from podplacement.rules.admit import admissionpolicy as ap
+from podplacement.rules.admit.imageparams import (
+    ParamsStore,
+    catalog_maps,
+    flat_catalog,
+    value_pairs,
+)
 from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
 from podplacement.rules.config import (
     API_VERSION,
@@ -44,9 +50,10 @@ from podplacement.rules.config import (
     DEFAULT_NAMESPACE,
     GATE_LABEL,
     GATE_LABEL_GATED,
+    GATE_LABEL_REMOVED,
     OS_LABEL,
     PARAMS_KIND,
-    PARAMS_MAX_ENTRIES,
+    PARAMS_MAX_BYTES,
     PARAMS_NAME,
     SCHEDULING_GATE,
     PlacementConfig,
@@ -108,7 +115,7 @@ def _pool(rnd: random.Random) -> dict[str, str]:
 @dataclass(frozen=True)
 class World:
     """The installed pieces: the params (pool entries the tests pick from, plus filler up to
-    :data:`PARAMS_MAX_ENTRIES`), and the namespace of each config variant."""
+    the byte bound :data:`PARAMS_MAX_BYTES`), and the namespace of each config variant."""
 
     env: KubeEnv
     pool: Mapping[str, str]
@@ -137,9 +144,12 @@ def _install(env: KubeEnv, variant: str, config: PlacementConfig, namespace: str
 
 
 def _params_object(entries: Mapping[str, str]) -> dict[str, Any]:
+    """The params object of a flat table, in the dense layout the controller writes (one
+    learned time for every tag reference)."""
+    learned = {ref: 1_700_000_000 for ref in entries if "@" not in ref}
     return {"apiVersion": API_VERSION, "kind": PARAMS_KIND,
             "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS},
-            "spec": {"images": dict(entries)}}
+            "spec": catalog_maps(entries, learned)}
 
 
 def _dry_create(env: KubeEnv, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,10 +184,17 @@ def world(cluster: KubeEnv) -> World:
     rnd = random.Random(14)
     pool = _pool(rnd)
     entries = dict(pool)
+    # filler until the catalog is within 2 KB of the byte bound (as the controller's
+    # ParamsStore measures it)
+    size = ParamsStore(1e12)
+    for ref, value in pool.items():
+        size.record(ref, value_pairs(value) or [], 1.7e9)
     i = 1000
-    while len(entries) < PARAMS_MAX_ENTRIES:
+    while size.json_size < PARAMS_MAX_BYTES - 2_000:
         entries[_long_ref(i)] = ",".join(sorted(rnd.sample(LINUX, rnd.randint(1, 4))))
+        size.record(_long_ref(i), value_pairs(entries[_long_ref(i)]) or [], 1.7e9)
         i += 1
+    assert not size.evictions and len(size) == len(entries)
     cluster.ensure_namespace(PARAMS_NS)
     r = cluster.request("POST", PARAMS, json=_params_object(entries))
     assert r.status_code == 201, r.text[:500]
@@ -369,16 +386,20 @@ def test_every_placed_pod_equals_the_controllers_decision_and_the_rest_are_gated
 
 
 def test_full_size_params_and_a_ten_image_pod_stay_within_cel_cost(world: World) -> None:
-    """5,000 entries of ~100-character references, 13 images (2 init, 3 image volumes beside
-    an emptyDir): placed, not an evaluation error admitted unchanged."""
+    """A catalog at the byte bound (thousands of ~100-character references), 13 images (2
+    init, 3 image volumes beside an emptyDir): placed, not an evaluation error admitted
+    unchanged."""
     refs = [_long_ref(i) for i in range(1000, 1013)]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big"}, "spec": {
         "initContainers": [{"name": f"i{n}", "image": r} for n, r in enumerate(refs[:2])],
         "containers": [{"name": f"c{n}", "image": r} for n, r in enumerate(refs[2:10])],
         "volumes": [{"name": "e", "emptyDir": {}}] + [
             {"name": f"v{n}", "image": {"reference": r}} for n, r in enumerate(refs[10:])]}}
-    entries = world.env.get(f"{PARAMS}/{PARAMS_NAME}")["spec"]["images"]
-    assert len(entries) == PARAMS_MAX_ENTRIES and len(refs[0]) >= 100
+    spec = world.env.get(f"{PARAMS}/{PARAMS_NAME}")["spec"]
+    entries = flat_catalog(spec)[0]
+    size = sum(len(json.dumps(spec[k], separators=(",", ":"))) for k in
+               ("repositories", "platformSets", "learnedAt"))
+    assert PARAMS_MAX_BYTES - 2_000 <= size <= PARAMS_MAX_BYTES and len(refs[0]) >= 100
     got = _dry_create(world.env, world.namespaces["weighted"], pod)
     assert _check(pod, got, entries, CONFIGS["weighted"]) == "placed"
     assert DECISION_ANNOTATION in got["metadata"]["annotations"]
@@ -419,6 +440,64 @@ def test_the_scheduler_binds_placed_pods_only_to_supported_architectures(
             env.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
 
 
+#: Odd references the catalog holds for :func:`test_the_split_of_odd_references_on_the_server`
+#: (none of them the controller would record: the lookup rule must hold for any string), and
+#: near misses that share a repository or a suffix with one of them but are not in it.
+ODD_RECORDED = ("reg.example:5000/odd/app", "reg.example/odd/app:1@sha256:" + "ab" * 32,
+                "reg.example/odd/é:ü", "reg.example/odd/a@b@c", "odd:7", "reg.example/odd/x:y:z")
+ODD_MISSES = ("reg.example:5000/odd/app:", "reg.example/odd/app:1", "reg.example/odd/é",
+              "reg.example/odd/a@b", "odd", "reg.example/odd/x:y", "reg.example:5000/odd/ap")
+
+
+def test_the_split_of_odd_references_on_the_server(world: World) -> None:
+    """kube-apiserver v1.36.2's CEL splits references as :func:`rules.admit.imageparams.
+    split_reference` does (checked offline with another CEL runtime): with odd references in
+    the catalog (no tag behind a registry port, tag and digest, non-ASCII, two ``@``, two
+    ``:``), a pod of each is placed (arm64, their set) and a pod of each near miss is gated."""
+    env = world.env
+    saved = env.get(f"{PARAMS}/{PARAMS_NAME}")
+    entries = {**flat_catalog(saved["spec"])[0], **dict.fromkeys(ODD_RECORDED, "linux/arm64")}
+    odd = {**_params_object(entries),
+           "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
+                        "resourceVersion": saved["metadata"]["resourceVersion"]}}
+    r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=odd)
+    assert r.status_code == 200, r.text[:300]
+    ns = world.namespaces["plain"]
+    try:
+        # the API server reads the params through its informer: a moment after the write
+        wait_for(lambda: _placed(_dry_create(env, ns, _odd_probe(ODD_RECORDED[1]))), 30)
+        for image in ODD_RECORDED:
+            got = _dry_create(env, ns, _odd_probe(image))
+            assert _placed(got), (image, got["metadata"].get("labels"))
+            assert '"archs":["arm64"]' in got["metadata"]["annotations"][DECISION_ANNOTATION]
+        for image in ODD_MISSES:
+            got = _dry_create(env, ns, _odd_probe(image))
+            assert [g["name"] for g in got["spec"].get("schedulingGates", [])] == [
+                SCHEDULING_GATE], (image, got["metadata"].get("labels"))
+    finally:
+        current = env.get(f"{PARAMS}/{PARAMS_NAME}")
+        restored = {**_params_object(flat_catalog(saved["spec"])[0]),
+                    "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
+                                 "resourceVersion": current["metadata"]["resourceVersion"]}}
+        r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)
+        assert r.status_code == 200, r.text[:300]
+
+
+def _odd_probe(image: str) -> dict[str, Any]:
+    """:func:`_probe` pulled ``IfNotPresent``: the API server defaults a reference without a
+    tag to ``Always``, which the policy places only from ``spec.fresh``."""
+    pod = _probe(image)
+    pod["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    return pod
+
+
+def _placed(pod: Mapping[str, Any]) -> bool:
+    """The policy placed the pod (its labels say so, no gate)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return (labels.get(GATE_LABEL) == GATE_LABEL_REMOVED
+            and not (pod.get("spec") or {}).get("schedulingGates"))
+
+
 def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> None:
     """kube-apiserver v1.36.2: ``parameterNotFoundAction: Allow`` does not evaluate the
     policy with ``params == null``; it skips it, so the pod is admitted with neither gate
@@ -442,7 +521,7 @@ def test_server_fact_a_missing_params_object_skips_the_policy(world: World) -> N
     gated = _dry_create(env, world.namespaces["plain"], probe)
     assert [g["name"] for g in gated["spec"]["schedulingGates"]] == [SCHEDULING_GATE]
     current = env.get(f"{PARAMS}/{PARAMS_NAME}")
-    restored = {**_params_object(saved["spec"]["images"]),
+    restored = {**_params_object(flat_catalog(saved["spec"])[0]),
                 "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NS,
                              "resourceVersion": current["metadata"]["resourceVersion"]}}
     r = env.request("PUT", f"{PARAMS}/{PARAMS_NAME}", json=restored)

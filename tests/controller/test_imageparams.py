@@ -6,10 +6,31 @@ dirty/version protocol a writer relies on. Times are explicit unix seconds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import orjson
 import pytest
+import yaml
 
-from podplacement.rules.admit.imageparams import ParamsStore, is_pinned, platforms_value
+from podplacement.rules.admit.imageparams import (
+    CODE_MAX_LENGTH,
+    ParamsStore,
+    flat_catalog,
+    is_pinned,
+    platform_set,
+    platforms_value,
+    set_code,
+    split_reference,
+)
+from podplacement.rules.config import (
+    PARAMS_LEGACY_MAX_ENTRIES,
+    PARAMS_MAX_BYTES,
+    PARAMS_MAX_ENTRIES,
+    PARAMS_MAX_SETS,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DIGEST = "sha256:" + "ab" * 32
 TAG_A = "registry.example:5000/team/a:v1"
@@ -20,7 +41,16 @@ AMD_ARM = [("linux", "arm64"), ("linux", "amd64")]
 
 
 def _json_size(store: ParamsStore) -> int:
-    return len(orjson.dumps(store.images())) + len(orjson.dumps(store.learned()))
+    return sum(len(orjson.dumps(m)) for m in store.catalog().values())
+
+
+def _size_of(*records: tuple[str, list[tuple[str, str]], float]) -> int:
+    """The catalog's JSON bytes holding exactly these (image, pairs, now) records."""
+    store = ParamsStore(10**12)
+    for image, pairs, now in records:
+        store.record(image, pairs, now=now)
+    assert store.json_size == _json_size(store)
+    return store.json_size
 
 
 # --- values -----------------------------------------------------------------------------
@@ -229,8 +259,7 @@ def test_a_touched_entry_is_evicted_last_at_the_entry_bound() -> None:
 
 
 def test_a_touched_entry_is_evicted_last_at_the_byte_bound() -> None:
-    one = len(orjson.dumps({"r/i-00:1": "linux/amd64"})) + len(orjson.dumps({"r/i-00:1": 0}))
-    store = ParamsStore(60, max_bytes=one + 2 * (one - 2))
+    store = ParamsStore(60, max_bytes=_size_of(*((f"r/i-{i:02d}:1", AMD, i) for i in range(3))))
     for i in range(3):
         store.record(f"r/i-{i:02d}:1", AMD, now=i)
     store.touch("r/i-00:1")
@@ -261,41 +290,41 @@ def test_adopted_entries_can_be_touched_out_of_the_eviction_order() -> None:
     assert set(store.images()) == {TAG_A, "r/z:1"}
 
 
-def test_the_byte_bound_holds_for_the_json_of_both_maps() -> None:
-    one = len(orjson.dumps({"r/i-00:1": "linux/amd64"})) + len(orjson.dumps({"r/i-00:1": 0}))
-    # room for exactly three such entries (each adds its own size less the braces, plus a
-    # comma in each map)
-    bound = one + 2 * (one - 2)
+def test_the_byte_bound_holds_for_the_json_of_the_three_maps() -> None:
+    # room for exactly three such entries
+    bound = _size_of(*((f"r/i-{i:02d}:1", AMD, i) for i in range(3)))
     store = ParamsStore(60, max_bytes=bound)
     for i in range(3):
         store.record(f"r/i-{i:02d}:1", AMD, now=i)
     assert len(store) == 3 and store.json_size == _json_size(store) == bound
     store.record("r/i-03:1", AMD, now=3)
     assert sorted(store.images()) == ["r/i-01:1", "r/i-02:1", "r/i-03:1"]
-    # a longer value for a recent entry pushes out the least recent one
-    store.record("r/i-03:1", [*AMD_ARM, ("linux", "s390x")], now=4)
-    assert sorted(store.images()) == ["r/i-02:1", "r/i-03:1"]
+    # a new platform set (its item) for the most recent entry pushes out the least recent
+    # ones; the set nobody uses any more goes with them
+    store.record("r/i-03:1", AMD_ARM, now=4)
+    assert sorted(store.images()) == ["r/i-03:1"]
+    assert store.catalog()["platformSets"] == {"b": platform_set("linux/amd64,linux/arm64")}
     assert store.json_size == _json_size(store) <= bound
 
 
 def test_the_learned_times_count_in_the_byte_bound() -> None:
-    """Two tag entries fit by spec.images alone, not with both spec.learned items; a digest
+    """Two tag entries fit without their spec.learnedAt items, not with both; a digest
     entry has no learned item."""
     tag_1, tag_2 = "r/aaaa:1", "r/bbbb:1"
-    both = len(orjson.dumps({tag_1: "linux/amd64", tag_2: "linux/amd64"}))
-    store = ParamsStore(60, max_bytes=both + len(orjson.dumps({tag_2: 1_700_000_001})))
+    both = _size_of((tag_1, AMD, 1_700_000_000), (tag_2, AMD, 1_700_000_001))
+    store = ParamsStore(60, max_bytes=both - len(",\"r/aaaa\":{\":1\":1700000000}"))
     store.record(tag_1, AMD, now=1_700_000_000)
     store.record(tag_2, AMD, now=1_700_000_001)
     assert list(store.images()) == [tag_2]
     assert store.json_size == _json_size(store) <= store.max_bytes
-    pinned = ParamsStore(60, max_bytes=len(orjson.dumps({PINNED: "linux/amd64"})) + 2)
+    pinned = ParamsStore(60, max_bytes=_size_of((PINNED, AMD, 0)))
     pinned.record(PINNED, AMD, now=0)
     assert len(pinned) == 1 and pinned.learned() == {}
     assert pinned.json_size == _json_size(pinned) == pinned.max_bytes
 
 
 def test_an_entry_larger_than_the_byte_bound_is_not_recorded() -> None:
-    store = ParamsStore(60, max_bytes=60)
+    store = ParamsStore(60, max_bytes=_size_of(("r/a:1", AMD, 0)) + 20)
     store.record("r/a:1", AMD, now=0)
     assert store.record("r/" + "x" * 60 + ":1", AMD, now=1) is False
     assert list(store.images()) == ["r/a:1"]
@@ -303,7 +332,7 @@ def test_an_entry_larger_than_the_byte_bound_is_not_recorded() -> None:
 
 def test_the_running_byte_count_matches_the_serialised_maps() -> None:
     store = ParamsStore(10, max_entries=50)
-    assert store.json_size == _json_size(store) == 4
+    assert store.json_size == _json_size(store) == 6
     for i in range(200):
         image = f"reg.example/t{i % 70}/s{i % 13}:v{i % 5}"
         if i % 11 == 0:
@@ -323,7 +352,7 @@ def test_bounds_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="max_entries"):
         ParamsStore(60, max_entries=0)
     with pytest.raises(ValueError, match="max_bytes"):
-        ParamsStore(60, max_bytes=3)
+        ParamsStore(60, max_bytes=5)
 
 
 # --- dirty / version --------------------------------------------------------------------
@@ -458,3 +487,174 @@ def test_adopted_entries_are_older_than_recorded_ones_for_the_bounds() -> None:
     assert store.expire(108) == 1 and "r/z:1" not in store
     assert store.expire(110) == 1
     assert store.images() == {PINNED: "linux/amd64"}
+
+
+# --- the dense layout ---------------------------------------------------------------------
+def test_a_repository_is_written_once_for_its_tags() -> None:
+    store = ParamsStore(60)
+    store.record("reg.example:5000/team/a:v1", AMD, now=100)
+    store.record("reg.example:5000/team/a:v2", AMD_ARM, now=101)
+    store.record(f"reg.example:5000/team/a@{DIGEST}", AMD, now=102)
+    store.record("nginx", AMD, now=103)
+    assert store.catalog() == {
+        "repositories": {"nginx": {"": "a"},
+                         "reg.example:5000/team/a": {":v1": "a", ":v2": "b", f"@{DIGEST}": "a"}},
+        "platformSets": {"a": platform_set("linux/amd64"),
+                         "b": platform_set("linux/amd64,linux/arm64")},
+        "learnedAt": {"nginx": {"": 103}, "reg.example:5000/team/a": {":v1": 100, ":v2": 101}},
+    }
+    assert store.code_of("nginx") == "a" and store.code_of("nginx:1") is None
+
+
+def test_codes_are_stable_while_used_and_a_set_nobody_uses_goes_away() -> None:
+    store = ParamsStore(60)
+    store.record("r/a:1", AMD, now=0)
+    store.record("r/b:1", AMD_ARM, now=0)
+    store.record("r/c:1", [("linux", "s390x")], now=0)
+    assert [store.code_of(i) for i in ("r/a:1", "r/b:1", "r/c:1")] == ["a", "b", "c"]
+    store.remove("r/b:1")
+    assert set(store.catalog()["platformSets"]) == {"a", "c"}
+    assert store.code_of("r/a:1") == "a" and store.code_of("r/c:1") == "c"
+    store.record("r/d:1", [("linux", "ppc64le")], now=1)  # the first free code again
+    assert store.code_of("r/d:1") == "b"
+    # a changed value: its old set, used by nobody else, goes; the new one takes the first
+    # free code (a code names one set in one written object, never across objects' reads)
+    store.record("r/a:1", [("linux", "riscv64")], now=2)
+    assert store.code_of("r/a:1") == "a"
+    assert store.catalog()["platformSets"]["a"]["platforms"] == "linux/riscv64"
+    assert len(store.catalog()["platformSets"]) == 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_running_byte_count_is_exact_after_random_operations(seed: int) -> None:
+    """Records (new, changed, older, newer), touches, removals, expiry, evictions by both
+    bounds and a clock set back: the running count is the serialised size of the three maps
+    after every step, within the bound, and the catalog reads back flat as the store."""
+    import random
+
+    rng = random.Random(seed)
+    sets = [AMD, AMD_ARM, [("linux", "s390x")], [("windows", "amd64"), ("linux", "arm64")]]
+    store = ParamsStore(100, max_entries=rng.choice([5, 50, 1000]),
+                        max_bytes=rng.choice([300, 2000, 100_000]))
+    now = 1_700_000_000.0
+    for _ in range(600):
+        now += rng.random() * 3 - (40 if rng.random() < 0.01 else 0)
+        k = rng.randrange(60)
+        image = rng.choice([f"reg.example:5000/r{k % 7}:t{k}", f"r{k % 5}",
+                            f"r{k % 3}@sha256:{k:064x}", f"a/b{k % 4}:x{k}@sha256:{k:064x}"])
+        op = rng.random()
+        if op < 0.6:
+            store.record(image, rng.choice(sets), now, learned=now - rng.random() * 50)
+        elif op < 0.7:
+            store.remove(image)
+        elif op < 0.8:
+            store.expire(now)
+        else:
+            store.touch(image)
+        assert store.json_size == _json_size(store) <= store.max_bytes
+    assert flat_catalog(store.catalog()) == (store.images(), store.learned())
+
+
+def test_adopting_the_dense_object_it_wrote_keeps_codes_and_stays_clean() -> None:
+    store = ParamsStore(3600)
+    store.record("r/a:1", AMD, now=100)
+    store.record("r/b:1", AMD_ARM, now=100)
+    store.record("r/c@" + DIGEST, [("linux", "s390x")], now=100)
+    store.remove("r/a:1")  # code "a" free: the live codes are kept, not renumbered
+    spec = store.catalog()
+    again = ParamsStore(3600)
+    assert again.adopt_spec(spec, now=200) == 2
+    assert again.catalog() == spec and not again.dirty
+
+
+def test_adopting_the_flat_object_of_the_release_before_keeps_it_and_rewrites_it() -> None:
+    """An in-place upgrade: the flat spec.images/spec.learned are adopted with their ages,
+    and the store is dirty so that the next write is the dense layout."""
+    spec = {"images": {TAG_A: "linux/amd64", PINNED: "linux/amd64,linux/arm64"},
+            "learned": {TAG_A: 150}}
+    store = ParamsStore(3600)
+    assert store.adopt_spec(spec, now=200) == 2
+    assert store.images() == spec["images"] and store.learned() == spec["learned"]
+    assert store.dirty
+
+
+@pytest.mark.parametrize("spec", [
+    # a repository and suffix that do not split back so (the tag in the repository)
+    {"repositories": {"r/a:1": {"": "a"}}, "platformSets": {"a": {"platforms": "linux/amd64"}},
+     "learnedAt": {"r/a:1": {"": 150}}},
+    # a code with no set, and a set nobody uses
+    {"repositories": {"r/a": {":1": "z"}}, "platformSets": {"a": {"platforms": "linux/amd64"}},
+     "learnedAt": {"r/a": {":1": 150}}},
+    # a set that is not canonical
+    {"repositories": {"r/a": {":1": "a"}},
+     "platformSets": {"a": {"platforms": "linux/arm64,linux/amd64"}},
+     "learnedAt": {"r/a": {":1": 150}}},
+    # a learned time for a digest
+    {"repositories": {"r/a": {"@" + DIGEST: "a"}},
+     "platformSets": {"a": {"platforms": "linux/amd64"}}, "learnedAt": {"r/a": {"@" + DIGEST: 1}}},
+    # a code that is not one
+    {"repositories": {"r/a": {":1": "A1"}}, "platformSets": {"A1": {"platforms": "linux/amd64"}},
+     "learnedAt": {"r/a": {":1": 150}}},
+])
+def test_an_adopted_object_not_in_canonical_form_is_rewritten(spec: dict[str, Any]) -> None:
+    store = ParamsStore(3600)
+    store.adopt_spec(spec, now=200)
+    assert store.dirty
+    assert all(split_reference(i) for i in store.images())
+    for image in store.images():
+        repo, suffix = split_reference(image)
+        assert store.catalog()["repositories"][repo][suffix] == store.code_of(image)
+
+
+def test_the_crd_bounds_are_the_configured_ones() -> None:
+    """maxProperties of every map of the catalog in the CRD are rules/config.py's (the
+    byte bound binds first), the codes' pattern and length are the store's."""
+    crd = yaml.safe_load((ROOT / "deploy/crds/imageplatformcatalog.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    props = spec["properties"]
+    for name in ("repositories", "learnedAt"):
+        assert props[name]["maxProperties"] == PARAMS_MAX_ENTRIES
+        assert props[name]["additionalProperties"]["maxProperties"] == PARAMS_MAX_ENTRIES
+        assert props[name]["x-kubernetes-map-type"] == "atomic"
+    assert props["platformSets"]["maxProperties"] == PARAMS_MAX_SETS
+    code = props["repositories"]["additionalProperties"]["additionalProperties"]
+    assert code["maxLength"] == CODE_MAX_LENGTH and code["pattern"] == "^[a-z]{1,8}$"
+    assert len(set_code(PARAMS_MAX_SETS)) <= CODE_MAX_LENGTH
+    for name in ("images", "learned"):
+        assert props[name]["maxProperties"] == PARAMS_LEGACY_MAX_ENTRIES
+    # the smallest tag entry (a one-character tag, a one-letter code, a ten-digit time) is
+    # more than PARAMS_MAX_BYTES / PARAMS_MAX_ENTRIES bytes: the byte bound binds first
+    smallest = len(',":1":"a"') + len(',":1":1700000000')
+    assert smallest * PARAMS_MAX_ENTRIES > PARAMS_MAX_BYTES
+
+
+def test_a_set_beyond_the_crd_bound_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from podplacement.rules.admit import imageparams
+
+    monkeypatch.setattr(imageparams, "PARAMS_MAX_SETS", 2)
+    store = ParamsStore(60)
+    assert store.record("r/a:1", AMD, now=0) and store.record("r/b:1", AMD_ARM, now=0)
+    assert store.record("r/c:1", [("linux", "s390x")], now=0) is False
+    assert store.record("r/c:1", AMD, now=0) is True  # an existing set
+    assert len(store.catalog()["platformSets"]) == 2
+
+
+def test_set_codes_are_short_and_distinct() -> None:
+    codes = [set_code(n) for n in range(1000)]
+    assert codes[:3] == ["a", "b", "c"] and codes[25] == "z" and codes[26] == "aa"
+    assert len(set(codes)) == 1000 and max(map(len, codes)) == 3
+
+
+def test_a_platform_set_carries_what_the_policy_reads_of_it() -> None:
+    """The per-set facts: pairs, archs, the linux flag and, for a linux set, the decision's
+    texts exactly as the controller's record writes them (the offline CEL checks compare
+    whole decisions; this pins the item)."""
+    assert platform_set("linux/amd64,linux/arm64") == {
+        "platforms": "linux/amd64,linux/arm64", "pairs": ["linux/amd64", "linux/arm64"],
+        "archs": ["amd64", "arm64"], "linux": True,
+        "head": ',"platforms":["linux/amd64","linux/arm64"],"oses":["linux"],'
+                '"archs":["amd64","arm64"]',
+        "tail": ',"result":"set","reason":"required architectures amd64, arm64"'}
+    assert platform_set("linux/arm64,windows/amd64") == {
+        "platforms": "linux/arm64,windows/amd64", "pairs": ["linux/arm64", "windows/amd64"],
+        "archs": ["arm64", "amd64"], "linux": False}

@@ -30,7 +30,7 @@ from podplacement.controller.paramswriter import (
 )
 from podplacement.controller.queue import WorkQueue
 from podplacement.kubeclient import KubeAPI, NotFound
-from podplacement.rules.admit.imageparams import ParamsStore, platforms_value
+from podplacement.rules.admit.imageparams import ParamsStore, flat_catalog, platforms_value
 from podplacement.rules.config import (
     DEFAULT_NAMESPACE,
     PARAMS_MAX_BYTES,
@@ -145,16 +145,18 @@ async def wait_live(api: KubeAPI, check: Callable[[dict[str, Any]], bool],
 
 
 def images_of(obj: dict[str, Any]) -> dict[str, str]:
-    images: dict[str, str] = (obj.get("spec") or {}).get("images") or {}
-    return images
+    """The catalog of a live object, flat (either layout: :func:`flat_catalog`)."""
+    return flat_catalog(obj.get("spec") or {})[0]
 
 
-def learned_of(obj: dict[str, Any]) -> dict[str, int]:
-    learned: dict[str, int] = (obj.get("spec") or {}).get("learned") or {}
-    return learned
+def learned_of(obj: dict[str, Any]) -> dict[str, object]:
+    return flat_catalog(obj.get("spec") or {})[1]
 
 
 def assert_published(obj: dict[str, Any], store: ParamsStore) -> None:
+    spec = obj["spec"]
+    assert {k: spec.get(k) for k in store.catalog()} == store.catalog()
+    assert "images" not in spec and "learned" not in spec  # only the dense layout is written
     assert images_of(obj) == store.images()
     assert learned_of(obj) == store.learned()
     assert obj["status"]["entries"] == len(store)
@@ -272,15 +274,19 @@ async def test_a_clean_store_is_not_written(api: KubeAPI) -> None:
 
 # --- size -------------------------------------------------------------------------------
 async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
-    """5,000 entries of realistic references (half by digest, half by tag): the API server
-    stores it; the store's running byte count is the size of the stored map; one more record
-    evicts the least recent entry, so the object stays within the CRD's maxProperties."""
+    """Realistic references (half by digest, half by tag) until the byte bound evicts: the
+    API server stores the object; the store's running byte count is the size of the stored
+    maps; one more record evicts the least recent entry, so the object stays within the
+    byte bound (which binds before the CRD's maxProperties)."""
     store = ParamsStore(3600)
     # learned just now, one millisecond apart (the writer expires by time.time())
     base = time.time() - PARAMS_MAX_ENTRIES / 1000
-    for i in range(PARAMS_MAX_ENTRIES):
+    i = 0
+    while not store.evictions:
         store.record(reference(i, pinned=i % 2 == 0), PLATFORM_SETS[i % 4], base + i / 1000)
-    assert len(store) == PARAMS_MAX_ENTRIES
+        i += 1
+    full = len(store)
+    assert full < PARAMS_MAX_ENTRIES
     writer = ParamsWriter(api, store)
     started = time.monotonic()
     assert await writer.flush() == "created"
@@ -288,27 +294,28 @@ async def test_a_full_size_object_is_accepted(api: KubeAPI) -> None:
     obj = await live(api)
     assert obj is not None
     assert_published(obj, store)
-    size = len(orjson.dumps(images_of(obj))) + len(orjson.dumps(learned_of(obj)))
+    size = sum(len(orjson.dumps(obj["spec"][k])) for k in store.catalog())
     assert size == store.json_size <= PARAMS_MAX_BYTES
     mean = sum(map(len, images_of(obj))) / len(store)
     whole = len(orjson.dumps(obj))
     print(f"\nfull-size params object: {len(store)} entries (mean reference {mean:.0f} chars), "
-          f"spec.images + spec.learned {size} bytes, whole object {whole} bytes "
+          f"catalog {size} bytes, whole object {whole} bytes "
           f"(managedFields {len(orjson.dumps(obj['metadata'].get('managedFields')))}), "
           f"created in {write_seconds:.3f} s")
     managed = obj["metadata"].get("managedFields")
     if managed is not None:  # the real server: spec.learned is an atomic map, one
         # managedFields entry instead of one per key (which would repeat every reference)
-        assert '"f:learned":{}' in orjson.dumps(managed).decode()
+        assert '"f:learnedAt":{}' in orjson.dumps(managed).decode()
+        assert '"f:repositories":{}' in orjson.dumps(managed).decode()
     assert whole < 1_572_864  # etcd's default request limit (1.5 MiB)
 
-    newest = reference(PARAMS_MAX_ENTRIES, pinned=True)
+    newest = reference(i, pinned=True)
     store.record(newest, AMD_ARM, time.time())
     assert await writer.flush() == "updated"
     obj = await live(api)
     assert obj is not None
     assert_published(obj, store)
-    assert len(images_of(obj)) == PARAMS_MAX_ENTRIES
+    assert abs(len(images_of(obj)) - full) <= 2 and store.json_size <= PARAMS_MAX_BYTES
     assert newest in images_of(obj) and reference(0, pinned=True) not in images_of(obj)
     # spec.images is an atomic map: field management tracks it as one field, so the
     # managedFields of a full-size object stay small (each key would make them ~500 KB, and
@@ -470,6 +477,9 @@ async def test_a_deleted_object_is_created_again(api: KubeAPI) -> None:
 # --- start ------------------------------------------------------------------------------
 async def test_load_adopts_the_live_object_and_later_writes_replace_it(
         api: KubeAPI) -> None:
+    """An object of the release before (flat ``spec.images``/``spec.learned``) is adopted
+    whole, ages kept, and rewritten once in the dense layout; a new leader then adopts
+    that with nothing to write."""
     live_images = {reference(i, pinned=i % 2 == 0): platforms_value(PLATFORM_SETS[i % 4])
                    for i in range(10)}
     learned = {image: int(time.time()) - 60 for image in live_images
@@ -484,8 +494,15 @@ async def test_load_adopts_the_live_object_and_later_writes_replace_it(
     writes = track_writes(api)
     assert await writer.load() == 10
     assert store.images() == live_images and store.learned() == learned
-    assert not store.dirty
-    assert await writer.flush() == "clean"
+    assert store.dirty  # the flat layout is rewritten densely
+    assert await writer.flush() == "updated"
+    obj = await live(api)
+    assert obj is not None
+    assert_published(obj, store)
+    again = ParamsStore(3600)
+    assert await ParamsWriter(api, again).load() == 10
+    assert again.catalog() == store.catalog() and not again.dirty
+    writes.clear()
     store.record(reference(99, pinned=False), AMD_ARM, time.time())
     assert await writer.flush() == "updated"
     assert [w[0] for w in writes] == ["update"]
