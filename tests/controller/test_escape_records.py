@@ -351,7 +351,7 @@ def test_the_doubt_memo_judges_each_distinct_input_once_and_as_placement_doubt()
     # the replicas of one workload, placed alike, are judged once
     for i in range(50):
         assert memo(_replica(honest, i), arm) is None
-    assert (memo.misses, memo.hits) == (1, 49)
+    assert (memo.memo.misses, memo.memo.hits) == (1, 49)
     # what differs in what placement_doubt reads is judged again, never served stale
     copied = _replica(honest, 99)  # the record copied, the affinity not
     del copied["spec"]["affinity"]
@@ -366,7 +366,7 @@ def test_the_doubt_memo_judges_each_distinct_input_once_and_as_placement_doubt()
         assert memo(case, where) == placement_doubt(case, where)  # from the memo now
     assert memo(copied, arm) == DOUBT_AFFINITY
     assert memo(honest, ppc) is not None
-    assert memo.misses == 1 + len(cases)
+    assert memo.memo.misses == 1 + len(cases)
     assert skip_reason(_replica(honest, 3), own_namespace=NS, config_created=CONFIG_CREATED,
                        node=arm, doubt=memo) == "placed"
     assert skip_reason(copied, own_namespace=NS, config_created=CONFIG_CREATED, node=arm,
@@ -381,6 +381,6 @@ def test_the_doubt_memo_is_bounded() -> None:
             ("amd64", "arm64", "s390x")]
     for pod in pods:
         memo(pod, None)
-    assert len(memo._memo) == 2
+    assert len(memo.memo) == 2
     memo(pods[0], None)  # evicted first, judged again
-    assert memo.misses == 4
+    assert memo.memo.misses == 4

@@ -1,0 +1,83 @@
+"""The memo of a pure function of a pod (controller/podmemo.py) and the admission feed's use
+of it: the replicas of a workload placed alike are judged once, and whatever the function
+reads that differs (a field of the pod, the catalog's value, the config object) is judged
+again, never answered from the memo."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from podplacement.controller.podmemo import InputMemo
+from podplacement.imageinspect import Inspector
+from podplacement.rules.config import ARCH_LABEL, PlacementConfig
+from podplacement.rules.place.decision import INCOMPATIBLE_NODE_SELECTOR
+from tests.controller.test_admissionfeed import Feed, _placed
+
+
+def test_equal_parts_and_the_same_context_objects_are_computed_once() -> None:
+    memo: InputMemo[int] = InputMemo(size=3)
+    calls: list[int] = []
+
+    def f(n: int) -> int:
+        calls.append(n)
+        return n * 2
+
+    ctx = object()
+    assert memo.get({"a": [1, 2], "b": "x"}, (ctx,), lambda: f(1)) == 2
+    assert memo.get({"b": "x", "a": [1, 2]}, (ctx,), lambda: f(1)) == 2  # key order: same
+    assert calls == [1]
+    assert memo.get({"a": [1, 2], "b": "y"}, (ctx,), lambda: f(2)) == 4  # another part
+    assert memo.get({"a": [1, 2], "b": "x"}, (object(),), lambda: f(3)) == 6  # another context
+    assert memo.get({"a": [1, 2], "b": "x"}, (), lambda: f(4)) == 8  # no context
+    assert calls == [1, 2, 3, 4]
+    assert (memo.hits, memo.misses, len(memo)) == (1, 4, 2)  # a key holds one context
+    # parts JSON cannot encode are computed each time, never kept
+    assert memo.get({"a": {1, 2}}, (), lambda: f(5)) == 10
+    assert memo.get({"a": {1, 2}}, (), lambda: f(5)) == 10
+    assert calls[-2:] == [5, 5]
+    with pytest.raises(ValueError):
+        InputMemo(size=0)
+
+
+def test_an_exception_is_not_kept() -> None:
+    memo: InputMemo[int] = InputMemo()
+
+    def boom() -> int:
+        raise RuntimeError("odd")
+
+    with pytest.raises(RuntimeError):
+        memo.get(["p"], (), boom)
+    assert memo.get(["p"], (), lambda: 7) == 7
+
+
+def _replica(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["metadata"].update({"uid": uid, "name": f"p-{uid}"})
+    return out
+
+
+def test_the_feed_tells_each_replica_and_judges_their_decision_once(
+        inspector: Inspector) -> None:
+    f = Feed(inspector)
+    pinned = _placed("u0", "reg/amd:1", node_selector={ARCH_LABEL: "arm64"})
+    for i in range(20):
+        f.feed.on_pod("ADDED", _replica(pinned, f"u{i}"), None)
+    assert [uid for uid, _ in f.events.sent] == [f"u{i}" for i in range(20)]
+    assert {e.reason for _, e in f.events.sent} == {INCOMPATIBLE_NODE_SELECTOR}
+    assert (f.feed.told_memo.misses, f.feed.told_memo.hits) == (1, 19)
+    # another spec (no selector to warn about): judged again, nothing told
+    f.feed.on_pod("ADDED", _placed("v1", "reg/amd:1"), None)
+    assert len(f.events.sent) == 20 and f.feed.told_memo.misses == 2
+    # another config object: judged again (what it says may differ)
+    f.feed.config_source = lambda: (PlacementConfig(), None)
+    f.feed.on_pod("ADDED", _replica(pinned, "w1"), None)
+    assert f.feed.told_memo.misses == 3 and f.events.sent[-1][0] == "w1"
+    # the catalog's value of its image changed: judged again
+    f.store.record("reg/amd:1", [("linux", "amd64")], 0.0)
+    before = f.feed.told_memo.misses
+    f.feed.on_pod("ADDED", _replica(pinned, "w2"), None)
+    assert f.store.get("reg/amd:1") is not None
+    assert f.feed.told_memo.misses == before + 1
