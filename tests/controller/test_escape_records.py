@@ -336,6 +336,13 @@ def _replica(pod: dict[str, Any], i: int) -> dict[str, Any]:
     out = copy.deepcopy(pod)
     out["metadata"].update({"name": f"web-{i}", "uid": f"uid-{i}", "resourceVersion": str(i),
                             "creationTimestamp": f"2027-01-15T08:{i % 60:02d}:00Z"})
+    # the API server's token volume, named anew for every pod
+    token = f"kube-api-access-{i:05d}"
+    out["spec"]["volumes"] = [{"name": token, "projected": {"sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}]
+    for c in out["spec"]["containers"]:
+        c["volumeMounts"] = [{"name": token, "readOnly": True,
+                              "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
     return out
 
 

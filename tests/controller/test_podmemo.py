@@ -54,8 +54,13 @@ def test_an_exception_is_not_kept() -> None:
 
 
 def _replica(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``pod`` as another replica: its own uid, name and token volume."""
     out = copy.deepcopy(pod)
     out["metadata"].update({"uid": uid, "name": f"p-{uid}"})
+    token = f"kube-api-access-{uid}"
+    out["spec"]["volumes"] = [{"name": token, "projected": {"sources": []}}]
+    for c in out["spec"]["containers"]:
+        c["volumeMounts"] = [{"name": token, "mountPath": "/var/run/secrets"}]
     return out
 
 
@@ -81,3 +86,44 @@ def test_the_feed_tells_each_replica_and_judges_their_decision_once(
     f.feed.on_pod("ADDED", _replica(pinned, "w2"), None)
     assert f.store.get("reg/amd:1") is not None
     assert f.feed.told_memo.misses == before + 1
+
+
+def test_a_spec_part_leaves_out_only_what_no_rule_reads() -> None:
+    from podplacement.controller.podmemo import placement_spec
+
+    token = {"name": "kube-api-access-x7k2p", "projected": {"sources": []}}
+    image_volume = {"name": "data", "image": {"reference": "reg/data:1"}}
+    spec = {"containers": [{"name": "c", "image": "reg/a:1", "imagePullPolicy": "Always",
+                            "volumeMounts": [{"name": "kube-api-access-x7k2p"}]}],
+            "initContainers": [{"name": "i", "image": "reg/i:1", "volumeMounts": []}],
+            "volumes": [token, image_volume], "nodeSelector": {ARCH_LABEL: "arm64"}}
+    assert placement_spec(spec) == {
+        "containers": [{"name": "c", "image": "reg/a:1", "imagePullPolicy": "Always"}],
+        "initContainers": [{"name": "i", "image": "reg/i:1"}],
+        "volumes": [image_volume], "nodeSelector": {ARCH_LABEL: "arm64"}}
+    other = copy.deepcopy(spec)
+    other["volumes"][0]["name"] = other["containers"][0]["volumeMounts"][0]["name"] = "x"
+    assert placement_spec(other) == placement_spec(spec)  # two replicas: one part
+    assert placement_spec(None) is None and placement_spec([1]) == [1]
+
+
+def test_no_rule_reads_what_a_spec_part_leaves_out() -> None:
+    """placement_spec's premise: rules/ reads no ``volumeMounts`` and the volumes only in
+    ``pod_images`` (their ``image`` source) and the policy's CEL (its image volumes)."""
+    import pathlib
+    import re
+
+    import podplacement.rules as rules
+
+    readers = {}
+    for path in pathlib.Path(rules.__file__).parent.rglob("*.py"):
+        code = "\n".join(line for line in path.read_text().splitlines()
+                         if not line.lstrip().startswith("#"))
+        assert "volumeMounts" not in code, path
+        uses = re.findall(r"_entries\(spec, VOLUMES\)|\bVOLUMES\b|\[.volumes.\]|"
+                          r"\.get\(.volumes.\)", code)
+        if uses:
+            readers[path.name] = len(uses)
+    # placement.py: the constant and pod_images; predicates.py: the import and the CEL's
+    # image volumes (v.?image), which reads nothing else of a volume
+    assert readers == {"placement.py": 2, "predicates.py": 2}, readers
