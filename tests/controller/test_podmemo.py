@@ -42,6 +42,18 @@ def test_equal_parts_and_the_same_context_objects_are_computed_once() -> None:
         InputMemo(size=0)
 
 
+def test_another_scope_empties_the_memo() -> None:
+    memo: InputMemo[int] = InputMemo()
+    config, nodes = object(), object()
+    memo.get(["a"], (), lambda: 1, scope=(config, nodes))
+    memo.get(["b"], (), lambda: 2, scope=(config, nodes))
+    assert len(memo) == 2 and memo.get(["a"], (), lambda: 9, scope=(config, nodes)) == 1
+    relabelled = object()  # a Node changed: a new inventory
+    assert memo.get(["a"], (), lambda: 3, scope=(config, relabelled)) == 3
+    assert len(memo) == 1  # the entries of the old inventory are gone, not kept alive
+    assert memo.get(["b"], (), lambda: 4, scope=(config, relabelled)) == 4
+
+
 def test_an_exception_is_not_kept() -> None:
     memo: InputMemo[int] = InputMemo()
 
