@@ -156,13 +156,22 @@ SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "always-webhook", 
              "skewed",
              "cold-burst",
              "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
-             "warm-small", "warm-nomonitor", "floor-product", "floor-webhook")
+             "warm-small", "warm-nomonitor", "floor-product", "floor-webhook", "floor-same")
 #: ``warm`` variants that tell where its cost goes: a params object holding only the bench
 #: images, or the exec format error monitor (a watch of every placed pod) switched off.
 WARM_ARMS = ("warm", "warm-policy", "warm-small", "warm-nomonitor")
 #: Arms without the product: a minimal MutatingAdmissionPolicy of the benchmark's own
 #: (:func:`floor_policy`), the floor under any placement done by a policy.
-FLOOR_ARMS = ("floor-label", "floor-place", "floor-product", "floor-webhook")
+FLOOR_ARMS = ("floor-label", "floor-place", "floor-product", "floor-webhook", "floor-same")
+#: The floor arms whose pods are placed for real (the arch check applies to them).
+PLACING_FLOORS = ("floor-product", "floor-same")
+#: The floor ``warm`` is measured against, first of these that ran (:func:`report_floor`).
+FLOOR_REFERENCE = ("floor-same", "floor-place")
+#: The catalog uid the ``floor-same`` arm writes into its decision records (it reads no
+#: params object): a fixed uid as long as the API server's, so the records differ from
+#: ``warm``'s in these 36 characters only; :func:`decision_signature` compares records with
+#: the uid replaced by it.
+FLOOR_CATALOG_UID = "00000000-0000-4000-8000-000000000000"
 #: The three manifests every image reference of the benchmark names: repository → the
 #: architectures it runs on (all linux).
 REPOS = {"bench/multi": frozenset({"amd64", "arm64"}), "bench/amd": frozenset({"amd64"}),
@@ -218,6 +227,8 @@ class Run:
     #: indexes (creation order) of the pods the controller placed
     by_controller: list[int] = field(default_factory=list)
     webhook_paths: dict[str, float] = field(default_factory=dict)
+    #: per image, the decisions written into its bound pods (:func:`decision_signature`)
+    decisions: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def bound_per_s(self) -> float:
@@ -721,14 +732,157 @@ def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[di
     return [policy, binding]
 
 
+def _cel_plain(value: Any) -> str:
+    """``value`` (JSON-like) as an untyped CEL literal (maps with string keys), as the
+    product's policy writes label and annotation maps."""
+    from podplacement.rules.admit.predicates import cel_string
+
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{cel_string(str(k))}: {_cel_plain(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_cel_plain(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return cel_string(value)
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+def cel_patch_op(op: Mapping[str, Any]) -> str:
+    """One RFC 6902 op (``add`` / ``replace`` / ``test`` / ``remove``) as a CEL ``JSONPatch``
+    literal: a value under ``/spec`` typed as the pod schema's field at that path
+    (``Object.spec.affinity{...}``, :func:`podplacement.rules.admit.admissionpolicy.cel_typed`,
+    as the product's policy writes it), a value under ``/metadata`` an untyped map or
+    string."""
+    from podplacement.rules.admit.admissionpolicy import cel_typed
+    from podplacement.rules.admit.predicates import cel_string
+
+    path = str(op["path"])
+    fields = f"op: {cel_string(str(op['op']))}, path: {cel_string(path)}"
+    if "value" not in op:
+        return f"JSONPatch{{{fields}}}"
+    if path.startswith("/spec/"):
+        parts = [p for p in path.split("/")[1:] if p != "-" and not p.isdigit()]
+        value = cel_typed("Object." + ".".join(parts), op["value"])
+    else:
+        value = _cel_plain(op["value"])
+    return f"JSONPatch{{{fields}, value: {value}}}"
+
+
+def same_decision_ops(pod: Mapping[str, Any], platforms: Mapping[str, str],
+                      config_obj: Mapping[str, Any] | None,
+                      catalog_uid: str = FLOOR_CATALOG_UID) -> list[dict[str, Any]]:
+    """The JSONPatch ops that write into ``pod`` (being created, no gate) what the product's
+    admission policy writes for it, rendered by the product's Python rules, not copied:
+    the facts of :func:`podplacement.rules.place.placement.placement_facts` (the images'
+    platforms as the catalog holds them, ``platforms``: reference → ``"linux/amd64,..."``;
+    the config ``config_obj``; no nodes, no policy: what the admission paths see), written
+    by :func:`podplacement.rules.place.render.admission_patch` (affinity, tolerations,
+    labels, annotation: the renderer whose result the policy's CEL is tested against), the
+    decision annotation replaced by the policy's own record
+    (:func:`podplacement.rules.admit.admissionpolicy.admission_record`, compact JSON, naming
+    ``catalog_uid``).
+
+    Raises:
+        ValueError: the product would not place ``pod`` (a platform it cannot read).
+    """
+    from podplacement.imageinspect import ImageInfo, Platform
+    from podplacement.rules.admit import admissionpolicy
+    from podplacement.rules.admit.imageparams import value_pairs
+    from podplacement.rules.config import DECISION_ANNOTATION
+    from podplacement.rules.place.placement import (
+        PlacementInputs,
+        compact_json,
+        placement_facts,
+        unique_images,
+    )
+    from podplacement.rules.place.render import admission_patch
+
+    results: dict[str, Any] = {}
+    for image in unique_images(pod):
+        pairs = value_pairs(platforms.get(image, "")) or []
+        if not pairs:
+            raise ValueError(f"{image}: no platforms")
+        results[image] = ImageInfo(image, "", "", tuple(Platform(o, a) for o, a in pairs))
+    config = admissionpolicy.placement_config(config_obj)
+    placement = placement_facts(PlacementInputs(pod, results, config))
+    if not placement.ungate or not placement.record:
+        raise ValueError(f"the product would not place {pod}: {placement.record}")
+    record = compact_json(admissionpolicy.admission_record(placement, catalog_uid))
+    key = "/metadata/annotations/" + DECISION_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    ops = [dict(op) for op in admission_patch(pod, placement)]
+    for op in ops:
+        if op["path"] == "/metadata/annotations":
+            op["value"] = {**op["value"], DECISION_ANNOTATION: record}
+        elif op["path"] == key:
+            op["value"] = record
+    return ops
+
+
+def same_decision_policy(plane: ControlPlane, images: Images, work: Workload
+                         ) -> list[dict[str, Any]]:
+    """``floor-same``: deploy/ applied (CRDs and config only: no process, no params object)
+    and a minimal MutatingAdmissionPolicy of the benchmark's own, no params, no variables,
+    no matchConditions, whose one JSONPatch expression picks, by the first container's image,
+    the ops :func:`same_decision_ops` rendered for a bench pod of that image: the decision
+    ``warm`` writes (the same affinity, labels and annotation, the catalog's uid aside:
+    :data:`FLOOR_CATALOG_UID`), looked up in-process at the least CEL can do it. The arch
+    check and :func:`decision_signature` then compare its pods with ``warm``'s."""
+    install_manifests(plane, REPO / "deploy")
+    with plane.client() as c:
+        config = c.get(CONFIG_PATH).json()
+    platforms = {i: ",".join(f"linux/{a}" for a in sorted(Images.archs(i))) for i in images.base}
+    branches: list[tuple[str, str]] = []
+    for image in images.base:
+        index = work.images.index(image)
+        pod = orjson.loads(work.body(index))
+        pod["metadata"]["namespace"] = NAMESPACE
+        ops = same_decision_ops(pod, platforms, config)
+        branches.append((image, "[" + ", ".join(cel_patch_op(op) for op in ops) + "]"))
+    from podplacement.rules.admit.predicates import cel_string
+
+    expression = "[]"
+    for image, ops_cel in reversed(branches):
+        expression = (f"object.spec.containers[0].image == {cel_string(image)} ? {ops_cel} : "
+                      f"{expression}")
+    policy, binding = floor_policy("floor-label")
+    name = "bench-floor-same"
+    policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
+    policy["spec"]["mutations"][0]["jsonPatch"]["expression"] = expression
+    return [policy, binding]
+
+
+def decision_signature(pod: Mapping[str, Any]) -> str:
+    """What a placement wrote into ``pod``, as one JSON text: its affinity, tolerations,
+    labels and annotations, the decision record's catalog uid replaced by
+    :data:`FLOOR_CATALOG_UID` (``floor-same`` and ``warm`` read different params objects, or
+    none). Equal texts: byte-identical decisions."""
+    from podplacement.rules.config import DECISION_ANNOTATION
+
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = dict(meta.get("annotations") or {})
+    raw = annotations.get(DECISION_ANNOTATION)
+    if isinstance(raw, str):
+        annotations[DECISION_ANNOTATION] = re.sub(
+            r'"catalog":"[^"]*"', f'"catalog":"{FLOOR_CATALOG_UID}"', raw)
+    return orjson.dumps({"affinity": spec.get("affinity"), "tolerations": spec.get("tolerations"),
+                         "labels": meta.get("labels"), "annotations": annotations}).decode()
+
+
 def install_floor(plane: ControlPlane, arm: str, limit: float = 30.0,
                   objects: list[dict[str, Any]] | None = None, image: str | None = None,
                   namespace: str = NAMESPACE) -> None:
     """Create :func:`floor_policy` (or ``objects``: a policy and its binding) and wait until
-    a dry-run pod of ``image`` in ``namespace`` shows its mutation (a label)."""
+    a dry-run pod of ``image`` in ``namespace`` (labelled ``app=probe``, as a bench pod has
+    labels) shows its mutation (a label of its own)."""
     base = "/apis/admissionregistration.k8s.io/v1"
     policy, binding = objects or floor_policy(arm)
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "floor-probe"},
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "floor-probe", "labels": {"app": "probe"}},
              "spec": {"schedulerName": "none",
                       "containers": [{"name": "c", "image": image or "probe"}]}}
     with plane.client() as c:
@@ -738,7 +892,7 @@ def install_floor(plane: ControlPlane, arm: str, limit: float = 30.0,
         while True:
             # refused (failurePolicy Fail) until the API server has the binding's policy
             got = c.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json=probe)
-            if got.is_success and got.json()["metadata"].get("labels"):
+            if got.is_success and set(got.json()["metadata"].get("labels") or {}) - {"app"}:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{arm}: the policy did not apply within {limit} s: "
@@ -770,6 +924,8 @@ def check_pods(plane: ControlPlane, work: Workload, run: Run) -> None:
         raw = (meta.get("annotations") or {}).get("podplacement.io/decision")
         path = "none" if raw is None else str(orjson.loads(raw).get("path", "controller"))
         run.paths[path] += 1
+        run.decisions.setdefault(work.images[int(name[2:])], set()).add(
+            decision_signature(obj))
         if path == "controller":
             run.by_controller.append(int(name[2:]))
         if not node:
@@ -829,6 +985,9 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
                        json=pull_secret(registry, secret)).raise_for_status()
         if arm == "floor-product":
             install_floor(plane, arm, objects=product_policy(plane, images, args.params_entries),
+                          image=images.base[0])
+        elif arm == "floor-same":
+            install_floor(plane, arm, objects=same_decision_policy(plane, images, work),
                           image=images.base[0])
         elif arm == "floor-webhook":
             floor_hook = start_floor_webhook(plane, work_dir / "floorhook")
@@ -1058,6 +1217,7 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
               f"{_join(added, '{:+.2f}', median=True):<34}{vs_warm}")
     if not args.light:
         report_host_cpu(rounds, scenarios, pods)
+        report_floor(rounds, scenarios, pods)
     else:
         added_p50 = {name: _median([pct(a[name].create_latency, .5)
                                     - pct(a["bare"].create_latency, .5) for a in rounds])
@@ -1089,7 +1249,8 @@ def report(rounds: list[dict[str, Run]], scenarios: list[str], args: argparse.Na
                 print("    requests per pod by podplacement: " + ", ".join(
                     f"{k} {v / pods:.3f}" for k, v in sorted(extra.items())))
     bad = [(r + 1, name) for r, arms in enumerate(rounds) for name in scenarios
-           if name not in FLOOR_ARMS and (arms[name].wrong or arms[name].escaped)]
+           if (name not in FLOOR_ARMS or name in PLACING_FLOORS)
+           and (arms[name].wrong or arms[name].escaped)]
     print("\nno wrong placement" if not bad else f"\n! WRONG PLACEMENTS in {bad}")
 
 
@@ -1169,6 +1330,70 @@ def report_host_cpu(rounds: list[dict[str, Run]], scenarios: list[str], pods: in
                      f"{_median([_cpu_model(a, name, False) for a in rounds]):>9.2f}"
                      f"{_median([_cpu_model(a, name, False, PLANE) for a in rounds]):>7.2f}")
         print(line)
+
+
+def same_decisions(warm: Run, floor: Run) -> str:
+    """Whether ``floor`` wrote into its pods exactly the decisions ``warm`` wrote into its
+    own, image by image (:func:`decision_signature`): ``"yes (N images)"``, or what
+    differs."""
+    if not warm.decisions or not floor.decisions:
+        return "not checked (no bound pods)"
+    bad = [image for image in sorted(set(warm.decisions) | set(floor.decisions))
+           if warm.decisions.get(image) != floor.decisions.get(image)
+           or len(warm.decisions.get(image) or ()) != 1]
+    if not bad:
+        return f"yes ({len(warm.decisions)} images)"
+    image = bad[0]
+    return (f"NO for {len(bad)} image(s); {image}: warm {sorted(warm.decisions.get(image, []))}"
+            f" floor {sorted(floor.decisions.get(image, []))}")
+
+
+def ours_ms(run: Run, pods: int) -> float:
+    """CPU milliseconds per pod of our processes (the webhook and every controller)."""
+    cpu = host_cpu(run)
+    return (cpu["webhook"] + cpu["controller"]) * 1000 / pods
+
+
+def report_floor(rounds: list[dict[str, Run]], scenarios: list[str], pods: int) -> None:
+    """With ``warm`` and a floor of :data:`FLOOR_REFERENCE` in the run: per round, warm's
+    pods bound/s over the floor's in the same round (the issue's "warm at the floor"
+    figure) and its median, the same predicted by the CPU (the floor's CPU per pod, every
+    process, over warm's), kube-apiserver's CPU per pod in both, our processes' CPU per
+    warm pod, whether the floor wrote the same decisions (:func:`same_decisions`), then the
+    CPU milliseconds per pod of every process of both arms, round by round."""
+    floor = next((f for f in FLOOR_REFERENCE if f in scenarios), None)
+    if "warm" not in scenarios or floor is None:
+        return
+    print(f"\n== warm at the floor: warm over {floor} in the same round (ms are CPU per pod)")
+    print(f"{'round':<6}{'warm/s':>8}{'floor/s':>8}{'warm/floor':>11}{'CPU model':>10}"
+          f"{'apiserver warm':>15}{'floor':>7}{'ours (warm)':>12}  same decision")
+    ratios, models, ours = [], [], []
+    for r, arms in enumerate(rounds):
+        w, f = arms["warm"], arms[floor]
+        ratio = w.bound_per_s / f.bound_per_s if f.bound_per_s else float("nan")
+        ratios.append(ratio)
+        # with the cores saturated, warm's rate over the floor's is the floor's CPU per pod
+        # (every process) over warm's: steadier than the rates on a shared machine
+        warm_cpu = sum(host_cpu(w).values())
+        models.append(sum(host_cpu(f).values()) / warm_cpu if warm_cpu else float("nan"))
+        ours.append(ours_ms(w, pods))
+        print(f"{r + 1:<6}{w.bound_per_s:>8.1f}{f.bound_per_s:>8.1f}{ratio:>11.2f}"
+              f"{models[-1]:>10.2f}{w.cpu('kube-apiserver') * 1000 / pods:>15.2f}"
+              f"{f.cpu('kube-apiserver') * 1000 / pods:>7.2f}{ours[-1]:>12.2f}  "
+              f"{same_decisions(w, f) if floor == 'floor-same' else 'n/a (constant placement)'}")
+    print(f"median warm/floor {_median(ratios):.2f}, CPU model {_median(models):.2f} (target "
+          f">= 0.95); our processes {_median(ours):.2f} ms CPU per warm pod (median)")
+    names = sorted({n for arms in rounds for a in ("bare", "warm", floor)
+                    for n in arms[a].processes} | {"bench"})
+    print("CPU ms per pod of every process, per round (" + ", ".join(names) + ")")
+    for arm in ("bare", "warm", floor):
+        rows = []
+        for arms in rounds:
+            run = arms[arm]
+            rows.append(" ".join(
+                f"{(run.bench_cpu if n == 'bench' else run.cpu(n)) * 1000 / pods:.2f}"
+                for n in names))
+        print(f"  {arm:<12}" + " | ".join(rows))
 
 
 def report_policy(bare: list[Run], product: list[Run], policy: list[Run]) -> None:

@@ -1,28 +1,38 @@
-"""Where the admission policy's kube-apiserver CPU goes: variants of the product's own
-MutatingAdmissionPolicy on one real control plane, kube-apiserver CPU per pod created.
+"""Where the admission policy's kube-apiserver time goes: variants of the product's own
+MutatingAdmissionPolicy on one real control plane, the cost per pod created of each step.
 
 One kube-apiserver v1.36.2 + etcd (no scheduler: the pods name ``schedulerName: none``, so
-only their creation is measured), deploy/'s CRDs and config, an ImagePlatformCatalog params object
-with the two images the pods name. Each *variant* is a policy bound to a namespace of its
-own; ``--pods`` pods (default 1,500, two images alternating) are created over 8 keep-alive
-connections, and the kube-apiserver CPU they cost (``/proc``, 1 s of tail included) is
-divided by the pods. Rounds are interleaved (the order rotates), and each variant's figure is
-its CPU per pod minus the ``none`` variant's in the same round (median over rounds), next to
-the wall time per pod kube-apiserver spent in its MutatingAdmissionPolicy admission plugin
-(its own histogram: far less noisy than CPU on a shared machine):
+only their creation is measured), deploy/'s CRDs and config, an ImagePlatformCatalog params
+object with the two images the pods name. Each *variant* is a policy bound to a namespace of
+its own (``failurePolicy: Fail``: a variant that errs is refused at installation, never
+measured as a cheap no-op); ``--pods`` pods (default 1,500, the two images alternating) are
+created over 8 keep-alive connections. Per variant and round, three figures per pod: the
+kube-apiserver CPU (``/proc``, 1 s of tail included), the wall time its
+MutatingAdmissionPolicy admission *plugin* spent (``apiserver_admission_controller_admission_
+duration_seconds{name="MutatingAdmissionPolicy"}``: matching, the object's conversion to and
+from its typed form, the policy, the patch), and the time of the policy's own *check*
+(``apiserver_mutating_admission_policy_check_duration_seconds``: its CEL and the patch
+applied). Rounds are interleaved (the order rotates); medians over rounds. The variants form
+a chain, each one step over the one before, so each difference is one step's cost:
 
 - ``none``: no policy (the baseline of the round);
-- ``product``: the policy the controller creates for deploy/'s config
-  (:func:`podplacement.rules.admit.admissionpolicy.desired_policy`), which places every
-  pod here (both images are in the params);
-- ``patch-const-vars``: the product's policy with every variable a constant of the value it
-  takes for these pods: the cost of its JSONPatch expression alone;
-- ``vars-const-patch``: the product's variables, all evaluated, then a constant placement:
-  the cost of the variables alone;
-- ``floor-place``: ``bench/cluster.py``'s constant placement of the product's shape
-  (:func:`bench.cluster.floor_policy`), no params: the floor of any policy that writes it.
+- ``noop``: a policy that matches every pod and patches nothing (an empty list of
+  JSONPatch, :data:`NO_PATCH`): the machinery;
+- ``floor-label``: one JSONPatch op adding a label: a patch applied and the pod re-encoded;
+- ``floor-same``: the constant ops of the decision ``warm`` writes, picked by image
+  (:func:`bench.cluster.same_decision_ops`, the product's Python rules): the patch a placed
+  pod needs, computed by nothing;
+- ``params``: the product's policy (its params, matchConditions and variables declared, but
+  none read) with ``floor-same``'s patch: what the params object and the conditions cost;
+- ``var:<name>``, one per variable of the generated policy in its order: every variable up
+  to this one evaluated (``size([dyn(variables.a), ...]) >= 0 ? (P) : (P)``, P
+  ``floor-same``'s patch; a variable's value is kept once evaluated, so the difference to
+  the one before is this variable's own cost). The names are read from
+  :func:`podplacement.rules.admit.admissionpolicy.desired_policy`, whatever it generates;
+- ``product``: the product's policy as generated: its patch expression over the last
+  ``var:`` is the cost of building the patch from the variables instead of a constant.
 
-Usage: ``python bench/policycost.py [--pods 1500] [--rounds 3]``
+Usage: ``python bench/policycost.py [--pods 1500] [--rounds 3] [--variants a,b,...]``
 """
 
 from __future__ import annotations
@@ -45,8 +55,15 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from bench.cluster import CONFIG_PATH, PARAMS_PATH, floor_policy, install_floor  # noqa: E402
+from bench.cluster import (  # noqa: E402
+    CONFIG_PATH,
+    PARAMS_PATH,
+    cel_patch_op,
+    floor_policy,
+    same_decision_ops,
+)
 from podplacement.rules.admit import admissionpolicy  # noqa: E402
+from podplacement.rules.admit.predicates import cel_string  # noqa: E402
 from podplacement.rules.admit.webhookconfig import webhook_namespace_selection  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     ControlPlane,
@@ -60,45 +77,65 @@ REPO = Path(_ROOT)
 BASE = "/apis/admissionregistration.k8s.io/v1"
 IMAGES = {"registry.example.internal/bench/multi:v1": "linux/amd64,linux/arm64",
           "registry.example.internal/bench/amd:v1": "linux/amd64"}
-#: The value each variable of the product's policy takes for a pod of the first image with
-#: the default config (``patch-const-vars``).
-CONSTANTS = {
-    "images": "['registry.example.internal/bench/multi:v1']", "table": "{}", "known": "true",
-    "free": "true", "policies": "[]", "labels": "{}", "matched": "[]", "hasPolicy": "false",
-    "lists": "[['linux/amd64', 'linux/arm64']]", "pairs": "['linux/amd64', 'linux/arm64']",
-    "allowedOk": "true", "placed": "true", "archs": "['amd64', 'arm64']", "weights": "{}",
-    "preferredArchs": "[]",
-    "decision": json.dumps('{"path":"admission","platforms":["linux/amd64","linux/arm64"],'
-                           '"oses":["linux"],"archs":["amd64","arm64"],"result":"set",'
-                           '"reason":"required architectures amd64, arm64"}'),
-}
-#: A condition that evaluates every variable the product's patch reads.
-EVERY_VARIABLE = ("variables.placed && size(variables.decision) > 0 && "
-                  "size(variables.preferredArchs) >= 0 && size(variables.weights) >= 0 && "
-                  "variables.allowedOk && size(variables.archs) > 0")
 
 Objects = tuple[dict[str, Any], dict[str, Any]] | None
 
 
+#: An empty list of JSONPatch (a bare ``[]`` is ``list(dyn)``, which the API server refuses).
+NO_PATCH = "[JSONPatch{op: 'test', path: '/kind', value: 'Pod'}].filter(p, false)"
+
+
+def pod_body(i: int) -> dict[str, Any]:
+    """Pod ``p-i`` of a variant: no scheduler, one container of image ``i % 2``."""
+    images = list(IMAGES)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}"},
+            "spec": {"schedulerName": "none",
+                     "containers": [{"name": "c", "image": images[i % len(images)]}]}}
+
+
+def floor_same_patch(config: dict[str, Any]) -> str:
+    """The CEL of ``floor-same``: per image, the constant ops of the decision the product
+    writes for a pod of :func:`pod_body` (:func:`bench.cluster.same_decision_ops`)."""
+    expression = "[]"
+    for i, image in reversed(list(enumerate(IMAGES))):
+        ops = same_decision_ops(pod_body(i), IMAGES, config)
+        expression = (f"object.spec.containers[0].image == {cel_string(image)} ? ["
+                      + ", ".join(cel_patch_op(op) for op in ops) + f"] : {expression}")
+    return expression
+
+
+def _with_patch(policy: dict[str, Any], expression: str) -> dict[str, Any]:
+    out = copy.deepcopy(policy)
+    out["spec"]["failurePolicy"] = "Fail"
+    out["spec"]["mutations"] = [{"patchType": "JSONPatch",
+                                 "jsonPatch": {"expression": expression}}]
+    return out
+
+
 def variants(config: dict[str, Any]) -> dict[str, Objects]:
-    """The policy and binding of every variant (module docstring); ``none`` has none."""
+    """The policy and binding of every variant (module docstring), in chain order; ``none``
+    has none."""
     policy = admissionpolicy.desired_policy(admissionpolicy.placement_config(config))
+    policy["spec"]["failurePolicy"] = "Fail"
     binding = admissionpolicy.desired_binding(
         webhook_namespace_selection(config, PRODUCT_NAMESPACE), params_namespace=PRODUCT_NAMESPACE)
-    floor = floor_policy("floor-place")[0]
-    floor_patch = floor["spec"]["mutations"][0]["jsonPatch"]["expression"]
-    const_vars = copy.deepcopy(policy)
-    for var in const_vars["spec"]["variables"]:
-        var["expression"] = CONSTANTS.get(var["name"], var["expression"])
-    vars_only = copy.deepcopy(policy)
-    vars_only["spec"]["mutations"][0]["jsonPatch"]["expression"] = (
-        f"!({EVERY_VARIABLE}) ? [] : {floor_patch}")
-    floor["spec"]["failurePolicy"] = "Ignore"
-    floor_binding = copy.deepcopy(binding)
-    floor_binding["spec"].pop("paramRef")
-    return {"none": None, "product": (policy, binding),
-            "patch-const-vars": (const_vars, binding), "vars-const-patch": (vars_only, binding),
-            "floor-place": (floor, floor_binding)}
+    bare_policy, bare_binding = floor_policy("floor-label")
+    label = bare_policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    same = floor_same_patch(config)
+    out: dict[str, Objects] = {
+        "none": None,
+        "noop": (_with_patch(bare_policy, NO_PATCH), bare_binding),
+        "floor-label": (_with_patch(bare_policy, label), bare_binding),
+        "floor-same": (_with_patch(bare_policy, same), bare_binding),
+        "params": (_with_patch(policy, same), binding),
+    }
+    names = [str(v["name"]) for v in policy["spec"].get("variables") or []]
+    for k in range(1, len(names) + 1):
+        forced = ", ".join(f"dyn(variables.{n})" for n in names[:k])
+        out[f"var:{names[k - 1]}"] = (
+            _with_patch(policy, f"size([{forced}]) >= 0 ? ({same}) : ({same})"), binding)
+    out["product"] = (policy, binding)
+    return out
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -107,9 +144,40 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _install(plane: ControlPlane, ns: str, objects: Objects) -> None:
-    """Bind ``objects`` to namespace ``ns`` only, then wait until a dry-run pod is mutated
-    (:func:`bench.cluster.install_floor`)."""
+_CHECKS = re.compile(
+    r'^apiserver_mutating_admission_policy_check_(total|duration_seconds_sum)\{([^}]*)\} (\S+)$',
+    re.M)
+_PLUGIN_SECONDS = re.compile(
+    r'^apiserver_admission_controller_admission_duration_seconds_sum\{([^}]*)\} (\S+)$', re.M)
+
+
+def _metrics(plane: ControlPlane) -> tuple[float, float, float]:
+    """kube-apiserver's counters so far: the policy ``variant``'s checks and their seconds
+    (``apiserver_mutating_admission_policy_check_total`` and ``..._duration_seconds_sum``,
+    every error type), and the seconds of its MutatingAdmissionPolicy plugin
+    (``apiserver_admission_controller_admission_duration_seconds_sum``, wall time)."""
+    with plane.client() as c:
+        text = c.get("/metrics").text
+    checks = seconds = 0.0
+    for kind, labels, value in _CHECKS.findall(text):
+        if 'policy="variant"' in labels:
+            if kind == "total":
+                checks += float(value)
+            else:
+                seconds += float(value)
+    plugin = sum(float(v) for labels, v in _PLUGIN_SECONDS.findall(text)
+                 if 'name="MutatingAdmissionPolicy"' in labels)
+    return checks, seconds, plugin
+
+
+def _install(plane: ControlPlane, ns: str, objects: Objects, limit: float = 30.0) -> None:
+    """Bind ``objects`` to namespace ``ns`` only, then wait until a dry-run pod there is
+    admitted and the policy counted a check (the API server has it).
+
+    Raises:
+        RuntimeError: not in force within ``limit`` seconds (a variant whose CEL errs is
+            refused: ``failurePolicy: Fail``), with the API server's answer.
+    """
     if objects is None:
         return
     policy, binding = copy.deepcopy(objects[0]), copy.deepcopy(objects[1])
@@ -118,7 +186,20 @@ def _install(plane: ControlPlane, ns: str, objects: Objects) -> None:
     binding["spec"]["policyName"] = "variant"
     binding["spec"]["matchResources"] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-    install_floor(plane, ns, objects=[policy, binding], image=next(iter(IMAGES)), namespace=ns)
+    with plane.client() as c:
+        c.post(f"{BASE}/mutatingadmissionpolicies", json=policy).raise_for_status()
+        c.post(f"{BASE}/mutatingadmissionpolicybindings", json=binding).raise_for_status()
+        deadline = time.monotonic() + limit
+        while True:
+            before = _metrics(plane)[0]
+            got = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"},
+                         json=pod_body(0))
+            if got.status_code == 201 and _metrics(plane)[0] > before:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the variant is not in force within {limit} s: "
+                                   f"{got.status_code} {got.text[:400]}")
+            time.sleep(0.2)
 
 
 def _uninstall(plane: ControlPlane, limit: float = 10.0) -> None:
@@ -132,33 +213,17 @@ def _uninstall(plane: ControlPlane, limit: float = 10.0) -> None:
     time.sleep(1.0)  # the API server's informer drops the policy
 
 
-_PLUGIN_SECONDS = re.compile(
-    r'^apiserver_admission_controller_admission_duration_seconds_sum\{([^}]*)\} (\S+)$', re.M)
-
-
-def _policy_plugin_seconds(plane: ControlPlane) -> float:
-    """Seconds kube-apiserver spent in its MutatingAdmissionPolicy admission plugin so far
-    (``apiserver_admission_controller_admission_duration_seconds_sum``: wall time)."""
-    with plane.client() as c:
-        text = c.get("/metrics").text
-    return sum(float(v) for labels, v in _PLUGIN_SECONDS.findall(text)
-               if 'name="MutatingAdmissionPolicy"' in labels)
-
-
 def measure(plane: ControlPlane, ns: str, pods: int,
-            connections: int = 8) -> tuple[float, float]:
-    """kube-apiserver CPU milliseconds per pod for creating ``pods`` pods in ``ns``, and the
-    milliseconds per pod spent in its MutatingAdmissionPolicy plugin (wall time)."""
-    images = list(IMAGES)
-    bodies = [json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}"},
-                          "spec": {"schedulerName": "none", "containers": [
-                              {"name": "c", "image": images[i % len(images)]}]}}).encode()
-              for i in range(pods)]
+            connections: int = 8) -> tuple[float, float, float]:
+    """For creating ``pods`` pods of :func:`pod_body` in ``ns``, per pod in milliseconds:
+    kube-apiserver's CPU, the wall time of its MutatingAdmissionPolicy plugin, and of the
+    policy ``variant``'s checks."""
+    bodies = [json.dumps(pod_body(i)).encode() for i in range(pods)]
     clients = [plane.client() for _ in range(connections)]
     pid = plane.processes["kube-apiserver"].pid
     try:
         time.sleep(1.0)
-        plugin = _policy_plugin_seconds(plane)
+        _, check0, plugin0 = _metrics(plane)
         before = _cpu_seconds(pid)
 
         def send(i: int) -> None:
@@ -172,17 +237,65 @@ def measure(plane: ControlPlane, ns: str, pods: int,
             list(pool.map(send, range(pods)))
         time.sleep(1.0)
         cpu = (_cpu_seconds(pid) - before) * 1000 / pods
-        return cpu, (_policy_plugin_seconds(plane) - plugin) * 1000 / pods
+        _, check1, plugin1 = _metrics(plane)
+        return cpu, (plugin1 - plugin0) * 1000 / pods, (check1 - check0) * 1000 / pods
     finally:
         for client in clients:
             client.close()
 
 
+def _med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(names: list[str], cpu: dict[str, list[float]], plugin: dict[str, list[float]],
+           check: dict[str, list[float]], pods: int, rounds: int) -> None:
+    """Print per variant its figures (medians over rounds; CPU as added over ``none`` in
+    the same round) and the step over the variant before it in the chain."""
+    added = {n: [v - b for v, b in zip(cpu[n], cpu["none"], strict=True)] for n in names}
+    print(f"\nkube-apiserver per pod created, {pods} pods per variant, {rounds} round(s); "
+          "medians over rounds; CPU added = minus 'none' in the same round; step = minus the "
+          "variant above (the cost of what this one adds)")
+    print(f"{'variant':<24}{'CPU +ms':>9}{'plugin ms':>11}{'check ms':>10}"
+          f"{'step CPU':>10}{'step plugin':>12}{'step check':>11}  CPU added per round")
+    prev: str | None = None
+    for n in names:
+        line = (f"{n:<24}{_med(added[n]):>+9.3f}{_med(plugin[n]):>11.3f}"
+                f"{_med(check[n]):>10.3f}")
+        if prev is None:
+            line += f"{'':>10}{'':>12}{'':>11}"
+        else:
+            # steps per round, then their median (steadier than a difference of medians)
+            def step(series: dict[str, list[float]], a: str = n, b: str = prev) -> float:
+                return _med([x - y for x, y in zip(series[a], series[b], strict=True)])
+            line += f"{step(cpu):>+10.3f}{step(plugin):>+12.3f}{step(check):>+11.3f}"
+        print(line + "  " + ", ".join(f"{a:+.2f}" for a in added[n]))
+        prev = n
+    var = [n for n in names if n.startswith("var:")]
+    if {"noop", "floor-label", "floor-same", "params", "product"} <= set(names) and var:
+        def diff(a: str, b: str, series: dict[str, list[float]]) -> float:
+            return _med([x - y for x, y in zip(series[a], series[b], strict=True)])
+
+        print("\nwhere the policy plugin's time goes (ms/pod, wall; CPU in brackets):")
+        for what, a, b in (
+                ("the machinery (a policy, an empty patch)", "noop", "none"),
+                ("one JSONPatch op applied, the pod re-encoded", "floor-label", "noop"),
+                ("the whole decision's ops instead of one label", "floor-same", "floor-label"),
+                ("params, matchConditions, variables declared", "params", "floor-same"),
+                ("every variable evaluated", var[-1], "params"),
+                ("the patch built from the variables, not constant", "product", var[-1]),
+                ("the product over floor-same", "product", "floor-same")):
+            print(f"  {what:<52}{diff(a, b, plugin):>+8.3f}  ({diff(a, b, cpu):+.3f})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the rounds and print each variant's added kube-apiserver CPU per pod."""
+    """Run the rounds and print each variant's figures and steps."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--pods", type=int, default=1500, help="pods per variant and round")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--variants", default="",
+                    help="comma-separated subset of the variants (default: all; 'none' is "
+                         "always run)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-policycost-"))
     plane = start_control_plane(locate_assets(), work / "plane", scheduler=False)
@@ -195,36 +308,32 @@ def main(argv: list[str] | None = None) -> int:
                 "metadata": {"name": "cluster", "namespace": PRODUCT_NAMESPACE},
                 "spec": {"images": IMAGES}}).raise_for_status()
         all_variants = variants(config)
-        names = list(all_variants)
-        per_pod: dict[str, list[float]] = {name: [] for name in names}
-        in_plugin: dict[str, list[float]] = {name: [] for name in names}
+        wanted = {v for v in args.variants.split(",") if v}
+        unknown = wanted - set(all_variants)
+        if unknown:
+            ap.error(f"unknown variants {sorted(unknown)}; choose from {list(all_variants)}")
+        names = [n for n in all_variants if not wanted or n in wanted or n == "none"]
+        cpu: dict[str, list[float]] = {name: [] for name in names}
+        plugin: dict[str, list[float]] = {name: [] for name in names}
+        check: dict[str, list[float]] = {name: [] for name in names}
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                ns = f"r{r}-{name}"
+                ns = f"r{r}-{name.replace(':', '-').lower()}"
                 with plane.client() as c:
                     c.post("/api/v1/namespaces",
                            json={"metadata": {"name": ns}}).raise_for_status()
                 _install(plane, ns, all_variants[name])
                 try:
-                    cpu, plugin = measure(plane, ns, args.pods)
+                    figures = measure(plane, ns, args.pods)
                 finally:
                     if all_variants[name] is not None:
                         _uninstall(plane)
-                per_pod[name].append(cpu)
-                in_plugin[name].append(plugin)
-                print(f"round {r + 1} {name:<18} {cpu:6.2f} ms/pod CPU, {plugin:6.3f} ms/pod "
-                      "in the policy plugin", file=sys.stderr, flush=True)
-        print(f"\nkube-apiserver CPU per pod created, {args.pods} pods per variant, "
-              f"{args.rounds} rounds; added = minus 'none' in the same round")
-        print(f"{'variant':<18}{'CPU ms/pod':>11}  {'added (per round)':<44}"
-              f"{'policy plugin ms/pod (wall, per round)'}")
-        for name in names:
-            added = [v - b for v, b in zip(per_pod[name], per_pod["none"], strict=True)]
-            rounds = ", ".join(f"{a:+.2f}" for a in added)
-            added_text = f"{statistics.median(added):+.2f} ({rounds})"
-            print(f"{name:<18}{statistics.median(per_pod[name]):>11.2f}  {added_text:<44}"
-                  f"{statistics.median(in_plugin[name]):.3f} ("
-                  + ", ".join(f"{v:.3f}" for v in in_plugin[name]) + ")")
+                for series, value in zip((cpu, plugin, check), figures, strict=True):
+                    series[name].append(value)
+                print(f"round {r + 1} {name:<24} {figures[0]:6.2f} ms/pod CPU, "
+                      f"{figures[1]:6.3f} plugin, {figures[2]:6.3f} check", file=sys.stderr,
+                      flush=True)
+        report(names, cpu, plugin, check, args.pods, args.rounds)
     finally:
         plane.stop()
     return 0

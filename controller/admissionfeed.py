@@ -46,6 +46,7 @@ from typing import Any
 
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
+from podplacement.controller.podmemo import InputMemo, placement_spec
 from podplacement.kubeclient import Informer
 from podplacement.rules.admit.imageparams import ParamsStore
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, PlacementConfig
@@ -57,7 +58,7 @@ from podplacement.rules.monitor.admitted import (
     images_to_learn,
     recently_created,
 )
-from podplacement.rules.place.placement import unique_images
+from podplacement.rules.place.placement import EventSpec, unique_images
 from podplacement.rules.platforms import NodeInventory, node_inventory
 from podplacement.rules.policy import PlacementPolicy, policy_for
 
@@ -138,6 +139,8 @@ class AdmissionFeed:
         self.on_always = on_always
         #: UIDs of the pods told about (insertion order: the oldest first).
         self.told: OrderedDict[str, None] = OrderedDict()
+        #: admission_events memoized on all it reads (controller.podmemo)
+        self.told_memo: InputMemo[tuple[EventSpec, ...]] = InputMemo()
         self._pending: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._workers: list[asyncio.Task[None]] = []
@@ -209,9 +212,15 @@ class AdmissionFeed:
         if not uid or uid in self.told:
             return
         namespace = str(meta.get("namespace") or "")
-        specs = admission_events(pod, record, config, catalog=self.store.get,
-                                 nodes=self._nodes(),
-                                 policy=policy_for(pod, self.policies(namespace)))
+        nodes, policy = self._nodes(), policy_for(pod, self.policies(namespace))
+        # admission_events reads the pod's namespace, labels, annotations and spec, the
+        # catalog's values of its images, the policy, the config and the nodes
+        specs = self.told_memo.get(
+            [namespace, meta.get("labels"), meta.get("annotations"),
+             placement_spec(pod.get("spec")),
+             [self.store.get(i) for i in unique_images(pod)]], (policy,),
+            lambda: admission_events(pod, record, config, catalog=self.store.get, nodes=nodes,
+                                     policy=policy), scope=(config, nodes))
         if not specs:
             return
         self.told[uid] = None

@@ -61,6 +61,7 @@ from podplacement.controller.events import EventSink
 from podplacement.controller.generic import POD_KEYS, Controller, PodKey, QueueSettings
 from podplacement.controller.metrics import Metrics
 from podplacement.controller.poddelete import DELETED, GONE, delete_pod
+from podplacement.controller.podmemo import DEFAULT_SIZE, InputMemo, placement_spec
 from podplacement.controller.reconciler import pod_key, split_key
 from podplacement.kubeclient import (
     STRATEGIC_MERGE_PATCH,
@@ -71,7 +72,7 @@ from podplacement.kubeclient import (
     namespace_path,
     pod_path,
 )
-from podplacement.rules.config import AFFINITY_LABEL, PlacementConfig
+from podplacement.rules.config import AFFINITY_LABEL, DECISION_ANNOTATION, PlacementConfig
 from podplacement.rules.monitor.escape import (
     FIT,
     REPAIRED,
@@ -114,6 +115,31 @@ MAX_QUEUED = 10_000
 #: Namespaces whose labels are kept, and for how long (seconds).
 MAX_NAMESPACES = 1000
 NAMESPACE_TTL_SECONDS = 10.0
+
+
+class DoubtMemo:
+    """:func:`rules.monitor.escape.placement_doubt` memoized
+    (:class:`controller.podmemo.InputMemo`) on everything it reads: the pod's decision
+    annotation, its ``spec`` (:func:`controller.podmemo.placement_spec`) and its node's
+    labels (or that the node is not known).
+    The replicas of one workload placed alike share one entry, so an honest placed pod
+    costs a hash of its spec instead of the re-derivation of its record.
+
+    Attributes:
+        memo: the memo (its ``hits`` and ``misses``).
+    """
+
+    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+        self.memo: InputMemo[str | None] = InputMemo(size)
+
+    def __call__(self, pod: Mapping[str, Any], node: Mapping[str, Any] | None) -> str | None:
+        """``placement_doubt(pod, node)``, from the memo when this input was judged."""
+        annotations = (pod.get("metadata") or {}).get("annotations")
+        record = annotations.get(DECISION_ANNOTATION) if isinstance(annotations, Mapping) else None
+        node_labels = None if node is None else (node.get("metadata") or {}).get("labels")
+        return self.memo.get([record, placement_spec(pod.get("spec")), node is None,
+                              node_labels], (),
+                             lambda: placement_doubt(pod, node))
 
 
 class InspectLater(Exception):
@@ -182,6 +208,7 @@ class EscapeMonitor:
         self._created: tuple[str, float | None] = ("", None)
         self._changed = asyncio.Event()
         self._full_logged = False
+        self.doubts = DoubtMemo()
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -267,7 +294,7 @@ class EscapeMonitor:
             return
         if skip_reason(pod, own_namespace=self.own_namespace,
                        config_created=self._config_created(),
-                       node=self._node(pod)) is not None:
+                       node=self._node(pod), doubt=self.doubts) is not None:
             return
         if len(self.queue) >= MAX_QUEUED:
             if not self._full_logged:
@@ -298,10 +325,11 @@ class EscapeMonitor:
             return None
         node = self._node(pod)
         if skip_reason(pod, own_namespace=self.own_namespace,
-                       config_created=self._config_created(), node=node) is not None:
+                       config_created=self._config_created(), node=node,
+                       doubt=self.doubts) is not None:
             return None
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        doubt = (placement_doubt(pod, node) or "") if AFFINITY_LABEL in labels else ""
+        doubt = (self.doubts(pod, node) or "") if AFFINITY_LABEL in labels else ""
         config = self.config_source()[0]
         labels = await self._namespace_labels(ns)
         if labels is None or namespace_opted_out(labels, config.namespace_selector):

@@ -365,14 +365,15 @@ class KubeAPI:
                     else:
                         buf = b""
                         async for chunk in resp.content.iter_any():
-                            buf += chunk
-                            while True:
-                                nl = buf.find(b"\n")
-                                if nl < 0:
-                                    break
-                                line, buf = buf[:nl], buf[nl + 1 :]
+                            # each event's line is decoded once, where it lies in the
+                            # chunk; only a line the chunk ends inside is carried over
+                            buf = buf + chunk if buf else chunk
+                            start = 0
+                            while (nl := buf.find(b"\n", start)) >= 0:
+                                line, start = buf[start:nl], nl + 1
                                 if line.strip():
                                     yield orjson.loads(line)
+                            buf = buf[start:] if start else buf
                         if buf.strip():
                             yield orjson.loads(buf)
                         return

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +198,9 @@ def recorded(pod: Mapping[str, Any]) -> bool:
 
 def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
                 config_created: float | None,
-                node: Mapping[str, Any] | None = None) -> str | None:
+                node: Mapping[str, Any] | None = None,
+                doubt: Callable[[Mapping[str, Any], Mapping[str, Any] | None], str | None]
+                | None = None) -> str | None:
     """Why the escape monitor leaves ``pod`` alone, or None when it is an escape to check
     (its namespace's opt-out is checked apart: :func:`rules.scope.namespace_opted_out`
     needs the Namespace's labels).
@@ -209,6 +211,9 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
         config_created: unix seconds of the PodPlacementConfig's ``creationTimestamp``, or
             None when there is no config (nothing is placed then: ``no_config``).
         node: the pod's Node dict (None: not known), for :func:`placement_doubt`.
+        doubt: what computes :func:`placement_doubt` (None: that function), e.g. a memo of
+            it; it must return what :func:`placement_doubt` returns for the same pod and
+            node.
 
     Returns:
         One of the ``SKIP_*`` reasons or :mod:`rules.scope`'s, or None. A pod
@@ -239,7 +244,7 @@ def skip_reason(pod: Mapping[str, Any], *, own_namespace: str,
     created = created_at(pod)
     if created is None or created < config_created:
         return SKIP_PREDATES_CONFIG
-    if AFFINITY_LABEL in labels and placement_doubt(pod, node) is None:
+    if AFFINITY_LABEL in labels and (doubt or placement_doubt)(pod, node) is None:
         return SKIP_PLACED
     return None
 

@@ -325,3 +325,69 @@ def test_the_event_and_the_record_name_the_doubted_label() -> None:
     plain = json.loads(record_patch(labelled(), verdict, now=1.0)["metadata"]["annotations"][
         "podplacement.io/placement-escaped"])
     assert "labelDoubted" not in plain
+
+
+# --- the escape monitor's memo of placement_doubt (controller/escapemonitor.py) ---------------
+
+
+def _replica(pod: dict[str, Any], i: int) -> dict[str, Any]:
+    """``pod`` as another replica of its workload: its own name, uid, creation time and
+    resourceVersion, the same spec and record."""
+    out = copy.deepcopy(pod)
+    out["metadata"].update({"name": f"web-{i}", "uid": f"uid-{i}", "resourceVersion": str(i),
+                            "creationTimestamp": f"2027-01-15T08:{i % 60:02d}:00Z"})
+    # the API server's token volume, named anew for every pod
+    token = f"kube-api-access-{i:05d}"
+    out["spec"]["volumes"] = [{"name": token, "projected": {"sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}]
+    for c in out["spec"]["containers"]:
+        c["volumeMounts"] = [{"name": token, "readOnly": True,
+                              "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+    return out
+
+
+def test_the_doubt_memo_judges_each_distinct_input_once_and_as_placement_doubt() -> None:
+    from podplacement.controller.escapemonitor import DoubtMemo
+
+    pod = gated()
+    decision = decide(PlacementInputs(pod, PLATFORMS["amd64-arm64"], PlacementConfig()))
+    honest = placed(pod, decision.patch, node="node-arm64")
+    honest["metadata"]["labels"].update({AFFINITY_LABEL: "set"})
+    arm, ppc = node("node-arm64", "arm64"), node("node-ppc", "ppc64le")
+    memo = DoubtMemo()
+    # the replicas of one workload, placed alike, are judged once
+    for i in range(50):
+        assert memo(_replica(honest, i), arm) is None
+    assert (memo.memo.misses, memo.memo.hits) == (1, 49)
+    # what differs in what placement_doubt reads is judged again, never served stale
+    copied = _replica(honest, 99)  # the record copied, the affinity not
+    del copied["spec"]["affinity"]
+    other_node = _replica(honest, 98)
+    other_node["spec"]["nodeName"] = "node-ppc"
+    forged = _replica(honest, 97)
+    forged["metadata"]["annotations"][DECISION_ANNOTATION] = forged["metadata"]["annotations"][
+        DECISION_ANNOTATION].replace("arm64", "ppc64le")
+    cases = [(copied, arm), (other_node, ppc), (honest, ppc), (honest, None), (forged, arm)]
+    for case, where in cases:
+        assert memo(case, where) == placement_doubt(case, where)
+        assert memo(case, where) == placement_doubt(case, where)  # from the memo now
+    assert memo(copied, arm) == DOUBT_AFFINITY
+    assert memo(honest, ppc) is not None
+    assert memo.memo.misses == 1 + len(cases)
+    assert skip_reason(_replica(honest, 3), own_namespace=NS, config_created=CONFIG_CREATED,
+                       node=arm, doubt=memo) == "placed"
+    assert skip_reason(copied, own_namespace=NS, config_created=CONFIG_CREATED, node=arm,
+                       doubt=memo) is None
+
+
+def test_the_doubt_memo_is_bounded() -> None:
+    from podplacement.controller.escapemonitor import DoubtMemo
+
+    memo = DoubtMemo(size=2)
+    pods = [gated(required(term(expr(ARCH_LABEL, "In", arch)))) for arch in
+            ("amd64", "arm64", "s390x")]
+    for pod in pods:
+        memo(pod, None)
+    assert len(memo.memo) == 2
+    memo(pods[0], None)  # evicted first, judged again
+    assert memo.memo.misses == 4
