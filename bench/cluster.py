@@ -134,6 +134,7 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 from podplacement.controller.paramswriter import params_collection_path  # noqa: E402
+from podplacement.rules.admit.imageparams import catalog_maps  # noqa: E402
 from podplacement.rules.config import ARCH_LABEL, OS_LABEL, SCHEDULING_GATE  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
     DEFAULT_NODES,
@@ -523,10 +524,10 @@ def count_audit(plane: ControlPlane, since: datetime, until: datetime) -> Counte
 
 def seed_params(plane: ControlPlane, entries: int, images: dict[str, str]) -> None:
     """Create the params object ImagePlatformCatalog ``cluster`` with ``images`` (reference →
-    ``os/arch`` list, learned now: ``spec.learned``) and filler images (~110-character
-    references by digest, which have no ``spec.learned`` item) up to ``entries``, before the
+    ``os/arch`` list, learned now) and filler images (~110-character
+    references by digest, which have no learned time) up to ``entries``, before the
     controller starts: it adopts them, so the policy reads a full-size object. Filler by
-    digest, because 5,000 long tag references with their ``spec.learned`` items exceed the
+    digest, because 5,000 long tag references with their learned times exceed the
     controller's 1 MB bound (it would evict some on adoption)."""
     filler = {f"registry.example.internal/t{i % 50:02d}/s{i:05d}@sha256:"
               + hashlib.sha256(str(i).encode()).hexdigest(): "linux/amd64,linux/arm64"
@@ -538,8 +539,7 @@ def seed_params(plane: ControlPlane, entries: int, images: dict[str, str]) -> No
                                   "kind": "ImagePlatformCatalog",
                                   "metadata": {"name": "cluster",
                                                "namespace": PRODUCT_NAMESPACE},
-                                  "spec": {"images": {**filler, **images},
-                                           "learned": learned}}
+                                  "spec": catalog_maps({**filler, **images}, learned)}
                ).raise_for_status()
 
 

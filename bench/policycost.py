@@ -63,6 +63,7 @@ from bench.cluster import (  # noqa: E402
     same_decision_ops,
 )
 from podplacement.rules.admit import admissionpolicy  # noqa: E402
+from podplacement.rules.admit.imageparams import catalog_maps  # noqa: E402
 from podplacement.rules.admit.predicates import cel_string  # noqa: E402
 from podplacement.rules.admit.webhookconfig import webhook_namespace_selection  # noqa: E402
 from podplacement.sandbox.controlplane import (  # noqa: E402
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             c.post(PARAMS_PATH, json={
                 "apiVersion": "podplacement.io/v1beta1", "kind": "ImagePlatformCatalog",
                 "metadata": {"name": "cluster", "namespace": PRODUCT_NAMESPACE},
-                "spec": {"images": IMAGES}}).raise_for_status()
+                "spec": catalog_maps(IMAGES)}).raise_for_status()
         all_variants = variants(config)
         wanted = {v for v in args.variants.split(",") if v}
         unknown = wanted - set(all_variants)
