@@ -20,6 +20,16 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   writer has taken over the live object, so a new leader inspects only what that object
   lacks. The pods placed by the webhook, not only by the controller, thus fill the catalog
   from which the policy places the next pods of those images.
+  When the webhook placed the pod, it has just inspected those images itself: the feed then
+  takes the webhook's anonymous result from its inspection report
+  (:class:`controller.inspectionreports.InspectionReports`, validated like a registry's
+  answer; learned time = when the registry answered the webhook) instead of fetching the
+  image again. An image not reported yet waits up to :data:`REPORT_WAIT_SECONDS` for the
+  report (the webhook writes it at most about a second after the admission), off the
+  workers; then, or at once while no webhook replica reports (an older webhook during an
+  upgrade, ``--no-inspection-report``), the worker inspects it as before. The report is
+  only read for the images of the pod seen placed: nothing the report names enters the
+  catalog otherwise.
 - **tell**: the Warning Event of the decision of a pod placed at admission, and its
   ``ExecFormatExclusion`` when an exclusion narrowed it
   (:func:`rules.monitor.admitted.admission_events`: the controller's own Events for
@@ -42,7 +52,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
@@ -74,8 +84,14 @@ MAX_PENDING = 1_000
 #: Images inspected at once for the catalog.
 WORKERS = 4
 
+#: Seconds an image of a pod placed at admission waits for the webhook's report of it
+#: before the controller inspects it itself (the webhook writes at most once a second).
+REPORT_WAIT_SECONDS = 3.0
+
 #: ``podplacement_admission_feed_inspections_total`` results.
 INSPECTED = "ok"
+#: ... taken from the webhook's inspection report (no registry request)
+REPORTED = "reported"
 FAILED = "failed"
 DROPPED = "dropped"
 
@@ -104,6 +120,10 @@ class AdmissionFeed:
         on_always: called with each image a placed anonymous pod pulls with
             ``imagePullPolicy: Always`` (:func:`rules.monitor.admitted.always_images`;
             the controller keeps checking those tags, :mod:`rules.freshness`).
+        reports: the webhook's inspection reports
+            (:class:`controller.inspectionreports.InspectionReports`), or None: every
+            image is inspected by the controller.
+        report_wait: seconds an image waits for its report (module docstring).
     """
 
     def __init__(
@@ -122,6 +142,8 @@ class AdmissionFeed:
         adopted: asyncio.Event | None = None,
         clock: Callable[[], float] = time.time,
         on_always: Callable[[str], None] | None = None,
+        reports: ReportSource | None = None,
+        report_wait: float = REPORT_WAIT_SECONDS,
     ) -> None:
         self.store = store
         self.inspector = inspector
@@ -136,6 +158,10 @@ class AdmissionFeed:
         self.adopted = adopted
         self.clock = clock
         self.on_always = on_always
+        self.reports = reports
+        self.report_wait = report_wait
+        #: images waiting for the webhook's report → the timer of the fallback inspection
+        self._awaiting: dict[str, asyncio.TimerHandle] = {}
         #: UIDs of the pods told about (insertion order: the oldest first).
         self.told: OrderedDict[str, None] = OrderedDict()
         self._pending: set[str] = set()
@@ -144,6 +170,8 @@ class AdmissionFeed:
         self._inventory: NodeInventory | None = None
         if nodes is not None:
             nodes.add_handler(self._nodes_changed)
+        if reports is not None:
+            reports.subscribe(self._reported)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -164,6 +192,9 @@ class AdmissionFeed:
                 await task
         self._workers.clear()
         self._pending.clear()
+        for handle in self._awaiting.values():
+            handle.cancel()
+        self._awaiting.clear()
 
     # --- the watch ---------------------------------------------------------------------
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -196,7 +227,27 @@ class AdmissionFeed:
             self.metrics.admission_feed.labels(DROPPED).inc()
             return
         self._pending.add(image)
+        if (self.reports is not None and self.reports.get(image) is None
+                and self.reports.reporting()):
+            self._awaiting[image] = asyncio.get_running_loop().call_later(
+                self.report_wait, self._give_up, image)
+            return
         self._queue.put_nowait(image)
+
+    def _reported(self, images: Mapping[str, Any]) -> None:
+        """The webhook reported ``images``: those waiting go to the workers now."""
+        if not self._awaiting:
+            return
+        for image in images:
+            handle = self._awaiting.pop(image, None)
+            if handle is not None:
+                handle.cancel()
+                self._queue.put_nowait(image)
+
+    def _give_up(self, image: str) -> None:
+        """No report of ``image`` within ``report_wait``: the workers inspect it."""
+        if self._awaiting.pop(image, None) is not None and self._workers:
+            self._queue.put_nowait(image)
 
     def _tell(self, pod: Mapping[str, Any], record: Mapping[str, Any] | None,
               config: PlacementConfig) -> None:
@@ -256,6 +307,11 @@ class AdmissionFeed:
             await self.adopted.wait()
         if image in self.store or not self.publishing():
             return
+        reported = self.reports.get(image) if self.reports is not None else None
+        if reported is not None:
+            self.metrics.admission_feed.labels(REPORTED).inc()
+            self.publish(image, reported)
+            return
         try:
             result = await self.inspector().inspect(image)
         except Exception as exc:  # the registry's errors; the next pod of it tries again
@@ -264,6 +320,14 @@ class AdmissionFeed:
             return
         self.metrics.admission_feed.labels(INSPECTED).inc()
         self.publish(image, result)
+
+
+class ReportSource(Protocol):
+    """What the feed needs of :class:`controller.inspectionreports.InspectionReports`."""
+
+    def get(self, image: str) -> Any: ...
+    def reporting(self) -> bool: ...
+    def subscribe(self, listener: Callable[[Mapping[str, Any]], None]) -> None: ...
 
 
 def _platform_labels(node: Mapping[str, Any]) -> tuple[Any, Any]:

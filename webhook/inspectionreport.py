@@ -9,6 +9,7 @@ update, no I/O. A new entry (an image not noted yet, or a newer registry answer)
 report changed. :meth:`InspectionReport.run` writes it at most once per ``interval``
 (1 s) while something changed: one JSON merge patch of this replica's key of the ConfigMap
 :data:`~rules.admit.inspectionreport.REPORT_CONFIGMAP` (the key: the webhook's pod name),
+also written every :data:`HEARTBEAT` seconds (so the controller knows a replica reports),
 which also removes the keys of replicas that have not written for
 :data:`~rules.admit.inspectionreport.STALE_KEY_SECONDS` (the patch's answer is the whole
 ConfigMap: no extra read). Entries noted more than ``window`` seconds ago, or answered by
@@ -33,6 +34,9 @@ from typing import Any
 
 from podplacement.kubeclient import ApiError, KubeAPI, NotFound, resource_path
 from podplacement.rules.admit.inspectionreport import (
+    MAX_REPORT_ENTRIES as MAX_ENTRIES,
+)
+from podplacement.rules.admit.inspectionreport import (
     REPORT_CONFIGMAP,
     STALE_KEY_SECONDS,
     ReportEntry,
@@ -40,9 +44,6 @@ from podplacement.rules.admit.inspectionreport import (
     encode_report,
     report_entry,
     valid_key,
-)
-from podplacement.rules.admit.inspectionreport import (
-    MAX_REPORT_ENTRIES as MAX_ENTRIES,
 )
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_WINDOW", "InspectionReport", "report_path"]
@@ -57,6 +58,9 @@ DEFAULT_INTERVAL = 1.0
 DEFAULT_WINDOW = 90.0
 #: Seconds between writes while the ConfigMap is missing.
 ABSENT_RETRY = 30.0
+#: Seconds after which the key is written even if nothing changed: the controller waits for
+#: reports only while some replica wrote within ``STALE_KEY_SECONDS`` (300).
+HEARTBEAT = 60.0
 
 
 def report_path(namespace: str) -> str:
@@ -96,6 +100,7 @@ class InspectionReport:
         self._stale: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._last_error = ""
+        self._written = 0.0
         #: writes that succeeded (tests, benchmarks)
         self.writes = 0
 
@@ -157,6 +162,7 @@ class InspectionReport:
             self._error(f"report not written: HTTP {exc.status} {exc.reason}", str(exc.status))
             return False
         self._last_error = ""
+        self._written = now
         self.writes += 1
         self._stale = _stale_keys(answer, now)
         return True
@@ -171,7 +177,8 @@ class InspectionReport:
         while True:
             await asyncio.sleep(self.absent_retry if self._last_error == "absent"
                                 else self.interval)
-            if self._changed or self._stale or self._expiring():
+            if (self._changed or self._stale or self._expiring()
+                    or self.clock() - self._written >= HEARTBEAT):
                 await self.write()
 
     def _expiring(self) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -178,11 +178,14 @@ class ParsedReport:
             reference as written, the digest, platforms ``os/arch`` without variant, an empty
             media type and ``fetched_at``).
         skipped: entries left out (malformed, or a tag answered ``ttl`` or more ago).
+        raw: image → its entry as written, for the images of ``images`` (the next parse's
+            ``known``).
     """
 
     written: float
     images: Mapping[str, ImageInfo]
     skipped: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_report(text: object, *, now: float, ttl: float,
@@ -211,6 +214,7 @@ def parse_report(text: object, *, now: float, ttl: float,
         return "no written time"
     raw_images: dict[str, Any] = doc["images"]
     images: dict[str, ImageInfo] = {}
+    kept: dict[str, Any] = {}
     skipped = 0
     for image, raw in list(raw_images.items())[:MAX_REPORT_ENTRIES]:
         prior = known.get(image) if known is not None else None
@@ -220,8 +224,9 @@ def parse_report(text: object, *, now: float, ttl: float,
             skipped += 1
             continue
         images[image] = result
+        kept[image] = raw
     skipped += max(0, len(raw_images) - MAX_REPORT_ENTRIES)
-    return ParsedReport(min(written, now), images, skipped)
+    return ParsedReport(min(written, now), images, skipped, kept)
 
 
 def _entry(image: str, raw: Any) -> ImageInfo | None:
