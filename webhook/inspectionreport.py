@@ -57,7 +57,7 @@ DEFAULT_INTERVAL = 1.0
 #: minute (:data:`controller.admissionfeed.EVENT_WINDOW_SECONDS`).
 DEFAULT_WINDOW = 90.0
 #: Seconds between writes while the ConfigMap is missing.
-ABSENT_RETRY = 30.0
+ABSENT_RETRY = 5.0
 #: Seconds after which the key is written even if nothing changed: the controller waits for
 #: reports only while some replica wrote within ``STALE_KEY_SECONDS`` (300).
 HEARTBEAT = 60.0
