@@ -97,9 +97,12 @@ def valid_key(name: str) -> bool:
 
 def report_entry(result: ImageLike) -> ReportEntry | None:
     """The report entry of one anonymous inspection result (``imageinspect.ImageInfo``
-    shape), or None when it has nothing the catalog could publish: no platforms that fit
+    shape), or None when it has nothing the catalog could publish: not a result, a result
+    an exclusion took a platform from (:class:`rules.learn.LearnedImage`), no platforms that fit
     the CRD's pattern (:func:`rules.admit.imageparams.platforms_value`), no digest of the
     OCI grammar, or no ``fetched_at`` (a result not built by the inspector)."""
+    if not isinstance(getattr(result, "platforms", None), tuple | list):
+        return None  # not a result (an exception stands for a failed inspection)
     if getattr(result, "excluded", ()):
         return None  # a result with platforms left out (rules.learn.LearnedImage)
     value = platforms_value(image_platform_pairs(result))
