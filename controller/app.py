@@ -324,10 +324,12 @@ class Controller:
 
     def _runnables(self) -> list[Runnable]:
         """The long-running parts, in start order (stopped in reverse): on every replica the
-        Event senders (stopped last, after a bounded flush), the caches and the registries and
-        bindings loops; on the leader (:meth:`controller.term.LeadershipTerm.start_leading`)
-        the policy status loop, the escape monitor (while this process runs the lifecycle),
-        the exec-format-error monitor, the admission feed and, last, the watch of placed pods
+        Event senders (stopped last, after a bounded flush), the caches (the webhook's
+        inspection reports among them) and the registries and bindings loops; on the leader
+        (:meth:`controller.term.LeadershipTerm.start_leading`) the policy status loop, the
+        escape monitor (while this process runs the lifecycle), the exec-format-error
+        monitor, the creation of the report ConfigMap, the admission feed and, last, the
+        watch of placed pods
         that feeds those two (docs/design.md, "Runnables")."""
         out: list[Runnable] = [Service("events", False, self.events.start, self._stop_events)]
         out += [Service(f"informer {i.name}", False, i.start, i.stop)
