@@ -16,9 +16,10 @@ ConfigMap: no extra read). Entries noted more than ``window`` seconds ago, or an
 the registry ``cacheTTL`` ago, are dropped; the buffer holds
 :data:`~rules.admit.inspectionreport.MAX_REPORT_ENTRIES` at most (the oldest out first).
 
-Errors: the ConfigMap is missing (a controller older than this webhook, which creates none
-and reads none): one log line, then a write every ``absent_retry`` seconds; any other API
-error: one line per kind of error, retried at the next interval. The admission path never
+Errors: the ConfigMap is missing (the leader creates it a moment after its start, or a
+controller older than this webhook, which creates none and reads none): one log line, and the
+write is tried again after 1, 2, 4 ... up to :data:`MAX_RETRY` seconds; any other API error:
+one line per kind of error, retried the same way. The admission path never
 waits for a write. On shutdown (:meth:`stop`) the replica removes its key.
 """
 
@@ -56,11 +57,11 @@ DEFAULT_INTERVAL = 1.0
 #: within seconds of the pod's placement, and a new leader learns the pods placed in the last
 #: minute (:data:`controller.admissionfeed.EVENT_WINDOW_SECONDS`).
 DEFAULT_WINDOW = 90.0
-#: Seconds between writes while the ConfigMap is missing.
-ABSENT_RETRY = 5.0
 #: Seconds after which the key is written even if nothing changed: the controller waits for
 #: reports only while some replica wrote within ``STALE_KEY_SECONDS`` (300).
 HEARTBEAT = 60.0
+#: Longest wait (seconds) before a write that failed is tried again.
+MAX_RETRY = 30.0
 
 
 def report_path(namespace: str) -> str:
@@ -87,20 +88,20 @@ class InspectionReport:
 
     def __init__(self, api: KubeAPI, namespace: str, key: str, *,
                  ttl: Callable[[], float], interval: float = DEFAULT_INTERVAL,
-                 window: float = DEFAULT_WINDOW, clock: Callable[[], float] = time.time,
-                 absent_retry: float = ABSENT_RETRY) -> None:
+                 window: float = DEFAULT_WINDOW, clock: Callable[[], float] = time.time
+                 ) -> None:
         if not valid_key(key):
             raise ValueError(f"{key[:80]!r} is not a ConfigMap key")
         self.api, self.namespace, self.key = api, namespace, key
         self.ttl, self.interval, self.window, self.clock = ttl, interval, window, clock
-        self.absent_retry = absent_retry
         #: image → (entry, when last noted); the least recently noted first
         self._entries: OrderedDict[str, tuple[ReportEntry, float]] = OrderedDict()
         self._changed = False
         self._stale: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._last_error = ""
-        self._written = 0.0
+        self._attempted = 0.0
+        self._backoff = 0.0
         #: writes that succeeded (tests, benchmarks)
         self.writes = 0
 
@@ -148,24 +149,31 @@ class InspectionReport:
         data: dict[str, Any] = {self.key: text}
         data.update(dict.fromkeys(self._stale - {self.key}))
         self._changed = False
+        self._attempted = now
         try:
             answer = await self.api.request("PATCH", report_path(self.namespace),
                                             body={"data": data})
         except NotFound:
-            self._changed = True
-            self._error(f"ConfigMap {self.namespace}/{REPORT_CONFIGMAP} not found (a "
-                        "controller older than this webhook?): the controller inspects "
-                        "the images itself", "absent")
+            self._failed()
+            self._error(f"ConfigMap {self.namespace}/{REPORT_CONFIGMAP} not found (not "
+                        "created by the leader yet, or a controller older than this "
+                        "webhook): until it is, the controller inspects the images itself",
+                        "absent")
             return False
         except ApiError as exc:
-            self._changed = True
+            self._failed()
             self._error(f"report not written: HTTP {exc.status} {exc.reason}", str(exc.status))
             return False
         self._last_error = ""
-        self._written = now
+        self._backoff = 0.0
         self.writes += 1
         self._stale = _stale_keys(answer, now)
         return True
+
+    def _failed(self) -> None:
+        """A write failed: write again (all of it) after the next backoff step."""
+        self._changed = True
+        self._backoff = min(MAX_RETRY, max(self.interval, 2 * self._backoff))
 
     def _error(self, message: str, kind: str) -> None:
         if kind != self._last_error:
@@ -175,10 +183,11 @@ class InspectionReport:
     async def run(self) -> None:
         """Write while something changed, at most once per ``interval``, until cancelled."""
         while True:
-            await asyncio.sleep(self.absent_retry if self._last_error == "absent"
-                                else self.interval)
+            await asyncio.sleep(self.interval)
+            if self._backoff and self.clock() - self._attempted < self._backoff:
+                continue
             if (self._changed or self._stale or self._expiring()
-                    or self.clock() - self._written >= HEARTBEAT):
+                    or self.clock() - self._attempted >= HEARTBEAT):
                 await self.write()
 
     def _expiring(self) -> bool:

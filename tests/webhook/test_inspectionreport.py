@@ -113,3 +113,21 @@ async def test_errors_are_logged_once_and_never_raised(caplog: pytest.LogCapture
 def test_a_key_that_is_not_a_configmap_key_is_refused() -> None:
     with pytest.raises(ValueError):
         InspectionReport(Api(), "ns", "a/b", ttl=lambda: 1.0)  # type: ignore[arg-type]
+
+
+async def test_a_failed_write_is_retried_with_a_backoff() -> None:
+    api, clock = Api(), [NOW]
+    report = _report(api, clock)
+    report.note("r/a:1", _info("r/a:1"))
+    api.fail = NotFound(404, "NotFound", "configmaps not found")  # the leader creates it soon
+    assert not await report.write()
+    assert report._backoff == report.interval
+    assert not await report.write()
+    assert report._backoff == 2 * report.interval
+    for _ in range(10):
+        await report.write()
+    assert report._backoff == 30.0  # bounded
+    api.fail = None
+    assert await report.write() and report._backoff == 0.0
+    doc = json.loads(api.sent[-1][2]["data"]["webhook-a"])
+    assert "r/a:1" in doc["images"]  # what was noted while it failed is sent whole
