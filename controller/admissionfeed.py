@@ -234,14 +234,14 @@ class AdmissionFeed:
             return
         self._queue.put_nowait(image)
 
-    def _reported(self, images: Mapping[str, Any]) -> None:
-        """The webhook reported ``images``: those waiting go to the workers now."""
-        if not self._awaiting:
+    def _reported(self) -> None:
+        """The webhook's reports changed: the images waiting that are reported now go to the
+        workers."""
+        if not self._awaiting or self.reports is None:
             return
-        for image in images:
-            handle = self._awaiting.pop(image, None)
-            if handle is not None:
-                handle.cancel()
+        for image in list(self._awaiting):
+            if self.reports.get(image) is not None:
+                self._awaiting.pop(image).cancel()
                 self._queue.put_nowait(image)
 
     def _give_up(self, image: str) -> None:
@@ -327,7 +327,7 @@ class ReportSource(Protocol):
 
     def get(self, image: str) -> Any: ...
     def reporting(self) -> bool: ...
-    def subscribe(self, listener: Callable[[Mapping[str, Any]], None]) -> None: ...
+    def subscribe(self, listener: Callable[[], None]) -> None: ...
 
 
 def _platform_labels(node: Mapping[str, Any]) -> tuple[Any, Any]:

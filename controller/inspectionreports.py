@@ -1,7 +1,8 @@
 """The controller's side of the webhook's inspection reports: it watches the ConfigMap
 :data:`~rules.admit.inspectionreport.REPORT_CONFIGMAP` of its own namespace, validates each
-webhook replica's key (:func:`rules.admit.inspectionreport.parse_report`) and keeps the
-results by image, so that the admission feed (:mod:`controller.admissionfeed`) publishes an
+webhook replica's key (:func:`rules.admit.inspectionreport.read_report`; an entry is
+validated when it is looked up, :func:`~rules.admit.inspectionreport.reported_result`), so
+that the admission feed (:mod:`controller.admissionfeed`) publishes an
 image the webhook placed a pod with from the webhook's anonymous result instead of fetching
 it again (docs/how-it-decides.md, "The catalog fills itself from every path").
 
@@ -9,7 +10,8 @@ Every replica keeps the watch (one small object: a field selector on its name); 
 creates the ConfigMap when it is missing (:meth:`InspectionReports.ensure`: the webhook may
 only patch it). A key that is not of this release's format (an older or newer webhook, a
 hand edit) is ignored with one log line per change; so is a key over the bounds, a key
-beyond :data:`~rules.admit.inspectionreport.MAX_KEYS`, and every malformed entry (counted).
+beyond :data:`~rules.admit.inspectionreport.MAX_KEYS`, and a malformed entry looked up
+(counted).
 An upgrade from a webhook that writes no report leaves no key: the feed then fetches at
 once, as before (:meth:`InspectionReports.reporting`).
 
@@ -25,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from podplacement.imageinspect import ImageInfo
@@ -34,7 +36,9 @@ from podplacement.rules.admit.inspectionreport import (
     MAX_KEYS,
     REPORT_CONFIGMAP,
     STALE_KEY_SECONDS,
-    parse_report,
+    RawReport,
+    read_report,
+    reported_result,
 )
 
 __all__ = ["API_REQUESTS", "InspectionReports", "reports_collection_path"]
@@ -48,7 +52,7 @@ API_REQUESTS: tuple[tuple[str, str], ...] = (
     ("POST", "/api/v1/namespaces/{namespace}/configmaps"),
 )
 
-Listener = Callable[[Mapping[str, ImageInfo]], None]
+Listener = Callable[[], None]
 
 
 def reports_collection_path(namespace: str) -> str:
@@ -77,30 +81,36 @@ class InspectionReports:
             name="inspection reports", watch_timeout=watch_timeout, max_backoff=10.0,
             keep_cache=False)
         self.informer.add_handler(self._on_event)
-        #: key → (its raw text, written, image → (raw entry, result))
-        self._keys: dict[str, tuple[str, float, dict[str, tuple[Any, ImageInfo]]]] = {}
+        #: key → (its text, what it says)
+        self._keys: dict[str, tuple[str, RawReport]] = {}
         #: key → the reason it is ignored (logged once per change)
         self._ignored: dict[str, str] = {}
         self._listeners: list[Listener] = []
         self._exists = False
-        #: entries left out as malformed or expired, over all parses (tests, logs)
+        #: entries looked up and found malformed or expired (tests)
         self.skipped = 0
 
     # --- reading ---------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener(images)`` with the images new or changed in a report, after each
-        change of the ConfigMap (in the event loop; it must not block)."""
+        """Call ``listener()`` after each change of the reports (in the event loop; it must
+        not block): the images it waits for may be there now (:meth:`get`)."""
         self._listeners.append(listener)
 
     def get(self, image: str) -> ImageInfo | None:
-        """The newest reported anonymous result of ``image`` (as written in pod specs), or
-        None: no replica reported it."""
+        """The newest reported anonymous result of ``image`` (as written in pod specs),
+        validated now (:func:`rules.admit.inspectionreport.reported_result`), or None: no
+        replica reported it, or not validly."""
         best: ImageInfo | None = None
-        for _, _, images in self._keys.values():
-            held = images.get(image)
-            if held is not None and (best is None or (held[1].fetched_at or 0)
-                                     > (best.fetched_at or 0)):
-                best = held[1]
+        now, ttl = self.clock(), self.ttl()
+        for _, report in self._keys.values():
+            raw = report.images.get(image)
+            if raw is None:
+                continue
+            result = reported_result(image, raw, now=now, ttl=ttl)
+            if result is None:
+                self.skipped += 1
+            elif best is None or (result.fetched_at or 0) > (best.fetched_at or 0):
+                best = result
         return best
 
     def reporting(self) -> bool:
@@ -108,9 +118,11 @@ class InspectionReports:
         :data:`~rules.admit.inspectionreport.STALE_KEY_SECONDS`: the feed then waits a
         moment for the report of an image placed by the webhook before fetching it."""
         limit = self.clock() - STALE_KEY_SECONDS
-        return any(written > limit for _, written, _ in self._keys.values())
+        return any(report.written > limit for _, report in self._keys.values())
 
     def _on_event(self, etype: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        """Read each key that changed (one JSON decode each; entries are validated when
+        looked up), then tell the listeners."""
         meta = obj.get("metadata") or {}
         if meta.get("name") != REPORT_CONFIGMAP:
             return
@@ -121,9 +133,8 @@ class InspectionReports:
         self._exists = True
         data = obj.get("data")
         data = data if isinstance(data, dict) else {}
-        now, ttl = self.clock(), self.ttl()
-        changed: dict[str, ImageInfo] = {}
-        kept: dict[str, tuple[str, float, dict[str, tuple[Any, ImageInfo]]]] = {}
+        now = self.clock()
+        kept: dict[str, tuple[str, RawReport]] = {}
         for n, (key, text) in enumerate(sorted(data.items())):
             if n >= MAX_KEYS:
                 self._ignore(str(key), f"more than {MAX_KEYS} replicas report")
@@ -132,23 +143,15 @@ class InspectionReports:
             if prior is not None and prior[0] == text:
                 kept[key] = prior
                 continue
-            known = prior[2] if prior is not None else None
-            parsed = parse_report(text, now=now, ttl=ttl, known=known)
-            if isinstance(parsed, str):
-                self._ignore(str(key), parsed)
+            report = read_report(text, now=now)
+            if isinstance(report, str):
+                self._ignore(str(key), report)
                 continue
             self._ignored.pop(key, None)
-            self.skipped += parsed.skipped
-            entries = {image: (parsed.raw.get(image), result)
-                       for image, result in parsed.images.items()}
-            kept[key] = (text, parsed.written, entries)
-            for image, (entry, result) in entries.items():
-                if known is None or image not in known or known[image][0] != entry:
-                    changed[image] = result
+            kept[key] = (text, report)
         self._keys = kept
-        if changed:
-            for listener in self._listeners:
-                listener(changed)
+        for listener in self._listeners:
+            listener()
 
     def _ignore(self, key: str, reason: str) -> None:
         if self._ignored.get(key) != reason:

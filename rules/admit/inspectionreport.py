@@ -20,10 +20,11 @@ manifest the registry answered with and ``fetched_at``: the unix second the regi
 answered (:attr:`imageinspect.ImageInfo.fetched_at`). Only anonymous answers are ever
 written (the webhook inspects with no credentials at all).
 
-The controller trusts the channel no more than a registry: :func:`parse_report` validates
-every entry as it would a registry's answer (a reference of the grammar, a value of the CRD's
-pattern in canonical form, a digest of the OCI grammar, a time no later than ``now``; a tag
-answered ``ttl`` or more ago is dropped) and bounds the key's entries and bytes. A value of
+The controller trusts the channel no more than a registry: :func:`read_report` bounds a
+key's bytes and entries, and :func:`reported_result` validates the entry of an image it
+looks up as it would a registry's answer (a reference of the grammar, a value of the CRD's
+pattern in canonical form, a digest of the OCI grammar; a tag answered ``ttl`` or more ago
+is not taken). A value of
 another format (a newer webhook's, or garbage) is ignored whole with one reason. The report
 is only ever *read* for an image the controller saw placed in a pod
 (:mod:`controller.admissionfeed`): an entry no placed pod names never enters the catalog.
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -55,12 +56,13 @@ __all__ = [
     "REPORT_CONFIGMAP",
     "REPORT_FORMAT",
     "STALE_KEY_SECONDS",
-    "ParsedReport",
+    "RawReport",
     "ReportEntry",
     "decode_written",
     "encode_report",
-    "parse_report",
+    "read_report",
     "report_entry",
+    "reported_result",
     "valid_key",
 ]
 
@@ -172,42 +174,27 @@ def _document(text: object) -> dict[str, Any] | str:
 
 
 @dataclass(frozen=True, slots=True)
-class ParsedReport:
-    """What :func:`parse_report` read from one key.
+class RawReport:
+    """One replica's key, read but its entries not yet validated (:func:`read_report`).
 
     Attributes:
         written: when the replica wrote it (unix seconds, at most ``now``).
-        images: image reference → its result (:class:`imageinspect.ImageInfo` with the
-            reference as written, the digest, platforms ``os/arch`` without variant, an empty
-            media type and ``fetched_at``).
-        skipped: entries left out (malformed, or a tag answered ``ttl`` or more ago).
-        raw: image → its entry as written, for the images of ``images`` (the next parse's
-            ``known``).
+        images: image reference → its entry as written; validate one with
+            :func:`reported_result` when it is needed (a key holds up to 1,000 entries and
+            is rewritten every second; the controller looks up a few).
     """
 
     written: float
-    images: Mapping[str, ImageInfo]
-    skipped: int = 0
-    raw: Mapping[str, Any] = field(default_factory=dict)
+    images: Mapping[str, Any]
 
 
-def parse_report(text: object, *, now: float, ttl: float,
-                 known: Mapping[str, tuple[Any, ImageInfo]] | None = None
-                 ) -> ParsedReport | str:
-    """Validate one replica's key.
-
-    Args:
-        text: the key's value.
-        now: unix seconds.
-        ttl: the config's ``imageInspection.cacheTTL`` (seconds): a tag reference answered
-            ``ttl`` or more before ``now`` is left out (the catalog would not record it).
-        known: image → (raw entry, result) of the previous parse of the same key: an
-            unchanged raw entry is not validated again (a key is rewritten every second
-            with mostly the same entries). Only the expiry is checked again.
+def read_report(text: object, *, now: float) -> RawReport | str:
+    """Read one replica's key (one JSON decode, no per-entry work).
 
     Returns:
-        A :class:`ParsedReport`, or the reason (one line, our own words) the whole value is
-        ignored: not JSON, another format, no ``images`` object, no valid ``written``.
+        A :class:`RawReport`, or the reason (one line, our own words) the whole value is
+        ignored: not JSON, another format, no ``images`` object or more than
+        :data:`MAX_REPORT_ENTRIES`, no valid ``written``.
     """
     doc = _document(text)
     if isinstance(doc, str):
@@ -215,21 +202,31 @@ def parse_report(text: object, *, now: float, ttl: float,
     written = learned_value(doc.get("written"))
     if written is None:
         return "no written time"
-    raw_images: dict[str, Any] = doc["images"]
-    images: dict[str, ImageInfo] = {}
-    kept: dict[str, Any] = {}
-    skipped = 0
-    for image, raw in list(raw_images.items())[:MAX_REPORT_ENTRIES]:
-        prior = known.get(image) if known is not None else None
-        result = prior[1] if prior is not None and prior[0] == raw else _entry(image, raw)
-        if result is None or result.fetched_at is None or (
-                result.fetched_at <= now - ttl and not is_pinned(image)):
-            skipped += 1
-            continue
-        images[image] = result
-        kept[image] = raw
-    skipped += max(0, len(raw_images) - MAX_REPORT_ENTRIES)
-    return ParsedReport(min(written, now), images, skipped, kept)
+    images: dict[str, Any] = doc["images"]
+    if len(images) > MAX_REPORT_ENTRIES:
+        return f"{len(images)} images, over {MAX_REPORT_ENTRIES}"
+    return RawReport(min(written, now), images)
+
+
+def reported_result(image: str, raw: Any, *, now: float, ttl: float) -> ImageInfo | None:
+    """The result a report's entry ``raw`` gives ``image``, validated as a registry's answer
+    would be (module docstring), or None: malformed, or a tag reference answered ``ttl``
+    (the config's ``imageInspection.cacheTTL``, seconds) or more before ``now``.
+
+    Returns:
+        an :class:`imageinspect.ImageInfo` with the reference as written, the digest,
+        platforms ``os/arch`` without variant, an empty media type and ``fetched_at`` (not
+        capped here: :meth:`rules.admit.imageparams.ParamsStore.record` counts a time after
+        ``now`` as ``now``).
+    """
+    if raw is None:
+        return None
+    result = _entry(image, raw)
+    if result is None or result.fetched_at is None:
+        return None
+    if result.fetched_at <= now - ttl and not is_pinned(image):
+        return None
+    return result
 
 
 def _entry(image: str, raw: Any) -> ImageInfo | None:

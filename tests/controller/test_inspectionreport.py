@@ -25,10 +25,11 @@ def test_round_trip_keeps_what_the_catalog_publishes() -> None:
     assert entry == ("linux/amd64,linux/arm64", DIGEST, int(NOW - 10))
     text, kept = ir.encode_report({"reg.example/app:v1": entry}, NOW)
     assert kept == 1 and json.loads(text)["v"] == ir.REPORT_FORMAT
-    parsed = ir.parse_report(text, now=NOW, ttl=3600)
-    assert isinstance(parsed, ir.ParsedReport) and parsed.written == NOW
-    (result,) = parsed.images.values()
-    assert (result.reference, result.digest, result.fetched_at) == (
+    report = ir.read_report(text, now=NOW)
+    assert isinstance(report, ir.RawReport) and report.written == NOW
+    (image, raw), = report.images.items()
+    result = ir.reported_result(image, raw, now=NOW, ttl=3600)
+    assert result is not None and (result.reference, result.digest, result.fetched_at) == (
         "reg.example/app:v1", DIGEST, NOW - 10)
     assert {(p.os, p.architecture) for p in result.platforms} == {
         ("linux", "amd64"), ("linux", "arm64")}
@@ -59,11 +60,13 @@ def test_every_entry_is_validated_like_a_registry_answer() -> None:
         "reg.example/short:v1": ["linux/amd64", DIGEST],
     }
     text = json.dumps({"v": 1, "written": NOW, "images": images})
-    parsed = ir.parse_report(text, now=NOW, ttl=3600)
-    assert isinstance(parsed, ir.ParsedReport)
-    assert set(parsed.images) == {"reg.example/ok:v1", "reg.example/future:v1",
-                                  "reg.example/pinned@sha256:" + "cd" * 32}
-    assert parsed.skipped == len(images) - 3
+    report = ir.read_report(text, now=NOW)
+    assert isinstance(report, ir.RawReport)
+    taken = {i for i, raw in report.images.items()
+             if ir.reported_result(i, raw, now=NOW, ttl=3600) is not None}
+    assert taken == {"reg.example/ok:v1", "reg.example/future:v1",
+                     "reg.example/pinned@sha256:" + "cd" * 32}
+    assert ir.reported_result("reg.example/absent:v1", None, now=NOW, ttl=3600) is None
 
 
 def test_a_value_of_another_format_is_ignored_whole_with_a_reason() -> None:
@@ -71,8 +74,11 @@ def test_a_value_of_another_format_is_ignored_whole_with_a_reason() -> None:
                          (json.dumps({"v": 2, "images": {}}), "format '2'"),
                          (json.dumps({"v": 1}), "no images object"),
                          (json.dumps({"v": 1, "images": {}}), "no written time"),
-                         ("x" * (ir.MAX_REPORT_BYTES + 1), "over")):
-        got = ir.parse_report(text, now=NOW, ttl=3600)
+                         ("x" * (ir.MAX_REPORT_BYTES + 1), "over"),
+                         (json.dumps({"v": 1, "written": 1, "images": {
+                             f"r/i{i}:1": 0 for i in range(ir.MAX_REPORT_ENTRIES + 1)}}),
+                          "images, over")):
+        got = ir.read_report(text, now=NOW)
         assert isinstance(got, str) and reason in got, (text, got)
 
 
@@ -82,21 +88,17 @@ def test_the_report_is_bounded_in_entries_and_bytes_newest_kept() -> None:
     text, kept = ir.encode_report(entries, NOW)
     assert len(text) <= ir.MAX_REPORT_BYTES and 0 < kept <= ir.MAX_REPORT_ENTRIES
     last = list(entries)[-1]
-    parsed = ir.parse_report(text, now=NOW, ttl=3600)
-    assert isinstance(parsed, ir.ParsedReport) and last in parsed.images
-    assert next(iter(entries)) not in parsed.images
+    report = ir.read_report(text, now=NOW)
+    assert isinstance(report, ir.RawReport) and last in report.images
+    assert next(iter(entries)) not in report.images
 
 
-def test_an_unchanged_entry_is_not_validated_again_but_still_expires() -> None:
-    text, _ = ir.encode_report({"reg.example/app:v1": ("linux/amd64", DIGEST, int(NOW))}, NOW)
-    first = ir.parse_report(text, now=NOW, ttl=3600)
-    assert isinstance(first, ir.ParsedReport)
-    known = {i: (first.raw[i], r) for i, r in first.images.items()}
-    again = ir.parse_report(text, now=NOW + 1, ttl=3600, known=known)
-    assert isinstance(again, ir.ParsedReport)
-    assert again.images["reg.example/app:v1"] is first.images["reg.example/app:v1"]
-    late = ir.parse_report(text, now=NOW + 3600, ttl=3600, known=known)
-    assert isinstance(late, ir.ParsedReport) and not late.images
+def test_a_tag_answered_a_cache_ttl_ago_is_not_taken() -> None:
+    raw = ["linux/amd64", DIGEST, int(NOW)]
+    assert ir.reported_result("r/app:v1", raw, now=NOW + 3599, ttl=3600) is not None
+    assert ir.reported_result("r/app:v1", raw, now=NOW + 3600, ttl=3600) is None
+    pinned = "r/app@sha256:" + "cd" * 32  # content-addressed: never stale
+    assert ir.reported_result(pinned, raw, now=NOW + 10**6, ttl=3600) is not None
 
 
 def test_keys_and_written_times() -> None:
