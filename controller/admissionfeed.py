@@ -67,6 +67,7 @@ from podplacement.rules.monitor.admitted import (
     images_to_learn,
     recently_created,
 )
+from podplacement.rules.place.admission import PATH_WEBHOOK
 from podplacement.rules.place.placement import unique_images
 from podplacement.rules.platforms import NodeInventory, node_inventory
 from podplacement.rules.policy import PlacementPolicy, policy_for
@@ -217,17 +218,19 @@ class AdmissionFeed:
         config = self.config_source()[0]
         if self.publishing() and self._workers:
             for image in images_to_learn(pod, record, config, self.store.__contains__):
-                self._learn(image)
+                self._learn(image, wait=path == PATH_WEBHOOK)
         self._tell(pod, record, config)
 
-    def _learn(self, image: str) -> None:
+    def _learn(self, image: str, *, wait: bool = False) -> None:
+        """Queue ``image`` for the workers; with ``wait`` (the webhook placed the pod) and a
+        webhook replica reporting, only once its report arrives or ``report_wait`` passed."""
         if image in self._pending:
             return
         if len(self._pending) >= MAX_PENDING:
             self.metrics.admission_feed.labels(DROPPED).inc()
             return
         self._pending.add(image)
-        if (self.reports is not None and self.reports.get(image) is None
+        if (wait and self.reports is not None and self.reports.get(image) is None
                 and self.reports.reporting()):
             self._awaiting[image] = asyncio.get_running_loop().call_later(
                 self.report_wait, self._give_up, image)
