@@ -27,7 +27,9 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   image again. An image not reported yet waits up to :data:`REPORT_WAIT_SECONDS` for the
   report (the webhook writes it at most about a second after the admission), off the
   workers; then, or at once while no webhook replica reports (an older webhook during an
-  upgrade, ``--no-inspection-report``), the worker inspects it as before. The report is
+  upgrade, ``--no-inspection-report``), the worker inspects it as before; so it does
+  whenever the config names a ``registriesConfigMapRef`` (registry rules the controller
+  applies and the webhook does not read). The report is
   only read for the images of the pod seen placed: nothing the report names enters the
   catalog otherwise.
 - **tell**: the Warning Event of the decision of a pod placed at admission, and its
@@ -125,6 +127,9 @@ class AdmissionFeed:
             (:class:`controller.inspectionreports.InspectionReports`), or None: every
             image is inspected by the controller.
         report_wait: seconds an image waits for its report (module docstring).
+        use_reports: False while the reports must not be taken: the config names a
+            ``registriesConfigMapRef``, whose rules (blocked registries, mirrors) the
+            controller's inspector applies and the webhook's does not read.
     """
 
     def __init__(
@@ -145,6 +150,7 @@ class AdmissionFeed:
         on_always: Callable[[str], None] | None = None,
         reports: ReportSource | None = None,
         report_wait: float = REPORT_WAIT_SECONDS,
+        use_reports: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.inspector = inspector
@@ -161,6 +167,7 @@ class AdmissionFeed:
         self.on_always = on_always
         self.reports = reports
         self.report_wait = report_wait
+        self.use_reports = use_reports
         #: images waiting for the webhook's report → the timer of the fallback inspection
         self._awaiting: dict[str, asyncio.TimerHandle] = {}
         #: UIDs of the pods told about (insertion order: the oldest first).
@@ -230,12 +237,17 @@ class AdmissionFeed:
             self.metrics.admission_feed.labels(DROPPED).inc()
             return
         self._pending.add(image)
-        if (wait and self.reports is not None and self.reports.get(image) is None
-                and self.reports.reporting()):
+        reports = self._reports()
+        if (wait and reports is not None and reports.get(image) is None
+                and reports.reporting()):
             self._awaiting[image] = asyncio.get_running_loop().call_later(
                 self.report_wait, self._give_up, image)
             return
         self._queue.put_nowait(image)
+
+    def _reports(self) -> ReportSource | None:
+        """The webhook's reports, when they may be taken now (``use_reports``)."""
+        return self.reports if self.reports is not None and self.use_reports() else None
 
     def _reported(self) -> None:
         """The webhook's reports changed: the images waiting that are reported now go to the
@@ -310,7 +322,8 @@ class AdmissionFeed:
             await self.adopted.wait()
         if image in self.store or not self.publishing():
             return
-        reported = self.reports.get(image) if self.reports is not None else None
+        reports = self._reports()
+        reported = reports.get(image) if reports is not None else None
         if reported is not None:
             self.metrics.admission_feed.labels(REPORTED).inc()
             self.publish(image, reported)

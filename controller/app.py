@@ -426,6 +426,11 @@ class Controller:
         """True when this process runs the PodPlacementConfig lifecycle."""
         return self.lifecycle is not None
 
+    def _reports_apply(self) -> bool:
+        """Whether the webhook's inspection reports may be published: not while the config
+        names a registries ConfigMap (its rules are the controller's alone)."""
+        return self.config_source()[0].image_inspection.registries_config_map is None
+
     def _cache_ttl(self) -> float:
         """The config's ``imageInspection.cacheTTL`` (seconds)."""
         return self.config_source()[0].image_inspection.cache_ttl_seconds
@@ -756,7 +761,8 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         publishing=c.publisher.publishing, config_source=c.placement_config,
         events=c.events, metrics=c.metrics, nodes=c.nodes,
         policies=c.policy_watch.of, listing=c._placed_listing,
-        adopted=c.params_writer.adopted, on_always=c.fresh.used, reports=c.reports)
+        adopted=c.params_writer.adopted, on_always=c.fresh.used, reports=c.reports,
+        use_reports=c._reports_apply)
     placed.subscribe("admission feed", feed.on_pod)
     placed.subscribe("exec format monitor", execformat.on_pod, enabled=execformat.enabled)
     escapes = EscapeMonitor(

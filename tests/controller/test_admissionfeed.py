@@ -401,3 +401,21 @@ async def test_a_malformed_report_is_ignored_and_the_image_fetched(
         assert f.inspected == [image] and f.store.get(image) == "linux/arm64"
     finally:
         await f.feed.stop()
+
+
+async def test_with_a_registries_configmap_the_controller_fetches_itself(
+        registry: Registry, make_pusher: Any, inspector: Inspector) -> None:
+    """The config's registriesConfigMapRef (blocked registries, mirrors) is applied by the
+    controller's inspector only: its reports are not taken then."""
+    make_pusher(registry).image("feed/rules", "v1", architecture="arm64")
+    image = f"{registry.host}/feed/rules:v1"
+    f = Reported(inspector, wait=60.0)
+    f.feed.use_reports = lambda: False
+    f.report("webhook-a", {image: await inspector.inspect(image)})
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", image), None)
+        await _until(lambda: image in f.store)
+        assert f.inspected == [image]
+    finally:
+        await f.feed.stop()
