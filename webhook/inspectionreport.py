@@ -38,6 +38,7 @@ from podplacement.rules.admit.inspectionreport import (
     MAX_REPORT_ENTRIES as MAX_ENTRIES,
 )
 from podplacement.rules.admit.inspectionreport import (
+    MAX_REFERENCE_LENGTH,
     REPORT_CONFIGMAP,
     STALE_KEY_SECONDS,
     ReportEntry,
@@ -108,7 +109,10 @@ class InspectionReport:
     def note(self, image: str, result: Any) -> None:
         """Keep ``image``'s anonymous result (``imageinspect.ImageInfo``); cheap, no I/O.
         A result without a publishable entry (:func:`rules.admit.inspectionreport.
-        report_entry`) is ignored."""
+        report_entry`), or of a reference longer than the controller reads
+        (:data:`~rules.admit.inspectionreport.MAX_REFERENCE_LENGTH`), is ignored."""
+        if len(image) > MAX_REFERENCE_LENGTH:
+            return
         now = self.clock()
         held = self._entries.get(image)
         if held is not None and result is not None and (

@@ -51,6 +51,7 @@ from podplacement.rules.platforms import ImageLike, image_platform_pairs
 
 __all__ = [
     "MAX_KEYS",
+    "MAX_REFERENCE_LENGTH",
     "MAX_REPORT_BYTES",
     "MAX_REPORT_ENTRIES",
     "REPORT_CONFIGMAP",

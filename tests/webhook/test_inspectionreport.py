@@ -76,6 +76,8 @@ def test_noting_the_same_answer_again_changes_nothing() -> None:
     assert report._changed
     report.note("r/x:1", ValueError("not a result"))
     report.note("r/y:1", ImageInfo("r/y:1", DIGEST, "", (), NOW))  # nothing to publish
+    long = "r/" + "a" * 600 + ":1"  # longer than the controller reads
+    report.note(long, _info(long))
     assert len(report) == 1
 
 
