@@ -35,9 +35,6 @@ from typing import Any
 
 from podplacement.kubeclient import ApiError, KubeAPI, NotFound, resource_path
 from podplacement.rules.admit.inspectionreport import (
-    MAX_REPORT_ENTRIES as MAX_ENTRIES,
-)
-from podplacement.rules.admit.inspectionreport import (
     MAX_REFERENCE_LENGTH,
     REPORT_CONFIGMAP,
     STALE_KEY_SECONDS,
@@ -46,6 +43,9 @@ from podplacement.rules.admit.inspectionreport import (
     encode_report,
     report_entry,
     valid_key,
+)
+from podplacement.rules.admit.inspectionreport import (
+    MAX_REPORT_ENTRIES as MAX_ENTRIES,
 )
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_WINDOW", "InspectionReport", "report_path"]
