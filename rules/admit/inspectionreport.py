@@ -127,19 +127,13 @@ def encode_report(entries: Mapping[str, ReportEntry], written: float) -> tuple[s
         :data:`MAX_REPORT_ENTRIES` that fit :data:`MAX_REPORT_BYTES` (older ones left out).
     """
     items = list(entries.items())[-MAX_REPORT_ENTRIES:]
-    head = orjson.dumps({"v": REPORT_FORMAT, "written": int(written), "images": {}})
-    size = len(head)
-    kept: list[tuple[str, ReportEntry]] = []
-    for image, entry in reversed(items):
-        item = len(orjson.dumps(image)) + len(orjson.dumps(list(entry))) + 2
-        if size + item > MAX_REPORT_BYTES:
-            break
-        size += item
-        kept.append((image, entry))
-    kept.reverse()
-    text = orjson.dumps({"v": REPORT_FORMAT, "written": int(written),
-                         "images": {image: list(entry) for image, entry in kept}})
-    return text.decode(), len(kept)
+    while True:  # one encoding, and a few more only when the bytes are over (rare)
+        text = orjson.dumps({"v": REPORT_FORMAT, "written": int(written),
+                             "images": dict(items)})
+        if len(text) <= MAX_REPORT_BYTES or not items:
+            return text.decode(), len(items)
+        keep = min(len(items) - 1, int(len(items) * MAX_REPORT_BYTES / len(text) * 0.95))
+        items = items[len(items) - keep:] if keep > 0 else []
 
 
 def decode_written(text: object) -> float | None:
