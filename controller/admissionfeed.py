@@ -20,6 +20,18 @@ watch says ADDED). For each such pod, in the event loop and without a request:
   writer has taken over the live object, so a new leader inspects only what that object
   lacks. The pods placed by the webhook, not only by the controller, thus fill the catalog
   from which the policy places the next pods of those images.
+  When the webhook placed the pod, it has just inspected those images itself: the feed then
+  takes the webhook's anonymous result from its inspection report
+  (:class:`controller.inspectionreports.InspectionReports`, validated like a registry's
+  answer; learned time = when the registry answered the webhook) instead of fetching the
+  image again. An image not reported yet waits up to :data:`REPORT_WAIT_SECONDS` for the
+  report (the webhook writes it at most about a second after the admission), off the
+  workers; then, or at once while no webhook replica reports (an older webhook during an
+  upgrade, ``--no-inspection-report``), the worker inspects it as before; so it does
+  whenever the config names a ``registriesConfigMapRef`` (registry rules the controller
+  applies and the webhook does not read). The report is
+  only read for the images of the pod seen placed: nothing the report names enters the
+  catalog otherwise.
 - **tell**: the Warning Event of the decision of a pod placed at admission, and its
   ``ExecFormatExclusion`` when an exclusion narrowed it
   (:func:`rules.monitor.admitted.admission_events`: the controller's own Events for
@@ -42,7 +54,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from podplacement.controller.events import EventSink
 from podplacement.controller.metrics import Metrics
@@ -58,6 +70,7 @@ from podplacement.rules.monitor.admitted import (
     images_to_learn,
     recently_created,
 )
+from podplacement.rules.place.admission import PATH_WEBHOOK
 from podplacement.rules.place.placement import EventSpec, unique_images
 from podplacement.rules.platforms import NodeInventory, node_inventory
 from podplacement.rules.policy import PlacementPolicy, policy_for
@@ -75,8 +88,14 @@ MAX_PENDING = 1_000
 #: Images inspected at once for the catalog.
 WORKERS = 4
 
+#: Seconds an image of a pod placed at admission waits for the webhook's report of it
+#: before the controller inspects it itself (the webhook writes at most once a second).
+REPORT_WAIT_SECONDS = 3.0
+
 #: ``podplacement_admission_feed_inspections_total`` results.
 INSPECTED = "ok"
+#: ... taken from the webhook's inspection report (no registry request)
+REPORTED = "reported"
 FAILED = "failed"
 DROPPED = "dropped"
 
@@ -105,6 +124,13 @@ class AdmissionFeed:
         on_always: called with each image a placed anonymous pod pulls with
             ``imagePullPolicy: Always`` (:func:`rules.monitor.admitted.always_images`;
             the controller keeps checking those tags, :mod:`rules.freshness`).
+        reports: the webhook's inspection reports
+            (:class:`controller.inspectionreports.InspectionReports`), or None: every
+            image is inspected by the controller.
+        report_wait: seconds an image waits for its report (module docstring).
+        use_reports: False while the reports must not be taken: the config names a
+            ``registriesConfigMapRef``, whose rules (blocked registries, mirrors) the
+            controller's inspector applies and the webhook's does not read.
     """
 
     def __init__(
@@ -123,6 +149,9 @@ class AdmissionFeed:
         adopted: asyncio.Event | None = None,
         clock: Callable[[], float] = time.time,
         on_always: Callable[[str], None] | None = None,
+        reports: ReportSource | None = None,
+        report_wait: float = REPORT_WAIT_SECONDS,
+        use_reports: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.inspector = inspector
@@ -137,6 +166,11 @@ class AdmissionFeed:
         self.adopted = adopted
         self.clock = clock
         self.on_always = on_always
+        self.reports = reports
+        self.report_wait = report_wait
+        self.use_reports = use_reports
+        #: images waiting for the webhook's report → the timer of the fallback inspection
+        self._awaiting: dict[str, asyncio.TimerHandle] = {}
         #: UIDs of the pods told about (insertion order: the oldest first).
         self.told: OrderedDict[str, None] = OrderedDict()
         #: admission_events memoized on all it reads (controller.podmemo)
@@ -147,6 +181,8 @@ class AdmissionFeed:
         self._inventory: NodeInventory | None = None
         if nodes is not None:
             nodes.add_handler(self._nodes_changed)
+        if reports is not None:
+            reports.subscribe(self._reported)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -167,6 +203,9 @@ class AdmissionFeed:
                 await task
         self._workers.clear()
         self._pending.clear()
+        for handle in self._awaiting.values():
+            handle.cancel()
+        self._awaiting.clear()
 
     # --- the watch ---------------------------------------------------------------------
     def on_pod(self, etype: str, pod: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -189,17 +228,44 @@ class AdmissionFeed:
         config = self.config_source()[0]
         if self.publishing() and self._workers:
             for image in images_to_learn(pod, record, config, self.store.__contains__):
-                self._learn(image)
+                self._learn(image, wait=path == PATH_WEBHOOK)
         self._tell(pod, record, config)
 
-    def _learn(self, image: str) -> None:
+    def _learn(self, image: str, *, wait: bool = False) -> None:
+        """Queue ``image`` for the workers; with ``wait`` (the webhook placed the pod) and a
+        webhook replica reporting, only once its report arrives or ``report_wait`` passed."""
         if image in self._pending:
             return
         if len(self._pending) >= MAX_PENDING:
             self.metrics.admission_feed.labels(DROPPED).inc()
             return
         self._pending.add(image)
+        reports = self._reports()
+        if (wait and reports is not None and reports.get(image) is None
+                and reports.reporting()):
+            self._awaiting[image] = asyncio.get_running_loop().call_later(
+                self.report_wait, self._give_up, image)
+            return
         self._queue.put_nowait(image)
+
+    def _reports(self) -> ReportSource | None:
+        """The webhook's reports, when they may be taken now (``use_reports``)."""
+        return self.reports if self.reports is not None and self.use_reports() else None
+
+    def _reported(self) -> None:
+        """The webhook's reports changed: the images waiting that are reported now go to the
+        workers."""
+        if not self._awaiting or self.reports is None:
+            return
+        for image in list(self._awaiting):
+            if self.reports.get(image) is not None:
+                self._awaiting.pop(image).cancel()
+                self._queue.put_nowait(image)
+
+    def _give_up(self, image: str) -> None:
+        """No report of ``image`` within ``report_wait``: the workers inspect it."""
+        if self._awaiting.pop(image, None) is not None and self._workers:
+            self._queue.put_nowait(image)
 
     def _tell(self, pod: Mapping[str, Any], record: Mapping[str, Any] | None,
               config: PlacementConfig) -> None:
@@ -265,6 +331,12 @@ class AdmissionFeed:
             await self.adopted.wait()
         if image in self.store or not self.publishing():
             return
+        reports = self._reports()
+        reported = reports.get(image) if reports is not None else None
+        if reported is not None:
+            self.metrics.admission_feed.labels(REPORTED).inc()
+            self.publish(image, reported)
+            return
         try:
             result = await self.inspector().inspect(image)
         except Exception as exc:  # the registry's errors; the next pod of it tries again
@@ -273,6 +345,14 @@ class AdmissionFeed:
             return
         self.metrics.admission_feed.labels(INSPECTED).inc()
         self.publish(image, result)
+
+
+class ReportSource(Protocol):
+    """What the feed needs of :class:`controller.inspectionreports.InspectionReports`."""
+
+    def get(self, image: str) -> Any: ...
+    def reporting(self) -> bool: ...
+    def subscribe(self, listener: Callable[[], None]) -> None: ...
 
 
 def _platform_labels(node: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -99,6 +99,7 @@ from podplacement.controller.execformatmonitor import CONFIG_STATUS_PATH, ExecFo
 from podplacement.controller.gatedpods import RELABEL_PREFIX, GatedPodEvents
 from podplacement.controller.generic import Controller as GenericController
 from podplacement.controller.generic import QueueSettings
+from podplacement.controller.inspectionreports import InspectionReports
 from podplacement.controller.inspectors import InspectorSource
 from podplacement.controller.lastrelease import LastResortRelease
 from podplacement.controller.lifecycle import KEYS, Lifecycle
@@ -302,6 +303,8 @@ class Controller:
                                          placement_config=self.placement_config)
         self._config_changed = asyncio.Event()
         self.gated = _gated_pods(self)
+        self.reports = InspectionReports(api, o.namespace, ttl=self._cache_ttl,
+                                         watch_timeout=o.watch_timeout)
         self.findings, self.execformat, self.placed, self.feed, self.escapes = _leader_parts(self)
         #: The handlers of the keys that are not pods' (:meth:`reconcile`).
         self._handlers: dict[str, Handler] = {}
@@ -321,16 +324,19 @@ class Controller:
 
     def _runnables(self) -> list[Runnable]:
         """The long-running parts, in start order (stopped in reverse): on every replica the
-        Event senders (stopped last, after a bounded flush), the caches and the registries and
-        bindings loops; on the leader (:meth:`controller.term.LeadershipTerm.start_leading`)
-        the policy status loop, the escape monitor (while this process runs the lifecycle),
-        the exec-format-error monitor, the admission feed and, last, the watch of placed pods
+        Event senders (stopped last, after a bounded flush), the caches (the webhook's
+        inspection reports among them) and the registries and bindings loops; on the leader
+        (:meth:`controller.term.LeadershipTerm.start_leading`) the policy status loop, the
+        escape monitor (while this process runs the lifecycle), the exec-format-error
+        monitor, the creation of the report ConfigMap, the admission feed and, last, the
+        watch of placed pods
         that feeds those two (docs/design.md, "Runnables")."""
         out: list[Runnable] = [Service("events", False, self.events.start, self._stop_events)]
         out += [Service(f"informer {i.name}", False, i.start, i.stop)
                 for i in (self.configs, self.nodes, self.nrts, self.pods, self.params_objects)]
         out += [
             Service("policies", False, self.policy_watch.start, self.policy_watch.stop),
+            Service("inspection reports", False, self.reports.start, self.reports.stop),
             Loop("registries configmap", False, self._registries_loop),
         ]
         if self.inflight is not None:
@@ -341,6 +347,7 @@ class Controller:
                     health=self.escapes.queue.healthy),
             Service("exec format monitor", True, self.execformat.start, self.execformat.stop,
                     health=self.execformat.queue.healthy),
+            Loop("inspection report configmap", True, self.reports.keep),
             Service("admission feed", True, self.feed.start, self.feed.stop),
             Service("placed pods", True, self.placed.start, self.placed.stop),
         ]
@@ -418,6 +425,15 @@ class Controller:
     def _runs_lifecycle(self) -> bool:
         """True when this process runs the PodPlacementConfig lifecycle."""
         return self.lifecycle is not None
+
+    def _reports_apply(self) -> bool:
+        """Whether the webhook's inspection reports may be published: not while the config
+        names a registries ConfigMap (its rules are the controller's alone)."""
+        return self.config_source()[0].image_inspection.registries_config_map is None
+
+    def _cache_ttl(self) -> float:
+        """The config's ``imageInspection.cacheTTL`` (seconds)."""
+        return self.config_source()[0].image_inspection.cache_ttl_seconds
 
     def _is_leading(self) -> bool:
         """:attr:`leading`, as a callable."""
@@ -745,7 +761,8 @@ def _leader_parts(c: Controller) -> tuple[FindingsStore, ExecFormatMonitor, Plac
         publishing=c.publisher.publishing, config_source=c.placement_config,
         events=c.events, metrics=c.metrics, nodes=c.nodes,
         policies=c.policy_watch.of, listing=c._placed_listing,
-        adopted=c.params_writer.adopted, on_always=c.fresh.used)
+        adopted=c.params_writer.adopted, on_always=c.fresh.used, reports=c.reports,
+        use_reports=c._reports_apply)
     placed.subscribe("admission feed", feed.on_pod)
     placed.subscribe("exec format monitor", execformat.on_pod, enabled=execformat.enabled)
     escapes = EscapeMonitor(

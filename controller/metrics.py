@@ -135,7 +135,8 @@ class Metrics:
         admission_feed: ``podplacement_admission_feed_inspections_total{result}``: images of
             pods placed at admission that the controller inspected anonymously to publish
             them in the params object (``ok``: inspected, then published unless the
-            params' rules keep it out; ``failed``; ``dropped``: too many waiting, the next
+            params' rules keep it out; ``reported``: taken from the webhook's inspection
+            report, no registry request; ``failed``; ``dropped``: too many waiting, the next
             pod of the image queues it again).
         placed_at_admission: ``podplacement_placed_at_admission_total{path}``: pods the
             leader saw placed at admission, by the decision's path (``admission``: the

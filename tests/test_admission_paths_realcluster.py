@@ -374,6 +374,73 @@ def test_what_the_webhook_learns_is_published_so_the_policy_places_the_next_pods
         _config(cluster, {"plugins": {"execFormatErrorMonitor": {"enabled": True}}})
 
 
+REPORT = f"/api/v1/namespaces/{NAMESPACE}/configmaps/podplacement-webhook-inspections"
+MALLORY = {"Impersonate-User": "mallory"}
+
+
+def _tag_requests(registry: Registry, repository: str, tag: str) -> int:
+    """GET and HEAD requests of ``repository``'s manifest by ``tag`` in the registry's
+    access log (a fetch of the image by its tag: the inspector asks for the tag once, then
+    for the platform manifests by digest)."""
+    needle = f"/v2/{repository}/manifests/{tag} HTTP"
+    return sum(1 for line in registry.log_path.read_text(errors="replace").splitlines()
+               if needle in line and ('"GET ' in line or '"HEAD ' in line))
+
+
+def test_a_new_image_placed_by_the_webhook_is_fetched_once_and_published_from_its_report(
+        cluster: KubeEnv, ns: str, product: Product, registry: Registry,
+        make_pusher: Any) -> None:
+    """Issue 39 item 4: the webhook places the pod of a new image after one registry fetch;
+    the controller publishes that image from the webhook's inspection report (the ConfigMap
+    podplacement-webhook-inspections) without fetching it again. A tenant (``edit`` in her
+    namespace) can neither create nor patch that ConfigMap, and a report entry naming an
+    image no placed pod uses does not enter the catalog."""
+    _set_budget(cluster, "2s")
+    # the leader created the ConfigMap and the webhook wrote its key (its first write)
+    wait_for(lambda: cluster.request("GET", REPORT).status_code == 200
+             and (cluster.get(REPORT).get("data") or {}), 20)
+    pusher = make_pusher(registry)
+    pusher.multiarch("once/app", "v1", ["linux/amd64", "linux/arm64"])
+    image = f"{registry.host}/once/app:v1"
+    pod = cluster.create(f"/api/v1/namespaces/{ns}/pods", _pod("once", image))
+    assert _path(pod) == "webhook" and _archs(pod) == {"amd64", "arm64"}, pod["metadata"]
+    wait_for(lambda: image in _catalog(cluster), 15)
+    assert _catalog(cluster)[image] == "linux/amd64,linux/arm64"
+    time.sleep(1.0)  # a late second fetch would show in the log by now
+    assert _tag_requests(registry, "once/app", "v1") == 1
+    report = cluster.get(REPORT)
+    assert any(image in text for text in (report.get("data") or {}).values()), report
+
+    # mallory, edit in her own namespace, cannot write the report
+    cluster.ensure_namespace("mallory-r")
+    cluster.create("/apis/rbac.authorization.k8s.io/v1/namespaces/mallory-r/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "mallory-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": "mallory"}]})
+    wait_for(lambda: cluster.request(
+        "GET", "/api/v1/namespaces/mallory-r/configmaps", headers=MALLORY).status_code == 200, 10)
+    forged_image = f"{registry.host}/once/forged:v1"
+    forged = json.dumps({"v": 1, "written": int(time.time()), "images": {
+        forged_image: ["linux/s390x", "sha256:" + "a" * 64, int(time.time())]}})
+    r = cluster.request("PATCH", REPORT, json={"data": {"mallory": forged}},
+                        content_type="merge", headers=MALLORY)
+    assert r.status_code == 403, r.text
+    r = cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", json={
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forged"},
+        "data": {"x": forged}}, headers=MALLORY)
+    assert r.status_code == 403, r.text
+
+    # a report entry (written here by the cluster admin) that no placed pod names is never
+    # published
+    cluster.request("PATCH", REPORT, json={"data": {"admin-test": forged}},
+                    content_type="merge").raise_for_status()
+    time.sleep(3.0)
+    assert forged_image not in _catalog(cluster)
+
+
 def _pinned_deployment(name: str, image: str) -> dict[str, Any]:
     """Three replicas of ``image`` pinned to arm64 by the user's nodeSelector."""
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},

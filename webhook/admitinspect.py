@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -202,6 +202,11 @@ class AdmissionInspector:
         budget: default seconds :meth:`pod_images` waits (> 0).
         max_flights: flights running at once (>= 1).
         flight_timeout: seconds one flight may run in all (> 0).
+        on_result: called with (image as written, result) for every result
+            :meth:`pod_images` answers with, from the cache or inspected, but not on a dry
+            run (:meth:`webhook.inspectionreport.InspectionReport.note`: the controller
+            learns the image from it without fetching it again); must be cheap and not
+            raise.
 
     Raises:
         ValueError: a bound out of range.
@@ -217,6 +222,7 @@ class AdmissionInspector:
         budget: float = DEFAULT_BUDGET,
         max_flights: int = DEFAULT_MAX_FLIGHTS,
         flight_timeout: float = DEFAULT_FLIGHT_TIMEOUT,
+        on_result: Callable[[str, Any], None] | None = None,
     ) -> None:
         if not budget > 0 or not flight_timeout > 0 or max_flights < 1:
             raise ValueError("budget and flight_timeout must be > 0, max_flights >= 1")
@@ -225,6 +231,7 @@ class AdmissionInspector:
         self.budget = budget
         self._max_flights = max_flights
         self._flight_timeout = flight_timeout
+        self.on_result = on_result
         self._flights: dict[FlightKey, asyncio.Task[Any]] = {}
         self.stats = AdmissionInspectorStats()
 
@@ -279,6 +286,7 @@ class AdmissionInspector:
                 wanted[image] = (key, always)
         self.stats.cache_answers += len(from_cache)
         if not wanted:
+            self._report(results, dry_run)
             return PodImages(results, tuple(from_cache))
         max_age = config.image_inspection.cache_ttl_seconds
         tasks: dict[str, asyncio.Task[Any]] = {}
@@ -302,7 +310,16 @@ class AdmissionInspector:
                 error = task.exception()
                 results[image] = error if error is not None else task.result()
                 inspected.append(image)
+        self._report(results, dry_run)
         return PodImages({i: results[i] for i in keys}, tuple(from_cache), tuple(inspected))
+
+    def _report(self, results: Mapping[str, Any], dry_run: bool) -> None:
+        """Hand every result (not the exceptions) to ``on_result``, unless ``dry_run``."""
+        if self.on_result is None or dry_run:
+            return
+        for image, result in results.items():
+            if not isinstance(result, BaseException):
+                self.on_result(image, result)
 
     def _flight(self, key: FlightKey, image: str, max_age: float) -> asyncio.Task[Any] | None:
         """The running flight of ``key``, joined, or a new one; None when ``max_flights``

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +105,15 @@ def register(subparsers: Any) -> None:
                         "spec.admission.inspectionBudget; the webhook reads no Secret: an "
                         "image that needs a pull secret is left to the controller; not with "
                         "--config-file)")
+    p.add_argument("--report-key", default=None, metavar="NAME",
+                   help="this replica's key in the ConfigMap podplacement-webhook-inspections "
+                        "of --namespace, where the webhook reports its recent anonymous "
+                        "inspection results so that the controller publishes those images "
+                        "without fetching them again (default: $POD_NAME, else the host "
+                        "name)")
+    p.add_argument("--no-inspection-report", action="store_true",
+                   help="write no inspection report (the controller then inspects the "
+                        "images of the pods the webhook placed itself)")
     add_registry_arguments(p, pull_secret=False)
     p.set_defaults(func=run)
 
@@ -141,17 +152,44 @@ async def _serve(args: argparse.Namespace) -> int:
 
     inspector = Inspector(registries=settings.registries, ca_bundles=settings.ca_bundles,
                           refused_networks=refused_networks)
+    report = _report(args, api, source)
     try:
         lease = ControllerLease(api, args.namespace,
                                 threshold=args.controller_unavailable_after)
-        cache = None if args.no_place_cache else PlaceCache(inspector)
+        note = report.note if report is not None else None
+        cache = None if args.no_place_cache else PlaceCache(inspector, on_result=note)
         at_admission = AdmissionInspector(inspector, cache=cache,
-                                          budget=args.admission_inspection_budget)
+                                          budget=args.admission_inspection_budget,
+                                          on_result=note if cache is None else None)
+        if report is not None:
+            report.start()
         return await _serve_with(args, source, lease, cache, at_admission,
                                  WatchingPolicySource(api))
     finally:
+        if report is not None:
+            await report.stop()
         await inspector.aclose()
         await api.close()
+
+
+def _report(args: argparse.Namespace, api: Any, source: Any) -> Any:
+    """The inspection report of this replica (:mod:`webhook.inspectionreport`), or None
+    with ``--no-inspection-report`` or without a usable key (logged)."""
+    from podplacement.rules.admit.inspectionreport import valid_key
+    from podplacement.rules.config import PlacementConfig
+    from podplacement.webhook.inspectionreport import InspectionReport
+
+    if args.no_inspection_report:
+        return None
+    key = args.report_key or os.environ.get("POD_NAME") or socket.gethostname()
+    if not valid_key(key):
+        log.warning("no inspection report: %r is not a ConfigMap key (--report-key)", key[:80])
+        return None
+
+    def ttl() -> float:
+        return (source.current or PlacementConfig()).image_inspection.cache_ttl_seconds
+
+    return InspectionReport(api, args.namespace, key, ttl=ttl)
 
 
 async def _serve_with(args: argparse.Namespace, source: ConfigSource,

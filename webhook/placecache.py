@@ -122,6 +122,11 @@ class PlaceCache:
 
         clock: wall-clock unix seconds (``time.time``; tests pass a fake): entries are
             aged from their results' ``fetched_at``, which is on that clock.
+        on_result: called with (image as written, result) for every result stored and
+            every one found by a lookup that touches the cache (an admission, not a dry
+            run): :meth:`webhook.inspectionreport.InspectionReport.note`, so that the
+            controller learns the images the webhook placed pods with without fetching them
+            again. Must be cheap and not raise.
 
     Raises:
         ValueError: a bound < 1.
@@ -138,6 +143,7 @@ class PlaceCache:
         max_concurrent_fills: int = DEFAULT_MAX_CONCURRENT_FILLS,
         max_queued_fills: int = DEFAULT_MAX_QUEUED_FILLS,
         clock: Callable[[], float] = time.time,
+        on_result: Callable[[str, Any], None] | None = None,
     ) -> None:
         if min(max_entries, max_bytes, max_concurrent_fills, max_queued_fills) < 1:
             raise ValueError("max_entries, max_bytes, max_concurrent_fills and "
@@ -151,6 +157,7 @@ class PlaceCache:
         self._max_workers = max_concurrent_fills
         self._max_queued = max_queued_fills
         self._clock = clock
+        self.on_result = on_result
         #: key → (learned at: when a registry answered, result), least recently used first.
         self._entries: collections.OrderedDict[CacheKey, tuple[float, Any]] = (
             collections.OrderedDict())
@@ -197,6 +204,8 @@ class PlaceCache:
                 continue
             if touch:
                 self._entries.move_to_end(key)
+                if self.on_result is not None:
+                    self.on_result(image, entry[1])
             out[image] = entry[1]
         return out
 
@@ -295,6 +304,8 @@ class PlaceCache:
         self._sizes[key] = size
         self._bytes += size
         self.stats.stored += 1
+        if self.on_result is not None:
+            self.on_result(key, result)
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
             self._drop(next(iter(self._entries)))
             self.stats.evicted += 1

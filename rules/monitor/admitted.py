@@ -415,23 +415,43 @@ def _admission_placement(
         placement = placed(candidate)
         return [t.expressions for t in placement.required], placement.preferred
 
+    def with_nodes(candidate: Mapping[str, Any], placement: Placement) -> Placement:
+        if nodes is None:
+            return placement
+        try:  # the same decision with the nodes: its Events say what the nodes tell
+            return placement_facts(PlacementInputs(candidate, results, config, nodes=nodes,
+                                                   path=decided, policy=policy))
+        except Exception:
+            return placement
+
     try:
         # the tolerations the placement appended are not the creator's (rules.tolerations)
-        for candidate in before_placement(without_added(pod, record.get(RECORD_TOLERATIONS)),
-                                          path, appends):
+        base = without_added(pod, record.get(RECORD_TOLERATIONS))
+        if path == PATH_WEBHOOK:
+            # the usual pod had no node affinity of its own: its candidate is the first
+            # before_placement proposes (no terms, every appendable preference cut), and
+            # when it renders, consistent_cuts keeps its cuts: try it before probing
+            first = _usual_candidate(base)
+            placement = placed(first)
+            if _renders(first, placement, pod, path, annotation, uid):
+                return with_nodes(first, placement)
+        for candidate in before_placement(base, path, appends):
             placement = placed(candidate)
-            if not _renders(candidate, placement, pod, path, annotation, uid):
-                continue
-            if nodes is None:
-                return placement
-            try:  # the same decision with the nodes: its Events say what the nodes tell
-                return placement_facts(PlacementInputs(candidate, results, config, nodes=nodes,
-                                                       path=decided, policy=policy))
-            except Exception:
-                return placement
+            if _renders(candidate, placement, pod, path, annotation, uid):
+                return with_nodes(candidate, placement)
     except Exception:  # an odd spec: it tells nothing
         return None
     return None
+
+
+def _usual_candidate(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """``pod`` (placed by the webhook) as it was when it had no node affinity of its own:
+    no required terms, and its preferred terms less every trailing one of the shape a
+    placement appends (:func:`before_placement`'s first proposal whenever that cut is
+    consistent; a candidate that renders the stored pod exactly always is)."""
+    preferred = preferred_terms(pod)
+    return _with_node_affinity(pod, None, preferred[:len(preferred) - _arch_preferences(
+        preferred)])
 
 
 def admission_warning(

@@ -279,3 +279,143 @@ async def test_a_relist_uses_and_learns_only_from_recent_pods(inspector: Inspect
         assert set(f.store.images()) == {"r/b:1", "r/d:1"}
     finally:
         await f.feed.stop()
+
+
+# --- the webhook's inspection report (issue 39 item 4) -------------------------------------
+class Reported(Feed):
+    """A :class:`Feed` reading the webhook's reports through the real
+    :class:`controller.inspectionreports.InspectionReports` (its watch handler fed with the
+    ConfigMap as the API server would hand it on; nothing is sent)."""
+
+    def __init__(self, inspector: Inspector, *, wait: float = 5.0) -> None:
+        from podplacement.controller.inspectionreports import InspectionReports
+        from podplacement.kubeclient import KubeAPI
+
+        super().__init__(inspector)
+        self.reports = InspectionReports(KubeAPI.from_url("http://127.0.0.1:9"), "ns",
+                                         ttl=lambda: 3600.0)
+        self.feed.reports = self.reports
+        self.feed.report_wait = wait
+        self.reports.subscribe(self.feed._reported)
+        self.data: dict[str, str] = {}
+
+    def report(self, key: str, images: dict[str, Any]) -> None:
+        """The webhook replica ``key`` reports ``images`` (image → result)."""
+        from podplacement.rules.admit.inspectionreport import (
+            REPORT_CONFIGMAP,
+            encode_report,
+            report_entry,
+        )
+
+        entries = {i: e for i, r in images.items() if (e := report_entry(r)) is not None}
+        self.data[key] = encode_report(entries, time.time())[0]
+        self.reports._on_event("MODIFIED", {"metadata": {"name": REPORT_CONFIGMAP},
+                                            "data": dict(self.data)}, None)
+
+
+async def test_an_image_the_webhook_reported_is_published_without_a_fetch(
+        registry: Registry, make_pusher: Any, inspector: Inspector) -> None:
+    from podplacement.controller.admissionfeed import REPORTED
+
+    make_pusher(registry).multiarch("feed/reported", "v1", ["linux/amd64", "linux/s390x"])
+    image = f"{registry.host}/feed/reported:v1"
+    webhook_result = await inspector.inspect(image)  # what the webhook fetched
+    f = Reported(inspector)
+    f.report("webhook-a", {image: webhook_result})
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", image), None)
+        await _until(lambda: image in f.store)
+        assert f.store.get(image) == "linux/amd64,linux/s390x"
+        assert f.store.learned_at(image) == int(webhook_result.fetched_at)
+        assert f.inspected == [] and f.count(REPORTED) == 1 and f.count(INSPECTED) == 0
+    finally:
+        await f.feed.stop()
+
+
+async def test_an_image_waits_for_its_report_then_is_fetched_when_none_comes(
+        registry: Registry, make_pusher: Any, inspector: Inspector) -> None:
+    from podplacement.controller.admissionfeed import REPORTED
+
+    pusher = make_pusher(registry)
+    pusher.image("feed/late", "v1", architecture="arm64")
+    pusher.image("feed/never", "v1", architecture="amd64")
+    pusher.image("feed/other", "v1", architecture="amd64")
+    late, never = f"{registry.host}/feed/late:v1", f"{registry.host}/feed/never:v1"
+    other = f"{registry.host}/feed/other:v1"
+    f = Reported(inspector, wait=0.5)
+    f.report("webhook-a", {other: await inspector.inspect(other)})  # a replica reports
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", late), None)
+        f.feed.on_pod("ADDED", _placed("u2", never), None)
+        await asyncio.sleep(0.2)
+        assert f.inspected == [] and late not in f.store  # waiting for the report
+        f.report("webhook-a", {other: await inspector.inspect(other),
+                               late: await inspector.inspect(late)})
+        await _until(lambda: late in f.store)
+        assert f.count(REPORTED) == 1
+        await _until(lambda: never in f.store)  # no report within the wait: fetched
+        assert f.inspected == [never] and f.count(INSPECTED) == 1
+        # the entry no placed pod names was never published
+        assert other not in f.store
+    finally:
+        await f.feed.stop()
+
+
+async def test_without_a_reporting_webhook_the_image_is_fetched_at_once(
+        registry: Registry, make_pusher: Any, inspector: Inspector) -> None:
+    make_pusher(registry).image("feed/upgrade", "v1", architecture="arm64")
+    image = f"{registry.host}/feed/upgrade:v1"
+    f = Reported(inspector, wait=60.0)  # an older webhook writes no report
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", image), None)
+        await _until(lambda: image in f.store)
+        assert f.inspected == [image]
+    finally:
+        await f.feed.stop()
+
+
+async def test_a_malformed_report_is_ignored_and_the_image_fetched(
+        registry: Registry, make_pusher: Any, inspector: Inspector,
+        caplog: Any) -> None:
+    from podplacement.rules.admit.inspectionreport import REPORT_CONFIGMAP
+
+    make_pusher(registry).image("feed/bad", "v1", architecture="arm64")
+    image = f"{registry.host}/feed/bad:v1"
+    f = Reported(inspector, wait=0.3)  # "liar" is a replica that reports: a short wait
+    bad = {"broken": "{not json", "newer": json.dumps({"v": 2, "written": 1, "images": {}}),
+           "liar": json.dumps({"v": 1, "written": int(time.time()), "images": {
+               image: ["linux/amd64,LINUX/x", "sha256:" + "0" * 64, int(time.time())]}})}
+    f.reports._on_event("ADDED", {"metadata": {"name": REPORT_CONFIGMAP}, "data": bad}, None)
+    f.reports._on_event("MODIFIED", {"metadata": {"name": REPORT_CONFIGMAP}, "data": bad},
+                        None)
+    assert sum("inspection report of webhook replica" in r.message
+               for r in caplog.records) == 2  # once per key and reason, not per event
+    assert f.reports.get(image) is None and f.reports.skipped == 1
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", image), None)
+        await _until(lambda: image in f.store)
+        assert f.inspected == [image] and f.store.get(image) == "linux/arm64"
+    finally:
+        await f.feed.stop()
+
+
+async def test_with_a_registries_configmap_the_controller_fetches_itself(
+        registry: Registry, make_pusher: Any, inspector: Inspector) -> None:
+    """The config's registriesConfigMapRef (blocked registries, mirrors) is applied by the
+    controller's inspector only: its reports are not taken then."""
+    make_pusher(registry).image("feed/rules", "v1", architecture="arm64")
+    image = f"{registry.host}/feed/rules:v1"
+    f = Reported(inspector, wait=60.0)
+    f.feed.use_reports = lambda: False
+    f.report("webhook-a", {image: await inspector.inspect(image)})
+    f.feed.start()
+    try:
+        f.feed.on_pod("ADDED", _placed("u1", image), None)
+        await _until(lambda: image in f.store)
+        assert f.inspected == [image]
+    finally:
+        await f.feed.stop()

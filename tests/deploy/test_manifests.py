@@ -22,7 +22,8 @@ import jsonschema  # type: ignore[import-untyped,unused-ignore]
 import pytest
 import yaml
 
-from podplacement.controller import app, leader, lifecycle
+from podplacement.controller import app, inspectionreports, leader, lifecycle
+from podplacement.rules.admit.inspectionreport import REPORT_CONFIGMAP
 from podplacement.rules.admit.webhookconfig import (
     NAMESPACE_NAME_LABEL,
     ServiceRef,
@@ -129,11 +130,15 @@ BASE_PERMISSIONS = (
     | _rows(_C, NS, "coordination.k8s.io", "leases", "create")
     | _rows(_C, NS, "coordination.k8s.io", "leases", "get update", leader.DEFAULT_LEASE_NAME)
     | _rows(_C, NS, "", "secrets", "create")
+    # the webhook's inspection reports (controller/inspectionreports.py)
+    | _rows(_C, NS, "", "configmaps", "list watch create")
     | _rows(_C, NS, "", "secrets", "update", lifecycle.CA_SECRET_NAME)
     | _rows(_C, NS, "", "secrets", "update", lifecycle.TLS_SECRET_NAME)
     | _rows(_W, "cluster", "podplacement.io", "podplacementconfigs", "list watch")
     | _rows(_W, "cluster", "podplacement.io", "podplacementpolicies", "list watch")
     | _rows(_W, NS, "coordination.k8s.io", "leases", "list watch")
+    # its own key of the inspection report, and nothing else of ConfigMaps
+    | _rows(_W, NS, "", "configmaps", "patch", REPORT_CONFIGMAP)
     # and no Secret: the webhook inspects anonymously only (docs/security.md)
 )
 # cert-manager writes the certificate Secret: the controller keeps no Secret write rights.
@@ -520,6 +525,12 @@ def _controller_requests() -> list[tuple[str, str, str, str | None, str | None]]
         else:
             names = [name]
         out.extend((group, resource, verb, ns, n) for n in names)
+    # the webhook's inspection reports, in the own namespace (a collection GET is an informer)
+    for method, template in inspectionreports.API_REQUESTS:
+        group, resource, verb, ns, name = _parse(method, template.format(namespace=NS))
+        out.append((group, resource, verb, ns, name))
+        if verb == "list":
+            out.append((group, resource, "watch", ns, name))
     # the previous release's controller, still leading during a rolling update, on its own
     # params object (rules/legacy.py RetiredCRD.writer_rights)
     for retired in RETIRED_CRDS:
