@@ -143,6 +143,7 @@ from bench.cluster import (  # noqa: E402
 )
 from podplacement.controller.leader import LEASE_PATH  # noqa: E402
 from podplacement.demo.workloads import DemoNode, DemoZone, nrt_object  # noqa: E402
+from podplacement.rules.admit.imageparams import flat_catalog  # noqa: E402
 from podplacement.rules.config import (  # noqa: E402
     AFFINITY_LABEL,
     ARCH_LABEL,
@@ -512,7 +513,7 @@ def sample(procs: Mapping[str, int]) -> dict[str, Sample]:
 # --- the params object's writes ------------------------------------------------------------
 class ParamsLog(threading.Thread):
     """A watch of the params object (ImagePlatformCatalog ``cluster``) in a thread: per
-    event, (monotonic time, bytes of the event line, entries of ``spec.images``)."""
+    event, (monotonic time, bytes of the event line, catalog entries: :func:`catalog_entries`)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(name="params watch", daemon=True)
@@ -546,7 +547,7 @@ class ParamsLog(threading.Thread):
                                 break
                             rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                             if event.get("type") in ("ADDED", "MODIFIED"):
-                                entries = len((obj.get("spec") or {}).get("images") or {})
+                                entries = catalog_entries(obj.get("spec") or {})
                                 self.writes.append((time.monotonic(), len(line), entries))
                 except (httpx.HTTPError, orjson.JSONDecodeError, KeyError):
                     if self._stop_event.wait(0.5):
@@ -559,13 +560,19 @@ class ParamsLog(threading.Thread):
 
 
 def params_now(plane: ControlPlane) -> tuple[int, int]:
-    """(bytes of the params object's JSON as served, entries of ``spec.images``); (0, 0)
-    when it does not exist."""
+    """(bytes of the params object's JSON as served, its catalog entries:
+    :func:`catalog_entries`); (0, 0) when it does not exist."""
     with plane.client() as c:
         r = c.get(f"{PARAMS_PATH}/cluster")
     if r.status_code != 200:
         return 0, 0
-    return len(r.content), len((r.json().get("spec") or {}).get("images") or {})
+    return len(r.content), catalog_entries(r.json().get("spec") or {})
+
+
+def catalog_entries(spec: dict[str, Any]) -> int:
+    """The image references a params object's ``spec`` holds, in either layout
+    (:func:`podplacement.rules.admit.imageparams.flat_catalog`)."""
+    return len(flat_catalog(spec)[0])
 
 
 # --- creating pods and following them -------------------------------------------------------
