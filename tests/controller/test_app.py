@@ -127,6 +127,21 @@ async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> N
         await api.close()
 
 
+def _leading_lifecycle(api: KubeAPI, tmp_path: Path) -> tuple[Controller, Any]:
+    """A controller (no election, no metrics server) whose lifecycle keys are served by
+    its own Lifecycle, as a leader's term serves them."""
+    from podplacement.controller import lifecycle
+
+    ctl = Controller(api, ControllerOptions(
+        leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",
+        cert_dir=str(tmp_path), retry_base_delay=0.05))
+    lc = ctl._make_lifecycle()
+    assert lc is not None
+    ctl.lifecycle = lc
+    ctl._handlers = dict.fromkeys(lifecycle.KEYS, lc.handle)
+    return ctl, lc
+
+
 async def test_the_last_work_is_served_to_its_end_within_its_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After the pod workers stopped, a lifecycle key is served alone on a queue of its
@@ -134,21 +149,14 @@ async def test_the_last_work_is_served_to_its_end_within_its_bound(
     final_seconds (the pass in flight is then cancelled)."""
     import asyncio
 
-    from podplacement.controller import lifecycle
     from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult, coordinator
 
     # Lifecycle.final_seconds reads the margin where Lifecycle is defined
     monkeypatch.setattr(coordinator, "FINAL_MARGIN_SECONDS", 0.5)
     api = KubeAPI.from_url("http://127.0.0.1:9")
-    ctl = Controller(api, ControllerOptions(
-        leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",
-        cert_dir=str(tmp_path), retry_base_delay=0.05))
+    ctl, lc = _leading_lifecycle(api, tmp_path)
     try:
-        lc = ctl._make_lifecycle()
-        assert lc is not None
         lc.admission_settle_seconds = lc.uninstall_deadline_seconds = 0.0
-        ctl.lifecycle = lc
-        ctl._handlers = dict.fromkeys(lifecycle.KEYS, lc.handle)
         passes: list[str] = []
 
         async def settling() -> ReconcileResult:
@@ -227,19 +235,12 @@ async def test_a_failing_last_pass_gives_up_after_its_final_attempts(
     the count is read from the queue serving the key, even while that queue is empty."""
     import asyncio
 
-    from podplacement.controller import lifecycle
     from podplacement.controller.lifecycle import LAST_STOP_KEY, ReconcileResult, coordinator
 
     monkeypatch.setattr(coordinator, "FINAL_MARGIN_SECONDS", 30.0)
     api = KubeAPI.from_url("http://127.0.0.1:9")
-    ctl = Controller(api, ControllerOptions(
-        leader_election=False, metrics_port=None, webhook_url="https://127.0.0.1:9443/mutate",
-        cert_dir=str(tmp_path), retry_base_delay=0.05))
+    ctl, lc = _leading_lifecycle(api, tmp_path)
     try:
-        lc = ctl._make_lifecycle()
-        assert lc is not None
-        ctl.lifecycle = lc
-        ctl._handlers = dict.fromkeys(lifecycle.KEYS, lc.handle)
         passes: list[str] = []
 
         async def failing() -> ReconcileResult:
