@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.app import Controller, ControllerOptions
+from podplacement.controller.lifecycle import Lifecycle
 from podplacement.kubeclient import KubeAPI
 from podplacement.rules.config import CONFIG_NAME, PlacementConfig
 
@@ -127,7 +128,7 @@ async def test_publishing_a_cached_inspection_result_keeps_the_entrys_age() -> N
         await api.close()
 
 
-def _leading_lifecycle(api: KubeAPI, tmp_path: Path) -> tuple[Controller, Any]:
+def _leading_lifecycle(api: KubeAPI, tmp_path: Path) -> tuple[Controller, Lifecycle]:
     """A controller (no election, no metrics server) whose lifecycle keys are served by
     its own Lifecycle, as a leader's term serves them."""
     from podplacement.controller import lifecycle
