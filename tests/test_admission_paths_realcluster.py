@@ -50,6 +50,7 @@ from tests.harness.kube import KubeEnv
 from tests.harness.realcluster import (
     NO_STAND_DOWN,
     REPO,
+    bind_edit,
     checked_namespace,
     real_cluster,
     wait_for,
@@ -413,13 +414,7 @@ def test_a_new_image_placed_by_the_webhook_is_fetched_once_and_published_from_it
 
     # mallory, edit in her own namespace, cannot write the report
     cluster.ensure_namespace("mallory-r")
-    cluster.create("/apis/rbac.authorization.k8s.io/v1/namespaces/mallory-r/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, "mallory-r")
     wait_for(lambda: cluster.request(
         "GET", "/api/v1/namespaces/mallory-r/configmaps", headers=MALLORY).status_code == 200, 10)
     forged_image = f"{registry.host}/once/forged:v1"

@@ -34,7 +34,7 @@ from podplacement.rules.config import (
 )
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import installed_cluster, running_product, wait_for
+from tests.harness.realcluster import bind_edit, installed_cluster, running_product, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -71,13 +71,7 @@ def ns(cluster: KubeEnv, product: Product, image: str) -> str:
     in the params object (placed once by the controller elsewhere)."""
     name = "mallory"
     cluster.ensure_namespace(name)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, name)
     cluster.create(f"/apis/podplacement.io/v1beta1/namespaces/{name}/podplacementpolicies", {
         "apiVersion": "podplacement.io/v1beta1", "kind": "PodPlacementPolicy",
         "metadata": {"name": "s390x-only"},

@@ -39,7 +39,7 @@ from podplacement.rules.config import (
 )
 from podplacement.sandbox.product import Product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import installed_cluster, product_with_metrics, wait_for
+from tests.harness.realcluster import bind_edit, installed_cluster, product_with_metrics, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -77,13 +77,7 @@ def image(registry: Registry, make_pusher: Any) -> str:
 def ns(cluster: KubeEnv, image: str) -> str:
     """mallory's namespace, where mallory has ``edit``."""
     cluster.ensure_namespace(NS)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, NS)
 
     def mallory_may_create() -> bool:  # RBAC is read by the API server at once
         r = cluster.request("POST", f"/api/v1/namespaces/{NS}/pods?dryRun=All",

@@ -35,7 +35,7 @@ from podplacement.rules.place.placement import EXEC_FORMAT_EXCLUSION
 from podplacement.sandbox.product import Product
 from tests.harness.kube import KubeEnv
 from tests.harness.oci import Pusher
-from tests.harness.realcluster import installed_cluster, product_with_metrics, wait_for
+from tests.harness.realcluster import bind_edit, installed_cluster, product_with_metrics, wait_for
 from tests.harness.registry import Registry
 from tests.imageinspect._images import elf, file, layer, symlink
 
@@ -94,13 +94,7 @@ def teams(cluster: KubeEnv, product: tuple[Product, int], honest: tuple[str, str
     """team-a with mallory (``edit``), team-b."""
     for name in (TEAM_A, TEAM_B):
         cluster.ensure_namespace(name)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TEAM_A}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, TEAM_A)
 
     def mallory_may_create() -> bool:  # RBAC is read by the API server at once
         r = cluster.request("POST", f"/api/v1/namespaces/{TEAM_A}/pods?dryRun=All",

@@ -32,7 +32,7 @@ from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import Product, start_product
 from tests.harness.faults import FaultProxy
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import NO_STAND_DOWN, installed_cluster, wait_for
+from tests.harness.realcluster import NO_STAND_DOWN, bind_edit, installed_cluster, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -128,13 +128,7 @@ def ns(cluster: KubeEnv, product: Product) -> str:
     """mallory's namespace (``edit``); the config refuses 127.0.0.77 too and gives up an
     image after one retry."""
     cluster.ensure_namespace(NS)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, NS)
     patched = cluster.patch(CONFIG, {"spec": {"imageInspection": {
         "maxRetries": 1, "refusedNetworks": [*DEFAULT_REFUSED_NETWORKS, f"{FAR}/32"]}}})
     generation = patched["metadata"]["generation"]

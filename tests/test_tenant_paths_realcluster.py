@@ -25,7 +25,7 @@ import pytest
 from podplacement.rules.config import SCHEDULING_GATE
 from podplacement.sandbox.product import Product, install_manifests, start_product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import NO_STAND_DOWN, REPO, real_cluster, wait_for
+from tests.harness.realcluster import NO_STAND_DOWN, REPO, bind_edit, real_cluster, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -93,13 +93,7 @@ def namespaces(cluster: KubeEnv, product: Product, basic_registry: Registry) -> 
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": base64.b64encode(config).decode()}})
     cluster.ensure_namespace(TENANT)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TENANT}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, TENANT)
     cluster.patch(CONFIG, {"spec": {"fallbackArchitecture": "amd64",
                                     "imageInspection": {"maxRetries": 0}}})
     time.sleep(1.0)  # the webhook's and the controller's config watches

@@ -41,7 +41,7 @@ from podplacement.rules.policy import (
 )
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
-from tests.harness.realcluster import installed_cluster, running_product, wait_for
+from tests.harness.realcluster import bind_edit, installed_cluster, running_product, wait_for
 from tests.harness.registry import Registry
 
 pytestmark = pytest.mark.realcluster
@@ -146,13 +146,7 @@ def mallory(cluster: KubeEnv) -> str:
     """mallory's namespace, where she has ``edit``; a policy of 0.2's CRD stored there
     before the limits (module docstring), with the shipped CRD applied again."""
     cluster.ensure_namespace(MALLORY_NS)
-    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{MALLORY_NS}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "mallory-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": "mallory"}]})
+    bind_edit(cluster, MALLORY_NS)
     ok = _policy("probe")
     wait_for(lambda: _as_mallory(cluster, ok, dry_run=True).status_code == 201, 20, every=0.5)
 

@@ -50,6 +50,18 @@ def checked_namespace(cluster: KubeEnv, prefix: str) -> Iterator[str]:
         cluster.delete(f"/api/v1/namespaces/{name}")
 
 
+def bind_edit(cluster: KubeEnv, namespace: str, user: str = "mallory") -> None:
+    """Bind the built-in ClusterRole ``edit`` to ``user`` in ``namespace`` (which must
+    exist): the tenant of docs/security.md, whom tests act as through Impersonate-User
+    headers. The RoleBinding is named ``<user>-edit``."""
+    cluster.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"{user}-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+
+
 def wait_for(check: Callable[[], Any], within: float, every: float = 0.1) -> Any:
     """Call ``check`` every ``every`` seconds until it returns something true (returned), for
     at most ``within`` seconds. Raises: AssertionError with the last value."""
