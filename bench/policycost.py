@@ -32,6 +32,17 @@ a chain, each one step over the one before, so each difference is one step's cos
 - ``product``: the product's policy as generated: its patch expression over the last
   ``var:`` is the cost of building the patch from the variables instead of a constant.
 
+Then, off the chain:
+
+- ``floor-lookup``: the product's policy with what only other pods need made constant
+  (:func:`lookup_policy`: no matchConditions; the images of ``spec.containers`` only; no
+  ``Always`` scan, no node-affinity or selector check, no namespace policy, no tolerations):
+  the lookup of each image in the catalog (the split, two map indexings, the set) and the
+  patch built from the set, as the product builds it. It writes the product's decision for
+  these pods (checked on each variant's dry-run pod at installation): ``floor-lookup`` over
+  ``floor-same`` is what looking the image up costs, ``product`` over ``floor-lookup`` what
+  the checks for other pods cost.
+
 Usage: ``python bench/policycost.py [--pods 1500] [--rounds 3] [--variants a,b,...]``
 """
 
@@ -136,7 +147,59 @@ def variants(config: dict[str, Any]) -> dict[str, Objects]:
         out[f"var:{names[k - 1]}"] = (
             _with_patch(policy, f"size([{forced}]) >= 0 ? ({same}) : ({same})"), binding)
     out["product"] = (policy, binding)
+    out["floor-lookup"] = (lookup_policy(policy), binding)
     return out
+
+
+#: The variables :func:`lookup_policy` replaces, with their constant (or minimal) CEL: what
+#: a pod of :func:`pod_body` needs of each (one container, no init container, no image
+#: volume, no pull policy, no affinity, selector or toleration of its own, no policy in its
+#: namespace, no architecture taint).
+LOOKUP_CONSTANTS = {
+    "images": "object.spec.containers.map(c, c.image)",
+    "fresh": "{}",
+    "known": "size(variables.codes) > 0 && variables.codes.all(c, c in variables.sets)",
+    "free": "true",
+    "policies": "[]",
+    "labels": "{}",
+    "matched": "[]",
+    "hasPolicy": "false",
+    "allowedOk": "true",
+    "archTaints": "[]",
+    "ownTolerations": "[]",
+    "addTolerations": "[]",
+}
+
+
+def lookup_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` (the generated one) without its matchConditions and with the variables of
+    :data:`LOOKUP_CONSTANTS` replaced: the minimal policy that looks a :func:`pod_body`
+    pod's image up in the catalog and writes the product's decision from it (the variables
+    it keeps and its JSONPatch expression are the product's own). A variable the generated
+    policy does not declare is not added.
+
+    Raises:
+        ValueError: the policy lacks ``images`` or ``known`` (not the product's shape).
+    """
+    out = copy.deepcopy(policy)
+    spec = out["spec"]
+    spec.pop("matchConditions", None)
+    declared = {str(v["name"]) for v in spec.get("variables") or []}
+    if not {"images", "known"} <= declared:
+        raise ValueError("the generated policy has no images/known variables")
+    for variable in spec["variables"]:
+        if variable["name"] in LOOKUP_CONSTANTS:
+            variable["expression"] = LOOKUP_CONSTANTS[variable["name"]]
+    return out
+
+
+def placement_of(pod: dict[str, Any]) -> dict[str, Any]:
+    """What a policy wrote into a dry-run pod: its affinity, tolerations, labels and
+    annotations (the decision's ``catalog`` uid included: one params object here)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return {"affinity": spec.get("affinity"), "tolerations": spec.get("tolerations"),
+            "labels": meta.get("labels"), "annotations": meta.get("annotations")}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -171,16 +234,18 @@ def _metrics(plane: ControlPlane) -> tuple[float, float, float]:
     return checks, seconds, plugin
 
 
-def _install(plane: ControlPlane, ns: str, objects: Objects, limit: float = 30.0) -> None:
+def _install(plane: ControlPlane, ns: str, objects: Objects,
+             limit: float = 30.0) -> dict[str, Any] | None:
     """Bind ``objects`` to namespace ``ns`` only, then wait until a dry-run pod there is
-    admitted and the policy counted a check (the API server has it).
+    admitted and the policy counted a check (the API server has it); returns that dry-run
+    pod as admitted (None for no policy).
 
     Raises:
         RuntimeError: not in force within ``limit`` seconds (a variant whose CEL errs is
             refused: ``failurePolicy: Fail``), with the API server's answer.
     """
     if objects is None:
-        return
+        return None
     policy, binding = copy.deepcopy(objects[0]), copy.deepcopy(objects[1])
     policy["metadata"] = {"name": "variant"}
     binding["metadata"] = {"name": "variant"}
@@ -196,7 +261,8 @@ def _install(plane: ControlPlane, ns: str, objects: Objects, limit: float = 30.0
             got = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"},
                          json=pod_body(0))
             if got.status_code == 201 and _metrics(plane)[0] > before:
-                return
+                answer: dict[str, Any] = got.json()
+                return answer
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the variant is not in force within {limit} s: "
                                    f"{got.status_code} {got.text[:400]}")
@@ -287,6 +353,17 @@ def report(names: list[str], cpu: dict[str, list[float]], plugin: dict[str, list
                 ("the patch built from the variables, not constant", "product", var[-1]),
                 ("the product over floor-same", "product", "floor-same")):
             print(f"  {what:<52}{diff(a, b, plugin):>+8.3f}  ({diff(a, b, cpu):+.3f})")
+    if {"floor-same", "floor-lookup", "product"} <= set(names):
+        def diff2(a: str, b: str, series: dict[str, list[float]]) -> float:
+            return _med([x - y for x, y in zip(series[a], series[b], strict=True)])
+
+        print("\nthe lookup and the checks (ms/pod, wall; CPU in brackets):")
+        for what, a, b in (
+                ("looking the image up (floor-lookup over floor-same)", "floor-lookup",
+                 "floor-same"),
+                ("the checks for other pods (product over floor-lookup)", "product",
+                 "floor-lookup")):
+            print(f"  {what:<56}{diff2(a, b, plugin):>+8.3f}  ({diff2(a, b, cpu):+.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,13 +394,16 @@ def main(argv: list[str] | None = None) -> int:
         cpu: dict[str, list[float]] = {name: [] for name in names}
         plugin: dict[str, list[float]] = {name: [] for name in names}
         check: dict[str, list[float]] = {name: [] for name in names}
+        written: dict[str, dict[str, Any]] = {}
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 ns = f"r{r}-{name.replace(':', '-').lower()}"
                 with plane.client() as c:
                     c.post("/api/v1/namespaces",
                            json={"metadata": {"name": ns}}).raise_for_status()
-                _install(plane, ns, all_variants[name])
+                dry = _install(plane, ns, all_variants[name])
+                if dry is not None:
+                    written.setdefault(name, placement_of(dry))
                 try:
                     figures = measure(plane, ns, args.pods)
                 finally:
@@ -335,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{figures[1]:6.3f} plugin, {figures[2]:6.3f} check", file=sys.stderr,
                       flush=True)
         report(names, cpu, plugin, check, args.pods, args.rounds)
+        if "floor-lookup" in written and "product" in written:
+            same = written["floor-lookup"] == written["product"]
+            print(f"\nfloor-lookup wrote the product's decision into pod 0: "
+                  f"{'yes' if same else 'NO'}")
+            if not same:
+                print(f"  product:      {json.dumps(written['product'], sort_keys=True)}")
+                print(f"  floor-lookup: {json.dumps(written['floor-lookup'], sort_keys=True)}")
     finally:
         plane.stop()
     return 0
