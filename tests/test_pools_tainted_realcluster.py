@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.controlplane import FakeNode
 from podplacement.sandbox.product import NAMESPACE, Product, install_manifests, start_product
@@ -188,7 +189,7 @@ def test_the_webhook_and_the_policy_add_the_same_toleration(
         params = cluster.get(PARAMS)["spec"]
         return (observed == [{"value": "arm64", "effect": "NoSchedule"}]
                 and params.get("architectureTaints") == observed
-                and images["multi"] in params.get("images", {}))
+                and images["multi"] in flat_catalog(params)[0])
 
     wait_for(published, 30, every=0.5)
 

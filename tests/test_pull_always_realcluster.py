@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from podplacement.controller.paramswriter import params_path
+from podplacement.rules.admit.imageparams import flat_catalog
 from podplacement.rules.config import DECISION_ANNOTATION, SCHEDULING_GATE
 from podplacement.sandbox.product import NAMESPACE, Product
 from tests.harness.kube import KubeEnv
@@ -91,7 +92,7 @@ def test_always_pods_are_placed_by_the_policy_from_a_recent_check(
     second = pusher.image("always/app", "v1", architecture="arm64")
     assert second.digest != first.digest
     wait_for(lambda: _spec(cluster).get("fresh", {}).get(image) == second.digest
-             and _spec(cluster).get("images", {}).get(image) == "linux/arm64", 15, every=0.1)
+             and flat_catalog(_spec(cluster))[0].get(image) == "linux/arm64", 15, every=0.1)
     print(f"the re-pushed tag was in the catalog {time.monotonic() - pushed:.1f} s after "
           f"the push (pullAlwaysFreshness 5s)")
     for i in range(3):
