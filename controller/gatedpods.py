@@ -149,9 +149,9 @@ class GatedPodEvents:
                  GATE_LABEL_GATED)
 
     def on_params(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        """A params object created or deleted: converge the webhook configuration's
-        matchCondition to its uid (or to none) at once (:func:`rules.config.
-        admission_mark`)."""
+        """A params object created or deleted: converge at once (the params object is
+        re-created, and the webhook configuration skips the placed pods only while one
+        exists: :func:`rules.admit.webhookconfig.object_selector`)."""
         if etype in ("ADDED", "DELETED") and self._term.leading and self._runs_lifecycle():
             self._term.queue.add(LIFECYCLE_KEY)
 

@@ -62,9 +62,9 @@ def dump() -> dict[str, Any]:
                 obj, ca_bundle=b"PEM", service=("podplacement", "podplacement-webhook", 443,
                                                 "/mutate"),
                 own_namespace="podplacement", owner=OWNER),
-            "webhook-url-mark": wc.desired_webhook_configuration(
+            "webhook-url-skip-placed": wc.desired_webhook_configuration(
                 obj, ca_bundle=None, url="https://127.0.0.1:8443/mutate",
-                own_namespace="podplacement", placed_mark="p1:"),
+                own_namespace="podplacement", skip_placed=True),
         }
     store = ip.ParamsStore(ttl_seconds=3600.0)
     store.record("reg.example/a:1", [("linux", "amd64"), ("linux", "arm64")], 1000.0,

@@ -255,7 +255,7 @@ def test_how_it_decides_lists_every_predicate_as_the_table_has_it() -> None:
     page = (DOCS / "how-it-decides.md").read_text()
     assert predicatesdoc.rewritten(page) == page, "run: python hack/predicatesdoc.py"
     section = page[page.index(predicatesdoc.BEGIN):page.index(predicatesdoc.END)]
-    inputs = predicatesdoc.Inputs(placed_mark=predicatesdoc.SAMPLE_MARK)
+    inputs = predicatesdoc.Inputs()
     for predicate in PREDICATES:
         assert f"- **`{predicate.name}`**:" in section
         assert f"    {predicate.cel(inputs)}\n" in section

@@ -107,9 +107,9 @@ def should_gate(
         ``spec.nodeName`` set (the scheduler is bypassed, a gate would be pointless); the
         controlling ownerReference is a DaemonSet (its pods are bound per node); the pod
         already carries our gate. No label or annotation of the pod is trusted: a pod the
-        admission policy placed reaches the webhook only when the configuration's
-        matchCondition did not recognise the current params object's mark
-        (:func:`rules.admit.webhookconfig.match_conditions`), and it is then placed
+        admission policy placed reaches the webhook only while no place policy is in force
+        with its params object (the configuration's objectSelector,
+        :func:`rules.admit.webhookconfig.object_selector`), and it is then placed
         again like any other pod (a mark a pod's creator set never skips placement,
         docs/design.md).
         Every other pod is gated: whether its placement needs a change (an architecture

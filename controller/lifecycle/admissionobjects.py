@@ -42,7 +42,6 @@ from podplacement.rules.config import (
     PARAMS_NAME,
     WEBHOOK_CONFIGURATION_NAME,
     PlacementConfig,
-    admission_mark,
 )
 
 log = logging.getLogger(__name__)
@@ -108,8 +107,8 @@ class AdmissionObjects:
     ) -> tuple[str, str, str]:
         """Converge the admission policy, then the webhook configuration of ``config``
         (parsed: ``placement``, its namespaces: ``selection``; owned by ``owner``), which
-        skips the pods the policy placed from the params object that exists now
-        (:func:`rules.admit.webhookconfig.match_conditions`).
+        skips the pods the policy placed while the policy and its params object are in force
+        (:func:`rules.admit.webhookconfig.object_selector`).
 
         Returns:
             ``(the webhook's action, what is in force of the policy, the policy's problem)``:
@@ -120,17 +119,16 @@ class AdmissionObjects:
             ApiError: the webhook configuration could not be written.
             Exception: whatever the CA bundle source raised.
         """
-        # The policy first: the webhook configuration skips the pods it placed only from
-        # the params object that exists now (its uid in the mark), else none.
+        # The policy first: the webhook configuration skips the pods it placed only while
+        # the policy has a params object to run with (read or created in this pass).
         policy, problem, catalog_uid = await self._apply_policy(placement, selection, owner)
-        mark = (admission_mark(catalog_uid)
-                if policy == POLICY_IN_FORCE and catalog_uid
-                and admissionpolicy.places(placement) else None)
+        skip_placed = bool(policy == POLICY_IN_FORCE and catalog_uid
+                           and admissionpolicy.places(placement))
         desired = desired_webhook_configuration(
             config, ca_bundle=await self._ca_bundle(), service=self.service, url=self.url,
             own_namespace=self.namespace, timeout_seconds=self.timeout_seconds,
             cert_manager_certificate=self.cert_manager_certificate, owner=owner,
-            placed_mark=mark)
+            skip_placed=skip_placed)
         applied = await apply_object(self.api, WEBHOOK_COLLECTION_PATH, WEBHOOK_PATH, desired,
                                      drifted=webhook_drifted, update_body=_webhook_update_body)
         return applied.action, policy, problem
@@ -173,7 +171,7 @@ class AdmissionObjects:
         Returns:
             ``(what is in force, problem, params uid)``: :data:`POLICY_IN_FORCE` or
             :data:`POLICY_ABSENT`, "" and the uid of the params object as read or created in
-            this pass ("" when none: :func:`rules.config.admission_mark`); after
+            this pass ("" when none); after
             an API error (reported as the problem, not raised: the webhook keeps gating),
             :data:`POLICY_AS_LEFT` when a binding ``podplacement-gate`` may still be there
             (found, or unknown), else :data:`POLICY_ABSENT`.

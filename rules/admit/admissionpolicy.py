@@ -17,9 +17,11 @@ The skip rules are the webhook's (:func:`webhook.gating.should_gate`; the pod-le
 the eligibility variables ``images`` to ``free`` and ``placed``, and their Python are the
 table :data:`rules.admit.predicates.PREDICATES`): the binding's
 ``matchResources.namespaceSelector`` is the webhook's namespace selection (system namespaces,
-own namespace, the opt-out label and the config's selector), and ``matchConditions`` exclude a
-pod with ``spec.nodeName`` set, one whose controlling owner is a DaemonSet, and one already
-carrying our gate.
+own namespace, the opt-out label and the config's selector). A pod with ``spec.nodeName``
+set, or one whose controlling owner is a DaemonSet, is left unchanged, and one already
+carrying our gate only gets the gate label: the place policy writes these rules into its
+JSONPatch (:func:`place_patch_mutation`, cheaper than ``matchConditions``), the gate-only
+policy as ``matchConditions``.
 
 For each other pod the policy does one of two things (docs/how-it-decides.md, "Placement
 inside the API server"):
@@ -155,10 +157,16 @@ BINDING_RESOURCE = "mutatingadmissionpolicybindings"
 #: The ``path`` of the decision annotation written by the policy (the controller writes none).
 ADMISSION_PATH = "admission"
 
-#: CEL match conditions: the pod-level skip rules of ``webhook.gating.should_gate``
-#: (:data:`rules.admit.predicates.POLICY_MATCH_CONDITIONS`).
+#: CEL match conditions of the gate-only policy: the pod-level skip rules of
+#: ``webhook.gating.should_gate`` (:data:`rules.admit.predicates.POLICY_MATCH_CONDITIONS`).
+#: The place policy has none: it writes the same rules into its JSONPatch
+#: (:func:`place_patch_mutation`).
 MATCH_CONDITIONS: tuple[dict[str, str], ...] = tuple(
     {"name": p.name, "expression": p.cel()} for p in POLICY_MATCH_CONDITIONS)
+
+#: An empty list of JSONPatch: what the place policy writes into a pod the skip rules leave
+#: alone (a bare ``[]`` is ``list(dyn)``; a ``filter`` keeps the element type).
+NO_PATCH = "[JSONPatch{op: 'test', path: '/kind', value: 'Pod'}].filter(p, false)"
 
 #: The ApplyConfiguration adding our gate and label (other gates and labels are kept).
 GATE_MUTATION = (
@@ -555,10 +563,29 @@ def gate_ops() -> str:
     )
 
 
+def _skip_rule(name: str) -> str:
+    """The CEL of the skip rule ``name`` of :data:`rules.admit.predicates.
+    POLICY_MATCH_CONDITIONS`, parenthesized.
+
+    Raises:
+        KeyError: no such rule.
+    """
+    return "(" + {p.name: p.cel() for p in POLICY_MATCH_CONDITIONS}[name] + ")"
+
+
 def place_patch_mutation() -> str:
-    """The one JSONPatch expression of the place policy: for a placed pod the final
-    placement (``nodeAffinity``, the labels of ``placement.placed_labels``, the decision
-    annotation), else the gate (:func:`gate_ops`). One JSONPatch and no
+    """The one JSONPatch expression of the place policy: nothing for a pod the skip rules of
+    :data:`rules.admit.predicates.POLICY_MATCH_CONDITIONS` leave alone (bound, or owned by a
+    DaemonSet); the label ``scheduling-gate=gated`` alone for a pod created with our gate
+    (as the webhook's ``label_tail``: a creator's ``removed`` never hides it from the
+    controller); for a placed pod the final placement (``nodeAffinity``, the labels of
+    ``placement.placed_labels``, the decision annotation), else the gate (:func:`gate_ops`).
+
+    The skip rules are written here, not as ``matchConditions``: kube-apiserver v1.36.2
+    evaluates ``matchConditions`` on an activation of their own, a second conversion of the
+    pod to its unstructured form on every create (bench/policycost.py ``fold``: about
+    0.3 ms of plugin time per pod). A pod they skip still costs the JSONPatch round trip
+    (the pod encoded and decoded, the patch empty). One JSONPatch and no
     ApplyConfiguration: an apply runs the structured merge on every pod, a cost the warm
     path cannot afford (bench/cluster.py). ``spec.affinity`` is created whole when absent,
     else only its ``nodeAffinity`` is added (a pod with e.g. podAntiAffinity keeps it), as
@@ -570,7 +597,10 @@ def place_patch_mutation() -> str:
         f"{cel_string('/metadata/labels/')} + jsonpatch.escapeKey({cel_string(POLICY_LABEL)})",
         "variables.matched[0].name")
     return (
-        f"!variables.placed ? {gate_ops()} : ["
+        f"!({_skip_rule('not-bound')} && {_skip_rule('not-daemonset')}) ? {NO_PATCH} : "
+        f"!({_skip_rule('not-gated')}) ? "
+        + _map_ops("labels", {GATE_LABEL: GATE_LABEL_GATED})
+        + f" : !variables.placed ? {gate_ops()} : ["
         "has(object.spec.affinity) ? "
         + _add(cel_string(NODE_AFFINITY_PATH), cel_typed(_T_NODE_AFFINITY, node_affinity))
         + " : "
@@ -648,13 +678,13 @@ def desired_policy(config: PlacementConfig,
     Returns:
         ``{"apiVersion": "admissionregistration.k8s.io/v1", "kind":
         "MutatingAdmissionPolicy", "metadata": ..., "spec": ...}``: pods, CREATE only,
-        ``matchConditions`` :data:`MATCH_CONDITIONS`, ``reinvocationPolicy: Never``,
-        ``failurePolicy: Ignore``, ``paramKind`` ImagePlatformCatalog in every variant: the params
-        object is the policy's dead-man switch (while it is missing the API server skips the
-        policy, see the module docstring). With a place branch (:func:`places`):
-        ``variables`` :func:`place_variables`, then the one JSONPatch
-        :func:`place_patch_mutation` (place, else gate); without: the one ApplyConfiguration
-        :data:`GATE_MUTATION`.
+        ``reinvocationPolicy: Never``, ``failurePolicy: Ignore``, ``paramKind``
+        ImagePlatformCatalog in every variant: the params object is the policy's dead-man
+        switch (while it is missing the API server skips the policy, see the module
+        docstring). With a place branch (:func:`places`): ``variables``
+        :func:`place_variables`, then the one JSONPatch :func:`place_patch_mutation` (skip
+        rules, place, else gate) and no ``matchConditions``; without: ``matchConditions``
+        :data:`MATCH_CONDITIONS` and the one ApplyConfiguration :data:`GATE_MUTATION`.
     """
     spec: dict[str, Any] = {
         "paramKind": {"apiVersion": API_VERSION, "kind": PARAMS_KIND},
@@ -665,7 +695,6 @@ def desired_policy(config: PlacementConfig,
                                "operations": ["CREATE"], "resources": ["pods"]}],
             "matchPolicy": "Equivalent",
         },
-        "matchConditions": [dict(c) for c in MATCH_CONDITIONS],
     }
     if places(config):
         spec["variables"] = place_variables(config)
@@ -673,6 +702,7 @@ def desired_policy(config: PlacementConfig,
             {"patchType": "JSONPatch", "jsonPatch": {"expression": place_patch_mutation()}},
         ]
     else:
+        spec["matchConditions"] = [dict(c) for c in MATCH_CONDITIONS]
         spec["mutations"] = [{"patchType": "ApplyConfiguration",
                               "applyConfiguration": {"expression": GATE_MUTATION}}]
     return {"apiVersion": GROUP_VERSION, "kind": POLICY_KIND,

@@ -1,20 +1,18 @@
 """The admission predicates, each written once in Python and once in CEL, side by side.
 
 Which pods get our gate, and which ones the admission policy places at once, is decided in
-three places: the webhook (:func:`webhook.gating.should_gate`, in Python), the
-MutatingAdmissionPolicy (:mod:`rules.admit.admissionpolicy`: its ``matchConditions`` and
-``variables``, in CEL) and the MutatingWebhookConfiguration
-(:mod:`rules.admit.webhookconfig`: its ``matchConditions``, in CEL). :data:`PREDICATES`
-holds every predicate they share, with its meaning, its Python function and its CEL text
-next to each other; the three read it from here (the webhook's skip rules are
-:func:`gate_skip_reason`, the policy's ``matchConditions`` :data:`POLICY_MATCH_CONDITIONS`,
-the webhook configuration's ``matchConditions`` :data:`WEBHOOK_MATCH_CONDITIONS`), and
-tests/controller/test_admissionpolicy_cel.py evaluates every entry's CEL against its Python
-on generated pods, offline (docs/how-it-decides.md, "The predicates, side by side").
+two places: the webhook (:func:`webhook.gating.should_gate`, in Python) and the
+MutatingAdmissionPolicy (:mod:`rules.admit.admissionpolicy`: its skip rules and
+``variables``, in CEL). :data:`PREDICATES` holds every predicate they share, with its
+meaning, its Python function and its CEL text next to each other; both read it from here
+(the webhook's skip rules are :func:`gate_skip_reason`, the policy's
+:data:`POLICY_MATCH_CONDITIONS`), and tests/controller/test_admissionpolicy_cel.py
+evaluates every entry's CEL against its Python on generated pods, offline
+(docs/how-it-decides.md, "The predicates, side by side").
 
 A predicate's Python takes the pod as the AdmissionReview carries it (a plain dict) and the
 plain :class:`Inputs` of the admission (namespace, config, the params object's tables, the
-policy that applies, the admission mark); fields of an unexpected type count as absent, so
+policy that applies); fields of an unexpected type count as absent, so
 nothing here raises on odd input. A predicate's CEL reads ``object`` (the pod), ``params``
 (the ImagePlatformCatalog), ``request`` and the ``variables`` of the entries before it.
 
@@ -39,9 +37,6 @@ from podplacement.rules.admit.imageparams import (
 )
 from podplacement.rules.config import (
     ARCH_LABEL,
-    DECISION_ANNOTATION,
-    GATE_LABEL,
-    GATE_LABEL_REMOVED,
     LINUX,
     OS_LABEL,
     SCHEDULING_GATE,
@@ -81,7 +76,7 @@ __all__ = [
     "REASON_ALREADY_GATED",
     "REASON_NODE_NAME_SET",
     "REASON_NO_CONFIG",
-    "WEBHOOK_MATCH_CONDITIONS",
+    "SKIP_RULE_USE",
     "Inputs",
     "Predicate",
     "by_name",
@@ -122,8 +117,6 @@ class Inputs:
         fresh: ``spec.fresh`` of the params object (image reference → digest).
         policy: the PodPlacementPolicy that applies to the pod
             (:func:`rules.policy.policy_for`), or None.
-        placed_mark: :func:`rules.config.admission_mark` of the params object in
-            force, or None while no policy with a place branch is.
     """
 
     namespace: str = ""
@@ -132,7 +125,6 @@ class Inputs:
     table: Mapping[str, str] = field(default_factory=dict)
     fresh: Mapping[str, str] = field(default_factory=dict)
     policy: PlacementPolicy | None = None
-    placed_mark: str | None = None
 
 
 #: The inputs of the predicates that read the pod alone.
@@ -147,13 +139,13 @@ class Predicate:
     """One predicate in both languages.
 
     Attributes:
-        name: the ``matchConditions`` entry's or the policy variable's name.
+        name: the skip rule's or the policy variable's name.
         meaning: what it says, in one sentence.
         python: its Python (:data:`PythonRule`).
-        render: its CEL text for the given inputs (only ``placed_mark`` is ever read: the
-            other inputs are the API server's ``object``/``params``/``request``).
-        used_in: where its CEL is written: ``policy.matchConditions``,
-            ``policy.variables``, ``webhook.matchConditions``.
+        render: its CEL text for the given inputs (none is read today: the inputs are the
+            API server's ``object``/``params``/``request``).
+        used_in: where its CEL is written: :data:`SKIP_RULE_USE`,
+            ``policy.variables``, ``webhook.should_gate``.
         skip_reason: the webhook's skip reason when the condition does not hold ("" when
             the webhook does not check it).
     """
@@ -166,7 +158,7 @@ class Predicate:
     skip_reason: str = ""
 
     def cel(self, inputs: Inputs | None = None) -> str:
-        """The CEL text (for :data:`WEBHOOK_MATCH_CONDITIONS`, of ``inputs.placed_mark``)."""
+        """The CEL text."""
         return self.render(inputs if inputs is not None else Inputs())
 
 
@@ -212,16 +204,21 @@ CEL_NOT_DAEMONSET = ("!has(object.metadata.ownerReferences) || "
 CEL_NOT_GATED = ("!has(object.spec.schedulingGates) || "
                  f"!object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')")
 
+#: Where the policy writes the skip rules: the place policy in its JSONPatch expression
+#: (:func:`rules.admit.admissionpolicy.place_patch_mutation`), the gate-only policy as its
+#: ``matchConditions``.
+SKIP_RULE_USE = "policy.jsonPatch (place) or policy.matchConditions (gate only)"
+
 #: The pod-level skip rules of :func:`webhook.gating.should_gate`, in its order, and the
-#: policy's ``matchConditions``.
+#: policy's (:data:`SKIP_RULE_USE`).
 POLICY_MATCH_CONDITIONS: tuple[Predicate, ...] = (
     Predicate("not-bound", "spec.nodeName is unset or empty", not_bound,
-              _text(CEL_NOT_BOUND), "policy.matchConditions", REASON_NODE_NAME_SET),
+              _text(CEL_NOT_BOUND), SKIP_RULE_USE, REASON_NODE_NAME_SET),
     Predicate("not-daemonset", "no controlling ownerReference of kind DaemonSet",
-              not_daemonset, _text(CEL_NOT_DAEMONSET), "policy.matchConditions",
+              not_daemonset, _text(CEL_NOT_DAEMONSET), SKIP_RULE_USE,
               REASON_DAEMONSET),
     Predicate("not-gated", "our scheduling gate is not in spec.schedulingGates", not_gated,
-              _text(CEL_NOT_GATED), "policy.matchConditions", REASON_ALREADY_GATED),
+              _text(CEL_NOT_GATED), SKIP_RULE_USE, REASON_ALREADY_GATED),
 )
 
 _SKIP_CHECKS = tuple((p.python, p.skip_reason) for p in POLICY_MATCH_CONDITIONS)
@@ -399,56 +396,18 @@ POLICY_VARIABLES: tuple[Predicate, ...] = (
 )
 
 
-# --- the webhook configuration's matchConditions ------------------------------------------
-
-
-def not_placed_at_admission(pod: Mapping[str, Any], inputs: Inputs) -> bool:
-    """The API server calls the webhook for the pod: always while no place policy is in
-    force (``placed_mark`` None), else unless the pod carries the label
-    ``scheduling-gate=removed``, a decision annotation starting with the current mark, and
-    not our gate (:func:`rules.admit.webhookconfig.match_conditions`)."""
-    if inputs.placed_mark is None:
-        return True
-    metadata = _map(pod.get("metadata"))
-    label = _map(metadata.get("labels")).get(GATE_LABEL)
-    decision = _map(metadata.get("annotations")).get(DECISION_ANNOTATION)
-    return (label != GATE_LABEL_REMOVED or not isinstance(decision, str)
-            or not decision.startswith("{" + inputs.placed_mark) or has_gate(pod))
-
-
-def _cel_not_placed_at_admission(inputs: Inputs) -> str:
-    if inputs.placed_mark is None:
-        return "true"  # the configuration then has no matchConditions at all
-    mark = inputs.placed_mark
-    return (f"object.metadata.?labels[?'{GATE_LABEL}'].orValue('') != "
-            f"'{GATE_LABEL_REMOVED}'"
-            f" || !object.metadata.?annotations[?'{DECISION_ANNOTATION}'].orValue('')"
-            f".startsWith({json.dumps('{' + mark)})"
-            f" || object.spec.?schedulingGates.orValue([])"
-            f".exists(g, g.name == '{SCHEDULING_GATE}')")
-
-
-#: The webhook configuration's ``matchConditions`` while a place policy is in force.
-WEBHOOK_MATCH_CONDITIONS: tuple[Predicate, ...] = (
-    Predicate("not-placed-at-admission", "the pod was not placed by the policy from the "
-              "params object in force", not_placed_at_admission,
-              _cel_not_placed_at_admission, "webhook.matchConditions"),
-)
-
-
 def _cel_should_gate(inputs: Inputs) -> str:
     return " && ".join(f"({p.cel(inputs)})" for p in POLICY_MATCH_CONDITIONS)
 
 
-#: Every predicate, the policy's first, then the webhook configuration's, then the
-#: webhook's verdict (its CEL is the conjunction of the policy's ``matchConditions``: the
+#: Every predicate, the policy's first, then the webhook's verdict (its CEL is the
+#: conjunction of the policy's skip rules: the
 #: namespace rules are the binding's selector, see the module docstring).
 PREDICATES: tuple[Predicate, ...] = (
     *POLICY_MATCH_CONDITIONS,
     *POLICY_VARIABLES,
-    *WEBHOOK_MATCH_CONDITIONS,
     Predicate("should-gate", "the webhook gates the pod (a config, not a skipped namespace, "
-              "and every policy matchCondition holds)", should_gate, _cel_should_gate,
+              "and every skip rule of the policy holds)", should_gate, _cel_should_gate,
               "webhook.should_gate"),
 )
 

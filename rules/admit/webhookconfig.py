@@ -40,13 +40,15 @@ Kubernetes 1.21).
 from __future__ import annotations
 
 import base64
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from podplacement.rules.admit.predicates import WEBHOOK_MATCH_CONDITIONS, Inputs
 from podplacement.rules.config import (
     EXCLUDE_NAMESPACE_LABEL,
+    GATE_LABEL,
+    GATE_LABEL_REMOVED,
     SYSTEM_NAMESPACES,
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
@@ -172,32 +174,46 @@ def webhook_namespace_selection(
     )
 
 
-def match_conditions(placed_mark: str | None) -> list[dict[str, str]]:
-    """The webhook's ``matchConditions``.
+#: The webhook's ``objectSelector`` while a place policy is in force: the pods the policy did
+#: not place (its label ``scheduling-gate`` is anything but ``removed``, or absent).
+SKIP_PLACED_SELECTOR: dict[str, Any] = {"matchExpressions": [
+    {"key": GATE_LABEL, "operator": "NotIn", "values": [GATE_LABEL_REMOVED]}]}
+
+
+def object_selector(skip_placed: bool) -> dict[str, Any]:
+    """The webhook's ``objectSelector``.
 
     Args:
-        placed_mark: the start of the decision annotation of a pod the admission policy
-            placed from the params object that exists now
-            (:func:`rules.config.admission_mark` of its uid), or None while no
-            policy with a place branch is in force (``mechanism: Webhook``, a server without
-            the policy API, fast paths off, the params object missing or not known yet).
+        skip_placed: a policy with a place branch is in force with its params object
+            (``mechanism: Auto``, the API served, fast paths on, the params object
+            existing); False otherwise (``mechanism: Webhook``, a server without the policy
+            API, fast paths off, the params object missing or not known yet).
 
     Returns:
-        ``[]`` for None: the webhook is called for every pod. Else one condition: the API
-        server does not call the webhook for a pod the policy placed (it runs first; the
-        label ``scheduling-gate=removed``, the current mark, and not our gate: the policy
-        skips a pod created with our gate, and the webhook must label it for the
-        controller), so the warm pods of the fast path cost no round trip. A mark copied
-        from a pod placed from an earlier params object is stale, and while the current
-        object exists the policy overwrites any mark a pod's creator set
-        (:func:`rules.config.admission_mark`). A CEL error skips the webhook
-        (failurePolicy Ignore). The condition, and its Python, are
-        :data:`rules.admit.predicates.WEBHOOK_MATCH_CONDITIONS`.
+        ``{}`` for False: the webhook is called for every pod. Else
+        :data:`SKIP_PLACED_SELECTOR`: the API server does not call the webhook for a pod
+        the policy placed (the policy runs first and writes the label
+        ``scheduling-gate=removed`` on exactly the pods it places; on every other pod it
+        evaluates it writes ``gated``, over whatever the pod's creator set: a pod created
+        with our gate included, :func:`rules.admit.admissionpolicy.place_patch_mutation`).
+        The warm pods of the fast path thus cost no round trip, and no CEL either: a label
+        selector is matched on the labels alone, where a ``matchConditions`` entry costs
+        the API server a conversion of the whole pod on every create (bench/policycost.py).
+        Which pods skip it: :func:`webhook_called`.
     """
-    if placed_mark is None:
-        return []
-    inputs = Inputs(placed_mark=placed_mark)
-    return [{"name": p.name, "expression": p.cel(inputs)} for p in WEBHOOK_MATCH_CONDITIONS]
+    return copy.deepcopy(SKIP_PLACED_SELECTOR) if skip_placed else {}
+
+
+def webhook_called(pod: Mapping[str, Any], skip_placed: bool) -> bool:
+    """The API server calls the webhook for ``pod`` (as the policy left it) in a namespace
+    the webhook selects: the Python of :func:`object_selector` (label-selector semantics of
+    k8s.io/apimachinery ``labels``: ``NotIn`` matches a pod without the key)."""
+    if not skip_placed:
+        return True
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    value = labels.get(GATE_LABEL) if isinstance(labels, Mapping) else None
+    return value != GATE_LABEL_REMOVED
 
 
 def desired_webhook_configuration(
@@ -210,14 +226,15 @@ def desired_webhook_configuration(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cert_manager_certificate: str | None = None,
     owner: Sequence[Mapping[str, Any]] = (),
-    placed_mark: str | None = None,
+    skip_placed: bool = False,
 ) -> dict[str, Any]:
     """Build the MutatingWebhookConfiguration ``podplacement-webhook``.
 
     One webhook ``pods.podplacement.io``: pods CREATE ``v1``, sideEffects None,
     admissionReviewVersions [v1], failurePolicy Ignore (the webhook must never block pod
-    creation), matchPolicy Equivalent, reinvocationPolicy Never, objectSelector {} and the
-    namespaceSelector of :func:`webhook_namespace_selection`.
+    creation), matchPolicy Equivalent, reinvocationPolicy Never, no matchConditions, the
+    objectSelector of :func:`object_selector` and the namespaceSelector of
+    :func:`webhook_namespace_selection`.
 
     Args:
         config_obj: the PodPlacementConfig ``cluster`` dict (its namespace selection).
@@ -232,6 +249,8 @@ def desired_webhook_configuration(
         owner: the ``ownerReferences`` (:func:`rules.ownership.namespace_owner`: the
             product's Namespace, so the garbage collector deletes the configuration once
             the namespace is gone, whether or not a controller ran the ordered uninstall).
+        skip_placed: a place policy is in force with its params object
+            (:func:`object_selector`).
 
     Raises:
         ValueError: neither or both of service/url, or timeout out of 1..30.
@@ -284,12 +303,11 @@ def desired_webhook_configuration(
                 "failurePolicy": "Ignore",
                 "matchPolicy": "Equivalent",
                 "namespaceSelector": selection.selector,
-                "objectSelector": {},
+                "objectSelector": object_selector(skip_placed),
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
                 "reinvocationPolicy": "Never",
-                "matchConditions": match_conditions(placed_mark),
             }
         ],
     }

@@ -43,7 +43,11 @@ def test_policy_gates_pod_creates_and_never_denies() -> None:
     assert spec["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
          "resources": ["pods"]}]
-    names = [c["name"] for c in spec["matchConditions"]]
+    # the place policy writes its skip rules into the JSONPatch, the gate-only one keeps them
+    # as matchConditions
+    assert "matchConditions" not in spec
+    gate_only = ap.desired_policy(PlacementConfig(admission_fast_paths="Disabled"), OWNER)
+    names = [c["name"] for c in gate_only["spec"]["matchConditions"]]
     assert names == ["not-bound", "not-daemonset", "not-gated"]
 
 
@@ -58,7 +62,11 @@ def test_default_config_places_or_gates_with_one_json_patch() -> None:
     (patch,) = spec["mutations"]
     assert patch["patchType"] == "JSONPatch"
     expression = patch["jsonPatch"]["expression"]
-    assert expression.startswith("!variables.placed ? (has(object.spec.schedulingGates) ? [] : ")
+    # the skip rules first (a bound or DaemonSet pod: no op), then a pod created with our
+    # gate (the label only), then place or gate
+    skip, rest = expression.split(f" ? {ap.NO_PATCH} : ", 1)
+    assert "object.spec.nodeName" in skip and "'DaemonSet'" in skip
+    assert "!variables.placed ? (has(object.spec.schedulingGates) ? [] : " in rest
     assert f"name: '{SCHEDULING_GATE}'" in expression
     assert "'/spec/schedulingGates/-'" in expression
     assert "jsonpatch.escapeKey('podplacement.io/scheduling-gate'), value: 'gated'" in expression
@@ -148,8 +156,12 @@ def test_drift_is_a_changed_field_we_set_not_a_server_default() -> None:
     live["spec"]["failurePolicy"] = "Fail"
     assert ap.policy_drifted(live, desired)
     live = copy.deepcopy(desired)
-    live["spec"]["matchConditions"].pop()
+    live["spec"]["mutations"][0]["jsonPatch"]["expression"] += " "
     assert ap.policy_drifted(live, desired)
+    gate_only = ap.desired_policy(PlacementConfig(admission_fast_paths="Disabled"), OWNER)
+    live = copy.deepcopy(gate_only)
+    live["spec"]["matchConditions"].pop()
+    assert ap.policy_drifted(live, gate_only)
 
 
 def test_a_config_change_is_drift() -> None:

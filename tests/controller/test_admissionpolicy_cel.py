@@ -64,7 +64,6 @@ from podplacement.rules.admit.predicates import (
     POLICY_MATCH_CONDITIONS,
     POLICY_VARIABLES,
     PREDICATES,
-    WEBHOOK_MATCH_CONDITIONS,
     Inputs,
 )
 from podplacement.rules.config import (
@@ -606,10 +605,11 @@ def test_the_policys_texts_are_the_python_rules() -> None:
 
 
 def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -> None:
-    """The webhook configuration's matchCondition skips a pod whose annotation starts with
-    the current params object's mark (rules.config.admission_mark): the policy
-    must write exactly that, from ``params.metadata.uid``, and the Python record the same."""
-    from podplacement.rules.admit.webhookconfig import match_conditions
+    """The policy writes the current params object's mark (rules.config.admission_mark)
+    from ``params.metadata.uid``, and the Python record the same; the webhook configuration
+    then skips exactly the pods labelled ``scheduling-gate=removed``, which the policy writes
+    on the pods it places and on no other (rules.admit.webhookconfig.object_selector)."""
+    from podplacement.rules.admit.webhookconfig import object_selector, webhook_called
     from podplacement.rules.config import admission_mark
 
     uid = "6f1c2a5e-93a1-4b7e-9d35-0e4d2f8c1a77"
@@ -622,26 +622,23 @@ def test_the_decision_starts_with_the_mark_of_the_params_object_it_came_from() -
         PlacementInputs(_as_gated(LINUX_POD), _images({REFS[0]: "linux/amd64"}), config),
     )
     assert compact_json(ap.admission_record(facts, uid)) == values["decision"]
-    # the matchCondition as the controller renders it: this pod skips the webhook, the same
-    # annotation from another params object (or none) does not
-    (condition,) = match_conditions(admission_mark(uid))
-    program = _ENV.compile(condition["expression"])
+    # the selector as the controller renders it, and its Python
+    assert object_selector(False) == {}
+    assert object_selector(True) == {"matchExpressions": [
+        {"key": GATE_LABEL, "operator": "NotIn", "values": [GATE_LABEL_REMOVED]}]}
 
-    def skips(decision: str, gates: list[dict[str, str]] | None = None) -> bool:
-        pod: dict[str, Any] = {"metadata": {"labels": {GATE_LABEL: "removed"},
-                                            "annotations": {"podplacement.io/decision": decision}},
-                               "spec": {}}
-        if gates is not None:
-            pod["spec"]["schedulingGates"] = gates
-        return program.eval(data={"object": pod}).plain_value() is False
+    def pod(labels: Any) -> dict[str, Any]:
+        return {"metadata": {"labels": labels}, "spec": {}}
 
-    assert skips(values["decision"])
-    assert skips(values["decision"], [{"name": "example.com/other"}])
-    assert not skips(values["decision"], [{"name": SCHEDULING_GATE}])
-    other = evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"}, catalog_uid="0ther")
-    assert not skips(other["decision"])
-    assert not skips(evaluate(variables, LINUX_POD, {REFS[0]: "linux/amd64"})["decision"])
-    assert match_conditions(None) == []
+    assert not webhook_called(pod({GATE_LABEL: GATE_LABEL_REMOVED}), True)
+    assert webhook_called(pod({GATE_LABEL: GATE_LABEL_REMOVED}), False)
+    for labels in ({GATE_LABEL: GATE_LABEL_GATED}, {}, None, {"other": GATE_LABEL_REMOVED}, "x"):
+        assert webhook_called(pod(labels), True), labels
+    # the place branch writes ``removed`` and the gate branches ``gated``, nothing else
+    patch = ap.place_patch_mutation()
+    placed_branch = patch.split("!variables.placed ? ", 1)[1]
+    assert f"value: '{GATE_LABEL_REMOVED}'" not in patch.split("!variables.placed ? ", 1)[0]
+    assert f"'{GATE_LABEL_REMOVED}'" in placed_branch
 
 
 # --- every predicate of the table: its CEL is its Python ----------------------------------
@@ -687,12 +684,11 @@ def admission_pods(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def predicate_inputs(pod: Mapping[str, Any], table: Mapping[str, str],
-                     config: PlacementConfig, ranking: Ranking,
-                     placed_mark: str | None) -> Inputs:
+                     config: PlacementConfig, ranking: Ranking) -> Inputs:
     namespace = pod["metadata"].get("namespace", "")
     return Inputs(namespace=namespace, own_namespace=OWN_NAMESPACE, config=config,
                   table=table, fresh=fresh_of(table),
-                  policy=policy_for(pod, ranking.of(namespace)), placed_mark=placed_mark)
+                  policy=policy_for(pod, ranking.of(namespace)))
 
 
 def evaluate_predicates(pod: Mapping[str, Any], inputs: Inputs, config: PlacementConfig,
@@ -745,11 +741,11 @@ def test_every_predicate_is_its_python_in_cel() -> None:
     @settings(max_examples=400, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(pod=admission_pods(), table=tables, config=st.sampled_from(CONFIGS),
-           policies=policy_objects(), placed_mark=st.sampled_from([MARK, MARK, None]))
+           policies=policy_objects())
     def check(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig,
-              policies: list[dict[str, Any]], placed_mark: str | None) -> None:
+              policies: list[dict[str, Any]]) -> None:
         ranking = rank(policies)
-        inputs = predicate_inputs(pod, table, config, ranking, placed_mark)
+        inputs = predicate_inputs(pod, table, config, ranking)
         got = evaluate_predicates(pod, inputs, config, ranking)
         want = python_predicates(pod, inputs)
         assert {k: (got[k], v) for k, v in want.items() if got[k] != v} == {}
@@ -765,16 +761,18 @@ def test_the_match_conditions_are_the_table() -> None:
     """The policy's and the webhook configuration's matchConditions are the table's entries,
     in its order, and the webhook's skip reasons follow them (a changed entry is caught by
     the property above)."""
-    from podplacement.rules.admit.webhookconfig import match_conditions
-
-    policy = ap.desired_policy(config_or_defaults(None)[0])
-    assert [c["name"] for c in policy["spec"]["matchConditions"]] == [
+    gate_only = ap.desired_policy(PlacementConfig(admission_fast_paths="Disabled"))
+    assert [c["name"] for c in gate_only["spec"]["matchConditions"]] == [
         p.name for p in POLICY_MATCH_CONDITIONS]
-    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+    assert [c["expression"] for c in gate_only["spec"]["matchConditions"]] == [
         p.cel() for p in POLICY_MATCH_CONDITIONS]
-    assert match_conditions(MARK) == [
-        {"name": p.name, "expression": p.cel(Inputs(placed_mark=MARK))}
-        for p in WEBHOOK_MATCH_CONDITIONS]
+    # the place policy writes them into its JSONPatch instead (one conversion of the pod
+    # fewer per create), each rule's CEL verbatim, before the place branch
+    place = ap.desired_policy(config_or_defaults(None)[0])
+    assert "matchConditions" not in place["spec"]
+    patch = place["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    for p in POLICY_MATCH_CONDITIONS:
+        assert f"({p.cel()})" in patch.split("variables.placed", 1)[0], p.name
     variables = {v["name"]: v["expression"] for v in ap.place_variables(CONFIGS[0])}
     assert all(variables[p.name] == p.cel() for p in POLICY_VARIABLES)
 
@@ -787,11 +785,10 @@ def test_the_match_conditions_are_the_table() -> None:
 # such a request is refused at decoding. Both sides are written defensively all the same:
 # the Python treats a field of an unexpected type as absent; the CEL, evaluated here on
 # untyped JSON, either agrees, or fails — and a failing expression, with failurePolicy
-# Ignore, passes the pod on unchanged (a failing policy variable or matchCondition skips the
-# policy, whose gate the webhook then sets; a failing condition of the webhook configuration
-# skips the webhook) — or gives another value in the cases of DIFFERENT_VALUES, each of
-# which gates (never places) where the Python would place, or concerns an object that
-# decoding refuses.
+# Ignore, passes the pod on unchanged (a failing policy variable or skip rule skips the
+# policy, whose gate the webhook then sets) — or gives another value in the cases of
+# DIFFERENT_VALUES, each of which gates (never places) where the Python would place, or
+# concerns an object that decoding refuses.
 
 #: (what is odd, path, value); the value ``None`` at a path deletes the field.
 ODD_VALUES: tuple[tuple[str, tuple[str | int, ...], Any], ...] = (
@@ -890,7 +887,7 @@ def test_values_of_an_unexpected_type_agree_or_fail_in_cel() -> None:
             odd = copy.deepcopy(pod)
             if not _set_path(odd, path, copy.deepcopy(value)):
                 continue
-            inputs = predicate_inputs(odd, table, config, EMPTY_RANKING, MARK)
+            inputs = predicate_inputs(odd, table, config, EMPTY_RANKING)
             got = evaluate_predicates(odd, inputs, config, EMPTY_RANKING)
             want = python_predicates(odd, inputs)
             differ = {k for k, v in want.items() if got[k] not in (v, CEL_ERROR)}
@@ -930,14 +927,14 @@ def test_a_changed_predicate_is_caught() -> None:
     def collect(pod: dict[str, Any], table: dict[str, str], config: PlacementConfig,
                 policies: list[dict[str, Any]]) -> None:
         ranking = rank(policies)
-        cases.append((pod, predicate_inputs(pod, table, config, ranking, MARK), config,
+        cases.append((pod, predicate_inputs(pod, table, config, ranking), config,
                       ranking))
 
     collect()
     for predicate in PREDICATES:
         name = predicate.name
         variables = {v["name"]: v["expression"] for v in ap.place_variables(CONFIGS[0])}
-        text = variables.get(name) or predicate.cel(Inputs(placed_mark=MARK))
+        text = variables.get(name) or predicate.cel()
         changed = {name: CHANGED_CEL.get(name, f"!({text})")}
 
         assert not any(_differs(name, case, {}) for case in cases), name

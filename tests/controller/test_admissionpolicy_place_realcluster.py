@@ -4,8 +4,8 @@ real kube-apiserver v1.36.2 (docs/how-it-decides.md, "Placement inside the API s
 The policy's plain ``variables`` are also checked offline with a CEL runtime
 (tests/controller/test_admissionpolicy_cel.py); this module checks what only the API server
 evaluates: the typed ``Object{}`` node affinity of the JSONPatch, the whole mutation, the
-``matchConditions`` (against the webhook's own skip rules, :func:`webhook.gating.should_gate`)
-and the server's facts the module docstring of :mod:`rules.admit.admissionpolicy` lists.
+skip rules (against the webhook's own, :func:`webhook.gating.should_gate`) and the server's
+facts the module docstring of :mod:`rules.admit.admissionpolicy` lists.
 
 The policy, its binding and an ImagePlatformCatalog params object are installed directly (no
 controller). Each PodPlacementConfig variant gets its own copy of the policy, bound to its
@@ -568,7 +568,9 @@ def test_match_conditions_skip_exactly_the_pods_should_gate_skips(world: World) 
     near misses: a DaemonSet that is not the controller, a controlling ReplicaSet), with and
     without gates, of a known and an unknown image, created against the real policy in its
     place and gate-only variants: the policy mutates a pod (gate or place) exactly when
-    :func:`webhook.gating.should_gate` gates it."""
+    :func:`webhook.gating.should_gate` gates it; the place variant (its skip rules in the
+    JSONPatch, no matchConditions) also labels a pod created with our gate ``gated``, as
+    the webhook does, and adds no second gate."""
     from podplacement.webhook.gating import should_gate
 
     known = next(ref for ref, pairs in world.pool.items() if "windows" not in pairs)
@@ -586,7 +588,13 @@ def test_match_conditions_skip_exactly_the_pods_should_gate_skips(world: World) 
                         # the webhook's rules on the pod as sent (the policy runs first)
                         verdict = should_gate(pod, namespace=ns, config=CONFIGS[variant],
                                               own_namespace=PARAMS_NS)
-                        assert _admitted_by_policy(got) == verdict.gate, (verdict, pod, got)
+                        labelled = verdict.gate or (
+                            variant == "plain" and verdict.reason == "already_gated")
+                        assert _admitted_by_policy(got) == labelled, (verdict, pod, got)
+                        if labelled and not verdict.gate:
+                            assert got["metadata"]["labels"][GATE_LABEL] == "gated", got
+                            assert got["spec"]["schedulingGates"] == pod["spec"][
+                                "schedulingGates"], got
                         seen[(verdict.reason, verdict.gate)] = seen.get(
                             (verdict.reason, verdict.gate), 0) + 1
     assert {"node_name_set", "daemonset", "already_gated", "gated"} <= {r for r, _ in seen}, seen
