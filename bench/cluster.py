@@ -73,6 +73,10 @@ a single amd64 and a single arm64 manifest; with ``mechanism: Auto`` the params 
   (``plugins.execFormatErrorMonitor.enabled: false``): ``warm`` less one of its costs;
 - ``floor-product``: the product's own admission policy and params object (as in ``warm``),
   with no webhook or controller process (:func:`product_policy`);
+- ``floor-lookup``: the same, the policy reduced to what any catalog-based policy needs for
+  a ``warm`` pod (:func:`lookup_policy`: the lookup of its image, the patch built from its
+  platform set), the same decision written: the floor a policy that reads a catalog can
+  reach, where ``floor-same`` knows each pod's answer before the pod exists;
 - ``floor-webhook``: no product; a minimal mutating webhook of the benchmark's own
   (:mod:`bench.floorhook`: uvicorn, TLS, a one-op JSONPatch) called for every pod: what one
   webhook call costs the API server whatever the webhook decides, the floor under every pod
@@ -111,6 +115,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import base64  # noqa: E402
 import contextlib  # noqa: E402
+import copy  # noqa: E402
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -157,17 +162,20 @@ SCENARIOS = ("warm", "warm-policy", "webhook-warm", "always", "always-webhook", 
              "skewed",
              "cold-burst",
              "controller", "cold", "private", "webhook-stopped", "floor-label", "floor-place",
-             "warm-small", "warm-nomonitor", "floor-product", "floor-webhook", "floor-same")
+             "warm-small", "warm-nomonitor", "floor-product", "floor-webhook", "floor-same",
+             "floor-lookup")
 #: ``warm`` variants that tell where its cost goes: a params object holding only the bench
 #: images, or the exec format error monitor (a watch of every placed pod) switched off.
 WARM_ARMS = ("warm", "warm-policy", "warm-small", "warm-nomonitor")
 #: Arms without the product: a minimal MutatingAdmissionPolicy of the benchmark's own
 #: (:func:`floor_policy`), the floor under any placement done by a policy.
-FLOOR_ARMS = ("floor-label", "floor-place", "floor-product", "floor-webhook", "floor-same")
+FLOOR_ARMS = ("floor-label", "floor-place", "floor-product", "floor-webhook", "floor-same",
+              "floor-lookup")
 #: The floor arms whose pods are placed for real (the arch check applies to them).
-PLACING_FLOORS = ("floor-product", "floor-same")
-#: The floor ``warm`` is measured against, first of these that ran (:func:`report_floor`).
-FLOOR_REFERENCE = ("floor-same", "floor-place")
+PLACING_FLOORS = ("floor-product", "floor-same", "floor-lookup")
+#: The floors ``warm`` is measured against, each that ran (:func:`report_floor`);
+#: ``floor-place`` only when neither of the others did.
+FLOOR_REFERENCE = ("floor-same", "floor-lookup", "floor-place")
 #: The catalog uid the ``floor-same`` arm writes into its decision records (it reads no
 #: params object): a fixed uid as long as the API server's, so the records differ from
 #: ``warm``'s in these 36 characters only; :func:`decision_signature` compares records with
@@ -712,11 +720,14 @@ def floor_policy(arm: str) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
-def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[dict[str, Any]]:
+def product_policy(plane: ControlPlane, images: Images, entries: int,
+                   lookup: bool = False) -> list[dict[str, Any]]:
     """``floor-product``: deploy/ applied (CRDs, config) and the params object seeded as for
     ``warm``, then the MutatingAdmissionPolicy and binding the controller would create for
     the config (:func:`podplacement.rules.admit.admissionpolicy.desired_policy`), but no
-    webhook or controller process: the cost of the product's policy alone."""
+    webhook or controller process: the cost of the product's policy alone. With
+    ``lookup`` (``floor-lookup``): that policy reduced to the catalog lookup and the patch
+    built from the set (:func:`lookup_policy`)."""
     from podplacement.rules.admit import admissionpolicy
     from podplacement.rules.admit.webhookconfig import webhook_namespace_selection
 
@@ -729,7 +740,49 @@ def product_policy(plane: ControlPlane, images: Images, entries: int) -> list[di
     binding = admissionpolicy.desired_binding(
         webhook_namespace_selection(config, PRODUCT_NAMESPACE),
         params_namespace=PRODUCT_NAMESPACE)
-    return [policy, binding]
+    return [lookup_policy(policy) if lookup else policy, binding]
+
+
+#: The variables :func:`lookup_policy` replaces, with their constant (or minimal) CEL: what
+#: a pod of the benchmark (``bench/policycost.py``'s ``pod_body``, a ``warm`` pod) needs of
+#: each (one container, no init container, no image volume, no pull policy, no affinity,
+#: selector or toleration of its own, no policy in its namespace, no architecture taint).
+LOOKUP_CONSTANTS = {
+    "images": "object.spec.containers.map(c, c.image)",
+    "fresh": "{}",
+    "known": "size(variables.codes) > 0 && variables.codes.all(c, c in variables.sets)",
+    "free": "true",
+    "policies": "[]",
+    "labels": "{}",
+    "matched": "[]",
+    "hasPolicy": "false",
+    "allowedOk": "true",
+    "archTaints": "[]",
+    "ownTolerations": "[]",
+    "addTolerations": "[]",
+}
+
+
+def lookup_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` (the generated one) without its matchConditions and with the variables of
+    :data:`LOOKUP_CONSTANTS` replaced: the minimal policy that looks a benchmark pod's image
+    up in the catalog and writes the product's decision from it (the variables
+    it keeps and its JSONPatch expression are the product's own). A variable the generated
+    policy does not declare is not added.
+
+    Raises:
+        ValueError: the policy lacks ``images`` or ``known`` (not the product's shape).
+    """
+    out = copy.deepcopy(policy)
+    spec = out["spec"]
+    spec.pop("matchConditions", None)
+    declared = {str(v["name"]) for v in spec.get("variables") or []}
+    if not {"images", "known"} <= declared:
+        raise ValueError("the generated policy has no images/known variables")
+    for variable in spec["variables"]:
+        if variable["name"] in LOOKUP_CONSTANTS:
+            variable["expression"] = LOOKUP_CONSTANTS[variable["name"]]
+    return out
 
 
 def _cel_plain(value: Any) -> str:
@@ -983,8 +1036,9 @@ def one_run(arm: str, args: argparse.Namespace, registry: Registry, images: Imag
             if secret:
                 c.post(f"/api/v1/namespaces/{NAMESPACE}/secrets",
                        json=pull_secret(registry, secret)).raise_for_status()
-        if arm == "floor-product":
-            install_floor(plane, arm, objects=product_policy(plane, images, args.params_entries),
+        if arm in ("floor-product", "floor-lookup"):
+            install_floor(plane, arm, objects=product_policy(plane, images, args.params_entries,
+                                                             lookup=arm == "floor-lookup"),
                           image=images.base[0])
         elif arm == "floor-same":
             install_floor(plane, arm, objects=same_decision_policy(plane, images, work),
@@ -1355,15 +1409,23 @@ def ours_ms(run: Run, pods: int) -> float:
 
 
 def report_floor(rounds: list[dict[str, Run]], scenarios: list[str], pods: int) -> None:
-    """With ``warm`` and a floor of :data:`FLOOR_REFERENCE` in the run: per round, warm's
+    """With ``warm`` and the floors of :data:`FLOOR_REFERENCE` in the run (each of
+    ``floor-same`` and ``floor-lookup`` that ran, else ``floor-place``): per round, warm's
     pods bound/s over the floor's in the same round (the issue's "warm at the floor"
     figure) and its median, the same predicted by the CPU (the floor's CPU per pod, every
     process, over warm's), kube-apiserver's CPU per pod in both, our processes' CPU per
     warm pod, whether the floor wrote the same decisions (:func:`same_decisions`), then the
     CPU milliseconds per pod of every process of both arms, round by round."""
-    floor = next((f for f in FLOOR_REFERENCE if f in scenarios), None)
-    if "warm" not in scenarios or floor is None:
+    floors = [f for f in FLOOR_REFERENCE[:2] if f in scenarios] or [
+        f for f in FLOOR_REFERENCE[2:] if f in scenarios][:1]
+    if "warm" not in scenarios:
         return
+    for floor in floors:
+        _report_floor(rounds, floor, pods)
+
+
+def _report_floor(rounds: list[dict[str, Run]], floor: str, pods: int) -> None:
+    """:func:`report_floor` for one floor arm."""
     print(f"\n== warm at the floor: warm over {floor} in the same round (ms are CPU per pod)")
     print(f"{'round':<6}{'warm/s':>8}{'floor/s':>8}{'warm/floor':>11}{'CPU model':>10}"
           f"{'apiserver warm':>15}{'floor':>7}{'ours (warm)':>12}  same decision")
@@ -1380,7 +1442,7 @@ def report_floor(rounds: list[dict[str, Run]], scenarios: list[str], pods: int) 
         print(f"{r + 1:<6}{w.bound_per_s:>8.1f}{f.bound_per_s:>8.1f}{ratio:>11.2f}"
               f"{models[-1]:>10.2f}{w.cpu('kube-apiserver') * 1000 / pods:>15.2f}"
               f"{f.cpu('kube-apiserver') * 1000 / pods:>7.2f}{ours[-1]:>12.2f}  "
-              f"{same_decisions(w, f) if floor == 'floor-same' else 'n/a (constant placement)'}")
+              f"{same_decisions(w, f) if floor in PLACING_FLOORS else 'n/a (constant placement)'}")
     print(f"median warm/floor {_median(ratios):.2f}, CPU model {_median(models):.2f} (target "
           f">= 0.95); our processes {_median(ours):.2f} ms CPU per warm pod (median)")
     names = sorted({n for arms in rounds for a in ("bare", "warm", floor)

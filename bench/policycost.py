@@ -82,6 +82,7 @@ from bench.cluster import (  # noqa: E402
     PARAMS_PATH,
     cel_patch_op,
     floor_policy,
+    lookup_policy,
     same_decision_ops,
 )
 from podplacement.rules.admit import admissionpolicy  # noqa: E402
@@ -191,48 +192,6 @@ def variant_webhook(config: dict[str, Any], *, condition: bool) -> dict[str, Any
         hook["objectSelector"] = {}
         hook["matchConditions"] = [{"name": "not-placed", "expression": SKIP_PLACED_CONDITION}]
     return webhook
-
-
-#: The variables :func:`lookup_policy` replaces, with their constant (or minimal) CEL: what
-#: a pod of :func:`pod_body` needs of each (one container, no init container, no image
-#: volume, no pull policy, no affinity, selector or toleration of its own, no policy in its
-#: namespace, no architecture taint).
-LOOKUP_CONSTANTS = {
-    "images": "object.spec.containers.map(c, c.image)",
-    "fresh": "{}",
-    "known": "size(variables.codes) > 0 && variables.codes.all(c, c in variables.sets)",
-    "free": "true",
-    "policies": "[]",
-    "labels": "{}",
-    "matched": "[]",
-    "hasPolicy": "false",
-    "allowedOk": "true",
-    "archTaints": "[]",
-    "ownTolerations": "[]",
-    "addTolerations": "[]",
-}
-
-
-def lookup_policy(policy: dict[str, Any]) -> dict[str, Any]:
-    """``policy`` (the generated one) without its matchConditions and with the variables of
-    :data:`LOOKUP_CONSTANTS` replaced: the minimal policy that looks a :func:`pod_body`
-    pod's image up in the catalog and writes the product's decision from it (the variables
-    it keeps and its JSONPatch expression are the product's own). A variable the generated
-    policy does not declare is not added.
-
-    Raises:
-        ValueError: the policy lacks ``images`` or ``known`` (not the product's shape).
-    """
-    out = copy.deepcopy(policy)
-    spec = out["spec"]
-    spec.pop("matchConditions", None)
-    declared = {str(v["name"]) for v in spec.get("variables") or []}
-    if not {"images", "known"} <= declared:
-        raise ValueError("the generated policy has no images/known variables")
-    for variable in spec["variables"]:
-        if variable["name"] in LOOKUP_CONSTANTS:
-            variable["expression"] = LOOKUP_CONSTANTS[variable["name"]]
-    return out
 
 
 def placement_of(pod: dict[str, Any]) -> dict[str, Any]:
