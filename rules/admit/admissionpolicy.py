@@ -104,6 +104,7 @@ from podplacement.rules.admit.predicates import (
     PLACED_OS,
     POLICY_MATCH_CONDITIONS,
     POLICY_VARIABLES,
+    by_name,
     cel_string,
 )
 from podplacement.rules.admit.webhookconfig import WebhookNamespaceSelection
@@ -568,9 +569,9 @@ def _skip_rule(name: str) -> str:
     POLICY_MATCH_CONDITIONS`, parenthesized.
 
     Raises:
-        KeyError: no such rule.
+        KeyError: no such predicate (:func:`rules.admit.predicates.by_name`).
     """
-    return "(" + {p.name: p.cel() for p in POLICY_MATCH_CONDITIONS}[name] + ")"
+    return f"({by_name(name).cel()})"
 
 
 def place_patch_mutation() -> str:

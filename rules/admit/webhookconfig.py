@@ -53,6 +53,7 @@ from podplacement.rules.config import (
     WEBHOOK_CONFIGURATION_NAME,
     WEBHOOK_NAME,
 )
+from podplacement.rules.policy import selector_matches, selector_requirements
 
 #: Label the API server puts on every Namespace (value = the namespace name).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -206,14 +207,13 @@ def object_selector(skip_placed: bool) -> dict[str, Any]:
 
 def webhook_called(pod: Mapping[str, Any], skip_placed: bool) -> bool:
     """The API server calls the webhook for ``pod`` (as the policy left it) in a namespace
-    the webhook selects: the Python of :func:`object_selector` (label-selector semantics of
-    k8s.io/apimachinery ``labels``: ``NotIn`` matches a pod without the key)."""
-    if not skip_placed:
-        return True
+    the webhook selects: :func:`object_selector` matched by the label-selector rules of
+    :func:`rules.policy.selector_matches` (``NotIn`` matches a pod without the key); labels
+    that are not a map count as none."""
     metadata = pod.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    value = labels.get(GATE_LABEL) if isinstance(labels, Mapping) else None
-    return value != GATE_LABEL_REMOVED
+    return selector_matches(selector_requirements(object_selector(skip_placed)),
+                            labels if isinstance(labels, Mapping) else {})
 
 
 def desired_webhook_configuration(
