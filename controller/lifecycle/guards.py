@@ -113,7 +113,9 @@ class UninstallGuards:
         binding, owned by the product's Namespace ``namespace_obj``
         (:mod:`rules.ownership`). Failures are reported in :attr:`problem` (the
         status's Degraded condition), never raised: gating works without them, only an
-        uninstall by ``kubectl delete -k`` would then lose its rights half-way."""
+        uninstall by ``kubectl delete -k`` would then lose its rights half-way. A 403 while
+        the ServiceAccount is being deleted is no failure: the removal has begun, the guards
+        stand (they were applied by an earlier pass), and the next pass uninstalls."""
         ref = self._service_account
         if service_account is None or ref is None:
             self.problem = ""
@@ -131,10 +133,28 @@ class UninstallGuards:
                 self.api, service_account_path(*ref),
                 service_account, add=True)
         except ApiError as exc:
+            if exc.status == 403 and await self._removal_under_way():
+                # deploy/'s RBAC went while this pass was in flight (``kubectl delete -k``
+                # deletes the ServiceAccount before the ClusterRoleBindings). The guards
+                # stand: the ServiceAccount can only be "being deleted" while it holds our
+                # finalizer, which an earlier pass added after the role and the binding.
+                # The next pass runs the ordered uninstall under them.
+                log.info("uninstall guards not re-applied: the controller's ServiceAccount "
+                         "is being deleted, the ordered uninstall follows")
+                self.problem = ""
+                return
             self.problem = f"uninstall guards: {exc}"
             log.warning("%s", self.problem)
             return
         self.problem = ""
+
+    async def _removal_under_way(self) -> bool:
+        """True when the controller's ServiceAccount, read again now (the uninstall
+        ClusterRole grants that read), is being deleted."""
+        try:
+            return ownership.deleting(await self.get_service_account())
+        except ApiError:
+            return False
 
     async def release_service_account(self) -> None:
         """Remove our finalizer from the controller's ServiceAccount (when it has it)."""
