@@ -62,6 +62,10 @@ class Informer:
     some pages has handed those on (they are ADDED again by the next list). With a cache the
     cache is replaced, and the differences emitted, after the last page, as before.
 
+    ``coalesce`` (seconds, 0: off) holds the watch's reads that long after each read
+    (:meth:`KubeAPI.watch`): events come in batches, up to that much later, for less CPU
+    per event. For watches whose handlers nobody waits on.
+
     ``transform`` (client-go's ``cache.TransformFunc``, set with
     ``SharedIndexInformer.SetTransform``) is applied to every object, listed items and the
     objects of ADDED / MODIFIED / DELETED watch events (not bookmarks), before it is
@@ -92,8 +96,10 @@ class Informer:
         page_size: int = 500,
         keep_cache: bool = True,
         transform: Transform | None = None,
+        coalesce: float = 0.0,
     ) -> None:
         self.api = api
+        self.coalesce = coalesce
         self.path = path
         self.params: dict[str, str] = dict(params or {})
         self.name = name or path
@@ -256,6 +262,7 @@ class Informer:
                     params=self.params,
                     resource_version=self.resource_version,
                     timeout_seconds=self._watch_timeout,
+                    coalesce=self.coalesce,
                 ):
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}

@@ -1,0 +1,146 @@
+"""Held reads of a watch (kubeclient/readhold.py, ``KubeAPI.watch(coalesce=...)``): over real
+TLS (aiohttp on 127.0.0.1, a fresh CA) every event still arrives whole and in order, one
+larger than a TLS record included, and events written apart arrive in batches; a transport
+already paused is left alone, and a cancelled hold reads again."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from podplacement.certs import generate_ca, issue_serving_cert
+from podplacement.kubeclient import KubeAPI
+from podplacement.kubeclient.readhold import hold_reading
+
+EVENTS = [{"type": "MODIFIED", "object": {"metadata": {"name": f"p-{i}",
+                                                       "resourceVersion": str(i)},
+                                          "data": "x" * (40_000 if i == 7 else 3_000)}}
+          for i in range(30)]
+
+
+@pytest.fixture
+async def tls_stream(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]]:
+    """A TLS server whose ``/api/v1/pods`` writes :data:`EVENTS` one per write, 5 ms
+    apart; yields its URL and a client context trusting its CA."""
+    ca = generate_ca("watchcoalesce-ca")
+    serving = issue_serving_cert(ca, [], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
+    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.content_type = "application/json"
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for event in EVENTS:
+            await resp.write(orjson.dumps(event) + b"\n")
+            await asyncio.sleep(0.005)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"https://127.0.0.1:{port}", ssl.create_default_context(cadata=ca.cert_pem.decode())
+    finally:
+        await runner.cleanup()
+
+
+async def _read(url: str, ctx: ssl.SSLContext, coalesce: float
+                ) -> list[tuple[float, dict[str, Any]]]:
+    api = KubeAPI(url, ssl_context=ctx)
+    try:
+        return [(time.monotonic(), e)
+                async for e in api.watch("/api/v1/pods", coalesce=coalesce)]
+    finally:
+        await api.close()
+
+
+def _batches(arrivals: list[float], gap: float = 0.02) -> int:
+    """Groups of events yielded less than ``gap`` seconds after the one before."""
+    return 1 + sum(1 for a, b in itertools.pairwise(arrivals) if b - a > gap)
+
+
+async def test_held_reads_deliver_every_event_whole_in_order_and_in_batches(
+        tls_stream: tuple[str, ssl.SSLContext]) -> None:
+    url, ctx = tls_stream
+    got = await _read(url, ctx, coalesce=0.1)
+    assert [e for _, e in got] == EVENTS
+    # 30 events written over about 150 ms, read at most every 100 ms: a few batches
+    assert _batches([t for t, _ in got]) <= 5, [round(t - got[0][0], 3) for t, _ in got]
+
+
+async def test_without_holding_every_event_arrives_as_written(
+        tls_stream: tuple[str, ssl.SSLContext]) -> None:
+    url, ctx = tls_stream
+    got = await _read(url, ctx, coalesce=0.0)
+    assert [e for _, e in got] == EVENTS
+
+
+class _Transport:
+    """Records the flow-control calls hold_reading makes."""
+
+    def __init__(self, *, reading: bool = True, limits: bool = True) -> None:
+        self.reading = reading
+        self.calls: list[Any] = []
+        if limits:
+            self.set_read_buffer_limits = self._limits
+
+    def _limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.calls.append(("limits", high, low))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.reading = True
+        self.calls.append("resume")
+
+
+async def test_a_transport_paused_by_its_client_is_neither_held_nor_waited_on() -> None:
+    t = _Transport(reading=False)
+    started = time.monotonic()
+    await hold_reading(t, 5.0)
+    assert t.calls == [] and time.monotonic() - started < 1.0
+
+
+async def test_a_tls_transport_holds_its_socket_too_and_gets_its_defaults_back() -> None:
+    t = _Transport()
+    await hold_reading(t, 0.01)
+    assert t.calls == [("limits", 1, 0), "pause", ("limits", None, None), "resume"]
+    plain = _Transport(limits=False)
+    await hold_reading(plain, 0.01)
+    assert plain.calls == ["pause", "resume"]
+
+
+async def test_a_cancelled_hold_reads_again() -> None:
+    t = _Transport()
+    task = asyncio.create_task(hold_reading(t, 30.0))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert t.calls[-2:] == [("limits", None, None), "resume"] and t.reading
