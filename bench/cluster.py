@@ -1429,7 +1429,7 @@ def _report_floor(rounds: list[dict[str, Run]], floor: str, pods: int) -> None:
     print(f"\n== warm at the floor: warm over {floor} in the same round (ms are CPU per pod)")
     print(f"{'round':<6}{'warm/s':>8}{'floor/s':>8}{'warm/floor':>11}{'CPU model':>10}"
           f"{'apiserver warm':>15}{'floor':>7}{'ours (warm)':>12}  same decision")
-    ratios, models, ours = [], [], []
+    ratios, models, ours, api_diffs, total_diffs = [], [], [], [], []
     for r, arms in enumerate(rounds):
         w, f = arms["warm"], arms[floor]
         ratio = w.bound_per_s / f.bound_per_s if f.bound_per_s else float("nan")
@@ -1439,12 +1439,19 @@ def _report_floor(rounds: list[dict[str, Run]], floor: str, pods: int) -> None:
         warm_cpu = sum(host_cpu(w).values())
         models.append(sum(host_cpu(f).values()) / warm_cpu if warm_cpu else float("nan"))
         ours.append(ours_ms(w, pods))
+        api_diffs.append((w.cpu("kube-apiserver") - f.cpu("kube-apiserver")) * 1000 / pods)
+        total_diffs.append((warm_cpu - sum(host_cpu(f).values())) * 1000 / pods)
         print(f"{r + 1:<6}{w.bound_per_s:>8.1f}{f.bound_per_s:>8.1f}{ratio:>11.2f}"
               f"{models[-1]:>10.2f}{w.cpu('kube-apiserver') * 1000 / pods:>15.2f}"
               f"{f.cpu('kube-apiserver') * 1000 / pods:>7.2f}{ours[-1]:>12.2f}  "
               f"{same_decisions(w, f) if floor in PLACING_FLOORS else 'n/a (constant placement)'}")
     print(f"median warm/floor {_median(ratios):.2f}, CPU model {_median(models):.2f} (target "
           f">= 0.95); our processes {_median(ours):.2f} ms CPU per warm pod (median)")
+    # the measure proposed for the last step (docs/benchmarks.md): what warm costs the
+    # API server, and every process, per pod beyond the floor, round by round
+    print(f"warm - {floor}, CPU ms per pod, median of per-round differences: kube-apiserver "
+          f"{_median(api_diffs):+.2f} (rounds {', '.join(f'{d:+.2f}' for d in api_diffs)}); "
+          f"every process {_median(total_diffs):+.2f}")
     names = sorted({n for arms in rounds for a in ("bare", "warm", floor)
                     for n in arms[a].processes} | {"bench"})
     print("CPU ms per pod of every process, per round (" + ", ".join(names) + ")")

@@ -60,6 +60,7 @@ from podplacement.controller.bindingfeed import PODS_PATH
 from podplacement.controller.events import EventSink
 from podplacement.controller.generic import POD_KEYS, Controller, PodKey, QueueSettings
 from podplacement.controller.metrics import Metrics
+from podplacement.controller.placedwatch import READ_COALESCE_SECONDS
 from podplacement.controller.poddelete import DELETED, GONE, delete_pod
 from podplacement.controller.podmemo import DEFAULT_SIZE, InputMemo, placement_spec
 from podplacement.controller.reconciler import pod_key, split_key
@@ -251,7 +252,8 @@ class EscapeMonitor:
                 if on and informer is None:
                     informer = Informer(self.api, PODS_PATH, self.params,
                                         name="escaped pods", watch_timeout=self.watch_timeout,
-                                        min_backoff=0.5, keep_cache=False)
+                                        min_backoff=0.5, keep_cache=False,
+                                        coalesce=READ_COALESCE_SECONDS)
                     informer.add_handler(self.on_pod)
                     informer.start()
                 elif not on and informer is not None:

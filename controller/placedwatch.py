@@ -41,10 +41,11 @@ log = logging.getLogger(__name__)
 
 #: The watch's label selector: the label every decision writes (``set`` or ``not-set``).
 WATCH_SELECTOR = AFFINITY_LABEL
-#: Seconds the watch's reads are held after each read (:meth:`kubeclient.KubeAPI.watch`):
-#: its readers learn, warn and check after the fact, so 50 ms later costs nobody a wait,
-#: and the events of a burst are read in batches (``bench/watchread.py``: about a third of
-#: the CPU per event at 400 events/s).
+#: Seconds the reads of the monitors' pod watches (this one and the escape monitor's) are
+#: held after each read (:meth:`kubeclient.KubeAPI.watch`): their readers learn, warn and
+#: check after the fact, so 50 ms later costs nobody a wait, and the events of a burst are
+#: read in batches (``bench/watchread.py``: about a third of the CPU per event at 400
+#: events/s).
 READ_COALESCE_SECONDS = 0.05
 
 
