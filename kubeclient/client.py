@@ -336,6 +336,8 @@ class KubeAPI:
         writes each event apart; read one at a time, a 3 kB pod event costs this client
         about 3x the CPU of one read with others (``bench/watchread.py``). Each event then
         reaches the caller up to ``coalesce`` seconds later: for watches nobody waits on.
+        A read of :data:`~kubeclient.readhold.FULL_READ` bytes or more is not followed by a
+        hold (a burst: the reader is behind).
 
         An ``ERROR`` event (e.g. ``410 Gone`` as a Status object) is yielded, not raised. A
         watch refused with 401 is retried once when the credentials give a new header.
@@ -385,7 +387,7 @@ class KubeAPI:
                                     yield orjson.loads(line)
                             buf = buf[start:] if start else buf
                             if coalesce > 0 and transport is not None:
-                                await hold_reading(transport, coalesce)
+                                await hold_reading(transport, coalesce, len(chunk))
                         if buf.strip():
                             yield orjson.loads(buf)
                         return

@@ -19,13 +19,22 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+#: A read this large (asyncio's TLS transport reads at most 256 KiB at a time) means the
+#: reader is behind a burst: it reads on at once, unheld. Holding then would only let the
+#: socket's buffer fill until TCP pushes back on the API server, whose watch cache ends a
+#: watcher that stays blocked (and the relist costs far more than the reads saved).
+FULL_READ = 256 * 1024
 
-async def hold_reading(transport: Any, seconds: float) -> None:
+
+async def hold_reading(transport: Any, seconds: float, last_read: int = 0) -> None:
     """Stop reading ``transport`` (an ``asyncio.ReadTransport``) for ``seconds``, then read
-    again. A transport already paused (the HTTP client's own flow control: its buffer is
-    full, so the reader must not wait) or closing is left alone and nothing is awaited.
-    Cancellation resumes the reads before it propagates. Never raises for a transport that
-    does not support flow control (it is then not held)."""
+    again. Nothing is held or awaited after a read of ``last_read`` >= :data:`FULL_READ`
+    bytes, nor for a transport already paused (the HTTP client's own flow control: its
+    buffer is full, so the reader must not wait) or closing. Cancellation resumes the reads
+    before it propagates. Never raises for a transport that does not support flow control
+    (it is then not held)."""
+    if last_read >= FULL_READ:
+        return
     try:
         if transport.is_closing() or not transport.is_reading():
             return

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from podplacement.certs import generate_ca, issue_serving_cert
 from podplacement.kubeclient import KubeAPI
-from podplacement.kubeclient.readhold import hold_reading
+from podplacement.kubeclient.readhold import FULL_READ, hold_reading
 
 EVENTS = [{"type": "MODIFIED", "object": {"metadata": {"name": f"p-{i}",
                                                        "resourceVersion": str(i)},
@@ -125,6 +125,15 @@ async def test_a_transport_paused_by_its_client_is_neither_held_nor_waited_on() 
     started = time.monotonic()
     await hold_reading(t, 5.0)
     assert t.calls == [] and time.monotonic() - started < 1.0
+
+
+async def test_after_a_full_read_the_reader_reads_on() -> None:
+    t = _Transport()
+    started = time.monotonic()
+    await hold_reading(t, 5.0, last_read=FULL_READ)
+    assert t.calls == [] and time.monotonic() - started < 1.0
+    await hold_reading(t, 0.01, last_read=FULL_READ - 1)
+    assert "pause" in t.calls
 
 
 async def test_a_tls_transport_holds_its_socket_too_and_gets_its_defaults_back() -> None:
