@@ -37,6 +37,7 @@ from podplacement.rules.config import (
     GATE_LABEL_REMOVED,
     SCHEDULING_GATE,
 )
+from tests.harness.aioserver import serving
 from tests.harness.kube import KubeEnv
 
 NS = "podplacement-system"
@@ -370,9 +371,9 @@ async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
 
     env = fresh_localkube
     ca = certs.generate_ca()
-    serving = certs.issue_serving_cert(ca, [], ["127.0.0.1"])
-    (Path(env.kubeconfig).parent / "wh.crt").write_bytes(serving.cert_pem)
-    (Path(env.kubeconfig).parent / "wh.key").write_bytes(serving.key_pem)
+    cert = certs.issue_serving_cert(ca, [], ["127.0.0.1"])
+    (Path(env.kubeconfig).parent / "wh.crt").write_bytes(cert.cert_pem)
+    (Path(env.kubeconfig).parent / "wh.key").write_bytes(cert.key_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(Path(env.kubeconfig).parent / "wh.crt",
                         Path(env.kubeconfig).parent / "wh.key")
@@ -387,14 +388,9 @@ async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
 
     app = web.Application()
     app.router.add_post("/mutate", mutate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app, ssl_context=ctx) as url:
         _create_config(env, {"namespaceSelector": {"matchLabels": {"team": "legacy"}}})
-        lc = _lifecycle(api, url=f"https://127.0.0.1:{port}/mutate", ca_bundle=ca.cert_pem)
+        lc = _lifecycle(api, url=f"{url}/mutate", ca_bundle=ca.cert_pem)
         await lc.reconcile()
         namespaces = {
             "plain": None,
@@ -411,8 +407,6 @@ async def test_webhook_configuration_selects_the_right_namespaces_on_admission(
             resp = await asyncio.to_thread(env.request, "POST",
                                            f"/api/v1/namespaces/{name}/pods", pod)
             assert resp.status_code == 201, resp.text
-    finally:
-        await runner.cleanup()
     assert sorted(called) == ["other-team", "plain"]
 
 

@@ -17,6 +17,7 @@ import yaml
 from aiohttp import web
 
 from podplacement.kubeclient import ApiError, ConfigCredentials, KubeAPI, load_configuration
+from tests.harness.aioserver import serving
 from tests.harness.kube import KubeEnv
 
 # Prints an ExecCredential whose token counts the runs (token-1, token-2, ...), or the
@@ -107,16 +108,9 @@ async def server() -> AsyncIterator[TokenServer]:
 
     app = web.Application()
     app.router.add_get("/api/v1/namespaces", namespaces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}"
-    try:
+    async with serving(app) as url:
+        state.url = url
         yield state
-    finally:
-        await runner.cleanup()
 
 
 async def test_exec_plugin_runs_again_after_a_401_and_the_request_is_retried(

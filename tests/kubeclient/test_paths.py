@@ -26,6 +26,7 @@ from podplacement.kubeclient import (
     secret_path,
     unavailable,
 )
+from tests.harness.aioserver import serving
 
 #: The traversal and injection forms a pod's creator can write as a name.
 HOSTILE = [
@@ -114,16 +115,9 @@ async def server() -> AsyncIterator[_Server]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}"
-    try:
+    async with serving(app) as url:
+        state.url = url
         yield state
-    finally:
-        await runner.cleanup()
 
 
 async def test_kubeapi_sends_no_path_that_fails_the_check(server: _Server) -> None:

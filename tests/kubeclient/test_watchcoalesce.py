@@ -20,6 +20,7 @@ from aiohttp import web
 from podplacement.certs import generate_ca, issue_serving_cert
 from podplacement.kubeclient import KubeAPI
 from podplacement.kubeclient.readhold import FULL_READ, hold_reading
+from tests.harness.aioserver import serving, streaming
 
 EVENTS = [{"type": "MODIFIED", "object": {"metadata": {"name": f"p-{i}",
                                                        "resourceVersion": str(i)},
@@ -32,34 +33,16 @@ async def tls_stream(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]
     """A TLS server whose ``/api/v1/pods`` writes :data:`EVENTS` one per write, 5 ms
     apart; yields its URL and a client context trusting its CA."""
     ca = generate_ca("watchcoalesce-ca")
-    serving = issue_serving_cert(ca, [], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
-    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    cert = issue_serving_cert(ca, [], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert.cert_pem)
+    (tmp_path / "tls.key").write_bytes(cert.key_pem)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse()
-        resp.content_type = "application/json"
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for event in EVENTS:
-            await resp.write(orjson.dumps(event) + b"\n")
-            await asyncio.sleep(0.005)
-        await resp.write_eof()
-        return resp
-
     app = web.Application()
-    app.router.add_get("/api/v1/pods", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"https://127.0.0.1:{port}", ssl.create_default_context(cadata=ca.cert_pem.decode())
-    finally:
-        await runner.cleanup()
+    app.router.add_get("/api/v1/pods", streaming(
+        [orjson.dumps(event) + b"\n" for event in EVENTS], 0.005))
+    async with serving(app, ssl_context=server_ctx) as url:
+        yield url, ssl.create_default_context(cadata=ca.cert_pem.decode())
 
 
 async def _read(url: str, ctx: ssl.SSLContext, coalesce: float

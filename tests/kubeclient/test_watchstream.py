@@ -5,7 +5,6 @@ order. A real HTTP server on 127.0.0.1 (aiohttp) writes the stream in the chunks
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from podplacement.kubeclient import KubeAPI
+from tests.harness.aioserver import serving, streaming
 
 EVENTS = [{"type": "ADDED", "object": {"metadata": {"name": f"p-{i}", "resourceVersion": str(i)},
                                        "data": "x" * (i * 37)}} for i in range(12)]
@@ -45,30 +45,10 @@ def _splits(data: bytes, mode: str) -> list[bytes]:
 async def test_every_event_is_decoded_whole_and_in_order_whatever_the_chunks(mode: str) -> None:
     chunks = _splits(_stream(), mode)
 
-    async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse()
-        resp.content_type = "application/json"
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for chunk in chunks:
-            await resp.write(chunk)
-            if mode != "bytes":
-                await asyncio.sleep(0.001)  # separate reads
-        await resp.write_eof()
-        return resp
-
     app = web.Application()
-    app.router.add_get("/api/v1/pods", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    api = KubeAPI(f"http://127.0.0.1:{port}")
-    try:
+    # "bytes": one write each, no pause; otherwise a pause after each, so separate reads
+    app.router.add_get("/api/v1/pods", streaming(chunks, 0.0 if mode == "bytes" else 0.001))
+    async with serving(app) as url, KubeAPI.from_url(url) as api:
         got: list[dict[str, Any]] = [e async for e in api.watch("/api/v1/pods")]
-    finally:
-        await api.close()
-        await runner.cleanup()
     assert got[:-1] == EVENTS
     assert got[-1]["type"] == "BOOKMARK"

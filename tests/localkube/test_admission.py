@@ -28,6 +28,7 @@ from localkube import podrules
 from localkube.admission import Admission, go_json_bytes, label_selector_matches, rule_matches
 from localkube.errors import StatusError
 from podplacement import certs
+from tests.harness.aioserver import serving
 from tests.harness.reference import REFERENCE
 
 RECORDED_HOST = "https://127.0.0.1:17443"
@@ -84,9 +85,9 @@ def _answer_from_recording(saw: dict[str, Any]) -> Answer:
 @pytest.fixture
 async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
     ca = certs.generate_ca("localkube-admission-test-ca")
-    serving = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
-    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    cert = certs.issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert.cert_pem)
+    (tmp_path / "tls.key").write_bytes(cert.key_pem)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
 
@@ -113,16 +114,9 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"https://127.0.0.1:{port}"
-    try:
+    async with serving(app, ssl_context=context, shutdown_timeout=0.5) as url:
+        state.url = url
         yield state
-    finally:
-        await runner.cleanup()
 
 
 def _configuration(name: str, webhooks: list[dict[str, Any]]) -> dict[str, Any]:
