@@ -22,7 +22,7 @@ from typing import Any
 #: A read this large (asyncio's TLS transport reads at most 256 KiB at a time) means the
 #: reader is behind a burst: it reads on at once, unheld. Holding then would only let the
 #: socket's buffer fill until TCP pushes back on the API server, whose watch cache ends a
-#: watcher that stays blocked (and the relist costs far more than the reads saved).
+#: watcher that stays blocked (the informer then watches again, or lists again on a 410).
 FULL_READ = 256 * 1024
 
 
