@@ -3,6 +3,8 @@ over when the leader stops and finishes the pods still gated."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from podplacement.kubeclient import KubeAPI
 from tests.controller.conftest import (
     Images,
@@ -37,7 +39,8 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
         await create_pod(api, ns, gated_pod(f"ha{i}", [images.arm]))
     for i in range(5):
         await wait_ungated(api, ns, f"ha{i}")
-    assert leader.metrics.processed.labels("set")._value.get() == 5
+    # the pod is ungated at the API server before the controller's coroutine counts it
+    await eventually(lambda: _placed_count_is(leader, 5))
     assert standby.metrics.processed.labels("set")._value.get() == 0
 
     await leader.stop()  # graceful: the lease is released
@@ -46,8 +49,14 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
         await create_pod(api, ns, gated_pod(f"ha{i}", [images.arm]))
     for i in range(5, 8):
         await wait_ungated(api, ns, f"ha{i}")
-    assert standby.metrics.processed.labels("set")._value.get() == 3
+    await eventually(lambda: _placed_count_is(standby, 3))
 
 
 async def _leading(ctl: object) -> bool:
     return bool(getattr(ctl, "leading", False))
+
+
+async def _placed_count_is(ctl: Any, count: int) -> bool:
+    """The controller counted ``count`` pods placed (``podplacement_pods_processed{result=
+    "set"}``)."""
+    return bool(ctl.metrics.processed.labels("set")._value.get() == count)
