@@ -44,7 +44,7 @@ WATCH_SELECTOR = AFFINITY_LABEL
 #: Seconds the reads of the monitors' pod watches (this one and the escape monitor's) are
 #: held after each read (:meth:`kubeclient.KubeAPI.watch`): their readers learn, warn and
 #: check after the fact, so 50 ms later costs nobody a wait, and the events of a burst are
-#: read in batches (``bench/watchread.py``: about a third of the CPU per event at 400
+#: read in batches (``bench/watchread.py``: about 30% of the CPU per event at 400
 #: events/s).
 READ_COALESCE_SECONDS = 0.05
 

@@ -334,7 +334,7 @@ class KubeAPI:
         long (:func:`hold_reading`), so the events the API server sends meanwhile wait in
         the socket and are then read, decrypted and parsed in one wake-up. The API server
         writes each event apart; read one at a time, a 3 kB pod event costs this client
-        about 3x the CPU of one read with others (``bench/watchread.py``). Each event then
+        about 3.5x the CPU of one read with others (``bench/watchread.py``). Each event then
         reaches the caller up to ``coalesce`` seconds later: for watches nobody waits on.
         A read of :data:`~kubeclient.readhold.FULL_READ` bytes or more is not followed by a
         hold (a burst: the reader is behind).

@@ -31,7 +31,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +180,21 @@ def differences(before: HostSnapshot, after: HostSnapshot) -> list[str]:
             for pid in sorted(after.shims - before.shims)]
     out += [f"directory {d}" for d in sorted(after.host_dirs - before.host_dirs)]
     return out
+
+
+def own_differences(before: HostSnapshot, after: HostSnapshot,
+                    others: Sequence[NodeFootprint]) -> list[str]:
+    """:func:`differences` less what other nodes account for: ``others`` are the nodes that
+    ran beside this one (:func:`holders` when it started and when ``after`` was taken: a
+    node may start or stop in between). Lines naming another node's directory or cgroup
+    root are its own; with any other node, sysctl values and host directories are shared
+    effects that the last node to :func:`leave` restores. With no other node, every
+    difference counts."""
+    if not others:
+        return differences(before, after)
+    return [d for d in differences(before, after)
+            if not d.startswith(("sysctl ", "directory "))
+            and not any(n.workdir in d or n.cgroup_root in d for n in others)]
 
 
 # --- undoing one node's effects -------------------------------------------------------------

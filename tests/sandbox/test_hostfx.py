@@ -106,3 +106,22 @@ def test_differences_name_what_a_node_left() -> None:
         "sysctl kernel/panic: 1 -> 10", "cgroup /sys/fs/cgroup/cpu/podplacement-x",
         "mount /t/shm (tmpfs shm)", "directory /var/lib/cni"]
     assert hostfx.differences(after, before) == ["sysctl kernel/panic: 10 -> 1"]
+
+
+def test_own_differences_leave_out_what_other_nodes_account_for() -> None:
+    other = hostfx.NodeFootprint("/tmp/podplacement-node-other", "/podplacement-0000aa",
+                                 "/tmp/podplacement-node-other/containerd.sock")
+    before = hostfx.HostSnapshot({"net/ipv4/ip_forward": "0"},
+                                 {"/sys/fs/cgroup/cpu": frozenset()}, frozenset(), frozenset())
+    after = hostfx.HostSnapshot(
+        {"net/ipv4/ip_forward": "1"},
+        {"/sys/fs/cgroup/cpu": frozenset({"podplacement-0000aa", "podplacement-0000bb"})},
+        frozenset({("/tmp/podplacement-node-other/shm", "tmpfs", "shm"),
+                   ("/tmp/podplacement-node-mine/shm", "tmpfs", "shm")}),
+        frozenset(), frozenset({"/var/lib/cni"}))
+    # alone: every difference is ours
+    assert len(hostfx.own_differences(before, after, [])) == 6
+    # beside another node: its cgroup and mount, and the shared sysctl and directory, go
+    assert hostfx.own_differences(before, after, [other]) == [
+        "cgroup /sys/fs/cgroup/cpu/podplacement-0000bb",
+        "mount /tmp/podplacement-node-mine/shm (tmpfs shm)"]

@@ -42,7 +42,7 @@ def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
         pytest.skip(why)
     layer = busybox_layer("amd64")
     before = hostfx.snapshot()
-    alone = not hostfx.holders()  # another node running now keeps the shared effects
+    beside = hostfx.holders()  # another node running now keeps the shared effects
     try:
         kube = start_real(tmp_path / "plane", nodes=FAKE_NODES)
     except AssetsNotFound as exc:
@@ -93,15 +93,8 @@ def test_a_pod_runs_on_the_real_node_and_stopping_leaves_the_host_as_before(
     assert "Started" in (tmp_path / "node" / "kubelet.log").read_text()  # the logs stay
     assert not any((h / node.footprint.cgroup_root.strip("/")).exists()
                    for h in hostfx.cgroup_hierarchies())
-    others = hostfx.holders()
-    if alone and not others:
-        assert hostfx.differences(before, after) == []
-    else:  # another real node runs (another test process): its effects are not ours
-        def theirs(line: str) -> bool:
-            return line.startswith(("sysctl ", "directory ")) or any(
-                n.workdir in line or n.cgroup_root in line for n in others)
-
-        assert [d for d in hostfx.differences(before, after) if not theirs(d)] == []
+    # another real node (another test process) leaves its own effects, not ours
+    assert hostfx.own_differences(before, after, [*beside, *hostfx.holders()]) == []
 
 
 def test_under_ci_a_machine_without_the_kubelet_refuses_to_run_with_one_line(
